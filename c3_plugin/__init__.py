@@ -1,0 +1,14 @@
+"""comlrl-c3: credit by counterfactual continuation (C3) for CoMLRL multi-LLM teams."""
+
+from .plan import Plan, PlanError, parse_plan
+from .rollout import Budget, Generation, GenerationBackend, Leaf, Prompt, Rollout, Sampling, materialize
+from .trace import TraceEntry, read_jsonl, replay_check, write_jsonl
+from .workflow import Role, Step, Workflow, WorkflowError, builtin_workflows, load_workflow, workflow_from_dict
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Budget", "Generation", "GenerationBackend", "Leaf", "Plan", "PlanError", "Prompt", "Role", "Rollout",
+    "Sampling", "Step", "TraceEntry", "Workflow", "WorkflowError", "builtin_workflows", "load_workflow",
+    "materialize", "parse_plan", "read_jsonl", "replay_check", "workflow_from_dict", "write_jsonl",
+]

@@ -1,0 +1,253 @@
+"""Credit and its diagnostics: pure, vectorised functions over arrays (no I/O, no config).
+
+Conventions. A *group* is the set of alternatives sampled from one context; for each
+alternative it holds the returns of its continuations. Ragged groups are passed as one
+sequence per alternative; batched groups as an array ``[..., n, c]`` in which ``NaN``
+marks a missing continuation. Every function here has a plain-loop oracle in
+``tests/oracles.py``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Hashable, Sequence
+
+import numpy as np
+
+NORMALIZATIONS = ("none", "batch_scale", "batch_zscore", "group_zscore")
+GROUP_MODES = ("mean", "rloo", "max", "raw")
+
+
+def _ragged(returns: Sequence[Sequence[float]], what: str) -> tuple[np.ndarray, np.ndarray]:
+    """Validate one group; returns (flat values, continuation count per alternative)."""
+    if len(returns) < 2:
+        raise ValueError(f"{what}: needs at least 2 alternatives for a leave-one-out baseline, got {len(returns)}")
+    counts = np.fromiter((len(r) for r in returns), dtype=np.int64, count=len(returns))
+    if np.any(counts == 0):
+        raise ValueError(f"{what}: alternative {int(np.argmin(counts))} has no continuation returns")
+    flat = np.concatenate([np.asarray(r, dtype=np.float64).ravel() for r in returns])
+    bad = ~np.isfinite(flat)
+    if bad.any():
+        owner = int(np.searchsorted(np.cumsum(counts), np.flatnonzero(bad)[0], side="right"))
+        raise ValueError(f"{what}: alternative {owner} has a non-finite return")
+    return flat, counts
+
+
+def loo_advantages(returns: Sequence[Sequence[float]]) -> np.ndarray:
+    """Leave-one-out advantages of one group.
+
+    ``A_j = mean(R_j) - sum_{k!=j} c_k mean(R_k) / sum_{k!=j} c_k``: each alternative's mean
+    return minus the continuation-weighted mean return of the other alternatives.
+    """
+    flat, counts = _ragged(returns, "loo_advantages")
+    sums = np.add.reduceat(flat, np.concatenate(([0], np.cumsum(counts)[:-1])))
+    return sums / counts - (sums.sum() - sums) / (counts.sum() - counts)
+
+
+def loo_advantages_batch(values: np.ndarray) -> np.ndarray:
+    """Leave-one-out advantages for a batch of groups ``[..., n, c]`` (NaN = no continuation)."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim < 2 or values.shape[-2] < 2:
+        raise ValueError(f"loo_advantages_batch: needs shape [..., n>=2, c], got {values.shape}")
+    present = ~np.isnan(values)
+    counts = present.sum(-1)
+    if np.any(counts == 0):
+        raise ValueError("loo_advantages_batch: some alternative has no continuation returns")
+    sums = np.where(present, values, 0.0).sum(-1)
+    total_s, total_c = sums.sum(-1, keepdims=True), counts.sum(-1, keepdims=True)
+    return sums / counts - (total_s - sums) / (total_c - counts)
+
+
+def tree_advantages(rewards: np.ndarray) -> list[np.ndarray | None]:
+    """C3 advantages at every decision point of a uniform tree.
+
+    ``rewards`` is ``[instances, b_0, ..., b_{K-1}]``. The group at decision ``u`` is the
+    ``b_u`` children of one depth-``u`` context; each child's continuations are all leaves
+    below it. Returns, per decision point, the advantages of its nodes in row-major order,
+    or ``None`` where ``b_u < 2`` (no alternative to compare against).
+    """
+    rewards = np.asarray(rewards, dtype=np.float64)
+    shape = rewards.shape
+    out: list[np.ndarray | None] = []
+    for u in range(len(shape) - 1):
+        b = shape[1 + u]
+        if b < 2:
+            out.append(None)
+            continue
+        groups = rewards.reshape(int(np.prod(shape[: 1 + u])), b, -1)
+        out.append(loo_advantages_batch(groups).reshape(-1))
+    return out
+
+
+def group_advantages(returns: Any, mode: str = "mean") -> np.ndarray:
+    """MAGRPO's group advantages over independent runs (CoMLRL's modes), last axis = group.
+
+    ``mean``: R - mean; ``rloo``: R - mean of the others; ``max``: R - max; ``raw``: R.
+    """
+    r = np.asarray(returns, dtype=np.float64)
+    mode = str(mode).lower()
+    if mode not in GROUP_MODES:
+        raise ValueError(f"group_advantages: unknown mode {mode!r}; use one of {GROUP_MODES}")
+    if r.ndim == 0 or r.shape[-1] == 0:
+        raise ValueError("group_advantages: needs at least one run per group")
+    if not np.all(np.isfinite(r)):
+        raise ValueError("group_advantages: a return is not finite")
+    g = r.shape[-1]
+    if mode == "raw":
+        return r.copy()
+    if mode == "max":
+        return r - r.max(-1, keepdims=True)
+    if mode == "rloo" and g > 1:
+        return (r * g - r.sum(-1, keepdims=True)) / (g - 1)
+    return r - r.mean(-1, keepdims=True)
+
+
+def _pad(groups: Sequence[Sequence[Sequence[float]]]) -> np.ndarray:
+    """Ragged groups -> ``[G, n_max, c_max]`` with NaN padding."""
+    n_max = max((len(g) for g in groups), default=0)
+    c_max = max((len(r) for g in groups for r in g), default=0)
+    out = np.full((len(groups), n_max, c_max), np.nan)
+    for gi, g in enumerate(groups):
+        for j, r in enumerate(g):
+            out[gi, j, : len(r)] = r
+    return out
+
+
+def _masked_spearman(x: np.ndarray, y: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Row-wise Spearman correlation (average ranks for ties) over the entries where ``valid``."""
+    def ranks(v: np.ndarray) -> np.ndarray:
+        vv = valid[:, None, :]
+        less = ((v[:, None, :] < v[:, :, None]) & vv).sum(-1)
+        equal = ((v[:, None, :] == v[:, :, None]) & vv).sum(-1)
+        return np.where(valid, less + (equal + 1) / 2.0, 0.0)
+
+    rx, ry = ranks(x), ranks(y)
+    m = valid.sum(-1, keepdims=True)
+    dx = np.where(valid, rx - rx.sum(-1, keepdims=True) / m, 0.0)
+    dy = np.where(valid, ry - ry.sum(-1, keepdims=True) / m, 0.0)
+    den = np.sqrt((dx * dx).sum(-1) * (dy * dy).sum(-1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, (dx * dy).sum(-1) / np.where(den > 0, den, 1.0), np.nan)
+
+
+def split_half_reliability(groups: Sequence[Sequence[Sequence[float]]] | np.ndarray) -> tuple[float, int]:
+    """Mean Spearman correlation between even- and odd-continuation advantage vectors.
+
+    Groups with fewer than 3 alternatives, an alternative with fewer than 2 continuations,
+    or a half that gives every alternative the same advantage are excluded. Returns
+    ``(mean_rho, groups_used)``; ``mean_rho`` is NaN when no group qualifies.
+    """
+    values = groups if isinstance(groups, np.ndarray) else _pad(groups)
+    if values.size == 0:
+        return float("nan"), 0
+    alive = ~np.isnan(values[..., 0])  # [G, n]: the alternative exists
+    halves = []
+    for part in (values[..., 0::2], values[..., 1::2]):
+        cnt = (~np.isnan(part)).sum(-1)
+        ok = alive & (cnt > 0)
+        sums = np.where(np.isnan(part), 0.0, part).sum(-1)
+        means = np.where(ok, sums / np.maximum(cnt, 1), 0.0)
+        w_s = np.where(ok, sums, 0.0).sum(-1, keepdims=True)
+        w_c = np.where(ok, cnt, 0).sum(-1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            adv = means - (w_s - sums) / (w_c - cnt)
+        halves.append((np.round(adv, 12), ok))
+    (a_even, ok_even), (a_odd, ok_odd) = halves
+    usable = (alive.sum(-1) >= 3) & np.all(ok_even == alive, -1) & np.all(ok_odd == alive, -1)
+    rho = _masked_spearman(np.where(alive, a_even, 0.0), np.where(alive, a_odd, 0.0), alive)
+    used = usable & np.isfinite(rho)
+    return (float(rho[used].mean()) if used.any() else float("nan")), int(used.sum())
+
+
+def _entropy_mm(counts: np.ndarray) -> float:
+    """Plug-in entropy (nats) with the Miller-Madow correction (m - 1) / (2N)."""
+    counts = counts[counts > 0]
+    n = counts.sum()
+    p = counts / n
+    return float(-(p * np.log(p)).sum() + (len(counts) - 1) / (2.0 * n))
+
+
+def influence(outcomes: Sequence[Sequence[Hashable]]) -> float:
+    """Plug-in mutual information I(J; Y) in nats between the alternative index J and a
+    categorical downstream outcome Y, each entropy Miller-Madow corrected."""
+    import pandas as pd
+
+    lengths = np.fromiter((len(o) for o in outcomes), dtype=np.int64, count=len(outcomes))
+    if len(outcomes) < 2 or np.any(lengths == 0):
+        raise ValueError("influence: needs at least 2 alternatives, each with at least one outcome")
+    flat = np.empty(int(lengths.sum()), dtype=object)
+    flat[:] = [y for o in outcomes for y in o]
+    y_codes, uniques = pd.factorize(flat)
+    j_codes = np.repeat(np.arange(len(outcomes)), lengths)
+    joint = np.bincount(j_codes * len(uniques) + y_codes, minlength=len(outcomes) * len(uniques))
+    return _entropy_mm(lengths) + _entropy_mm(np.bincount(y_codes)) - _entropy_mm(joint)
+
+
+def noise_variance(sigma2: float, n: int, budget: float) -> float:
+    """The noise law: variance of the rollout noise on one C3 advantage, ``sigma2 n^2 / (B_u (n-1))``."""
+    if n < 2:
+        raise ValueError(f"noise_variance: n={n}; leave-one-out needs n >= 2")
+    if budget <= 0:
+        raise ValueError(f"noise_variance: budget must be positive, got {budget}")
+    return float(sigma2) * n * n / (float(budget) * (n - 1))
+
+
+def observed_noise_variance(adv_a: np.ndarray, adv_b: np.ndarray) -> float:
+    """Half the variance of the difference of two advantage vectors computed from
+    independent continuations of the same alternatives."""
+    d = np.asarray(adv_a, dtype=np.float64).ravel() - np.asarray(adv_b, dtype=np.float64).ravel()
+    return float(0.5 * d.var(ddof=1))
+
+
+def pooled_return_variance(values: np.ndarray) -> float:
+    """sigma^2: the mean within-alternative sample variance of continuation returns ``[..., n, c]``."""
+    values = np.asarray(values, dtype=np.float64)
+    cnt = (~np.isnan(values)).sum(-1)
+    mean = np.nanmean(values, -1, keepdims=True) if values.size else values
+    ss = np.nansum((values - mean) ** 2, -1)
+    ok = cnt >= 2
+    if not ok.any():
+        raise ValueError("pooled_return_variance: needs an alternative with 2 or more continuations")
+    return float((ss[ok] / (cnt[ok] - 1)).mean())
+
+
+def within_group_variance(advantages: np.ndarray | Sequence[Sequence[float]]) -> float:
+    """Mean over groups of the sample variance of the advantages across a group's alternatives."""
+    a = np.asarray(advantages, dtype=np.float64) if isinstance(advantages, np.ndarray) else _pad([[[x] for x in g] for g in advantages])[..., 0]
+    return float(np.nanvar(a, axis=-1, ddof=1).mean())
+
+
+def zero_signal_share(values: np.ndarray | Sequence[Sequence[Sequence[float]]]) -> float:
+    """Share of groups in which every alternative has the same mean return (all advantages 0)."""
+    v = np.asarray(values, dtype=np.float64) if isinstance(values, np.ndarray) else _pad(values)
+    means = np.nanmean(v, -1)
+    return float(np.mean(np.nanmax(means, -1) == np.nanmin(means, -1)))
+
+
+def normalize_advantages(adv: np.ndarray, mode: str = "none", groups: np.ndarray | None = None, eps: float = 1e-6) -> np.ndarray:
+    """Scale advantages for the loss.
+
+    ``none`` (default) keeps the leave-one-out values; ``batch_scale`` divides by the batch
+    standard deviation without re-centering (signs and zeros survive); ``batch_zscore``
+    also subtracts the batch mean, which moves every baseline by one offset;
+    ``group_zscore`` z-scores each group (``groups`` gives group ids) and turns any
+    2-alternative group into +-1, so it warns when it sees one.
+    """
+    a = np.asarray(adv, dtype=np.float64)
+    if mode not in NORMALIZATIONS:
+        raise ValueError(f"normalize_advantages: unknown mode {mode!r}; use one of {NORMALIZATIONS}")
+    if mode == "none" or a.size == 0:
+        return a.copy()
+    if mode == "batch_scale":
+        return a / max(float(a.std()), eps)
+    if mode == "batch_zscore":
+        return (a - a.mean()) / max(float(a.std()), eps)
+    if groups is None:
+        raise ValueError("normalize_advantages: group_zscore needs group ids")
+    g = np.unique(np.asarray(groups), return_inverse=True)[1]
+    size = np.bincount(g)
+    if np.any(size == 2):
+        warnings.warn("group_zscore on 2-alternative groups maps every advantage to +-1", stacklevel=2)
+    mean = np.bincount(g, weights=a) / size
+    std = np.sqrt(np.bincount(g, weights=(a - mean[g]) ** 2) / size)
+    return (a - mean[g]) / np.maximum(std[g], eps)
