@@ -177,7 +177,7 @@ def influence(outcomes: Sequence[Sequence[Hashable]]) -> float:
         raise ValueError("influence: needs at least 2 alternatives, each with at least one outcome")
     flat = np.empty(int(lengths.sum()), dtype=object)
     flat[:] = [y for o in outcomes for y in o]
-    y_codes, uniques = pd.factorize(flat)
+    y_codes, uniques = pd.factorize(flat, use_na_sentinel=False)
     j_codes = np.repeat(np.arange(len(outcomes)), lengths)
     joint = np.bincount(j_codes * len(uniques) + y_codes, minlength=len(outcomes) * len(uniques))
     return _entropy_mm(lengths) + _entropy_mm(np.bincount(y_codes)) - _entropy_mm(joint)

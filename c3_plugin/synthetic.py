@@ -4,7 +4,8 @@ Roles of a real :class:`~c3_plugin.workflow.Workflow` draw their messages from k
 categorical policies over a small vocabulary ``m0, m1, ...``; the policy of a role is a
 seeded function of its exact context text, so it reacts to everything upstream,
 including a null (empty) message that the policies never produce. The terminal reward
-of a path is Bernoulli with a known, seeded probability. Because everything is finite,
+of a path is Bernoulli with a known probability, seeded by the question text and the
+path, so copies of one question (distinct ids) share one law. Because everything is finite,
 ``V(h)`` and ``Q(h, a)`` are computed exactly by enumeration.
 
 The same objects drive the real rollout machinery (:class:`SyntheticBackend` implements
@@ -55,13 +56,13 @@ class SyntheticEnv:
 
     def reward_prob(self, item: Mapping[str, Any], outputs: Sequence[str]) -> float:
         """Probability that the terminal reward of this complete path is 1."""
-        u = _seeded(self.seed, "reward", item["id"], *outputs).random()
+        u = _seeded(self.seed, "reward", item["question"], *outputs).random()
         return float(self.reward_low + (self.reward_high - self.reward_low) * u)
 
     def value(self, item: Mapping[str, Any], outputs: Sequence[str] = ()) -> float:
         """V after the steps whose outputs are given: the exact expected terminal reward."""
         outputs = tuple(outputs)
-        key = (str(item["id"]), outputs)
+        key = (str(item["question"]), outputs)
         if key in self._value:
             return self._value[key]
         steps = self.workflow.steps
