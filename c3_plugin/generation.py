@@ -1,0 +1,121 @@
+"""The Hugging Face generation backend behind :class:`~c3_plugin.rollout.GenerationBackend`.
+
+All prompts of one schedule step are sampled in one batched ``generate`` call per agent
+(left padding, ``n`` return sequences per prompt). The prompt is the role's chat
+template (when the tokenizer has one) with the context as the user turn, followed by
+the role's response prefix as an assistant prefill. Generation stops at EOS; the EOS
+token is part of the message's tokens. Behaviour log-probs are those of the sampled
+tokens under the policy's temperature-scaled softmax, computed by one padded forward
+pass of the frozen policy (:func:`c3_plugin.loss.sequence_logprobs`): exactly what the
+PPO ratio's denominator must be.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+
+from .loss import sequence_logprobs
+from .rollout import Generation, Prompt, Sampling
+
+
+def encode_prompt(tokenizer: Any, prompt: Prompt, use_chat_template: bool = True) -> list[int]:
+    """Token ids the policy conditions on: chat-formatted context plus the response prefix."""
+    if use_chat_template and getattr(tokenizer, "chat_template", None):
+        messages = ([{"role": "system", "content": prompt.system}] if prompt.system else []) + [{"role": "user", "content": prompt.text}]
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    else:
+        text = (prompt.system + "\n\n" if prompt.system else "") + prompt.text
+        ids = tokenizer(text)["input_ids"]
+    if prompt.prefix:
+        ids = ids + tokenizer(prompt.prefix, add_special_tokens=False)["input_ids"]
+    return list(ids)
+
+
+class HFBackend:
+    """Batched sampling from ``transformers`` causal LMs, one model (or adapter) per agent.
+
+    ``policy(agent)`` returns the module that plays ``agent`` (for per-role LoRA adapters it
+    activates the agent's adapter first); ``tokenizers[agent]`` its tokenizer.
+    """
+
+    def __init__(self, policy: Callable[[int], torch.nn.Module], tokenizers: Sequence[Any],
+                 use_chat_template: bool = True, max_batch: int | None = None):
+        self.policy = policy
+        self.tokenizers = list(tokenizers)
+        self.use_chat_template = use_chat_template
+        self.max_batch = max_batch  # cap on sequences per generate call (None: all at once)
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Prompt], n: int, sampling: Sampling) -> list[list[Generation]]:
+        out: list[list[Generation] | None] = [None] * len(prompts)
+        by_agent: dict[int, list[int]] = {}
+        for i, p in enumerate(prompts):
+            by_agent.setdefault(p.agent, []).append(i)
+        for agent, idx in by_agent.items():
+            per_call = max(1, (self.max_batch or len(idx) * n) // n)
+            for start in range(0, len(idx), per_call):
+                chunk = idx[start:start + per_call]
+                gens = self._generate_agent(agent, [prompts[i] for i in chunk], n, sampling)
+                for i, g in zip(chunk, gens):
+                    out[i] = g
+        return out  # type: ignore[return-value]
+
+    def _generate_agent(self, agent: int, prompts: Sequence[Prompt], n: int, sampling: Sampling) -> list[list[Generation]]:
+        tok = self.tokenizers[agent]
+        model = self.policy(agent)
+        device = next(model.parameters()).device
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        encoded = [encode_prompt(tok, p, self.use_chat_template) for p in prompts]
+        width = max(len(e) for e in encoded)
+        input_ids = torch.full((len(encoded), width), pad, dtype=torch.long)
+        attention = torch.zeros((len(encoded), width), dtype=torch.long)
+        for r, ids in enumerate(encoded):
+            input_ids[r, width - len(ids):] = torch.tensor(ids)
+            attention[r, width - len(ids):] = 1
+        max_new = max(p.max_new_tokens or sampling.max_new_tokens for p in prompts)
+        kwargs: dict[str, Any] = {"max_new_tokens": max_new, "pad_token_id": pad, "eos_token_id": tok.eos_token_id,
+                                  "num_return_sequences": 1 if sampling.greedy else n}
+        if sampling.greedy:  # one argmax decode per prompt, replicated n times
+            kwargs.update(do_sample=False, num_beams=1, temperature=None, top_p=None, top_k=None)
+        else:
+            kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
+                          top_k=sampling.top_k if sampling.top_k else 0)
+        was_training = model.training
+        model.eval()
+        seqs = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs)[:, width:].cpu()
+        if sampling.greedy and n > 1:
+            seqs = seqs.repeat_interleave(n, dim=0)
+        if was_training:
+            model.train()
+        completions, prompt_ids = [], []  # prompt ids are re-derivable: encode_prompt is deterministic
+        for row in range(seqs.shape[0]):
+            p = prompts[row // n]
+            cap = p.max_new_tokens or sampling.max_new_tokens
+            ids = seqs[row, :cap].tolist()
+            if tok.eos_token_id in ids:
+                ids = ids[: ids.index(tok.eos_token_id) + 1]
+            else:
+                ids = [t for t in ids if t != pad] if pad != tok.eos_token_id else ids
+            completions.append(ids)
+            prompt_ids.append(encoded[row // n])
+        logprobs = self.behaviour_logprobs(agent, prompt_ids, completions, 1.0 if sampling.greedy else sampling.temperature)
+        gens = [Generation(text=tok.decode(ids, skip_special_tokens=True), token_ids=ids, logprobs=lp)
+                for ids, lp in zip(completions, logprobs)]
+        return [gens[k * n:(k + 1) * n] for k in range(len(prompts))]
+
+    @torch.no_grad()
+    def behaviour_logprobs(self, agent: int, prompt_ids: list[list[int]], completions: list[list[int]],
+                           temperature: float) -> list[list[float]]:
+        model = self.policy(agent)
+        tok = self.tokenizers[agent]
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        out: list[list[float]] = []
+        step = self.max_batch or len(completions)
+        for s in range(0, len(completions), step):
+            lp, mask = sequence_logprobs(model, prompt_ids[s:s + step], completions[s:s + step], pad, temperature)
+            lp = lp.float().cpu()
+            out.extend(lp[r, : int(mask[r].sum())].tolist() for r in range(lp.shape[0]))
+        return out

@@ -1,0 +1,95 @@
+"""The policy loss: PPO's clipped surrogate on token log-probs, one padded forward pass per batch.
+
+Layout of a batch: prompts left-padded to a common width ``P``, completions right-padded
+to ``T``, so every completion starts at column ``P`` and its log-probs are one contiguous
+slice of the logits (only the last ``T + 1`` positions are projected onto the vocabulary).
+The message's advantage is broadcast over its tokens; padding is masked; the EOS token
+is a token of the message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+AGGREGATIONS = ("token_mean", "sequence_mean", "token_sum")
+
+
+def pad_batch(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], pad_id: int):
+    """``(input_ids, attention_mask, completion_mask)``; prompts left-padded, completions right-padded."""
+    width = max(len(p) for p in prompt_ids)
+    t = max(1, max(len(c) for c in completion_ids))
+    b = len(prompt_ids)
+    input_ids = torch.full((b, width + t), pad_id, dtype=torch.long)
+    attention = torch.zeros((b, width + t), dtype=torch.long)
+    cmask = torch.zeros((b, t), dtype=torch.float32)
+    for r, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
+        input_ids[r, width - len(p):width] = torch.as_tensor(list(p), dtype=torch.long)
+        input_ids[r, width:width + len(c)] = torch.as_tensor(list(c), dtype=torch.long)
+        attention[r, width - len(p):width + len(c)] = 1
+        cmask[r, : len(c)] = 1.0
+    return input_ids, attention, cmask
+
+
+def sequence_logprobs(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
+                      pad_id: int, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token log-probs ``[B, T]`` of the completions under ``model`` and their mask ``[B, T]``."""
+    device = next(model.parameters()).device
+    input_ids, attention, cmask = pad_batch(prompt_ids, completion_ids, pad_id)
+    input_ids, attention, cmask = input_ids.to(device), attention.to(device), cmask.to(device)
+    t = cmask.shape[1]
+    position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=input_ids, attention_mask=attention, position_ids=position_ids,
+                   logits_to_keep=t + 1, use_cache=False).logits[:, :-1].float()
+    logits = logits[:, -t:]
+    if temperature != 1.0:
+        logits = logits / temperature
+    targets = input_ids[:, -t:]
+    logp = torch.gather(logits, -1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)
+    return logp * cmask, cmask
+
+
+@dataclass
+class LossStats:
+    loss: float
+    clip_fraction: float
+    approx_kl: float  # mean of the k3 estimate of KL(behaviour || current) over tokens
+    ref_kl: float  # mean of the k3 estimate of KL(current || reference) over tokens (0 without a reference)
+    ratio_mean: float
+    tokens: int
+
+
+def ppo_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+             clip: float = 0.2, aggregation: str = "token_mean", ref_logp: torch.Tensor | None = None,
+             kl_coef: float = 0.0, clip_high: float | None = None) -> tuple[torch.Tensor, LossStats]:
+    """Clipped surrogate ``-min(r A, clip(r, 1-eps, 1+eps_high) A)`` per token, plus ``kl_coef`` times the
+    k3 estimate of KL to a reference; aggregated over valid tokens (``token_mean`` by default)."""
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"unknown loss aggregation {aggregation!r}; use one of {AGGREGATIONS}")
+    high = clip if clip_high is None else clip_high
+    adv = advantages.to(new_logp.dtype).unsqueeze(-1)
+    log_ratio = (new_logp - old_logp) * mask
+    ratio = torch.exp(log_ratio)
+    per_token = -torch.minimum(ratio * adv, torch.clamp(ratio, 1.0 - clip, 1.0 + high) * adv)
+    ref_kl = torch.zeros_like(per_token)
+    if ref_logp is not None and kl_coef:
+        d = (ref_logp - new_logp) * mask
+        ref_kl = torch.exp(d) - d - 1.0
+        per_token = per_token + kl_coef * ref_kl
+    per_token = per_token * mask
+    n_tok = mask.sum().clamp(min=1.0)
+    if aggregation == "token_mean":
+        loss = per_token.sum() / n_tok
+    elif aggregation == "sequence_mean":
+        loss = (per_token.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    else:
+        loss = per_token.sum() / max(1, per_token.shape[0])
+    with torch.no_grad():
+        clipped = ((ratio > 1.0 + high) & (adv > 0)) | ((ratio < 1.0 - clip) & (adv < 0))
+        k3 = torch.exp(-log_ratio) + log_ratio - 1.0
+        stats = LossStats(loss=float(loss), clip_fraction=float((clipped.float() * mask).sum() / n_tok),
+                          approx_kl=float((k3 * mask).sum() / n_tok), ref_kl=float((ref_kl * mask).sum() / n_tok),
+                          ratio_mean=float((ratio * mask).sum() / n_tok), tokens=int(mask.sum()))
+    return loss, stats

@@ -1,0 +1,328 @@
+"""Workflow training on CoMLRL: the machinery C3, MAGRPO and MAPPO share.
+
+:class:`WorkflowTrainer` is a :class:`comlrl.trainers.reinforce.MAGRPOTrainer` that keeps
+its constructor keywords, outer epoch loop, checkpointing and W&B set-up, and replaces
+the hooks that must change for a workflow of roles that read each other:
+
+* ``_train_step_returns``: queue items; every ``instances_per_update`` items, materialise
+  the rollout plan breadth-first (:func:`c3_plugin.rollout.materialize`), credit it
+  (:meth:`compute_advantages`, the one hook an algorithm overrides) and update;
+* ``_drain_ready_buffers``: flush the queue at each epoch's end, so checkpoints (written
+  by CoMLRL at epoch boundaries) never hold a half-used rollout;
+* ``evaluate``: greedy decoding of the workflow on the eval set, CoMLRL's eval logger
+  and aggregator, ``eval/*`` logged against ``env_step``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+import wandb
+from comlrl.trainers.reinforce.magrpo import MAGRPOConfig, MAGRPOTrainer
+
+from ..credit import NORMALIZATIONS, normalize_advantages
+from ..generation import HFBackend, encode_prompt
+from ..plan import parse_plan
+from ..rollout import Leaf, Prompt, Rollout, Sampling, materialize
+from ..trace import write_jsonl
+from ..workflow import Workflow, load_workflow
+from .update import PolicySample, ppo_update
+
+
+@dataclass
+class WorkflowConfig(MAGRPOConfig):
+    """Fields shared by the workflow trainers (C3, MAGRPO, MAPPO); MAGRPOConfig's own fields keep
+    their meaning except where noted."""
+
+    plan: str = "independent 8"  # rollout plan: "tree [2, 4]", "independent 8" or "diagnostic n=4 u=0 c=4"
+    instances_per_update: int = 4  # task instances per rollout batch (one materialisation, one update)
+    ppo_epochs: int = 1  # passes over each rollout batch
+    minibatch_size: int | None = None  # messages per optimizer step (None: all of an agent's messages in the batch)
+    micro_batch_size: int = 8  # messages per forward/backward pass (gradient accumulation)
+    clip_eps: float = 0.2  # PPO clip range (lower side, and upper side unless clip_eps_high is set)
+    clip_eps_high: float | None = None  # optional larger upper clip (None: clip_eps)
+    max_grad_norm: float = 1.0  # gradient clipping per optimizer step (0 disables)
+    loss_aggregation: str = "token_mean"  # "token_mean", "sequence_mean" or "token_sum"
+    advantage_scaling: str = "none"  # "none", "batch_scale", "batch_zscore" or "group_zscore" (over siblings of one context), per agent and batch
+    use_chat_template: bool = True  # wrap contexts in the tokenizer's chat template when it has one
+    generation_batch_size: int | None = None  # cap on sequences per generate call (None: a whole depth at once)
+    save_traces: bool = False  # append every rollout batch's trace to <run dir>/traces.jsonl
+    seed: int = 0  # seeds data order and sampling
+    # MAGRPOConfig fields given workflow meanings:
+    num_turns: int = 1  # must stay 1: turns are the workflow's schedule
+    num_generations: int = 2  # unused by workflow trainers (the plan sets the branching); kept >= 2 for CoMLRL
+    temperature: float = 1.0  # sampling temperature; behaviour log-probs use the same scaling
+    top_p: float = 1.0  # nucleus sampling mass (1.0: exact behaviour log-probs)
+    top_k: int | None = None  # top-k sampling (None: off)
+    advantage_normalization: bool = False  # use advantage_scaling instead; True is rejected
+    eval_num_samples: int = 0  # eval items per evaluation (0: the whole eval set)
+    eval_interval: int = 0  # evaluate every this many training items (0: only before and after training)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.num_turns != 1:
+            raise ValueError("num_turns must be 1 for workflow trainers: the workflow's schedule sets the turns")
+        if self.advantage_normalization:
+            raise ValueError("advantage_normalization=True is CoMLRL's z-score; set advantage_scaling: batch_zscore instead")
+        if self.advantage_scaling not in NORMALIZATIONS:
+            raise ValueError(f"advantage_scaling must be one of {NORMALIZATIONS}, got {self.advantage_scaling!r}")
+        for name in ("instances_per_update", "ppo_epochs", "micro_batch_size"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.minibatch_size is not None and self.minibatch_size < 1:
+            raise ValueError(f"minibatch_size must be >= 1 or None, got {self.minibatch_size}")
+        if not 0 < self.clip_eps < 1:
+            raise ValueError(f"clip_eps must be in (0, 1), got {self.clip_eps}")
+        parse_plan(self.plan)
+
+
+class WorkflowTrainer(MAGRPOTrainer):
+    """Shared machinery; algorithms override :meth:`compute_advantages` (and MAPPO its update)."""
+
+    default_config_cls = WorkflowConfig
+    algorithm_name = "workflow"
+
+    def __init__(self, agent_model: Any = None, agents: Sequence[Any] | None = None, num_agents: int | None = None,
+                 tokenizer: Any = None, model_config: Mapping[str, Any] | None = None, train_dataset: Any = None,
+                 eval_dataset: Any = None, reward_func: Any = None, reward_processor: Any = None, formatters: Any = None,
+                 external_transition: Any = None, wandb_config: Mapping[str, Any] | None = None, eval_logger: Any = None,
+                 eval_aggregator: Any = None, args: WorkflowConfig | None = None, *, workflow: Workflow | str | Mapping | None = None,
+                 plan: Any = None, run_dir: str | Path | None = None, lora_adapters: bool = False):
+        args = args or self.default_config_cls()
+        self.workflow = workflow if isinstance(workflow, Workflow) else load_workflow(workflow or "reasoner_actor")
+        n = self.workflow.num_agents
+        if num_agents is not None and num_agents != n:
+            raise ValueError(f"num_agents={num_agents} but workflow '{self.workflow.name}' has {n} agents")
+        if agents is not None and len(agents) != n:
+            raise ValueError(f"{len(agents)} agent models given but workflow '{self.workflow.name}' has {n} agents")
+        args.num_agents = n
+        self.plan = parse_plan(plan if plan is not None else args.plan)
+        self.branching = self.plan.branching(self.workflow.num_decisions)
+        self.lora_adapters = lora_adapters  # agents share one PeftModel with adapters "agent0", "agent1", ...
+        super().__init__(agent_model=agent_model, agents=agents, num_agents=n, tokenizer=tokenizer, model_config=model_config,
+                         train_dataset=train_dataset, eval_dataset=eval_dataset, reward_func=reward_func,
+                         reward_processor=reward_processor, formatters=formatters, external_transition=external_transition,
+                         wandb_config=wandb_config, eval_logger=eval_logger, eval_aggregator=eval_aggregator, args=args)
+        if lora_adapters:
+            self.optimizers = [torch.optim.AdamW(self._agent_parameters(a), lr=args.agent_learning_rate) for a in range(n)]
+        self.backend = HFBackend(self.policy, self.tokenizers, use_chat_template=args.use_chat_template,
+                                 max_batch=args.generation_batch_size)
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.rng = np.random.default_rng(args.seed)
+        self._pending: list[dict] = []
+        self._epoch = 0
+        self.update_step = 0
+        self.totals = {"env_steps": 0, "messages": 0, "tokens_generated": 0}
+        self.history: list[dict[str, float]] = []
+
+    # ----- policies -------------------------------------------------------------------------
+    def policy(self, agent: int) -> torch.nn.Module:
+        """The module that plays ``agent`` (with its LoRA adapter active when adapters are shared)."""
+        model = self.agents[agent]
+        if self.lora_adapters:
+            model.set_adapter(f"agent{agent}")
+        return model
+
+    def _agent_parameters(self, agent: int) -> list[torch.nn.Parameter]:
+        if not self.lora_adapters:
+            return [p for p in self.agents[agent].parameters() if p.requires_grad]
+        tag = f".agent{agent}."
+        params = [p for name, p in self.agents[agent].named_parameters() if tag in name]
+        if not params:
+            raise ValueError(f"no LoRA parameters named '{tag}' for agent {agent}")
+        for p in params:
+            p.requires_grad_(True)
+        return params
+
+    def sampling(self, greedy: bool = False) -> Sampling:
+        a = self.args
+        return Sampling(temperature=a.temperature, top_p=a.top_p, top_k=a.top_k, max_new_tokens=a.max_new_tokens, greedy=greedy)
+
+    # ----- rollouts ---------------------------------------------------------------------------
+    def reward_leaves(self, leaves: Sequence[Leaf]) -> list[float]:
+        """CoMLRL's reward contract over a batch of leaves: ``reward_func(*per_agent_completions,
+        batch_items=..., prompts=...)`` with each agent's latest output on the path."""
+        per_agent: list[list[str]] = [[] for _ in range(self.num_agents)]
+        for leaf in leaves:
+            latest = self.workflow.latest_outputs(leaf.outputs)
+            for a in range(self.num_agents):
+                roles = [s.name for s in self.workflow.decision_steps if self.workflow.roles[s.name].agent == a]
+                per_agent[a].append(latest.get(roles[-1], "") if roles else "")
+        items = [dict(leaf.item) for leaf in leaves]
+        raw = self.reward_func(*per_agent, batch_items=items, prompts=[str(it.get("prompt", it.get("question", ""))) for it in items])
+        raw = [float(x) for x in (raw.tolist() if hasattr(raw, "tolist") else raw)]
+        if len(raw) != len(leaves):
+            raise ValueError(f"reward_func returned {len(raw)} rewards for {len(leaves)} leaves")
+        return [float(self.reward_processor(x)) for x in raw]
+
+    def collect(self, items: Sequence[Mapping[str, Any]], plan: Any = None, greedy: bool = False) -> Rollout:
+        return materialize(self.workflow, plan if plan is not None else self.plan, items, self.backend,
+                           self.reward_leaves, self.sampling(greedy))
+
+    def compute_advantages(self, rollout: Rollout) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per decision point: (entry indices, advantages) of the messages to train on."""
+        raise NotImplementedError  # each algorithm defines its credit
+
+    def _train_step_returns(self, batch_item: Mapping[str, Any], **kwargs: Any) -> None:
+        self._pending.append(dict(batch_item))
+        if len(self._pending) >= int(self.args.instances_per_update):
+            self._flush()
+
+    def _drain_ready_buffers(self, ready_agents: list[int]) -> None:
+        if self._pending:
+            self._flush()
+        super()._drain_ready_buffers(ready_agents)
+
+    def get_train_dataloader(self):
+        """A seeded shuffle per epoch, reproducible on resume (the epoch index seeds it)."""
+        order = np.random.default_rng([self.args.seed, self._epoch]).permutation(len(self.train_dataset))
+        self._epoch += 1
+        return torch.utils.data.DataLoader(torch.utils.data.Subset(self.train_dataset, order.tolist()), batch_size=1,
+                                           collate_fn=lambda examples: examples, shuffle=False)
+
+    def _on_checkpoint_train_start(self, start_epoch: int, total_epochs: int) -> None:
+        self._epoch = start_epoch
+
+    def _flush(self) -> None:
+        items = [{**it, "id": str(it.get("id", f"item{k}"))} for k, it in enumerate(self._pending)]
+        self._pending = []
+        rollout = self.collect(items)
+        self.env_step += int(rollout.budget.leaves.sum())
+        for k, v in rollout.budget.totals().items():
+            self.totals[k] += v
+        credited = self.compute_advantages(rollout)
+        samples, adv_all = self.build_samples(rollout, credited)
+        stats = self.update_policies(samples)
+        self.update_step += 1
+        metrics = {"env_step": float(self.env_step), "train/update_step": float(self.update_step),
+                   "train/reward_mean": float(rollout.rewards.mean()), "train/reward_std": float(rollout.rewards.std()),
+                   **{f"budget/total_{k}": float(v) for k, v in self.totals.items()}, **stats}
+        if len(adv_all):
+            metrics.update({"train/advantage_mean": float(adv_all.mean()), "train/advantage_std": float(adv_all.std()),
+                            "train/advantage_abs_mean": float(np.abs(adv_all).mean())})
+        metrics.update(self.rollout_metrics(rollout))
+        if self.args.save_traces and self.run_dir is not None:
+            self._append_trace(rollout)
+        self.log_metrics(metrics)
+
+    def rollout_metrics(self, rollout: Rollout) -> dict[str, float]:
+        from ..diagnostics import rollout_diagnostics
+
+        return rollout_diagnostics(rollout)
+
+    def _append_trace(self, rollout: Rollout) -> None:
+        path = self.run_dir / "traces.jsonl"
+        tmp = path.with_suffix(".batch.jsonl")
+        write_jsonl(rollout.entries, tmp)
+        with path.open("a", encoding="utf-8") as out:
+            out.write(tmp.read_text(encoding="utf-8"))
+        tmp.unlink()
+
+    def build_samples(self, rollout: Rollout, credited: list[tuple[np.ndarray, np.ndarray]]):
+        """Policy samples per agent, advantages scaled per agent as ``advantage_scaling`` says."""
+        per_agent: dict[int, list[tuple[Any, float, int]]] = {}
+        sibling_groups: dict[tuple[str, int, int], int] = {}  # (instance, parent, step) -> group id
+        for indices, adv in credited:
+            for i, a in zip(indices, adv):
+                e = rollout.entries[int(i)]
+                gid = sibling_groups.setdefault((e.instance, e.parent, e.step), len(sibling_groups))
+                per_agent.setdefault(int(e.agent), []).append((e, float(a), gid))
+        samples: dict[int, list[PolicySample]] = {}
+        all_adv = []
+        for agent, rows in per_agent.items():
+            adv = normalize_advantages(np.array([r[1] for r in rows]), self.args.advantage_scaling,
+                                       groups=np.array([r[2] for r in rows]))
+            all_adv.append(adv)
+            tok = self.tokenizers[agent]
+            samples[agent] = [PolicySample(prompt_ids=encode_prompt(tok, Prompt(e.context, e.role, agent, e.prefix,
+                                                                                self.workflow.roles[e.role].system),
+                                                                    self.args.use_chat_template),
+                                           completion_ids=list(e.token_ids), old_logprobs=list(e.logprobs), advantage=float(a))
+                              for (e, _, _), a in zip(rows, adv)]
+        return samples, (np.concatenate(all_adv) if all_adv else np.zeros(0))
+
+    def update_policies(self, samples: Mapping[int, list[PolicySample]]) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        agg: dict[str, list[float]] = {}
+        for agent, batch in sorted(samples.items()):
+            if not batch:
+                continue
+            ref = self.reference_models[agent] if getattr(self.args, "reference_kl_enabled", False) and self.reference_models else None
+            stats = ppo_update(self.policy(agent), self.optimizers[agent], batch, self.args, self.rng,
+                               pad_id=self._pad_id(agent), ref_model=ref, params=self._agent_parameters(agent))
+            for k, v in stats.items():
+                metrics[f"train/agent{agent}/{k}"] = v
+                agg.setdefault(k, []).append(v)
+        metrics.update({f"train/{k}": float(np.mean(v)) for k, v in agg.items()})
+        return metrics
+
+    def _pad_id(self, agent: int) -> int:
+        tok = self.tokenizers[agent]
+        return tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+
+    # ----- evaluation and logging -----------------------------------------------------------------
+    def evaluate(self, num_eval_samples: int | None = None) -> dict[str, float]:
+        """Greedy decoding of the workflow on the eval set; metrics from CoMLRL's eval logger/aggregator."""
+        if self.eval_dataset is None:
+            return {}
+        limit = int(self.args.eval_num_samples if num_eval_samples is None else num_eval_samples)
+        items = [dict(self.eval_dataset[i]) for i in range(len(self.eval_dataset) if limit <= 0 else min(limit, len(self.eval_dataset)))]
+        items = [{**it, "id": str(it.get("id", f"eval{k}"))} for k, it in enumerate(items)]
+        greedy = parse_plan({"tree": [1] * self.workflow.num_decisions})
+        size = max(1, int(self.args.eval_batch_size))
+        rewards, outputs = [], []
+        for s in range(0, len(items), size):
+            ro = self.collect(items[s:s + size], plan=greedy, greedy=True)
+            rewards.extend(ro.rewards.reshape(-1).tolist())
+            outputs.extend(self._path_outputs(ro))
+        metrics = {"eval/reward_mean": float(np.mean(rewards)) if rewards else float("nan")}
+        if self.eval_logger is not None and self.eval_aggregator is not None and items:
+            turns = [[[o[s.index] for s in self.workflow.decision_steps if self.workflow.roles[s.name].agent == a] for o in outputs]
+                     for a in range(self.num_agents)]
+            detailed = self.eval_logger(agent_completions_turns=turns, batch_items=items,
+                                        prompts=[str(it.get("prompt", it.get("question", ""))) for it in items])
+            metrics.update({f"eval/{k}": float(v) for k, v in self.eval_aggregator(detailed, num_turns=1).items()})
+        metrics["env_step"] = float(self.env_step)
+        self.log_metrics(metrics)
+        return metrics
+
+    @staticmethod
+    def _path_outputs(rollout: Rollout) -> list[list[str]]:
+        by_node = {(e.instance, e.node): e for e in rollout.entries}
+        from ..trace import path_to
+
+        return [[e.output for e in path_to(rollout.entries[i], by_node)[1:]] for i in rollout.depth_nodes[-1]]
+
+    def _init_wandb(self) -> None:
+        super()._init_wandb()
+        if wandb.run is not None:
+            wandb.define_metric("env_step")
+            for prefix in ("eval/*", "train/*", "budget/*", "credit/*"):
+                wandb.define_metric(prefix, step_metric="env_step")
+
+    def log_metrics(self, metrics: Mapping[str, float]) -> None:
+        clean = {k: (float(v) if v is not None and math.isfinite(float(v)) else None) for k, v in metrics.items()}
+        self.history.append(dict(clean))
+        if self.run_dir is not None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            with (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(clean) + "\n")
+        if self.wandb_initialized and wandb.run is not None:
+            wandb.log({k: v for k, v in clean.items() if v is not None})
+
+    # ----- checkpoints ---------------------------------------------------------------------------
+    def _checkpoint_extra_state(self) -> dict[str, Any]:
+        return {"update_step": self.update_step, "totals": dict(self.totals), "rng": self.rng.bit_generator.state}
+
+    def _restore_checkpoint_extra_state(self, extra: Mapping[str, Any] | None, checkpoint_dir: Any) -> None:
+        if not extra:
+            return
+        self.update_step = int(extra["update_step"])
+        self.totals = {k: int(v) for k, v in extra["totals"].items()}
+        self.rng.bit_generator.state = extra["rng"]

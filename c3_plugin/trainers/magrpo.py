@@ -1,0 +1,41 @@
+"""MAGRPO on workflows: independent full runs, one group-relative score per run, broadcast
+to every decision of that run (CoMLRL's advantage modes), trained with the same PPO loss
+as C3 so that a head-to-head differs only in credit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..credit import group_advantages
+from ..rollout import Rollout
+from .base import WorkflowConfig, WorkflowTrainer
+
+
+@dataclass
+class WorkflowMAGRPOConfig(WorkflowConfig):
+    """MAGRPO's defaults on workflows."""
+
+    plan: str = "independent 8"  # B full runs per instance (the paper's baseline arrangement)
+    advantage_mode: str = "mean"  # CoMLRL's group baseline: "mean", "rloo", "max" or "raw"
+    advantage_scaling: str = "batch_zscore"  # CoMLRL's default advantage normalisation
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        from ..plan import parse_plan
+
+        if parse_plan(self.plan).kind != "independent":
+            raise ValueError(f"MAGRPO runs independent full runs; plan '{self.plan}' is not 'independent B'")
+
+
+class WorkflowMAGRPOTrainer(WorkflowTrainer):
+    """MAGRPOTrainer on a workflow: group advantages over B independent runs, broadcast per run."""
+
+    default_config_cls = WorkflowMAGRPOConfig
+    algorithm_name = "MAGRPO"
+
+    def compute_advantages(self, rollout: Rollout) -> list[tuple[np.ndarray, np.ndarray]]:
+        runs = rollout.rewards.reshape(rollout.rewards.shape[0], -1)  # [instances, B]
+        adv = group_advantages(runs, self.args.advantage_mode).reshape(-1)
+        return [(rollout.depth_nodes[s.index], adv) for s in rollout.workflow.decision_steps]

@@ -1,0 +1,171 @@
+"""MAPPO on workflows: a centralized critic and GAE over decision points.
+
+The critic is a value head on a transformer backbone (by default a copy of agent 0's
+model) that reads the centralized state at decision point ``u``: the task text followed
+by every output written before ``u`` on the run's path (the concatenated context of all
+agents). Advantages come from GAE over the run's decision points with the terminal reward
+at the last one; the critic regresses on the GAE returns. During ``critic_warmup_updates``
+rollout batches only the critic trains.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from ..rollout import Rollout
+from ..trace import path_to
+from .base import WorkflowConfig, WorkflowTrainer
+from .update import PolicySample
+
+
+@dataclass
+class MAPPOConfig(WorkflowConfig):
+    """MAPPO's fields."""
+
+    plan: str = "independent 8"  # B full runs per instance, as MAGRPO
+    gae_lambda: float = 0.95  # GAE lambda over decision points
+    gamma: float = 1.0  # discount between decision points
+    critic_model: str | None = None  # backbone for the critic (None: a copy of agent 0's model)
+    critic_learning_rate: float = 1e-5  # critic AdamW learning rate
+    critic_epochs: int = 1  # critic passes per rollout batch
+    critic_warmup_updates: int = 1  # rollout batches that train only the critic
+    critic_max_tokens: int = 1024  # the state is left-truncated to this many tokens
+    advantage_scaling: str = "batch_zscore"  # the usual PPO advantage normalisation
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        from ..plan import parse_plan
+
+        if parse_plan(self.plan).kind != "independent":
+            raise ValueError(f"MAPPO runs independent full runs; plan '{self.plan}' is not 'independent B'")
+        if not 0.0 <= self.gae_lambda <= 1.0 or not 0.0 < self.gamma <= 1.0:
+            raise ValueError("gae_lambda must be in [0, 1] and gamma in (0, 1]")
+
+
+class ValueCritic(torch.nn.Module):
+    """A scalar value head on the last token's hidden state of a transformer backbone."""
+
+    def __init__(self, backbone: torch.nn.Module):
+        super().__init__()
+        self.backbone = getattr(backbone, "base_model", backbone)
+        hidden = self.backbone.config.hidden_size
+        self.head = torch.nn.Linear(hidden, 1)
+        torch.nn.init.zeros_(self.head.weight)
+        torch.nn.init.zeros_(self.head.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        h = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
+        return self.head(h[:, -1].float()).squeeze(-1)  # left padding: the last column is every row's last token
+
+
+def gae(values: np.ndarray, rewards: np.ndarray, gamma: float, lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """GAE over decision points. ``values`` ``[runs, K]``, ``rewards`` ``[runs]`` (terminal).
+    Returns (advantages, returns), both ``[runs, K]``."""
+    runs, k = values.shape
+    adv = np.zeros_like(values)
+    nxt_adv = np.zeros(runs)
+    for u in range(k - 1, -1, -1):
+        nxt_v = values[:, u + 1] if u + 1 < k else np.zeros(runs)
+        r = rewards if u == k - 1 else 0.0
+        delta = r + gamma * nxt_v - values[:, u]
+        nxt_adv = delta + gamma * lam * nxt_adv
+        adv[:, u] = nxt_adv
+    return adv, adv + values
+
+
+class MAPPOTrainer(WorkflowTrainer):
+    """MAGRPOTrainer with a centralized critic: value per decision point, GAE, critic warm-up."""
+
+    default_config_cls = MAPPOConfig
+    algorithm_name = "MAPPO"
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        if self.args.critic_model:
+            from transformers import AutoModelForCausalLM
+
+            backbone = AutoModelForCausalLM.from_pretrained(self.args.critic_model)
+        else:
+            base = self.agents[0]
+            backbone = copy.deepcopy(base.get_base_model() if hasattr(base, "get_base_model") else base)
+        for p in backbone.parameters():
+            p.requires_grad_(True)
+        self.critics = [ValueCritic(backbone).to(self.device)]
+        self.critic_optimizer = torch.optim.AdamW(self.critics[0].parameters(), lr=self.args.critic_learning_rate)
+        self._critic_batch: tuple[list[list[int]], np.ndarray] | None = None
+
+    def critic_states(self, rollout: Rollout) -> list[list[int]]:
+        """Token ids of the centralized state at every decision entry, runs-major ``[runs x K]``."""
+        tok = self.tokenizers[0]
+        by_node = {(e.instance, e.node): e for e in rollout.entries}
+        states = []
+        for leaf in rollout.depth_nodes[-1]:
+            chain = path_to(rollout.entries[int(leaf)], by_node)
+            question = chain[0].context
+            outputs = [e.output for e in chain[1:]]
+            for s in rollout.workflow.decision_steps:
+                text = "\n\n".join([question] + outputs[: s.index])
+                ids = tok(text, add_special_tokens=False)["input_ids"]
+                states.append(ids[-int(self.args.critic_max_tokens):] or [self._pad_id(0)])
+        return states
+
+    @torch.no_grad()
+    def values(self, states: Sequence[Sequence[int]]) -> np.ndarray:
+        critic = self.critics[0]
+        critic.eval()
+        out = [self._critic_forward(states[s:s + self.args.micro_batch_size]).float().cpu()
+               for s in range(0, len(states), self.args.micro_batch_size)]
+        return torch.cat(out).numpy() if out else np.zeros(0)
+
+    def _critic_forward(self, states: Sequence[Sequence[int]]) -> torch.Tensor:
+        width = max(len(s) for s in states)
+        ids = torch.full((len(states), width), self._pad_id(0), dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for r, s in enumerate(states):
+            ids[r, width - len(s):] = torch.as_tensor(list(s))
+            mask[r, width - len(s):] = 1
+        return self.critics[0](ids.to(self.device), mask.to(self.device))
+
+    def compute_advantages(self, rollout: Rollout) -> list[tuple[np.ndarray, np.ndarray]]:
+        k = rollout.workflow.num_decisions
+        states = self.critic_states(rollout)
+        values = self.values(states).reshape(-1, k)
+        adv, returns = gae(values, rollout.rewards.reshape(-1), self.args.gamma, self.args.gae_lambda)
+        self._critic_batch = (states, returns.reshape(-1))
+        self._last_values = values
+        return [(rollout.depth_nodes[s.index], adv[:, u]) for u, s in enumerate(rollout.workflow.decision_steps)]
+
+    def update_critic(self) -> dict[str, float]:
+        states, returns = self._critic_batch
+        critic = self.critics[0]
+        critic.train()
+        losses = []
+        mb = self.args.micro_batch_size
+        for _ in range(int(self.args.critic_epochs)):
+            order = self.rng.permutation(len(states))
+            self.critic_optimizer.zero_grad(set_to_none=True)
+            for s in range(0, len(order), mb):
+                idx = order[s:s + mb]
+                pred = self._critic_forward([states[i] for i in idx])
+                target = torch.as_tensor(returns[idx], dtype=pred.dtype, device=pred.device)
+                loss = torch.nn.functional.mse_loss(pred, target, reduction="sum") / len(states)
+                loss.backward()
+                losses.append(float(loss.detach()) * len(states) / len(idx))
+            torch.nn.utils.clip_grad_norm_(critic.parameters(), self.args.max_grad_norm or float("inf"))
+            self.critic_optimizer.step()
+        return {"critic/value_loss": float(np.mean(losses)), "critic/value_mean": float(self._last_values.mean()),
+                "critic/return_mean": float(returns.mean())}
+
+    def update_policies(self, samples: Mapping[int, list[PolicySample]]) -> dict[str, float]:
+        metrics = self.update_critic()
+        warming = self.update_step < int(self.args.critic_warmup_updates)
+        metrics["critic/warmup"] = float(warming)
+        if not warming:
+            metrics.update(super().update_policies(samples))
+        return metrics

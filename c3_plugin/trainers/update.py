@@ -1,0 +1,89 @@
+"""One agent's PPO update over a rollout batch: epochs, minibatches, micro-batches, clipping."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from ..loss import ppo_loss, sequence_logprobs
+
+
+@dataclass
+class PolicySample:
+    prompt_ids: list[int]  # exactly the ids the policy conditioned on at sampling time
+    completion_ids: list[int]  # the message's tokens (EOS included when sampled)
+    old_logprobs: list[float]  # behaviour log-probs recorded at sampling time
+    advantage: float
+
+
+def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples: Sequence[PolicySample], args: Any,
+               rng: np.random.Generator, pad_id: int, ref_model: torch.nn.Module | None = None,
+               params: Sequence[torch.nn.Parameter] | None = None) -> dict[str, float]:
+    """``args.ppo_epochs`` passes over ``samples``; one optimizer step per minibatch, gradients
+    accumulated over micro-batches with token-count weights so the step equals one big batch."""
+    samples = [s for s in samples if s.completion_ids]
+    if not samples:
+        return {}
+    device = next(model.parameters()).device
+    params = list(params) if params is not None else [p for p in model.parameters() if p.requires_grad]
+    mb = int(args.minibatch_size or len(samples))
+    micro = int(args.micro_batch_size)
+    temperature = float(args.temperature)
+    kl_coef = float(getattr(args, "reference_kl_coef", 0.0)) if ref_model is not None else 0.0
+    totals: dict[str, float] = {"loss": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "ref_kl": 0.0, "grad_norm": 0.0}
+    steps = 0
+    model.train()
+    for _ in range(int(args.ppo_epochs)):
+        order = rng.permutation(len(samples))
+        for start in range(0, len(order), mb):
+            batch = [samples[i] for i in order[start:start + mb]]
+            n_tokens = sum(len(s.completion_ids) for s in batch)
+            optimizer.zero_grad(set_to_none=True)
+            step_stats = {k: 0.0 for k in ("loss", "clip_fraction", "approx_kl", "ref_kl")}
+            for m in range(0, len(batch), micro):
+                chunk = batch[m:m + micro]
+                prompts = [s.prompt_ids for s in chunk]
+                comps = [s.completion_ids for s in chunk]
+                new_logp, mask = sequence_logprobs(model, prompts, comps, pad_id, temperature)
+                old = torch.zeros_like(new_logp)
+                for r, s in enumerate(chunk):
+                    old[r, : len(s.old_logprobs)] = torch.as_tensor(s.old_logprobs, dtype=old.dtype)
+                adv = torch.tensor([s.advantage for s in chunk], dtype=new_logp.dtype, device=device)
+                ref_logp = None
+                if ref_model is not None and kl_coef:
+                    with torch.no_grad():
+                        ref_logp, _ = sequence_logprobs(ref_model, prompts, comps, pad_id, temperature)
+                loss, stats = ppo_loss(new_logp, old, adv, mask, clip=args.clip_eps, aggregation=args.loss_aggregation,
+                                       ref_logp=ref_logp, kl_coef=kl_coef, clip_high=args.clip_eps_high)
+                weight = _chunk_weight(args.loss_aggregation, stats.tokens, n_tokens, len(chunk), len(batch))
+                (loss * weight).backward()
+                for k in step_stats:
+                    step_stats[k] += getattr(stats, k) * stats.tokens / max(n_tokens, 1)
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm) if args.max_grad_norm else _norm(params)
+            if torch.isfinite(grad_norm):
+                optimizer.step()
+            else:
+                raise FloatingPointError(f"non-finite gradient norm ({float(grad_norm)}); lower the learning rate or check the inputs")
+            for k, v in step_stats.items():
+                totals[k] += v
+            totals["grad_norm"] += float(grad_norm)
+            steps += 1
+    out = {k: v / steps for k, v in totals.items()}
+    out["optimizer_steps"] = float(steps)
+    out["samples"] = float(len(samples))
+    return out
+
+
+def _chunk_weight(aggregation: str, chunk_tokens: int, batch_tokens: int, chunk_seqs: int, batch_seqs: int) -> float:
+    """Weight of one micro-batch's loss so that the accumulated gradient equals the full minibatch's."""
+    if aggregation == "token_mean":
+        return chunk_tokens / max(batch_tokens, 1)
+    return chunk_seqs / max(batch_seqs, 1)
+
+
+def _norm(params: Sequence[torch.nn.Parameter]) -> torch.Tensor:
+    grads = [p.grad.detach().norm() for p in params if p.grad is not None]
+    return torch.norm(torch.stack(grads)) if grads else torch.tensor(0.0)
