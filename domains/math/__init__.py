@@ -1,0 +1,70 @@
+"""The math domain: MATH500, GSM8K, CMATH, AIME 2024/2025, AMC23, Minerva-Math and a synthetic
+arithmetic set; boxed-answer checking with math-verify; prompts for the six paper workflows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from c3_plugin.domain import Domain
+from c3_plugin.workflow import Workflow
+
+from .answer import last_boxed, score
+from .data import SUITES, check_overlap, load_datasets, load_split, synthetic_rows
+from .metrics import default_eval_logger, eval_aggregator, make_eval_logger
+from .prompts import math_workflow, workflows
+
+
+@dataclass
+class MathConfig:
+    """The config's ``math:`` section."""
+
+    answer_timeout_s: float = 5.0  # wall-clock bound on one math-verify equivalence check
+
+
+def reward(*agent_completions: Sequence[str], batch_items: Sequence[Mapping[str, Any]] | None = None,
+           prompts: Sequence[str] | None = None) -> list[float]:
+    """1.0 when the final agent's boxed answer matches the item's ``answer``, else 0.0 (CoMLRL contract:
+    one list of completions per agent; the last agent answers)."""
+    if not agent_completions:
+        raise ValueError("math reward: no agent completions given")
+    finals = agent_completions[-1]
+    finals = [finals] if isinstance(finals, str) else list(finals)
+    if batch_items is None or len(batch_items) != len(finals):
+        raise ValueError("math reward: batch_items must give one item with an 'answer' per completion")
+    return [score(c, str(item.get("answer", ""))) for c, item in zip(finals, batch_items)]
+
+
+reward.reward_range = (0.0, 1.0)
+
+
+def formatters(workflow: Workflow) -> list:
+    """CoMLRL formatters for a plain (parallel) MAGRPOTrainer: each agent's first role, upstream messages empty."""
+    out = []
+    for a in range(workflow.num_agents):
+        step = next(s for s in workflow.decision_steps if workflow.roles[s.name].agent == a)
+
+        def fmt(item: Mapping[str, Any], step=step, **_: Any) -> str:
+            return workflow.assemble(step, item, [""] * step.index)
+
+        out.append(fmt)
+    return out
+
+
+def dry_run_probe() -> dict[str, Any]:
+    """Score fixed probe actions without a model: a correct boxed answer, an unboxed one, a malformed one."""
+    item = {"answer": "\\frac{1}{2}"}
+    right = reward(["plan"], ["so the answer is \\boxed{0.5}"], batch_items=[item])[0]
+    unboxed = reward(["plan"], ["the answer is 1/2"], batch_items=[item])[0]
+    malformed = reward(["plan"], ["\\boxed{\\frac{1}{2"], batch_items=[item])[0]
+    ok = right == 1.0 and unboxed == 0.0 and malformed == 0.0
+    return {"probe_reward": right, "probe_unboxed_reward": unboxed, "probe_malformed_reward": malformed, "probe_ok": ok}
+
+
+DOMAIN = Domain(name="math", load_datasets=load_datasets, workflows=workflows, reward=reward,
+                eval_logger=default_eval_logger, eval_aggregator=eval_aggregator, dry_run_probe=dry_run_probe,
+                config_cls=MathConfig, formatters=formatters, make_eval_logger=make_eval_logger)
+
+__all__ = ["DOMAIN", "MathConfig", "SUITES", "check_overlap", "dry_run_probe", "eval_aggregator", "formatters",
+           "last_boxed", "load_datasets", "load_split", "make_eval_logger", "math_workflow", "reward", "score",
+           "synthetic_rows", "workflows"]
