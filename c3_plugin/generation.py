@@ -5,9 +5,10 @@ All prompts of one schedule step are sampled in one batched ``generate`` call pe
 template (when the tokenizer has one) with the context as the user turn, followed by
 the role's response prefix as an assistant prefill. Generation stops at EOS; the EOS
 token is part of the message's tokens. Behaviour log-probs are those of the sampled
-tokens under the policy's temperature-scaled softmax, computed by one padded forward
-pass of the frozen policy (:func:`c3_plugin.loss.sequence_logprobs`): exactly what the
-PPO ratio's denominator must be.
+tokens under the policy's temperature-scaled softmax (the full vocabulary, before top-p /
+top-k truncation), which is what the PPO ratio's denominator must be: read from
+``generate``'s raw logits when they fit in ``logits_budget`` floats, otherwise recomputed
+by one padded forward pass of the frozen policy (:func:`c3_plugin.loss.sequence_logprobs`).
 """
 
 from __future__ import annotations
@@ -42,11 +43,12 @@ class HFBackend:
     """
 
     def __init__(self, policy: Callable[[int], torch.nn.Module], tokenizers: Sequence[Any],
-                 use_chat_template: bool = True, max_batch: int | None = None):
+                 use_chat_template: bool = True, max_batch: int | None = None, logits_budget: int = 2**28):
         self.policy = policy
         self.tokenizers = list(tokenizers)
         self.use_chat_template = use_chat_template
         self.max_batch = max_batch  # cap on sequences per generate call (None: all at once)
+        self.logits_budget = logits_budget  # keep generate's logits (sequences x steps x vocab) up to this many floats; else recompute
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Prompt], n: int, sampling: Sampling) -> list[list[Generation]]:
@@ -85,9 +87,22 @@ class HFBackend:
                           top_k=sampling.top_k if sampling.top_k else 0)
         was_training = model.training
         model.eval()
-        seqs = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs)[:, width:].cpu()
+        n_seq = len(encoded) * (1 if sampling.greedy else n)
+        from_logits = n_seq * max_new * len(tok) <= self.logits_budget
+        out = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
+                             output_logits=from_logits, return_dict_in_generate=True, **kwargs)
+        seqs = out.sequences[:, width:]
+        step_logp = None
+        if from_logits and seqs.shape[1]:
+            temperature = 1.0 if sampling.greedy else sampling.temperature
+            logits = torch.stack(out.logits, dim=1).float() / temperature  # [n_seq, steps, vocab], raw (pre-processor) scores
+            step_logp = (torch.gather(logits, -1, seqs[:, : logits.shape[1]].unsqueeze(-1)).squeeze(-1)
+                         - torch.logsumexp(logits, -1)).cpu()
+            del logits
+        seqs = seqs.cpu()
         if sampling.greedy and n > 1:
             seqs = seqs.repeat_interleave(n, dim=0)
+            step_logp = step_logp.repeat_interleave(n, dim=0) if step_logp is not None else None
         if was_training:
             model.train()
         completions, prompt_ids = [], []  # prompt ids are re-derivable: encode_prompt is deterministic
@@ -101,7 +116,10 @@ class HFBackend:
                 ids = [t for t in ids if t != pad] if pad != tok.eos_token_id else ids
             completions.append(ids)
             prompt_ids.append(encoded[row // n])
-        logprobs = self.behaviour_logprobs(agent, prompt_ids, completions, 1.0 if sampling.greedy else sampling.temperature)
+        if step_logp is not None:
+            logprobs = [step_logp[row, : len(ids)].tolist() for row, ids in enumerate(completions)]
+        else:
+            logprobs = self.behaviour_logprobs(agent, prompt_ids, completions, 1.0 if sampling.greedy else sampling.temperature)
         gens = [Generation(text=tok.decode(ids, skip_special_tokens=True), token_ids=ids, logprobs=lp)
                 for ids, lp in zip(completions, logprobs)]
         return [gens[k * n:(k + 1) * n] for k in range(len(prompts))]

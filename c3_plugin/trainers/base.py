@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -192,17 +193,21 @@ class WorkflowTrainer(MAGRPOTrainer):
     def _flush(self) -> None:
         items = [{**it, "id": str(it.get("id", f"item{k}"))} for k, it in enumerate(self._pending)]
         self._pending = []
+        t0 = time.perf_counter()
         rollout = self.collect(items)
+        t1 = time.perf_counter()
         self.env_step += int(rollout.budget.leaves.sum())
         for k, v in rollout.budget.totals().items():
             self.totals[k] += v
         credited = self.compute_advantages(rollout)
         samples, adv_all = self.build_samples(rollout, credited)
         stats = self.update_policies(samples)
+        t2 = time.perf_counter()
         self.update_step += 1
         metrics = {"env_step": float(self.env_step), "train/update_step": float(self.update_step),
                    "train/reward_mean": float(rollout.rewards.mean()), "train/reward_std": float(rollout.rewards.std()),
-                   **{f"budget/total_{k}": float(v) for k, v in self.totals.items()}, **stats}
+                   **{f"budget/total_{k}": float(v) for k, v in self.totals.items()}, **stats,
+                   "time/rollout_s": t1 - t0, "time/update_s": t2 - t1}
         if len(adv_all):
             metrics.update({"train/advantage_mean": float(adv_all.mean()), "train/advantage_std": float(adv_all.std()),
                             "train/advantage_abs_mean": float(np.abs(adv_all).mean())})

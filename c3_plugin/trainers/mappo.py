@@ -87,10 +87,12 @@ class MAPPOTrainer(WorkflowTrainer):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        if self.args.critic_model:
-            from transformers import AutoModelForCausalLM
+        self.critic_tokenizer = self.tokenizers[0]
+        if self.args.critic_model:  # any transformers encoder or decoder, e.g. a small encoder as in the paper
+            from transformers import AutoModel, AutoTokenizer
 
-            backbone = AutoModelForCausalLM.from_pretrained(self.args.critic_model)
+            backbone = AutoModel.from_pretrained(self.args.critic_model)
+            self.critic_tokenizer = AutoTokenizer.from_pretrained(self.args.critic_model)
         else:
             base = self.agents[0]
             backbone = copy.deepcopy(base.get_base_model() if hasattr(base, "get_base_model") else base)
@@ -102,7 +104,7 @@ class MAPPOTrainer(WorkflowTrainer):
 
     def critic_states(self, rollout: Rollout) -> list[list[int]]:
         """Token ids of the centralized state at every decision entry, runs-major ``[runs x K]``."""
-        tok = self.tokenizers[0]
+        tok = self.critic_tokenizer
         by_node = {(e.instance, e.node): e for e in rollout.entries}
         states = []
         for leaf in rollout.depth_nodes[-1]:
@@ -112,7 +114,7 @@ class MAPPOTrainer(WorkflowTrainer):
             for s in rollout.workflow.decision_steps:
                 text = "\n\n".join([question] + outputs[: s.index])
                 ids = tok(text, add_special_tokens=False)["input_ids"]
-                states.append(ids[-int(self.args.critic_max_tokens):] or [self._pad_id(0)])
+                states.append(ids[-int(self.args.critic_max_tokens):] or [self._critic_pad()])
         return states
 
     @torch.no_grad()
@@ -125,12 +127,16 @@ class MAPPOTrainer(WorkflowTrainer):
 
     def _critic_forward(self, states: Sequence[Sequence[int]]) -> torch.Tensor:
         width = max(len(s) for s in states)
-        ids = torch.full((len(states), width), self._pad_id(0), dtype=torch.long)
+        ids = torch.full((len(states), width), self._critic_pad(), dtype=torch.long)
         mask = torch.zeros_like(ids)
         for r, s in enumerate(states):
             ids[r, width - len(s):] = torch.as_tensor(list(s))
             mask[r, width - len(s):] = 1
         return self.critics[0](ids.to(self.device), mask.to(self.device))
+
+    def _critic_pad(self) -> int:
+        tok = self.critic_tokenizer
+        return tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
 
     def compute_advantages(self, rollout: Rollout) -> list[tuple[np.ndarray, np.ndarray]]:
         k = rollout.workflow.num_decisions

@@ -67,6 +67,7 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples
                 optimizer.step()
             else:
                 raise FloatingPointError(f"non-finite gradient norm ({float(grad_norm)}); lower the learning rate or check the inputs")
+            optimizer.zero_grad(set_to_none=True)  # free the gradients before the next agent's update
             for k, v in step_stats.items():
                 totals[k] += v
             totals["grad_norm"] += float(grad_norm)

@@ -41,6 +41,7 @@ ROLE_JOB = {
 OVERRIDES = {
     ("reasoner_actor_verifier", "Actor"): f"You are the Actor. Follow the Reasoner's guidance and write a full candidate solution; leave the checked final answer to the Verifier. {NO_ANSWER}",
     ("reasoner_actor_verifier", "Verifier"): f"You are the Verifier. Review the Actor's candidate solution, check it by another method or by substituting the result back, then give the final answer. {ANSWER}",
+    ("chain10", "Integrator"): f"You are the Integrator. Merge the two partial workings into one coherent candidate solution. {NO_ANSWER}",
     ("chain10", "Verifier"): f"You are the Verifier. Resolve any remaining discrepancy and give the final answer. {ANSWER}",
     ("branching", "SolverA"): f"You are Solver A. Solve the problem from the plan on your own. {NO_ANSWER}",
     ("branching", "SolverB"): f"You are Solver B. Solve the problem from the plan on your own. {NO_ANSWER}",

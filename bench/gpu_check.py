@@ -1,0 +1,112 @@
+"""Every GPU check in one script, for the device machine (one H200): a bf16 training step of
+C3 and of MAGRPO on a ~0.9B-parameter Llama-architecture team (random weights: the machine
+has no hub access), generation throughput, update time, peak GPU memory, and whether vLLM
+is importable. Writes gpu_check.json into --out and prints the figures.
+
+Usage: python bench/gpu_check.py --out DIR [--instances 16] [--reasoner 256] [--actor 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+
+def team(tok, n, cfg_kwargs, device):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    models = []
+    for seed in range(n):
+        torch.manual_seed(seed)
+        cfg = LlamaConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=None,
+                          **cfg_kwargs)
+        with torch.device(device):
+            m = LlamaForCausalLM(cfg).to(torch.bfloat16)
+        m.generation_config.pad_token_id, m.generation_config.eos_token_id = tok.pad_token_id, tok.eos_token_id
+        models.append(m)
+    return models
+
+
+def run(algorithm, tok, models, ds, args_kwargs):
+    from c3_plugin.trainers import C3Config, C3Trainer, WorkflowMAGRPOConfig, WorkflowMAGRPOTrainer
+    from domains.math import math_workflow
+
+    cls, cfg_cls = (C3Trainer, C3Config) if algorithm == "c3" else (WorkflowMAGRPOTrainer, WorkflowMAGRPOConfig)
+    wf = math_workflow("reasoner_actor").with_templates({}, max_new_tokens=args_kwargs.pop("per_role"))
+    trainer = cls(agents=models, tokenizer=tok, train_dataset=ds, workflow=wf, args=cfg_cls(**args_kwargs),
+                  reward_func=lambda *c, batch_items=None, prompts=None: [float(len(x) % 2) for x in c[-1]])
+    trainer.verbose = False
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    t = time.perf_counter()
+    trainer.train()
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - t
+    rows = [h for h in trainer.history if "train/update_step" in h]
+    tokens = trainer.totals["tokens_generated"]
+    return {"algorithm": algorithm, "batches": len(rows), "env_steps": trainer.env_step, "messages": trainer.totals["messages"],
+            "tokens_generated": tokens, "wall_s": wall, "rollout_s": sum(r["time/rollout_s"] for r in rows),
+            "update_s": sum(r["time/update_s"] for r in rows), "gen_tokens_per_s": tokens / max(sum(r["time/rollout_s"] for r in rows), 1e-9),
+            "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30, "loss_finite": all(r.get("train/loss") is not None for r in rows)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--instances", type=int, default=16)
+    ap.add_argument("--reasoner", type=int, default=256)
+    ap.add_argument("--actor", type=int, default=128)
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU: checks this script, not the GPU")
+    args = ap.parse_args()
+    device = "cpu" if args.smoke else "cuda"
+    assert args.smoke or torch.cuda.is_available(), "no CUDA device"
+    if args.smoke:
+        for name in ("synchronize", "reset_peak_memory_stats", "empty_cache"):
+            setattr(torch.cuda, name, lambda *a, **k: None)
+        torch.cuda.max_memory_allocated = lambda *a, **k: 0
+        torch.cuda.get_device_name = lambda *a: "cpu (smoke)"
+        torch.cuda.is_bf16_supported = lambda *a: False
+    from datasets import Dataset
+
+    from c3_plugin.testing import tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    if not args.smoke:
+        tok.add_tokens([f"<w{i}>" for i in range(32000 - len(tok))])  # a realistic vocabulary size for the LM head
+    arch = dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=8,
+                max_position_embeddings=4096, tie_word_embeddings=False)
+    if args.smoke:
+        arch.update(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2)
+    ds = Dataset.from_list([{"id": f"p{i}", "prompt": f"What is {i} + {i}?", "question": f"What is {i} + {i}?", "answer": str(2 * i)}
+                            for i in range(2 * args.instances)])
+    report = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "bf16": torch.cuda.is_bf16_supported()}
+    results = []
+    for algorithm, plan in (("c3", "tree [2, 4]"), ("magrpo", "independent 8")):
+        models = team(tok, 2, arch, device)
+        report["params_per_agent_m"] = sum(p.numel() for p in models[0].parameters()) / 1e6
+        kwargs = dict(num_train_epochs=1, plan=plan, instances_per_update=args.instances, max_new_tokens=args.actor,
+                      micro_batch_size=32, agent_devices=f"{device}:0" if device == "cuda" else "cpu", agent_learning_rate=1e-6, generation_batch_size=None,
+                      per_role={"Reasoner": args.reasoner, "Actor": args.actor})
+        results.append(run(algorithm, tok, models, ds, kwargs))
+        del models
+        torch.cuda.empty_cache()
+    report["runs"] = results
+    report["tokens_ratio_c3_over_magrpo"] = results[0]["tokens_generated"] / results[1]["tokens_generated"]
+    report["wall_ratio_c3_over_magrpo"] = results[0]["wall_s"] / results[1]["wall_s"]
+    try:
+        import vllm  # noqa: F401
+
+        report["vllm"] = f"importable {vllm.__version__}"
+    except ImportError as exc:
+        report["vllm"] = f"not installed on the device ({exc}); the vllm extra was not exercised"
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "gpu_check.json").write_text(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

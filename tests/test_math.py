@@ -1,0 +1,178 @@
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from domains import math as dm
+from domains.math.data import DatasetError
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).parent / "fixtures" / "math"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("so \\boxed{52}", "52"),
+    ("\\boxed{1} then \\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
+    ("\\fbox{7}", "7"),
+    ("\\boxed {x^{2}}", "x^{2}"),
+    ("\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}", "\\left( 3, \\frac{\\pi}{2} \\right)"),
+    ("\\boxed{5", None),
+    ("\\boxed{2} and \\boxed{3", "2"),
+    ("no box at all", None),
+])
+def test_last_balanced_box(text, expected):
+    assert dm.last_boxed(text) == expected
+
+
+@pytest.mark.parametrize("completion, gold, expected", [
+    ("\\boxed{52}", "52", 1.0),
+    ("\\boxed{0.5}", "\\frac{1}{2}", 1.0),
+    ("\\boxed{(3, \\pi/2)}", "\\left( 3, \\frac{\\pi}{2} \\right)", 1.0),
+    ("\\boxed{\\dfrac{14}{3}}", "\\frac{14}{3}", 1.0),
+    ("\\boxed{51}", "52", 0.0),
+    ("The answer is 52.", "52", 0.0),  # no box is no answer
+    ("\\boxed{52", "52", 0.0),  # unbalanced
+    ("\\boxed{}", "52", 0.0),
+])
+def test_score(completion, gold, expected):
+    assert dm.score(completion, gold) == expected
+
+
+@pytest.mark.parametrize("garbage", [None, 42, b"\\boxed{1}", "\\boxed{" * 5000, "}" * 10000, "\x00\\boxed{\x00}",
+                                     "\\boxed{\\frac{}{}}", "\\boxed{" + "(" * 3000 + "}", "\\boxed{🙂}"])
+def test_score_never_raises(garbage):
+    assert dm.score(garbage, "1") in (0.0, 1.0)
+
+
+def test_score_is_bounded_in_time_and_recovers():
+    start = time.perf_counter()
+    assert dm.score("\\boxed{2^{2^{2^{2^{2^{100}}}}} + 3^{3^{3^{3^{100}}}}}", "7", timeout_s=1.0) == 0.0
+    assert time.perf_counter() - start < 20
+    assert dm.score("\\boxed{\\frac{2}{4}}", "0.5") == 1.0  # the checker is alive again
+
+
+def test_reward_contract_and_range():
+    items = [{"answer": "52"}, {"answer": "3"}]
+    assert dm.reward(["plan a", "plan b"], ["\\boxed{52}", "\\boxed{4}"], batch_items=items) == [1.0, 0.0]
+    assert dm.reward.reward_range == (0.0, 1.0)
+    with pytest.raises(ValueError, match="batch_items"):
+        dm.reward(["x"], ["\\boxed{1}"])
+
+
+@pytest.mark.parametrize("suite", ["math500", "gsm8k", "cmath", "aime24", "aime25", "amc23", "minerva_math"])
+def test_every_suite_loads_from_local_jsonl(suite):
+    rows = dm.load_split({"name": suite, "source": str(FIXTURES / f"{suite}.jsonl")})
+    assert len(rows) == 5
+    for r in rows:
+        assert r["datasource"] == suite and r["question"] and r["answer"] and r["id"].startswith(suite)
+        assert "####" not in r["answer"]
+    assert len(dm.load_split({"name": suite, "source": str(FIXTURES / f"{suite}.jsonl"), "split": "train[:2]"})) == 2
+
+
+def test_gsm8k_answer_is_the_final_number():
+    rows = dm.load_split({"name": "gsm8k", "source": str(FIXTURES / "gsm8k.jsonl")})
+    assert rows[0]["answer"] == "18"
+
+
+def test_hf_names_go_to_the_hub_with_a_clear_offline_error(monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(DatasetError, match="cannot load 'HuggingFaceH4/MATH-500'.*local JSONL"):
+        dm.load_split({"name": "math500"})
+
+
+def test_synthetic_set_is_seeded_and_checkable():
+    a = dm.synthetic_rows("s", "compare", 20, seed=3)
+    assert a == dm.synthetic_rows("s", "compare", 20, seed=3) and a != dm.synthetic_rows("s", "compare", 20, seed=4)
+    for r in a:
+        x, y = map(int, r["question"].rstrip("?").split("larger, ")[1].split(" or "))
+        assert x != y and r["answer"] == str(max(x, y))
+        assert dm.score(f"\\boxed{{{r['answer']}}}", r["answer"]) == 1.0
+    add = dm.synthetic_rows("s", "add", 5, seed=0)
+    assert all(str(eval(r["question"][8:-1])) == r["answer"] for r in add)
+
+
+def test_overlap_check_refuses_or_drops():
+    train = dm.load_split({"name": "t", "source": str(FIXTURES / "gsm8k.jsonl")})
+    evals = dm.load_split({"name": "gsm8k", "source": str(FIXTURES / "gsm8k.jsonl"), "split": "train[:2]"})
+    with pytest.raises(DatasetError, match="2 evaluation problem"):
+        dm.check_overlap(train, evals)
+    assert len(dm.check_overlap(train, evals, drop=True)) == 3
+
+
+def test_eval_metrics_per_suite_and_role():
+    wf = dm.math_workflow("reasoner_actor")
+    logger = dm.make_eval_logger(wf)
+    items = [{"answer": "2", "datasource": "a"}, {"answer": "3", "datasource": "a"}, {"answer": "4", "datasource": "b"}]
+    turns = [[["plan1"], ["plan22"], ["p"]], [["\\boxed{2}"], ["3"], ["\\boxed{5}"]]]
+    agg = dm.eval_aggregator(logger(agent_completions_turns=turns, batch_items=items, prompts=None))
+    assert agg["a/accuracy"] == 0.5 and agg["a/boxed_rate"] == 0.5 and agg["b/accuracy"] == 0.0
+    assert agg["all/accuracy"] == pytest.approx(1 / 3) and agg["a/len_Reasoner"] == 5.5 and agg["b/len_Actor"] == 9
+
+
+def test_six_workflows_have_prompts_and_only_the_final_role_answers():
+    flows = dm.workflows()
+    assert set(flows) == {"reasoner_actor", "reasoner_actor_verifier", "four_turn", "chain5", "chain10", "branching"}
+    for name, wf in flows.items():
+        final = wf.final
+        for role in wf.roles.values():
+            boxed = "\\boxed{}" in role.system
+            assert boxed == (role.name == final), (name, role.name)
+        assert "{question}" in wf.steps[0].template
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_dry_run_reports_budget_without_loading_a_model(tmp_path):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(f"""
+extends: {ROOT / 'configs/math/c3.yaml'}
+agent_model: {{name: no/such-model}}
+dataset:
+  train: {{name: gsm8k_train, source: {FIXTURES / 'gsm8k_train.jsonl'}}}
+  eval: [{{name: math500, source: {FIXTURES / 'math500.jsonl'}}}, {{name: aime24, source: {FIXTURES / 'aime24.jsonl'}}}]
+c3: {{num_train_epochs: 1, instances_per_update: 8}}
+""")
+    out = run_cli("single_turn/train_c3.py", "--config", str(cfg), "--dry-run")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["status"] == "ok" and report["algorithm"] == "c3"
+    assert report["workflow"]["decision_points"] == ["Reasoner", "Actor"]
+    assert report["train_rows"] == 20 and report["eval_rows"] == {"math500": 5, "aime24": 5}
+    assert report["expected_env_steps"] == 20 * 8 and report["expected_messages"] == 20 * 10
+    # 3 rollout batches (8 + 8 + 4 instances), each one optimizer step per agent (base.yaml: 256 messages per step)
+    assert report["rollout_batches"] == 3 and report["expected_optimizer_updates_per_agent"] == [3, 3]
+    assert report["reward_range"] == [0.0, 1.0] and report["probe_reward"] == 1.0
+    out = run_cli("single_turn/train_magrpo.py", "--config", str(cfg), "--override", "algorithm=magrpo",
+                  "--override", "magrpo.instances_per_update=8", "--dry-run")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["expected_messages"] == 20 * 16 * 2  # base.yaml: 2 epochs for magrpo
+
+
+@pytest.mark.parametrize("override, fragment", [
+    ("c3.lerning_rate=1", "did you mean 'c3.agent_learning_rate'"),
+    ("workflow.name=chain5", "2 levels but the workflow has 5"),
+    ("dataset.train.source=missing.jsonl", "does not exist"),
+    ("algorithm=ppo", "this entry point trains c3"),
+    ("c3.clip_eps=2", "clip_eps must be in (0, 1)"),
+])
+def test_wrong_config_exits_nonzero_without_traceback(override, fragment):
+    out = run_cli("single_turn/train_c3.py", "--dry-run", "--override", override)
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr + out.stdout
+    assert fragment in json.loads(out.stdout)["error"]
+
+
+def test_every_shipped_config_passes_dry_run():
+    for cfg in sorted((ROOT / "configs").rglob("*.yaml")):
+        if cfg.name == "base.yaml":
+            continue
+        text = cfg.read_text()
+        algo = next(line.split(":")[1].strip() for line in text.splitlines() if line.startswith("algorithm:"))
+        out = run_cli(f"single_turn/train_{algo}.py", "--config", str(cfg), "--dry-run")
+        assert out.returncode == 0, (cfg, out.stdout, out.stderr)
