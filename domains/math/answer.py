@@ -10,22 +10,30 @@ import threading
 from typing import Sequence
 
 _BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BRACE = re.compile(r"[{}]")
 DEFAULT_TIMEOUT_S = 5.0
 
 
 def last_boxed(text: str) -> str | None:
-    """Content of the last balanced ``\\boxed{...}`` or ``\\fbox{...}``; None if there is none."""
+    """Content of the last balanced ``\\boxed{...}`` or ``\\fbox{...}``; None if there is none.
+
+    Linear in the text: one pass over its braces pairs every ``{`` with its ``}``."""
     if not isinstance(text, str):
         return None
-    found = None
-    for m in _BOX.finditer(text):
-        depth, i = 1, m.end()
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        if depth == 0:
-            found = text[m.end():i - 1]
-    return found
+    opens = [m.end() - 1 for m in _BOX.finditer(text)]
+    if not opens:
+        return None
+    close_of: dict[int, int] = {}
+    stack: list[int] = []
+    for m in _BRACE.finditer(text):
+        if m.group() == "{":
+            stack.append(m.start())
+        elif stack:
+            close_of[stack.pop()] = m.start()
+    for start in reversed(opens):
+        if start in close_of:
+            return text[start + 1:close_of[start]]
+    return None
 
 
 def _normalise(s: str) -> str:
