@@ -159,7 +159,7 @@ def test_mappo_critic_warms_up_before_the_policy_moves():
     assert all(torch.equal(a, b) for a, b in zip(policy_before, tr.agents[0].parameters()))
 
 
-def test_lora_adapters_one_per_role():
+def test_lora_adapters_one_per_role(tmp_path):
     from peft import LoraConfig, get_peft_model
 
     tok = tiny_tokenizer()
@@ -180,6 +180,22 @@ def test_lora_adapters_one_per_role():
     changed = {n for n, p in peft_model.named_parameters() if not torch.equal(p, snap[n])}
     assert any(".agent0." in n for n in changed) and any(".agent1." in n for n in changed)
     assert all("lora_" in n for n in changed)  # the shared base never moves
+    tr.save_model(str(tmp_path / "final"))
+    assert len(list((tmp_path / "final" / "adapters").rglob("adapter_model.safetensors"))) == 2
+
+
+def test_template_domain_runs_the_contract(tmp_path):
+    data = {"algorithm": "c3", "domain": "template", "workflow": {"name": "echo_pair"},
+            "dataset": {"train": {"size": 8}, "eval": [{"name": "echo", "size": 4}]},
+            "output": {"base_dir": str(tmp_path), "verbose": False, "plot": False, "save_model": False},
+            "c3": {"num_train_epochs": 1, "max_new_tokens": 4, "instances_per_update": 4}}
+    cfg = load_config(data=data)
+    from c3_plugin.run import dry_run_report
+
+    report = dry_run_report(cfg)
+    assert report["probe_reward"] == 1.0 and report["expected_env_steps"] == 8 * 8 and report["eval_rows"] == {"echo": 4}
+    summary = train(cfg, *tiny_team())
+    assert summary["env_steps"] == 64 and "eval/echo/accuracy" in summary["eval_after"]
 
 
 def test_interrupted_run_resumes_to_the_same_budget(tmp_path):

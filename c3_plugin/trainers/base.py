@@ -31,7 +31,7 @@ from ..credit import NORMALIZATIONS, normalize_advantages
 from ..generation import HFBackend, encode_prompt
 from ..plan import parse_plan
 from ..rollout import Leaf, Prompt, Rollout, Sampling, materialize
-from ..trace import write_jsonl
+from ..trace import path_to, write_jsonl
 from ..workflow import Workflow, load_workflow
 from .update import PolicySample, ppo_update
 
@@ -300,8 +300,6 @@ class WorkflowTrainer(MAGRPOTrainer):
     @staticmethod
     def _path_outputs(rollout: Rollout) -> list[list[str]]:
         by_node = {(e.instance, e.node): e for e in rollout.entries}
-        from ..trace import path_to
-
         return [[e.output for e in path_to(rollout.entries[i], by_node)[1:]] for i in rollout.depth_nodes[-1]]
 
     def _init_wandb(self) -> None:
@@ -320,6 +318,17 @@ class WorkflowTrainer(MAGRPOTrainer):
                 fh.write(json.dumps(clean) + "\n")
         if self.wandb_initialized and wandb.run is not None:
             wandb.log({k: v for k, v in clean.items() if v is not None})
+
+    def save_model(self, output_dir: str) -> None:
+        """Per-agent models as CoMLRL saves them; shared LoRA adapters once, under ``adapters/``."""
+        if not self.lora_adapters:
+            return super().save_model(output_dir)
+        out = Path(output_dir) / "adapters"
+        out.mkdir(parents=True, exist_ok=True)
+        self.agents[0].save_pretrained(str(out))
+        self.tokenizers[0].save_pretrained(str(out))
+        if self.wandb_initialized and wandb.run is not None:
+            wandb.finish()
 
     # ----- checkpoints ---------------------------------------------------------------------------
     def _checkpoint_extra_state(self) -> dict[str, Any]:

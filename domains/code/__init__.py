@@ -1,0 +1,95 @@
+"""The code domain: MBPP and MBPP+ with a real subprocess sandbox, plan -> code teams and a
+multi-turn team that reads execution feedback from the trace."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from c3_plugin.domain import Domain
+
+from .data import CodeDatasetError, decode_tests, load_split, split_assert
+from .prompts import multi_turn, reasoner_actor, reasoner_coder_reviewer, workflows
+from .runner import encode
+from .sandbox import Limits, Sandbox, SandboxError, Test, TestResult, default_sandbox, namespaces_available
+from .tasks import eval_aggregator, extract_code, make_eval_logger, make_reward, run_visible_tests, syntax_valid
+from .values import decode, equal
+
+
+@dataclass
+class CodeConfig:
+    """The config's ``code:`` section."""
+
+    timeout_s: float = 5.0  # wall-clock limit per test
+
+
+def _as_tests(tests: Sequence[Any], setup: str, sandbox: Sandbox) -> list[Test]:
+    """Test objects from ``Test`` instances or MBPP-style ``assert lhs == rhs`` strings (expected
+    values of non-literal right-hand sides are evaluated in the sandbox, with ``setup``)."""
+    from .data import _encoded_literals, _sandbox_values
+
+    out: list[Test] = []
+    for t in tests:
+        if isinstance(t, Test):
+            out.append(t)
+            continue
+        parts = split_assert(str(t))
+        if parts is None:
+            raise ValueError(f"not an assert statement: {t!r}")
+        lhs, rhs = parts
+        enc = _encoded_literals([rhs])[0]
+        if enc is None:
+            enc = _sandbox_values(sandbox, [("", [{"index": 0, "expr": rhs}], setup)])[0][0]
+            if enc is None:
+                raise ValueError(f"the expected value {rhs!r} could not be evaluated")
+        out.append(Test(expected=decode(enc), expr=lhs, truthy=rhs == "True" and not lhs.startswith("(")))
+    return out
+
+
+def execute(code: str, tests: Sequence[Any], setup: str = "", timeout_s: float = 5.0) -> list[TestResult]:
+    """Run ``code`` on each test in a fresh sandbox; one ``TestResult`` (passed, status, reason) per test.
+    Raises ``SandboxError`` when the sandbox machinery itself fails (an infrastructure error)."""
+    sb = default_sandbox()
+    return sb.run(str(code), _as_tests(tests, setup, sb), setup, timeout_s)
+
+
+def pass_rate(code: str, tests: Sequence[Any], setup: str = "", timeout_s: float = 5.0) -> float:
+    """Share of ``tests`` that ``code`` passes, in [0, 1]."""
+    results = execute(code, tests, setup, timeout_s)
+    return sum(r.passed for r in results) / len(results) if results else 0.0
+
+
+def load_datasets(section: Mapping[str, Any], seed: int = 0):
+    import datasets
+
+    from domains.math.data import check_overlap
+
+    base = section.get("base_dir")
+    train = load_split({"name": "mbpp_train", **dict(section.get("train") or {})}, base) if section.get("train") else []
+    evals = [row for spec in section.get("eval") or [] for row in load_split(spec, base)]
+    train = check_overlap(train, evals, drop=bool(section.get("drop_overlap", False)))
+    clean = lambda rows: [{k: v for k, v in r.items() if k != "dropped_inputs"} for r in rows]  # noqa: E731
+    return (datasets.Dataset.from_list(clean(train)) if train else None, datasets.Dataset.from_list(clean(evals)) if evals else None)
+
+
+reward = make_reward()
+
+
+def dry_run_probe() -> dict[str, Any]:
+    """Score fixed candidates in the real sandbox: a correct function, a wrong one, an early exit."""
+    item = {"tests": '[{"expr": "add(2, 3)", "expected": ["int", "5"]}, {"expr": "add(-1, 1)", "expected": ["int", "0"]}]', "setup": ""}
+    right = reward(["plan"], ["```python\ndef add(a, b):\n    return a + b\n```"], batch_items=[item])[0]
+    wrong = reward(["plan"], ["def add(a, b):\n    return a + b if a > 0 else 7"], batch_items=[item])[0]
+    exits = reward(["plan"], ["import sys\nsys.exit(0)"], batch_items=[item])[0]
+    return {"probe_reward": right, "probe_wrong_reward": wrong, "probe_exit_reward": exits,
+            "sandbox_isolation": "namespaces+chroot" if namespaces_available() else "rlimits only",
+            "probe_ok": right == 1.0 and wrong == 0.5 and exits == 0.0}
+
+
+DOMAIN = Domain(name="code", load_datasets=load_datasets, workflows=workflows, reward=reward,
+                eval_logger=make_eval_logger(reasoner_actor()), eval_aggregator=eval_aggregator, dry_run_probe=dry_run_probe,
+                config_cls=CodeConfig, make_eval_logger=make_eval_logger)
+
+__all__ = ["DOMAIN", "CodeConfig", "CodeDatasetError", "Limits", "Sandbox", "SandboxError", "Test", "TestResult", "decode",
+           "decode_tests", "encode", "equal", "execute", "extract_code", "load_datasets", "load_split", "multi_turn", "pass_rate",
+           "reasoner_actor", "reasoner_coder_reviewer", "reward", "run_visible_tests", "syntax_valid", "workflows"]

@@ -1,0 +1,115 @@
+"""Code extraction, the reward, the execution feedback step and the eval metrics."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .data import decode_tests
+from .sandbox import Sandbox, Test, TestResult, default_sandbox
+
+_FENCE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+
+
+def extract_code(text: str) -> str:
+    """The last fenced (python) code block of a message, else the whole message."""
+    if not isinstance(text, str):
+        return ""
+    blocks = _FENCE.findall(text)
+    return blocks[-1] if blocks else text
+
+
+def syntax_valid(code: str) -> bool:
+    """Whether the code compiles (compiling runs nothing)."""
+    try:
+        compile(code, "<candidate>", "exec")
+        return True
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return False
+
+
+def judge_batch(codes: Sequence[str], items: Sequence[Mapping[str, Any]], field: str = "tests",
+                sandbox: Sandbox | None = None, timeout_s: float = 5.0) -> list[list[TestResult]]:
+    """Per-test results of each candidate on its item's tests (evaluated concurrently)."""
+    sb = sandbox or default_sandbox()
+    return sb.run_many([(c, decode_tests(it[field]), str(it.get("setup") or "")) for c, it in zip(codes, items)], timeout_s)
+
+
+def rate(results: Sequence[TestResult]) -> float:
+    return float(np.mean([r.passed for r in results])) if results else 0.0
+
+
+def make_reward(timeout_s: float = 5.0, sandbox: Sandbox | None = None):
+    def reward(*agent_completions: Sequence[str], batch_items: Sequence[Mapping[str, Any]] | None = None,
+               prompts: Sequence[str] | None = None) -> list[float]:
+        """Pass rate of the last agent's code on the item's hidden tests, in [0, 1]."""
+        finals = agent_completions[-1]
+        finals = [finals] if isinstance(finals, str) else list(finals)
+        if batch_items is None or len(batch_items) != len(finals):
+            raise ValueError("code reward: batch_items must give one item with 'tests' per completion")
+        results = judge_batch([extract_code(c) for c in finals], batch_items, "tests", sandbox, timeout_s)
+        return [rate(r) for r in results]
+
+    reward.reward_range = (0.0, 1.0)
+    return reward
+
+
+def feedback_text(results: Sequence[TestResult], tests: Sequence[Test], example: str) -> str:
+    lines = []
+    for res, test in zip(results, tests):
+        what = example.strip() or (test.expr or f"{test.entry_point}(*{test.args!r})")
+        if res.passed:
+            lines.append(f"Example test `{what}`: passed.")
+        else:
+            out = f" Output: {res.output.strip()[:200]}" if res.output.strip() else ""
+            lines.append(f"Example test `{what}`: {res.status} ({res.reason[:200]}).{out}")
+    return "Execution feedback:\n" + "\n".join(lines)
+
+
+def run_visible_tests(item: Mapping[str, Any], outputs: Mapping[str, str], sandbox: Sandbox | None = None) -> str:
+    """The environment step of the multi-turn workflow: run the visible example tests on the
+    latest code and write the outcome as text (recorded in the trace as its own entry)."""
+    code = extract_code(next(iter(outputs.values()), "")) if outputs else ""
+    tests = decode_tests(item["visible_tests"])
+    if not syntax_valid(code):
+        return "Execution feedback:\nThe code does not compile."
+    results = (sandbox or default_sandbox()).run(code, tests, str(item.get("setup") or ""), timeout_s=5.0)
+    return feedback_text(results, tests, str(item.get("example", "")))
+
+
+def _logger(final_agent: int | None, timeout_s: float):
+    def eval_logger(agent_completions_turns, batch_items=None, prompts=None) -> list[dict]:
+        items = list(batch_items or [])
+        agent = len(agent_completions_turns) - 1 if final_agent is None else final_agent
+        codes = [extract_code(t[-1] if t else "") for t in agent_completions_turns[agent][: len(items)]]
+        results = judge_batch(codes, items, "tests", None, timeout_s)
+        return [{"datasource": str(it.get("datasource", "eval")), "pass@1": float(bool(r) and all(x.passed for x in r)),
+                 "pass_rate": rate(r), "syntax_valid": float(syntax_valid(c)), "timeout": float(any(x.status == "timeout" for x in r))}
+                for it, c, r in zip(items, codes, results)]
+
+    return eval_logger
+
+
+def eval_aggregator(rows: Sequence[Mapping[str, Any]], num_turns: int = 1) -> dict[str, float]:
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(r["datasource"], []).append(r)
+    if len(groups) > 1:
+        groups["all"] = list(rows)
+    out: dict[str, float] = {}
+    for suite, rs in groups.items():
+        for key, name in (("pass@1", "pass@1"), ("pass_rate", "test_pass_rate"), ("syntax_valid", "syntax_valid_rate"),
+                          ("timeout", "timeout_rate")):
+            out[f"{suite}/{name}"] = float(np.mean([r[key] for r in rs]))
+        out[f"{suite}/n"] = float(len(rs))
+    return out
+
+
+default_eval_logger = _logger(None, 5.0)
+
+
+def make_eval_logger(workflow, timeout_s: float = 5.0):
+    final = workflow.final or workflow.decision_points()[-1]
+    return _logger(workflow.roles[final].agent, timeout_s)

@@ -1,0 +1,82 @@
+"""A copy-me domain: the smallest complete implementation of the domain contract.
+
+Task: repeat a word. One workflow, ``echo_pair``: a Planner says which word to repeat, a
+Writer writes it. Copy this folder to ``domains/<yours>/``, replace the data, prompts and
+reward, and register ``DOMAIN`` under the ``c3_plugin.domains`` entry-point group of your
+package (see README.md beside this file).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from c3_plugin.domain import Domain
+from c3_plugin.workflow import Workflow, workflow_from_dict
+
+WORDS = ("apple", "river", "stone", "cloud", "maple", "ember", "quartz", "meadow")
+
+
+@dataclass
+class TemplateConfig:
+    """The config's ``template:`` section."""
+
+    case_sensitive: bool = False  # whether the repeated word must match its case
+
+
+def load_datasets(section: Mapping[str, Any], seed: int = 0):
+    """Synthetic rows ``{id, prompt, question, answer, datasource}``; sizes from the dataset section."""
+    import datasets
+
+    def rows(name: str, size: int, s: int) -> list[dict]:
+        rng = np.random.default_rng(s)
+        words = rng.choice(WORDS, size=size)
+        return [{"id": f"{name}-{i}", "prompt": f"Repeat the word: {w}", "question": f"Repeat the word: {w}", "answer": str(w),
+                 "datasource": name} for i, w in enumerate(words)]
+
+    train = dict(section.get("train") or {})
+    train_rows = rows(train.get("name", "train"), int(train.get("size", 32)), int(train.get("seed", seed)))
+    eval_rows = [r for spec in section.get("eval") or [] for r in rows(spec.get("name", "eval"), int(spec.get("size", 16)), int(spec.get("seed", seed + 1)))]
+    return datasets.Dataset.from_list(train_rows), (datasets.Dataset.from_list(eval_rows) if eval_rows else None)
+
+
+def workflows() -> dict[str, Workflow]:
+    spec = {"name": "echo_pair", "agents": 2, "roles": {
+        "Planner": {"agent": 0, "template": "{question}\nSay which word must be repeated."},
+        "Writer": {"agent": 1, "reads": ["Planner"], "template": "{question}\nPlanner: {Planner}\nWrite only the word."}}}
+    return {"echo_pair": workflow_from_dict(spec)}
+
+
+def reward(*agent_completions: Sequence[str], batch_items: Sequence[Mapping[str, Any]] | None = None,
+           prompts: Sequence[str] | None = None) -> list[float]:
+    """1.0 when the last agent's message, stripped, is the word; never raises on model output."""
+    if batch_items is None:
+        raise ValueError("template reward: batch_items with an 'answer' per completion are required")
+    return [float(str(c).strip().strip(".").lower() == str(it["answer"]).lower()) for c, it in zip(agent_completions[-1], batch_items)]
+
+
+reward.reward_range = (0.0, 1.0)
+
+
+def eval_logger(agent_completions_turns, batch_items=None, prompts=None) -> list[dict]:
+    final = agent_completions_turns[-1]
+    return [{"datasource": it.get("datasource", "eval"), "correct": reward([t[-1] if t else ""], batch_items=[it])[0]}
+            for t, it in zip(final, batch_items or [])]
+
+
+def eval_aggregator(rows: Sequence[Mapping[str, Any]], num_turns: int = 1) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for suite in sorted({r["datasource"] for r in rows}):
+        vals = [r["correct"] for r in rows if r["datasource"] == suite]
+        out[f"{suite}/accuracy"] = float(np.mean(vals))
+    return out
+
+
+def dry_run_probe() -> dict[str, Any]:
+    return {"probe_reward": reward(["x"], ["apple"], batch_items=[{"answer": "apple"}])[0]}
+
+
+DOMAIN = Domain(name="template", load_datasets=load_datasets, workflows=workflows, reward=reward, eval_logger=eval_logger,
+                eval_aggregator=eval_aggregator, dry_run_probe=dry_run_probe, config_cls=TemplateConfig)
