@@ -51,7 +51,7 @@ def test_rigged_equality_and_subclasses_do_not_pass():
                  "set = lambda *a: type('X', (), {'__eq__': lambda s, o: True})()\ndef f():\n    return 1"):
         r = run(code, expr="set(f())" if code.startswith("set") else "f()")
         assert not r.passed and "not plain builtin data" in r.reason
-    assert not run("def f():\n    return 1", expected=True).passed  # 1 is not True: type-strict
+    assert not run("def f():\n    return b\"x\"", expected="x").passed  # bytes are not str: type-strict
     assert not run("def f():\n    return (1, 2)", expected=[1, 2]).passed
 
 

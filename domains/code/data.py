@@ -30,6 +30,7 @@ from .sandbox import Sandbox, SandboxError, default_sandbox
 HF = {"mbpp": ("google-research-datasets/mbpp", "full", "test"), "mbpp_sanitized": ("google-research-datasets/mbpp", "sanitized", "test"),
       "mbppplus": ("evalplus/mbppplus", None, "test")}
 MBPP_TEST_IDS = range(11, 511)  # the standard MBPP test split
+HARNESS_VERSION = 2  # part of the MBPP+ expected-output cache key; bump when the runner's encoding changes
 
 
 class CodeDatasetError(ValueError):
@@ -129,7 +130,7 @@ def mbpp_rows(rows: Sequence[Mapping[str, Any]], name: str, sandbox: Sandbox | N
 
 
 def _cache_path(rows: Sequence[Mapping[str, Any]]) -> Path:
-    digest = hashlib.sha256(json.dumps([(r["task_id"], r["canonical_solution"], r.get("plus_input")) for r in rows],
+    digest = hashlib.sha256(json.dumps([HARNESS_VERSION] + [(r["task_id"], r["canonical_solution"], r.get("plus_input")) for r in rows],
                                        sort_keys=True).encode()).hexdigest()[:16]
     base = Path(os.environ.get("C3_CACHE", Path.home() / ".cache" / "comlrl-c3"))
     return base / f"mbppplus-expected-{digest}.json"
@@ -157,7 +158,8 @@ def mbppplus_rows(rows: Sequence[Mapping[str, Any]], name: str, sandbox: Sandbox
                "signature": _signature(r["canonical_solution"], r["entry_point"]), "canonical": r["canonical_solution"],
                "visible_tests": json.dumps(tests[:1]), "tests": json.dumps(tests[1:]), "dropped_inputs": len(inp) - len(tests)}
         _finish(row)
-        out.append(row)
+        if len(tests) > 1:  # a task with no hidden test left cannot be scored
+            out.append(row)
     return out
 
 

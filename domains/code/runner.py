@@ -1,4 +1,4 @@
-"""The in-sandbox test runner (stdlib only; started as ``python -I -B -S runner.py JOB`` inside the sandbox).
+"""The in-sandbox test runner (stdlib only; started as ``python -B -S runner.py JOB`` with a scrubbed environment inside the sandbox).
 
 It never runs candidate code itself: each test runs in a forked child that drops to an
 unprivileged uid (when the runner may), applies resource limits, redirects its output to
@@ -12,6 +12,7 @@ of results.
 """
 
 import base64
+import collections
 import json
 import os
 import resource
@@ -26,6 +27,10 @@ MAX_ITEMS = 100000
 
 class Unsupported(Exception):
     pass
+
+
+# Standard-library containers accepted as plain data, captured before any candidate code runs.
+TRUSTED = {collections.Counter: "dict", collections.OrderedDict: "dict", collections.defaultdict: "dict", collections.deque: "list"}
 
 
 def encode(value, depth=0, budget=None):
@@ -50,6 +55,11 @@ def encode(value, depth=0, budget=None):
         return ["str", value]
     if t is bytes:
         return ["bytes", base64.b64encode(value).decode()]
+    kind = TRUSTED.get(t)
+    if kind == "dict":
+        return ["dict", [[encode(k, depth + 1, budget), encode(v, depth + 1, budget)] for k, v in dict.items(value)]]
+    if kind == "list":
+        return ["list", [encode(v, depth + 1, budget) for v in list(value)]]
     if t in (list, tuple, set, frozenset):
         items = [encode(v, depth + 1, budget) for v in value]
         if t in (set, frozenset):
@@ -91,9 +101,9 @@ def run_test(job, test, uid):
             limit(job["limits"])
             env = {"__name__": "__candidate__", "__builtins__": __builtins__}
             try:
-                if job.get("setup"):
-                    exec(compile(job["setup"], "<setup>", "exec"), env)
                 exec(compile(job["code"], "<candidate>", "exec"), env)
+                if job.get("setup"):  # MBPP's test setup runs after the code it tests (it may use its classes)
+                    exec(compile(job["setup"], "<setup>", "exec"), env)
                 if "expr" in test:
                     value = eval(compile(test["expr"], "<test>", "eval"), env)
                 else:

@@ -53,7 +53,7 @@ mkdir -p "$R/sandbox" "$R/tmp" "$R/dev"; chmod 1777 "$R/tmp"
 mount --bind "$BOX" "$R/sandbox"
 for n in null zero urandom random; do touch "$R/dev/$n"; mount --bind "/dev/$n" "$R/dev/$n"; done
 cd /
-exec chroot "$R" "$PY" -I -B -S /sandbox/runner.py "/sandbox/$JOB"
+exec chroot "$R" "$PY" -B -S /sandbox/runner.py "/sandbox/$JOB"
 """
 
 
@@ -174,14 +174,15 @@ class Sandbox:
                 os.chown(box, uid, uid)
             os.chmod(box, 0o755 if uid is None else 0o700)
             env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/sandbox" if self.isolate else str(box), "LANG": "C.UTF-8",
-                   "TMPDIR": "/sandbox" if self.isolate else str(box), "PYTHONHASHSEED": "0"}
+                   "TMPDIR": "/sandbox" if self.isolate else str(box), "PYTHONHASHSEED": "0",
+                   "PYTHONNOUSERSITE": "1"}  # a fixed hash seed: set and dict orders repeat between reference and candidate
             if self.isolate:
                 ns = ["unshare", "--mount", "--net", "--pid", "--fork", "--kill-child"]
                 if not as_root:
                     ns[1:1] = ["--user", "--map-root-user"]
                 cmd = ns + ["/bin/sh", "-c", _MOUNT_SCRIPT, "sandbox", str(root), self.prefix, str(box), self.python, "job.json"]
             else:
-                cmd = [self.python, "-I", "-B", "-S", str(box / "runner.py"), str(box / "job.json")]
+                cmd = [self.python, "-B", "-S", str(box / "runner.py"), str(box / "job.json")]
             proc = subprocess.Popen(cmd, cwd=str(box), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, start_new_session=True)
             try:

@@ -6,7 +6,7 @@ import base64
 import math
 from typing import Any
 
-_NUMBERS = (int, float)
+_NUMBERS = (bool, int, float)
 
 
 def decode(node: Any) -> Any:
@@ -35,8 +35,10 @@ def decode(node: Any) -> Any:
 
 
 def equal(got: Any, expected: Any, atol: float = 0.0) -> bool:
-    """Type-strict structural equality. Types must match at every level, except that ints and
-    floats compare as numbers (never bools); floats compare within ``atol`` (NaN equals NaN)."""
+    """Type-strict structural equality of plain builtin data. Types must match at every level,
+    except that builtin numbers (bool, int, float) compare by value as Python compares them;
+    floats compare within ``atol`` (NaN equals NaN). Values only ever come from the runner's
+    encoder, so no user-defined ``__eq__`` takes part."""
     tg, te = type(got), type(expected)
     if tg in _NUMBERS and te in _NUMBERS:
         if tg is float or te is float:
