@@ -83,7 +83,8 @@ def test_files_outside_are_invisible_and_safe(tmp_path):
     assert not r.passed
     r = run(f"import os\ndef f():\n    os.remove({str(victim)!r})\n    return 'owned'")
     assert not r.passed and victim.read_text() == "secret"
-    for path in ("/work/shared/data/mbpp/test.jsonl", os.path.abspath(__file__)):
+    fixture = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "code", "mbpp.jsonl")
+    for path in (fixture, os.path.abspath(__file__)):
         assert not run(f"def f():\n    return open({path!r}).read()[:10]", expected=open(path).read()[:10]).passed
     r = run("import shutil\ndef f():\n    shutil.rmtree('/usr', ignore_errors=False)\n    return 'owned'")
     assert not r.passed and os.path.exists("/usr/bin")
