@@ -170,7 +170,7 @@ def test_wrong_config_exits_nonzero_without_traceback(override, fragment):
 
 def test_every_shipped_config_passes_dry_run():
     for cfg in sorted((ROOT / "configs").rglob("*.yaml")):
-        if cfg.name == "base.yaml":
+        if cfg.name.endswith("base.yaml"):  # bases are exercised through the files that extend them
             continue
         text = cfg.read_text()
         algo = next(line.split(":")[1].strip() for line in text.splitlines() if line.startswith("algorithm:"))
