@@ -168,7 +168,8 @@ class WorkflowTrainer(MAGRPOTrainer):
 
     def compute_advantages(self, rollout: Rollout) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per decision point: (entry indices, advantages) of the messages to train on."""
-        raise NotImplementedError  # each algorithm defines its credit
+        raise NotImplementedError(f"{type(self).__name__}: WorkflowTrainer is a base class; an algorithm "
+                                  "subclass (C3Trainer, WorkflowMAGRPOTrainer, MAPPOTrainer) defines compute_advantages")
 
     def _train_step_returns(self, batch_item: Mapping[str, Any], **kwargs: Any) -> None:
         self._pending.append(dict(batch_item))
