@@ -43,6 +43,7 @@ class Generation:
     text: str
     token_ids: list[int]
     logprobs: list[float]
+    loss_mask: list[int] | None = None  # 1 for tokens the policy chose (trained on), 0 for forced schema tokens; None: all 1
 
 
 class GenerationBackend(Protocol):
@@ -145,7 +146,8 @@ def materialize(workflow: Workflow, plan: Plan | Any, items: Sequence[Mapping[st
                     entries.append(TraceEntry(kind="decision", instance=ids[i], node=next_node[i], parent=entries[parent].node,
                                               step=step.index, decision=step.decision, role=role.name, agent=role.agent,
                                               alternative=a, continuation=child_cont, context=context, prefix=role.prefix,
-                                              message=gen.text, token_ids=list(gen.token_ids), logprobs=[float(x) for x in gen.logprobs]))
+                                              message=gen.text, token_ids=list(gen.token_ids), logprobs=[float(x) for x in gen.logprobs],
+                                              loss_mask=None if gen.loss_mask is None else [int(x) for x in gen.loss_mask]))
                     next_node[i] += 1
                     new_frontier.append((i, len(entries) - 1, outs + (role.prefix + gen.text,), child_cont, branched or b > 1))
         frontier = new_frontier

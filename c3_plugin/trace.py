@@ -38,6 +38,7 @@ class TraceEntry:
     message: str = ""  # the policy's message (feedback: the environment's output)
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)  # behaviour log-probs, one per token
+    loss_mask: list[int] | None = None  # per token: 1 chosen by the policy, 0 forced by a grammar (None: all chosen)
     reward: float | None = None  # terminal reward (leaves only)
     item: dict[str, Any] | None = None  # the task item (root only)
 

@@ -249,7 +249,8 @@ class WorkflowTrainer(MAGRPOTrainer):
             samples[agent] = [PolicySample(prompt_ids=encode_prompt(tok, Prompt(e.context, e.role, agent, e.prefix,
                                                                                 self.workflow.roles[e.role].system),
                                                                     self.args.use_chat_template),
-                                           completion_ids=list(e.token_ids), old_logprobs=list(e.logprobs), advantage=float(a))
+                                           completion_ids=list(e.token_ids), old_logprobs=list(e.logprobs), advantage=float(a),
+                                           loss_mask=e.loss_mask)
                               for (e, _, _), a in zip(rows, adv)]
         return samples, (np.concatenate(all_adv) if all_adv else np.zeros(0))
 

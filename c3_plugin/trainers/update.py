@@ -17,6 +17,7 @@ class PolicySample:
     completion_ids: list[int]  # the message's tokens (EOS included when sampled)
     old_logprobs: list[float]  # behaviour log-probs recorded at sampling time
     advantage: float
+    loss_mask: list[int] | None = None  # per completion token: 1 trained on, 0 forced schema token (None: all 1)
 
 
 def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples: Sequence[PolicySample], args: Any,
