@@ -79,6 +79,26 @@ def tree_advantages(rewards: np.ndarray) -> list[np.ndarray | None]:
     return out
 
 
+def average_copies(owners: np.ndarray, advantages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One advantage per shared sample: the mean over its copies.
+
+    ``owners[i]`` names the sample that node ``i`` holds (copies of one sample share it).
+    Returns ``(unique owners, mean advantage)`` in order of first appearance, so input
+    without copies comes back unchanged. For a sample shared by the ``n0`` alternatives of
+    a parallel role, averaging the per-parent tree advantages ``R[j,k] - mean_{k'!=k} R[j,k']``
+    gives ``mean_j R[j,k] - mean_{k'!=k} mean_j R[j,k']``: its own alternatives as the
+    baseline, the other role's sampled actions as continuations.
+    """
+    owners = np.asarray(owners).reshape(-1)
+    adv = np.asarray(advantages, dtype=np.float64).reshape(-1)
+    if owners.shape != adv.shape:
+        raise ValueError(f"average_copies: {owners.shape[0]} owners for {adv.shape[0]} advantages")
+    uniq, first, inverse = np.unique(owners, return_index=True, return_inverse=True)
+    mean = np.bincount(inverse, weights=adv, minlength=len(uniq)) / np.bincount(inverse, minlength=len(uniq))
+    order = np.argsort(first, kind="stable")
+    return uniq[order], mean[order]
+
+
 def group_advantages(returns: Any, mode: str = "mean") -> np.ndarray:
     """MAGRPO's group advantages over independent runs (CoMLRL's modes), last axis = group.
 

@@ -2,7 +2,9 @@
 
 Every key is defined in ``docs/metrics.md``. For each decision point ``u`` whose plan
 samples 2 or more alternatives per context, the groups are the children of each
-depth-``u`` context and an alternative's continuations are the leaves below it.
+depth-``u`` context and an alternative's continuations are the leaves below it. Where the
+rollout shared a parallel role's samples, a group is the set of unique samples (counted
+once) and a sample's continuations are the leaves below all of its copies.
 """
 
 from __future__ import annotations
@@ -15,11 +17,41 @@ from . import credit
 from .rollout import Rollout
 from .trace import path_to
 
+_PAD = object()  # fills ragged shared groups of categorical outcomes
+
 
 def group_returns(rewards: np.ndarray, u: int) -> np.ndarray:
     """Leaf rewards ``[instances, *branching]`` as the groups of decision ``u``: ``[G, b_u, leaves per child]``."""
     shape = rewards.shape
     return rewards.reshape(int(np.prod(shape[: 1 + u])), shape[1 + u], -1)
+
+
+def shared_groups(groups: np.ndarray, parent_class: np.ndarray, fill: object = np.nan) -> np.ndarray:
+    """Per-parent groups ``[P, b, L]`` as groups of unique samples ``[C, b, m L]``.
+
+    The parents of one class (``parent_class``) hold copies of the same ``b`` samples; each
+    sample's continuations are the leaves below all of its copies. A class with fewer than
+    ``m`` (the largest class) parents is padded with ``fill``."""
+    p, b, leaves = groups.shape
+    _, cls, size = np.unique(parent_class, return_inverse=True, return_counts=True)
+    order = np.argsort(cls, kind="stable")
+    rank = np.empty(p, dtype=np.int64)
+    rank[order] = np.arange(p) - np.repeat(np.cumsum(size) - size, size)
+    out = np.full((len(size), int(size.max()), b, leaves), fill, dtype=groups.dtype)
+    out[cls, rank] = groups
+    return out.transpose(0, 2, 1, 3).reshape(len(size), b, -1)
+
+
+def decision_groups(rollout: Rollout, values: np.ndarray, u: int, fill: object = np.nan) -> np.ndarray:
+    """Groups ``[G, n, c]`` of decision ``u`` over per-leaf ``values`` shaped like the rewards: the
+    children of each context, or, where the rollout shared the samples (parallel roles), each set
+    of unique samples once with every copy's leaves as its continuations."""
+    per_parent = group_returns(values, u)
+    nodes = rollout.depth_nodes[rollout.workflow.decision_steps[u].index]
+    owners = rollout.owner[nodes].reshape(per_parent.shape[:2])
+    if np.array_equal(owners.reshape(-1), nodes):
+        return per_parent
+    return shared_groups(per_parent, owners[:, 0], fill)
 
 
 def decision_diagnostics(groups: np.ndarray, outcomes: np.ndarray | None = None) -> dict[str, float]:
@@ -42,7 +74,7 @@ def decision_diagnostics(groups: np.ndarray, outcomes: np.ndarray | None = None)
                                                       credit.loo_advantages_batch(groups[..., 1::2]))
             out["noise_ratio"] = observed / credit.noise_variance(sigma2, n, n * c // 2) if sigma2 > 0 else float("nan")
     if outcomes is not None:
-        out["influence"] = float(np.mean([credit.influence(list(map(list, grp))) for grp in outcomes]))
+        out["influence"] = float(np.mean([credit.influence([[y for y in alt if y is not _PAD] for alt in grp]) for grp in outcomes]))
     return out
 
 
@@ -63,6 +95,6 @@ def rollout_diagnostics(rollout: Rollout, outcome: Callable[[str], Hashable] | N
     actions = actions.reshape(rollout.rewards.shape)
     roles = rollout.workflow.decision_points()
     for u in rollout.plan.credit_points(rollout.workflow.num_decisions):
-        d = decision_diagnostics(group_returns(rollout.rewards, u), group_returns(actions, u))
+        d = decision_diagnostics(decision_groups(rollout, rollout.rewards, u), decision_groups(rollout, actions, u, _PAD))
         metrics.update({f"credit/{roles[u]}_u{u}/{k}": v for k, v in d.items()})
     return metrics

@@ -4,7 +4,13 @@ Layout of a batch: prompts left-padded to a common width ``P``, completions righ
 to ``T``, so every completion starts at column ``P`` and its log-probs are one contiguous
 slice of the logits (only the last ``T + 1`` positions are projected onto the vocabulary).
 The message's advantage is broadcast over its tokens; padding is masked; the EOS token
-is a token of the message.
+is a token of the message. Tokens forced by a grammar (a sample's ``loss_mask`` 0) are
+masked like padding by the caller: no loss, and not counted in means, clip fractions or KL.
+
+Aggregations: ``token_mean`` averages over every trained token of the batch;
+``sequence_mean`` averages each message's trained tokens (for a JSON skeleton: its value
+tokens, i.e. length-normalised value log-probs) and then the messages; ``token_sum`` sums
+a message's tokens and averages over messages. Rows with no trained token are left out.
 """
 
 from __future__ import annotations
@@ -58,7 +64,8 @@ class LossStats:
     approx_kl: float  # mean of the k3 estimate of KL(behaviour || current) over tokens
     ref_kl: float  # mean of the k3 estimate of KL(current || reference) over tokens (0 without a reference)
     ratio_mean: float
-    tokens: int
+    tokens: int  # trained (mask-1) tokens
+    sequences: int  # rows with at least one trained token
 
 
 def ppo_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
@@ -80,16 +87,18 @@ def ppo_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.T
         per_token = per_token + kl_coef * ref_kl
     per_token = per_token * mask
     n_tok = mask.sum().clamp(min=1.0)
+    row_tokens = mask.sum(-1)
+    n_seq = int((row_tokens > 0).sum())
     if aggregation == "token_mean":
         loss = per_token.sum() / n_tok
     elif aggregation == "sequence_mean":
-        loss = (per_token.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+        loss = (per_token.sum(-1) / row_tokens.clamp(min=1.0)).sum() / max(1, n_seq)
     else:
-        loss = per_token.sum() / max(1, per_token.shape[0])
+        loss = per_token.sum() / max(1, n_seq)
     with torch.no_grad():
         clipped = ((ratio > 1.0 + high) & (adv > 0)) | ((ratio < 1.0 - clip) & (adv < 0))
         k3 = torch.exp(-log_ratio) + log_ratio - 1.0
         stats = LossStats(loss=float(loss), clip_fraction=float((clipped.float() * mask).sum() / n_tok),
                           approx_kl=float((k3 * mask).sum() / n_tok), ref_kl=float((ref_kl * mask).sum() / n_tok),
-                          ratio_mean=float((ratio * mask).sum() / n_tok), tokens=int(mask.sum()))
+                          ratio_mean=float((ratio * mask).sum() / n_tok), tokens=int(mask.sum()), sequences=n_seq)
     return loss, stats

@@ -56,7 +56,8 @@ class Plan:
         return math.prod(self.branching(num_decisions))
 
     def messages(self, num_decisions: int) -> int:
-        """Messages written per instance."""
+        """Messages written per instance (every path its own; with a rollout's context sharing
+        fewer, see :func:`c3_plugin.rollout.unique_samples`)."""
         total, width = 0, 1
         for b in self.branching(num_decisions):
             width *= b

@@ -4,19 +4,23 @@ All contexts of one schedule step go to the backend in a single call. The tree i
 uniform (one branching factor per decision point, see :mod:`c3_plugin.plan`), so the
 leaf rewards form a dense array ``[instances, b_0, ..., b_{K-1}]`` and the nodes of each
 depth come out in the matching row-major order: credit is pure array work afterwards.
+With ``share_identical_contexts`` a parallel role is sampled once per distinct context and
+its samples are copied under every alternative of its sibling (the leaves are then the
+cross product of the two roles' samples).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
+from .credit import average_copies
 from .plan import Plan, parse_plan
 from .trace import TraceEntry
-from .workflow import Workflow
+from .workflow import Step, Workflow
 
 
 @dataclass(frozen=True)
@@ -69,8 +73,8 @@ class Budget:
     """Exact per-instance accounting of one materialised batch."""
 
     leaves: np.ndarray  # terminal reward calls (= env steps) per instance
-    messages: np.ndarray  # policy messages written per instance
-    tokens: np.ndarray  # tokens generated per instance
+    messages: np.ndarray  # policy messages written per instance (a shared sample once)
+    tokens: np.ndarray  # tokens generated per instance (a shared sample's once)
 
     def totals(self) -> dict[str, int]:
         return {"env_steps": int(self.leaves.sum()), "messages": int(self.messages.sum()),
@@ -87,10 +91,14 @@ class Rollout:
     depth_nodes: list[np.ndarray]  # per schedule step: entry indices, row-major over the tree
     rewards: np.ndarray  # [instances, *branching] leaf rewards
     budget: Budget = field(init=False)
+    owner: np.ndarray = field(init=False, repr=False)  # per entry: index of the entry holding its sample (itself unless a copy)
 
     def __post_init__(self) -> None:
         inst_of = {str(it["id"]): i for i, it in enumerate(self.items)}
-        decisions = [e for e in self.entries if e.kind == "decision"]
+        index = {(e.instance, e.node): k for k, e in enumerate(self.entries)}
+        self.owner = np.fromiter((k if e.shared is None else index[(e.instance, e.shared)] for k, e in enumerate(self.entries)),
+                                 dtype=np.int64, count=len(self.entries))
+        decisions = [e for e in self.entries if e.kind == "decision" and e.shared is None]
         idx = np.fromiter((inst_of[e.instance] for e in decisions), dtype=np.int64, count=len(decisions))
         ntok = np.fromiter((len(e.token_ids) for e in decisions), dtype=np.int64, count=len(decisions))
         num = len(self.items)
@@ -102,64 +110,133 @@ class Rollout:
         step = self.workflow.decision_steps[u].index
         return [self.entries[i] for i in self.depth_nodes[step]]
 
+    def unique_credit(self, indices: np.ndarray, advantages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Entry indices and advantages with each shared sample once: its original entry, credited
+        with the mean advantage of its copies (:func:`c3_plugin.credit.average_copies`)."""
+        return average_copies(self.owner[np.asarray(indices, dtype=np.int64)], advantages)
+
+
+class _Node(NamedTuple):
+    """A frontier node of the breadth-first expansion."""
+
+    item: int  # item index
+    entry: int  # entry index of the node
+    outputs: tuple[str, ...]  # every step's output along the path
+    cont: int  # continuation index
+    branched: bool  # some decision above branched
+    choices: tuple[int, ...]  # alternative index at each decision point so far
+
+
+def _share_classes(workflow: Workflow, step: Step, frontier: Sequence[_Node], contexts: Sequence[str]) -> np.ndarray:
+    """Class id per frontier node: nodes of one instance whose paths agree at every decision
+    the step's context depends on (:meth:`Workflow.context_decisions`) and whose contexts are
+    identical. A parallel role's context reads nothing of its sibling, so all of the sibling's
+    alternatives fall in one class; two alternatives that merely write the same text do not."""
+    deps = workflow.context_decisions()[step.index]
+    ids: dict[tuple, int] = {}
+    return np.fromiter((ids.setdefault((f.item, tuple(f.choices[d] for d in deps), c), len(ids))
+                        for f, c in zip(frontier, contexts)), dtype=np.int64, count=len(frontier))
+
+
+def unique_samples(workflow: Workflow, branching: Sequence[int], share: bool) -> list[int]:
+    """Messages sampled per instance at each decision point (shared samples counted once)."""
+    deps = workflow.context_decisions()
+    return [b * (math.prod(branching[d] for d in deps[s.index]) if share else math.prod(branching[: u]))
+            for u, (s, b) in enumerate(zip(workflow.decision_steps, branching))]
+
+
+def _expand_decision(workflow: Workflow, step: Step, b: int, items: Sequence[Mapping[str, Any]], ids: Sequence[str],
+                     frontier: Sequence[_Node], entries: list[TraceEntry], next_node: list[int], backend: GenerationBackend,
+                     sampling: Sampling, share: bool) -> list[_Node]:
+    """Sample ``b`` alternatives per frontier node (per share class when ``share``) and append their entries."""
+    role = workflow.roles[step.name]
+    contexts = [workflow.assemble(step, items[f.item], f.outputs) for f in frontier]
+    classes = _share_classes(workflow, step, frontier, contexts) if share else np.arange(len(frontier))
+    _, first = np.unique(classes, return_index=True)
+    prompts = [Prompt(text=contexts[k], role=role.name, agent=role.agent, prefix=role.prefix, system=role.system,
+                      max_new_tokens=role.max_new_tokens) for k in first]
+    generations = backend.generate(prompts, b, sampling)
+    if len(generations) != len(prompts) or any(len(g) != b for g in generations):
+        raise RuntimeError(f"backend returned {[len(g) for g in generations]} generations for {len(prompts)} prompts x n={b}")
+    originals: dict[int, list[int]] = {}  # class -> node ids of its samples' first entries
+    new_frontier = []
+    for f, context, cls in zip(frontier, contexts, classes):
+        owners = originals.get(int(cls))
+        nodes = []
+        for a, gen in enumerate(generations[int(cls)]):
+            child_cont = f.cont * b + a if f.branched else 0
+            node = next_node[f.item]
+            entries.append(TraceEntry(kind="decision", instance=ids[f.item], node=node, parent=entries[f.entry].node,
+                                      step=step.index, decision=step.decision, role=role.name, agent=role.agent,
+                                      alternative=a, continuation=child_cont, shared=None if owners is None else owners[a],
+                                      context=context, prefix=role.prefix, message=gen.text, token_ids=list(gen.token_ids),
+                                      logprobs=[float(x) for x in gen.logprobs],
+                                      loss_mask=None if gen.loss_mask is None else [int(x) for x in gen.loss_mask]))
+            next_node[f.item] += 1
+            nodes.append(node)
+            new_frontier.append(_Node(f.item, len(entries) - 1, f.outputs + (role.prefix + gen.text,), child_cont,
+                                      f.branched or b > 1, f.choices + (a,)))
+        originals.setdefault(int(cls), nodes)
+    return new_frontier
+
 
 def materialize(workflow: Workflow, plan: Plan | Any, items: Sequence[Mapping[str, Any]],
-                backend: GenerationBackend, reward_fn: RewardFn, sampling: Sampling = Sampling()) -> Rollout:
-    """Run the plan on every item; every item needs a unique ``id``."""
+                backend: GenerationBackend, reward_fn: RewardFn, sampling: Sampling = Sampling(), *,
+                share_identical_contexts: bool = False) -> Rollout:
+    """Run the plan on every item; every item needs a unique ``id``.
+
+    ``share_identical_contexts``: at a decision point, frontier nodes of one instance whose
+    contexts are identical because they read nothing that differs between them (a parallel
+    role under each alternative of its sibling) are sampled once with ``b`` alternatives, and
+    each such node gets those ``b`` samples as children. The trace stays a tree (copies are
+    marked ``shared``), the leaves stay the full cross product, and the budget counts each
+    sample once. Refused for independent plans: ``independent B`` must keep ``B`` independent joint actions.
+    """
     plan = parse_plan(plan)
+    if share_identical_contexts and plan.kind == "independent":
+        raise ValueError("materialize: share_identical_contexts would correlate the runs of an independent plan")
     branching = plan.branching(workflow.num_decisions)
     ids = [str(it["id"]) for it in items]
     if len(set(ids)) != len(ids):
         raise ValueError("materialize: item ids must be unique within a batch")
     entries: list[TraceEntry] = []
     next_node = [1] * len(items)
-    # frontier: (item index, entry index, outputs so far, continuation index, branched above)
-    frontier: list[tuple[int, int, tuple[str, ...], int, bool]] = []
+    frontier: list[_Node] = []
     for i, it in enumerate(items):
         entries.append(TraceEntry(kind="instance", instance=ids[i], node=0, parent=-1,
                                   context=str(it.get("question", it.get("prompt", ""))), item=dict(it)))
-        frontier.append((i, len(entries) - 1, (), 0, False))
+        frontier.append(_Node(i, len(entries) - 1, (), 0, False, ()))
     depth_nodes = []
     for step in workflow.steps:
-        new_frontier = []
         if step.kind == "feedback":
-            fn = workflow.feedback[step.name]
-            for i, parent, outs, cont, branched in frontier:
-                latest = workflow.latest_outputs(outs)
-                text = fn(items[i], {r: latest.get(r, "") for r in step.reads})
-                entries.append(TraceEntry(kind="feedback", instance=ids[i], node=next_node[i], parent=entries[parent].node,
-                                          step=step.index, role=step.name, continuation=cont, message=text))
-                next_node[i] += 1
-                new_frontier.append((i, len(entries) - 1, outs + (text,), cont, branched))
+            frontier = _expand_feedback(workflow, step, items, ids, frontier, entries, next_node)
         else:
-            role = workflow.roles[step.name]
-            b = branching[step.decision]
-            contexts = [workflow.assemble(step, items[i], outs) for i, _, outs, _, _ in frontier]
-            prompts = [Prompt(text=c, role=role.name, agent=role.agent, prefix=role.prefix, system=role.system,
-                              max_new_tokens=role.max_new_tokens) for c in contexts]
-            generations = backend.generate(prompts, b, sampling)
-            if len(generations) != len(prompts) or any(len(g) != b for g in generations):
-                raise RuntimeError(f"backend returned {[len(g) for g in generations]} generations for {len(prompts)} prompts x n={b}")
-            for (i, parent, outs, cont, branched), context, gens in zip(frontier, contexts, generations):
-                for a, gen in enumerate(gens):
-                    child_cont = cont * b + a if branched else 0
-                    entries.append(TraceEntry(kind="decision", instance=ids[i], node=next_node[i], parent=entries[parent].node,
-                                              step=step.index, decision=step.decision, role=role.name, agent=role.agent,
-                                              alternative=a, continuation=child_cont, context=context, prefix=role.prefix,
-                                              message=gen.text, token_ids=list(gen.token_ids), logprobs=[float(x) for x in gen.logprobs],
-                                              loss_mask=None if gen.loss_mask is None else [int(x) for x in gen.loss_mask]))
-                    next_node[i] += 1
-                    new_frontier.append((i, len(entries) - 1, outs + (role.prefix + gen.text,), child_cont, branched or b > 1))
-        frontier = new_frontier
-        depth_nodes.append(np.fromiter((f[1] for f in frontier), dtype=np.int64, count=len(frontier)))
-    leaves = [Leaf(item=items[i], action=workflow.final_action(outs), outputs=outs) for i, _, outs, _, _ in frontier]
+            frontier = _expand_decision(workflow, step, branching[step.decision], items, ids, frontier, entries, next_node,
+                                        backend, sampling, share_identical_contexts)
+        depth_nodes.append(np.fromiter((f.entry for f in frontier), dtype=np.int64, count=len(frontier)))
+    leaves = [Leaf(item=items[f.item], action=workflow.final_action(f.outputs), outputs=f.outputs) for f in frontier]
     rewards = np.asarray(reward_fn(leaves), dtype=np.float64)
     if rewards.shape != (len(leaves),):
         raise RuntimeError(f"reward function returned {rewards.shape} rewards for {len(leaves)} leaves")
     if not np.all(np.isfinite(rewards)):
         bad = int(np.flatnonzero(~np.isfinite(rewards))[0])
-        raise ValueError(f"reward function returned a non-finite reward for leaf {bad} (instance {ids[frontier[bad][0]]})")
-    for (_, e, _, _, _), r in zip(frontier, rewards):
-        entries[e].reward = float(r)
+        raise ValueError(f"reward function returned a non-finite reward for leaf {bad} (instance {ids[frontier[bad].item]})")
+    for f, r in zip(frontier, rewards):
+        entries[f.entry].reward = float(r)
     return Rollout(workflow=workflow, plan=plan, branching=branching, items=list(items), entries=entries,
                    depth_nodes=depth_nodes, rewards=rewards.reshape((len(items),) + branching))
+
+
+def _expand_feedback(workflow: Workflow, step: Step, items: Sequence[Mapping[str, Any]], ids: Sequence[str],
+                     frontier: Sequence[_Node], entries: list[TraceEntry], next_node: list[int]) -> list[_Node]:
+    """Run a feedback step on every frontier node and append its entries."""
+    fn = workflow.feedback[step.name]
+    new_frontier = []
+    for f in frontier:
+        latest = workflow.latest_outputs(f.outputs)
+        text = fn(items[f.item], {r: latest.get(r, "") for r in step.reads})
+        entries.append(TraceEntry(kind="feedback", instance=ids[f.item], node=next_node[f.item], parent=entries[f.entry].node,
+                                  step=step.index, role=step.name, continuation=f.cont, message=text))
+        next_node[f.item] += 1
+        new_frontier.append(f._replace(entry=len(entries) - 1, outputs=f.outputs + (text,)))
+    return new_frontier

@@ -17,6 +17,7 @@ from typing import Any
 from .config import ConfigError, RunConfig
 from .domain import Domain, load_domain
 from .plan import parse_plan
+from .rollout import unique_samples
 from .workflow import Workflow, WorkflowError, load_workflow
 
 
@@ -40,20 +41,31 @@ def credited_decisions(algorithm: str, plan: Any, workflow: Workflow) -> list[in
     return plan.credit_points(workflow.num_decisions)
 
 
-def expected_budget(cfg: RunConfig, workflow: Workflow, train_rows: int) -> dict[str, Any]:
+def expected_budget(cfg: RunConfig, workflow: Workflow, train: Any) -> dict[str, Any]:
+    """Env steps, messages and optimizer updates per agent the run will spend (curriculum-aware);
+    ``train`` is the training dataset or its row count."""
+    from .curriculum import parse_curriculum
+
     a = cfg.algo
     plan = parse_plan(a.plan)
     k = workflow.num_decisions
     branching = plan.branching(k)
     epochs = int(a.num_train_epochs)
     ipu = int(a.instances_per_update)
-    batches = [min(ipu, train_rows - s) for s in range(0, train_rows, ipu)] * epochs
-    per_depth = [math.prod(branching[: u + 1]) for u in range(k)]
+    phases = parse_curriculum(getattr(a, "curriculum", None), epochs)
+    if phases and isinstance(train, int):
+        raise ConfigError("expected_budget: a curriculum needs the training rows, not only their count")
+    epoch_rows = ([len(p.rows(train)) for p in phases for _ in range(p.epochs)] if phases
+                  else [train if isinstance(train, int) else len(train)] * epochs)
+    batches = [min(ipu, rows - s) for rows in epoch_rows for s in range(0, rows, ipu)]
+    shared = bool(getattr(a, "share_parallel_samples", False)) and plan.kind != "independent"
+    unique = unique_samples(workflow, branching, shared)  # messages sampled (and trained) per instance per decision
     credited = credited_decisions(cfg.algorithm, plan, workflow)
     warmup = int(getattr(a, "critic_warmup_updates", 0))
     updates = []
     for agent in range(workflow.num_agents):
-        per_instance = sum(per_depth[u] for u in credited if workflow.roles[workflow.decision_steps[u].name].agent == agent)
+        per_instance = sum(unique[u] for u in credited
+                           if workflow.roles[workflow.decision_steps[u].name].agent == agent)
         total = 0
         for b, size in enumerate(batches):
             if b < warmup or per_instance == 0:
@@ -61,10 +73,17 @@ def expected_budget(cfg: RunConfig, workflow: Workflow, train_rows: int) -> dict
             samples = per_instance * size
             total += int(a.ppo_epochs) * (math.ceil(samples / a.minibatch_size) if a.minibatch_size else 1)
         updates.append(total)
-    return {"plan": plan.describe(), "branching": list(branching), "epochs": epochs, "rollout_batches": len(batches),
-            "expected_env_steps": train_rows * epochs * plan.leaves(k), "expected_messages": train_rows * epochs * plan.messages(k),
-            "leaves_per_instance": plan.leaves(k), "messages_per_instance": plan.messages(k),
-            "expected_optimizer_updates_per_agent": updates}
+    instances = sum(epoch_rows)
+    messages = sum(unique)  # a shared sample counts once
+    out = {"plan": plan.describe(), "branching": list(branching), "epochs": epochs, "rollout_batches": len(batches),
+           "expected_env_steps": instances * plan.leaves(k), "expected_messages": instances * messages,
+           "leaves_per_instance": plan.leaves(k), "messages_per_instance": messages,
+           "expected_optimizer_updates_per_agent": updates}
+    if phases:
+        out["curriculum"] = [{"name": p.name, "epochs": p.epochs, "where": {f: list(v) for f, v in (p.where or {}).items()},
+                              "rows": len(p.rows(train)), "env_steps": p.epochs * len(p.rows(train)) * plan.leaves(k),
+                              "eval_every_env_steps": p.eval_every} for p in phases]
+    return out
 
 
 def prepare(cfg: RunConfig):
@@ -73,6 +92,9 @@ def prepare(cfg: RunConfig):
     workflow = build_workflow(cfg, domain)
     section = {"train": cfg.dataset.train, "eval": cfg.dataset.eval, "drop_overlap": cfg.dataset.drop_overlap,
                "base_dir": cfg.dataset.base_dir}
+    validate = domain.extras.get("validate_config")
+    if validate is not None:
+        validate(cfg, workflow)
     train, evals = domain.load_datasets(section, cfg.seed)
     if train is None or len(train) == 0:
         raise ConfigError("dataset.train is empty: give a source (a HF name, a JSONL path or 'synthetic')")
@@ -90,9 +112,12 @@ def dry_run_report(cfg: RunConfig) -> dict[str, Any]:
     report = {"status": "ok", "algorithm": cfg.algorithm, "domain": cfg.domain,
               "workflow": {"name": workflow.name, "decision_points": workflow.decision_points(),
                            "parallel_stages": workflow.parallel_stages(), "agents": workflow.num_agents},
-              "train_rows": len(train), "eval_rows": eval_rows, **expected_budget(cfg, workflow, len(train)),
+              "train_rows": len(train), "eval_rows": eval_rows, **expected_budget(cfg, workflow, train),
               "reward_range": reward_range, "probe_reward": probe.get("probe_reward"), "probe": probe,
               "model": cfg.agent_model.name, "policy": cfg.agents.policy}
+    extra = domain.extras.get("dry_run_extra")
+    if extra is not None:
+        report.update(extra(cfg, train, evals))
     return report
 
 
@@ -131,12 +156,16 @@ def build_trainer(cfg: RunConfig, domain: Domain, workflow: Workflow, train: Any
         wandb_config = {"project": cfg.wandb.project, "entity": cfg.wandb.entity, "name": cfg.wandb.name or run_dir.name,
                         "dir": str(wandb_dir), "tags": list(cfg.wandb.tags), "config_sections": cfg.resolved()}
     scale, shift = cfg.reward_processor.scale, cfg.reward_processor.shift
+    grammar = domain.extras.get("grammar")
+    if grammar is not None:
+        grammar = grammar(cfg.domain_cfg)  # the domain's forced-skeleton grammar for this config (None: free text)
     device = cfg.agent_model.device
     cfg.algo.agent_devices = None if device == "auto" else device
     logger = domain.make_eval_logger(workflow) if domain.make_eval_logger else domain.eval_logger
     trainer = trainer_cls(agents=models, tokenizer=tokenizer, train_dataset=train, eval_dataset=evals, reward_func=domain.reward,
                           reward_processor=(lambda r: scale * r + shift), eval_logger=logger, eval_aggregator=domain.eval_aggregator,
-                          wandb_config=wandb_config, args=cfg.algo, workflow=workflow, run_dir=run_dir, lora_adapters=lora)
+                          wandb_config=wandb_config, args=cfg.algo, workflow=workflow, run_dir=run_dir, lora_adapters=lora,
+                          grammar=grammar)
     trainer.verbose = cfg.output.verbose
     return trainer
 
@@ -159,7 +188,7 @@ def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool 
     if resume and before_path.exists():
         before = json.loads(before_path.read_text())
     else:
-        before = trainer.evaluate()
+        before = trainer.evaluate(cfg.algo.final_eval_num_samples)
         before_path.write_text(json.dumps(before))
     kwargs: dict[str, Any] = {}
     if cfg.output.checkpoint_interval > 0:
@@ -167,7 +196,7 @@ def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool 
     if resume:
         kwargs["resume_from_checkpoint"] = str(resume)
     trainer.train(**kwargs)
-    after = trainer.evaluate()
+    after = trainer.evaluate(cfg.algo.final_eval_num_samples)
     summary = {"run_dir": str(run_dir), "algorithm": cfg.algorithm, "workflow": workflow.name, "env_steps": trainer.env_step,
                "totals": dict(trainer.totals), "updates": trainer.update_step, "eval_before": before, "eval_after": after}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))

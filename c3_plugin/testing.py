@@ -30,7 +30,7 @@ def tiny_tokenizer(chat_template: bool = True):
     return tok
 
 
-def tiny_model(tokenizer, seed: int = 0, hidden: int = 32, layers: int = 2):
+def tiny_model(tokenizer, seed: int = 0, hidden: int = 32, layers: int = 2, max_positions: int = 1024):
     """A randomly initialised Llama causal LM sized for CPU unit tests."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -38,7 +38,7 @@ def tiny_model(tokenizer, seed: int = 0, hidden: int = 32, layers: int = 2):
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
                       num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=2,
-                      max_position_embeddings=1024, pad_token_id=tokenizer.pad_token_id,
+                      max_position_embeddings=max_positions, pad_token_id=tokenizer.pad_token_id,
                       eos_token_id=tokenizer.eos_token_id, bos_token_id=None, tie_word_embeddings=False)
     model = LlamaForCausalLM(cfg)
     model.generation_config.pad_token_id = tokenizer.pad_token_id

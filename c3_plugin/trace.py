@@ -6,7 +6,10 @@ entry before it on its path (``-1`` for an instance root), ``step`` is its sched
 position and ``decision`` its decision index ``u``. ``alternative`` is the entry's index
 among its siblings; ``continuation`` is its index among the continuations of the
 shallowest alternative above it (0 where nothing above it branched). Leaves carry the
-terminal reward. :func:`replay_check` re-assembles every context from its trace prefix.
+terminal reward. ``shared`` marks a copy: when a rollout shares one sample among paths
+whose contexts are identical (parallel roles), every path keeps its own entry and the
+copies name the node of the first entry holding the sample; budgets and training count
+the sample once. :func:`replay_check` re-assembles every context from its trace prefix.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ class TraceEntry:
     agent: int | None = None  # agent index (decision points only)
     alternative: int = 0  # index among siblings
     continuation: int = 0  # index among the continuations of the shallowest alternative above
+    shared: int | None = None  # node id of the first entry holding the same sample (a copy under a sharing rollout); None: an original
     context: str = ""  # exact context text h_u (root: the question)
     prefix: str = ""  # response prefix recorded with the context (not part of the message)
     message: str = ""  # the policy's message (feedback: the environment's output)

@@ -111,6 +111,21 @@ class Workflow:
             stages.setdefault(s.stage, []).append(s.name)
         return [stages[k] for k in sorted(stages)]
 
+    def context_decisions(self) -> tuple[tuple[int, ...], ...]:
+        """Per step: the decision indices its context depends on, through everything it reads.
+
+        Two paths whose messages agree at these decision points assemble the same context
+        for the step (feedback steps count as deterministic functions of what they read).
+        Parallel roles read nothing of each other, so neither depends on the other's decision.
+        """
+        out: list[frozenset[int]] = []  # per step: decisions its output depends on
+        ctx: list[tuple[int, ...]] = []
+        for s in self.steps:
+            deps = frozenset().union(*(out[j] for j in range(s.index) if self.steps[j].name in s.reads))
+            ctx.append(tuple(sorted(deps)))
+            out.append(deps | {s.decision} if s.decision is not None else deps)
+        return tuple(ctx)
+
     def assemble(self, step: Step, item: Mapping[str, Any], outputs: Sequence[str]) -> str:
         """The exact context text of ``step`` given the outputs of steps ``0..step.index-1``."""
         if len(outputs) < step.index:

@@ -132,3 +132,23 @@ def zero_signal_share(groups):
 
 def pooled_return_variance(groups):
     return mean([sample_var(r) for g in groups for r in g if len(r) >= 2])
+
+
+def average_copies(owners, advantages):
+    """Mean advantage per owner, owners in order of first appearance."""
+    sums, counts, order = {}, {}, []
+    for o, a in zip(owners, advantages):
+        if o not in sums:
+            order.append(o)
+            sums[o], counts[o] = 0.0, 0
+        sums[o] += a
+        counts[o] += 1
+    return order, [sums[o] / counts[o] for o in order]
+
+
+def shared_advantages(rewards):
+    """Parallel-role credit over the cross product R[j][k] (sibling alternative j, own sample k):
+    A_k = mean_j R[j][k] - mean over k' != k of mean_j R[j][k']."""
+    n0, n1 = len(rewards), len(rewards[0])
+    col = [mean([rewards[j][k] for j in range(n0)]) for k in range(n1)]
+    return [col[k] - mean([col[q] for q in range(n1) if q != k]) for k in range(n1)]

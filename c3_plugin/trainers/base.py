@@ -49,7 +49,7 @@ class WorkflowConfig(MAGRPOConfig):
     clip_eps: float = 0.2  # PPO clip range (lower side, and upper side unless clip_eps_high is set)
     clip_eps_high: float | None = None  # optional larger upper clip (None: clip_eps)
     max_grad_norm: float = 1.0  # gradient clipping per optimizer step (0 disables)
-    loss_aggregation: str = "token_mean"  # "token_mean", "sequence_mean" or "token_sum"
+    loss_aggregation: str = "token_mean"  # "token_mean" (mean over all trained tokens), "sequence_mean" (each message's mean over its trained tokens, i.e. its value tokens under a JSON skeleton, then mean over messages) or "token_sum"
     advantage_scaling: str = "none"  # "none", "batch_scale", "batch_zscore" or "group_zscore" (over siblings of one context), per agent and batch
     use_chat_template: bool = True  # wrap contexts in the tokenizer's chat template when it has one
     generation_batch_size: int | None = None  # cap on sequences per generate call (None: a whole depth at once)
@@ -64,6 +64,10 @@ class WorkflowConfig(MAGRPOConfig):
     advantage_normalization: bool = False  # use advantage_scaling instead; True is rejected
     eval_num_samples: int = 0  # eval items per evaluation (0: the whole eval set)
     eval_interval: int = 0  # evaluate every this many training items (0: only before and after training)
+    final_eval_num_samples: int | None = None  # items of the before/after evaluations (None: eval_num_samples; 0: all); W&B still gets the first eval_num_samples
+    curriculum: list[dict[str, Any]] | None = None  # phases [{epochs, where: {field: [values]}, eval_every: env steps}]; epochs sum to num_train_epochs
+    wandb_keys: list[str] | None = None  # glob patterns of the metric keys published to W&B (None: all); metrics.jsonl keeps everything
+    json_stop: bool = False  # stop free-text generation once the message is one complete JSON object
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -81,6 +85,9 @@ class WorkflowConfig(MAGRPOConfig):
         if not 0 < self.clip_eps < 1:
             raise ValueError(f"clip_eps must be in (0, 1), got {self.clip_eps}")
         parse_plan(self.plan)
+        from ..curriculum import parse_curriculum
+
+        parse_curriculum(self.curriculum, int(self.num_train_epochs))
 
 
 class WorkflowTrainer(MAGRPOTrainer):
@@ -94,7 +101,7 @@ class WorkflowTrainer(MAGRPOTrainer):
                  eval_dataset: Any = None, reward_func: Any = None, reward_processor: Any = None, formatters: Any = None,
                  external_transition: Any = None, wandb_config: Mapping[str, Any] | None = None, eval_logger: Any = None,
                  eval_aggregator: Any = None, args: WorkflowConfig | None = None, *, workflow: Workflow | str | Mapping | None = None,
-                 plan: Any = None, run_dir: str | Path | None = None, lora_adapters: bool = False):
+                 plan: Any = None, run_dir: str | Path | None = None, lora_adapters: bool = False, grammar: Any = None):
         args = args or self.default_config_cls()
         self.workflow = workflow if isinstance(workflow, Workflow) else load_workflow(workflow or "reasoner_actor")
         n = self.workflow.num_agents
@@ -112,8 +119,17 @@ class WorkflowTrainer(MAGRPOTrainer):
                          wandb_config=wandb_config, eval_logger=eval_logger, eval_aggregator=eval_aggregator, args=args)
         if lora_adapters:
             self.optimizers = [torch.optim.AdamW(self._agent_parameters(a), lr=args.agent_learning_rate) for a in range(n)]
+        if grammar is not None and getattr(args, "reference_kl_enabled", False):
+            raise ValueError("reference_kl_enabled must stay false with a forced JSON skeleton: schema tokens carry no policy "
+                             "loss, so a token-level reference KL would be computed on a different distribution")
+        self.grammar = grammar  # Prompt -> Skeleton | None: forced JSON skeletons (structured generation)
         self.backend = HFBackend(self.policy, self.tokenizers, use_chat_template=args.use_chat_template,
-                                 max_batch=args.generation_batch_size)
+                                 max_batch=args.generation_batch_size, grammar=grammar, json_stop=args.json_stop)
+        from ..curriculum import check_rows, parse_curriculum
+
+        self.phases = parse_curriculum(args.curriculum, int(args.num_train_epochs))
+        if self.phases and train_dataset is not None:
+            check_rows(self.phases, train_dataset)
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.rng = np.random.default_rng(args.seed)
         self._pending: list[dict] = []
@@ -162,9 +178,18 @@ class WorkflowTrainer(MAGRPOTrainer):
             raise ValueError(f"reward_func returned {len(raw)} rewards for {len(leaves)} leaves")
         return [float(self.reward_processor(x)) for x in raw]
 
+    @property
+    def share_identical_contexts(self) -> bool:
+        """Whether training rollouts sample a parallel role once per distinct context (see
+        :func:`c3_plugin.rollout.materialize`); off here, C3 turns it on."""
+        return False
+
     def collect(self, items: Sequence[Mapping[str, Any]], plan: Any = None, greedy: bool = False) -> Rollout:
+        """Materialise ``plan`` (default: the training plan, with context sharing when the algorithm
+        shares; an explicit plan, such as evaluation's greedy one, never shares)."""
         return materialize(self.workflow, plan if plan is not None else self.plan, items, self.backend,
-                           self.reward_leaves, self.sampling(greedy))
+                           self.reward_leaves, self.sampling(greedy),
+                           share_identical_contexts=plan is None and self.share_identical_contexts)
 
     def compute_advantages(self, rollout: Rollout) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per decision point: (entry indices, advantages) of the messages to train on."""
@@ -182,10 +207,15 @@ class WorkflowTrainer(MAGRPOTrainer):
         super()._drain_ready_buffers(ready_agents)
 
     def get_train_dataloader(self):
-        """A seeded shuffle per epoch, reproducible on resume (the epoch index seeds it)."""
-        order = np.random.default_rng([self.args.seed, self._epoch]).permutation(len(self.train_dataset))
+        """A seeded shuffle per epoch, reproducible on resume (the epoch index seeds it); with a
+        curriculum, the rows of the epoch's phase."""
+        from ..curriculum import phase_at
+
+        rows = phase_at(self.phases, self._epoch).rows(self.train_dataset) if self.phases else list(range(len(self.train_dataset)))
+        order = np.random.default_rng([self.args.seed, self._epoch]).permutation(len(rows))
+        self._phase = phase_at(self.phases, self._epoch) if self.phases else None
         self._epoch += 1
-        return torch.utils.data.DataLoader(torch.utils.data.Subset(self.train_dataset, order.tolist()), batch_size=1,
+        return torch.utils.data.DataLoader(torch.utils.data.Subset(self.train_dataset, [rows[i] for i in order]), batch_size=1,
                                            collate_fn=lambda examples: examples, shuffle=False)
 
     def _on_checkpoint_train_start(self, start_epoch: int, total_epochs: int) -> None:
@@ -197,6 +227,7 @@ class WorkflowTrainer(MAGRPOTrainer):
         t0 = time.perf_counter()
         rollout = self.collect(items)
         t1 = time.perf_counter()
+        before = self.env_step
         self.env_step += int(rollout.budget.leaves.sum())
         for k, v in rollout.budget.totals().items():
             self.totals[k] += v
@@ -213,9 +244,15 @@ class WorkflowTrainer(MAGRPOTrainer):
             metrics.update({"train/advantage_mean": float(adv_all.mean()), "train/advantage_std": float(adv_all.std()),
                             "train/advantage_abs_mean": float(np.abs(adv_all).mean())})
         metrics.update(self.rollout_metrics(rollout))
+        if self.update_step % max(1, int(self.args.logging_steps)) == 0 or self.update_step == 1:
+            metrics.update({"turn_1/reward_mean": float(rollout.rewards.mean()),
+                            "turn_1/expected_return": float(rollout.rewards.reshape(len(items), -1).mean(1).mean())})
         if self.args.save_traces and self.run_dir is not None:
             self._append_trace(rollout)
         self.log_metrics(metrics)
+        every = getattr(getattr(self, "_phase", None), "eval_every", 0)
+        if every and self.env_step // every > before // every:
+            self.evaluate()
 
     def rollout_metrics(self, rollout: Rollout) -> dict[str, float]:
         from ..diagnostics import rollout_diagnostics
@@ -231,10 +268,14 @@ class WorkflowTrainer(MAGRPOTrainer):
         tmp.unlink()
 
     def build_samples(self, rollout: Rollout, credited: list[tuple[np.ndarray, np.ndarray]]):
-        """Policy samples per agent, advantages scaled per agent as ``advantage_scaling`` says."""
+        """Policy samples per agent, advantages scaled per agent as ``advantage_scaling`` says.
+
+        A sample shared by several paths (``TraceEntry.shared``) is trained once, on its original
+        entry, with the mean of its copies' advantages; its sibling group is the original's."""
         per_agent: dict[int, list[tuple[Any, float, int]]] = {}
         sibling_groups: dict[tuple[str, int, int], int] = {}  # (instance, parent, step) -> group id
         for indices, adv in credited:
+            indices, adv = rollout.unique_credit(indices, adv)
             for i, a in zip(indices, adv):
                 e = rollout.entries[int(i)]
                 gid = sibling_groups.setdefault((e.instance, e.parent, e.step), len(sibling_groups))
@@ -275,16 +316,36 @@ class WorkflowTrainer(MAGRPOTrainer):
 
     # ----- evaluation and logging -----------------------------------------------------------------
     def evaluate(self, num_eval_samples: int | None = None) -> dict[str, float]:
-        """Greedy decoding of the workflow on the eval set; metrics from CoMLRL's eval logger/aggregator."""
+        """Greedy decoding of the workflow on the first ``num_eval_samples`` eval items (default
+        ``eval_num_samples``; 0: all), metrics from CoMLRL's eval logger/aggregator. When more items
+        than ``eval_num_samples`` are evaluated, ``eval/*`` is logged for the first ``eval_num_samples``
+        (the fixed anchor, comparable across the run) and ``eval_full/*`` for all of them (JSONL only);
+        the full-pool metrics are returned."""
         if self.eval_dataset is None:
             return {}
         limit = int(self.args.eval_num_samples if num_eval_samples is None else num_eval_samples)
-        items = [dict(self.eval_dataset[i]) for i in range(len(self.eval_dataset) if limit <= 0 else min(limit, len(self.eval_dataset)))]
+        anchor = int(self.args.eval_num_samples)
+        n_items = len(self.eval_dataset) if limit <= 0 else min(limit, len(self.eval_dataset))
+        full = self._evaluate_items(n_items)
+        if 0 < anchor < n_items:
+            logged = self._evaluate_items(anchor, outputs=full.pop("_outputs"))
+            logged.pop("_outputs")
+            self.log_metrics({**logged, **{k.replace("eval/", "eval_full/", 1): v for k, v in full.items() if k.startswith("eval/")},
+                              "env_step": float(self.env_step)})
+            full.update({k.replace("eval/", "eval_anchor/", 1): v for k, v in logged.items() if k.startswith("eval/")})
+        else:
+            full.pop("_outputs")
+            self.log_metrics({**full, "env_step": float(self.env_step)})
+        return {**full, "env_step": float(self.env_step)}
+
+    def _evaluate_items(self, limit: int, outputs: tuple[list, list] | None = None) -> dict[str, Any]:
+        """Metrics of the first ``limit`` eval items (reusing ``outputs`` = (rewards, path outputs) when given)."""
+        items = [dict(self.eval_dataset[i]) for i in range(limit)]
         items = [{**it, "id": str(it.get("id", f"eval{k}"))} for k, it in enumerate(items)]
         greedy = parse_plan({"tree": [1] * self.workflow.num_decisions})
         size = max(1, int(self.args.eval_batch_size))
-        rewards, outputs = [], []
-        for s in range(0, len(items), size):
+        rewards, outputs = ([], []) if outputs is None else (outputs[0][:limit], outputs[1][:limit])
+        for s in range(len(rewards), len(items), size):
             ro = self.collect(items[s:s + size], plan=greedy, greedy=True)
             rewards.extend(ro.rewards.reshape(-1).tolist())
             outputs.extend(self._path_outputs(ro))
@@ -295,8 +356,7 @@ class WorkflowTrainer(MAGRPOTrainer):
             detailed = self.eval_logger(agent_completions_turns=turns, batch_items=items,
                                         prompts=[str(it.get("prompt", it.get("question", ""))) for it in items])
             metrics.update({f"eval/{k}": float(v) for k, v in self.eval_aggregator(detailed, num_turns=1).items()})
-        metrics["env_step"] = float(self.env_step)
-        self.log_metrics(metrics)
+        metrics["_outputs"] = (rewards, outputs)
         return metrics
 
     @staticmethod
@@ -307,8 +367,8 @@ class WorkflowTrainer(MAGRPOTrainer):
     def _init_wandb(self) -> None:
         super()._init_wandb()
         if wandb.run is not None:
-            wandb.define_metric("env_step")
-            for prefix in ("eval/*", "train/*", "budget/*", "credit/*"):
+            wandb.define_metric("env_step", hidden=True, summary="none")  # the x-axis only: no plot, no summary value
+            for prefix in ("eval/*", "eval_full/*", "train/*", "budget/*", "credit/*", "turn_1/*"):
                 wandb.define_metric(prefix, step_metric="env_step")
 
     def log_metrics(self, metrics: Mapping[str, float]) -> None:
@@ -319,7 +379,16 @@ class WorkflowTrainer(MAGRPOTrainer):
             with (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps(clean) + "\n")
         if self.wandb_initialized and wandb.run is not None:
-            wandb.log({k: v for k, v in clean.items() if v is not None})
+            published = {k: v for k, v in clean.items() if v is not None and self._published(k)}
+            if any(k != "env_step" for k in published):
+                wandb.log(published)
+
+    def _published(self, key: str) -> bool:
+        """Whether ``key`` goes to W&B (``wandb_keys`` globs; ``env_step`` always rides along as the x-axis)."""
+        from fnmatch import fnmatchcase
+
+        patterns = self.args.wandb_keys
+        return patterns is None or key == "env_step" or any(fnmatchcase(key, p) for p in patterns)
 
     def save_model(self, output_dir: str) -> None:
         """Per-agent models as CoMLRL saves them; shared LoRA adapters once, under ``adapters/``."""

@@ -4,6 +4,13 @@
 at every decision point whose plan samples two or more alternatives from a context, each
 alternative is credited with its mean return minus the continuation-weighted mean return
 of the other alternatives (:func:`c3_plugin.credit.tree_advantages`).
+
+Parallel roles (``share_parallel_samples``): a role that reads nothing of its sibling is
+sampled once per context and its ``n1`` samples continue every one of the sibling's ``n0``
+alternatives, so the leaves are the cross product. The sibling's credit is the tree
+leave-one-out over common continuations; each shared sample is trained once with the mean of
+its per-copy advantages, ``mean_j R[j,k] - mean_{k'!=k} mean_j R[j,k']``
+(:meth:`c3_plugin.rollout.Rollout.unique_credit`, applied in ``build_samples``).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ class C3Config(WorkflowConfig):
     plan: str = "tree [2, 4]"  # C3 needs groups: a tree (or diagnostic) plan; the paper's default is [2, 4]
     advantage_scaling: str = "none"  # keep the leave-one-out values (z-scoring a 2-alternative group gives +-1)
     credit_diagnostics: bool = True  # log credit/* diagnostics (variance, reliability, influence, noise law) per batch
+    share_parallel_samples: bool = True  # sample a parallel role once per distinct context, reuse it under each sibling alternative, train it once
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -38,6 +46,10 @@ class C3Trainer(WorkflowTrainer):
 
     default_config_cls = C3Config
     algorithm_name = "C3"
+
+    @property
+    def share_identical_contexts(self) -> bool:
+        return bool(self.args.share_parallel_samples)
 
     def compute_advantages(self, rollout: Rollout) -> list[tuple[np.ndarray, np.ndarray]]:
         out = []

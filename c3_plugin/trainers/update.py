@@ -1,4 +1,9 @@
-"""One agent's PPO update over a rollout batch: epochs, minibatches, micro-batches, clipping."""
+"""One agent's PPO update over a rollout batch: epochs, minibatches, micro-batches, clipping.
+
+A sample's ``loss_mask`` (0 on tokens a grammar forced) multiplies the completion mask:
+forced tokens get no loss and do not count in token means, micro-batch weights or stats;
+samples with no trained token are dropped.
+"""
 
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples
                params: Sequence[torch.nn.Parameter] | None = None) -> dict[str, float]:
     """``args.ppo_epochs`` passes over ``samples``; one optimizer step per minibatch, gradients
     accumulated over micro-batches with token-count weights so the step equals one big batch."""
-    samples = [s for s in samples if s.completion_ids]
+    samples = [s for s in samples if s.completion_ids and _trained_tokens(s) > 0]
     if not samples:
         return {}
     device = next(model.parameters()).device
@@ -41,7 +46,7 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples
         order = rng.permutation(len(samples))
         for start in range(0, len(order), mb):
             batch = [samples[i] for i in order[start:start + mb]]
-            n_tokens = sum(len(s.completion_ids) for s in batch)
+            n_tokens = sum(_trained_tokens(s) for s in batch)
             optimizer.zero_grad(set_to_none=True)
             step_stats = {k: 0.0 for k in ("loss", "clip_fraction", "approx_kl", "ref_kl")}
             for m in range(0, len(batch), micro):
@@ -49,6 +54,7 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples
                 prompts = [s.prompt_ids for s in chunk]
                 comps = [s.completion_ids for s in chunk]
                 new_logp, mask = sequence_logprobs(model, prompts, comps, pad_id, temperature)
+                mask = mask * _loss_masks(chunk, mask)
                 old = torch.zeros_like(new_logp)
                 for r, s in enumerate(chunk):
                     old[r, : len(s.old_logprobs)] = torch.as_tensor(s.old_logprobs, dtype=old.dtype)
@@ -59,7 +65,7 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples
                         ref_logp, _ = sequence_logprobs(ref_model, prompts, comps, pad_id, temperature)
                 loss, stats = ppo_loss(new_logp, old, adv, mask, clip=args.clip_eps, aggregation=args.loss_aggregation,
                                        ref_logp=ref_logp, kl_coef=kl_coef, clip_high=args.clip_eps_high)
-                weight = _chunk_weight(args.loss_aggregation, stats.tokens, n_tokens, len(chunk), len(batch))
+                weight = _chunk_weight(args.loss_aggregation, stats.tokens, n_tokens, stats.sequences, len(batch))
                 (loss * weight).backward()
                 for k in step_stats:
                     step_stats[k] += getattr(stats, k) * stats.tokens / max(n_tokens, 1)
@@ -76,6 +82,25 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples
     out = {k: v / steps for k, v in totals.items()}
     out["optimizer_steps"] = float(steps)
     out["samples"] = float(len(samples))
+    return out
+
+
+def _trained_tokens(sample: PolicySample) -> int:
+    """Tokens of the sample that carry loss (all of them without a loss mask)."""
+    if sample.loss_mask is None:
+        return len(sample.completion_ids)
+    if len(sample.loss_mask) != len(sample.completion_ids):
+        raise ValueError(f"loss_mask has {len(sample.loss_mask)} entries for {len(sample.completion_ids)} completion tokens; "
+                         "record one 0/1 per generated token")
+    return int(sum(sample.loss_mask))
+
+
+def _loss_masks(chunk: Sequence[PolicySample], like: torch.Tensor) -> torch.Tensor:
+    """``[B, T]`` per-token loss masks of a micro-batch (1 where a sample has none)."""
+    out = torch.ones_like(like)
+    for r, s in enumerate(chunk):
+        if s.loss_mask is not None:
+            out[r, : len(s.loss_mask)] = torch.as_tensor(s.loss_mask, dtype=out.dtype)
     return out
 
 

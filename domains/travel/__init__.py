@@ -1,0 +1,167 @@
+"""The travel domain: TravelPlanner with two simultaneous planners (Logistics and Experience),
+a deterministic merger, the dense reference/constraint reward and a reward-independent joint
+evaluator. See ``domains/travel/README.md``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Mapping, Sequence
+
+from c3_plugin.domain import Domain
+from c3_plugin.workflow import Workflow
+
+from .actions import ROLE_NAMES, merger, owned_slots, parse_action, plan_to_actions, render_action
+from .catalog import CatalogError, parse_reference, route_scaffold
+from .data import FILTERS, HF_NAME, HF_REVISION, PANELS, load_rows, normalise, read_source, split_rows
+from .evaluate import evaluate_joint, task_of
+from .prompts import prefill, prompt_fields, skeleton_days, travel_workflow, workflows
+from .reward import NAME as REWARD_BACKEND, RANGE as REWARD_RANGE, reward, terms
+
+METRICS = ("reward", "action_validity", "team_action_success", "required_cooperative_contribution",
+           "required_grounded_recall", "entity_grounding_precision", "grounding_f1", "required_cost_completeness",
+           "reference_budget_soft", "reference_budget_pass", "route_scaffold_match", "reference_plan_delivery",
+           "required_plan_completion", "reference_commonsense_micro", "reference_hard_micro", "reference_plan_success",
+           "collaboration_success")
+
+
+@dataclass
+class TravelConfig:
+    """The config's ``travel:`` section."""
+
+    max_value_tokens: int = 64  # token cap of one JSON value under the forced skeleton
+    structured_generation: bool = True  # force the role-owned JSON skeleton; the policy writes only value text
+
+
+def load_datasets(section: Mapping[str, Any], seed: int):
+    """``(train, eval)`` datasets: the curriculum split of ``dataset.train`` (eval rows in panel order, P1 first)."""
+    import datasets
+
+    spec = dict(section.get("train") or {})
+    if section.get("eval"):
+        raise ValueError("travel: dataset.eval must stay empty: the eval rows are the held-out panels of dataset.train")
+    train, evals, _ = load_rows(spec, section.get("base_dir"))
+    for rows in (train, evals):
+        for r in rows:
+            r.update(prompt_fields(r))
+            r["datasource"] = "travel"
+    return datasets.Dataset.from_list(train), datasets.Dataset.from_list(evals)
+
+
+def eval_logger(agent_completions_turns: Sequence[Sequence[Sequence[str]]], batch_items: Sequence[Mapping[str, Any]],
+                prompts: Sequence[str] | None = None) -> list[dict[str, float]]:
+    """Per sample: the reward and the reward-independent end metrics."""
+    rows = []
+    for k, item in enumerate(batch_items):
+        texts = [str(agent_completions_turns[a][k][-1]) if agent_completions_turns[a][k] else "" for a in range(2)]
+        task = task_of(item)
+        t = terms(task, texts)
+        joint = evaluate_joint(task, texts)
+        rows.append({"reward": t["reward"], **{m: float(joint.metrics[m]) for m in METRICS if m != "reward"}})
+    return rows
+
+
+def eval_aggregator(rows: Sequence[Mapping[str, float]], num_turns: int = 1) -> dict[str, float]:
+    """Means of the published metrics (names as in docs/metrics.md, under ``eval/``)."""
+    if not rows:
+        return {}
+    return {m: sum(float(r[m]) for r in rows) / len(rows) for m in METRICS}
+
+
+def grammar(prompt: Any, max_value_tokens: int = 64):
+    """The forced JSON skeleton of a travel role's prompt (None for other prompts): the role's owned
+    slots for the trip length its checklist states."""
+    from c3_plugin.structured import Skeleton
+
+    if prompt.role not in ROLE_NAMES or prompt.prefix != prefill(ROLE_NAMES.index(prompt.role)):
+        return None
+    days = skeleton_days(prompt.text)
+    if days is None:
+        raise ValueError(f"travel grammar: the {prompt.role} prompt states no 'Trip length: N days' line")
+    return Skeleton(owned_slots(ROLE_NAMES.index(prompt.role), days), max_value_tokens=max_value_tokens)
+
+
+def make_grammar(cfg: TravelConfig):
+    """The grammar the trainer's generation backend uses (None when structured generation is off)."""
+    if not cfg.structured_generation:
+        return None
+    return partial(grammar, max_value_tokens=int(cfg.max_value_tokens))
+
+
+def validate_config(cfg: Any, workflow: Workflow) -> None:
+    """Structured generation needs the prefilled workflow and excludes a reference KL."""
+    if not cfg.domain_cfg.structured_generation:
+        return
+    if getattr(cfg.algo, "reference_kl_enabled", False):
+        raise ValueError(f"{cfg.algorithm}.reference_kl_enabled must stay false with travel.structured_generation: schema "
+                         "tokens are excluded from the policy loss; set travel.structured_generation=false to use a reference KL")
+    for agent, name in enumerate(ROLE_NAMES):
+        if name not in workflow.roles or workflow.roles[name].prefix != prefill(agent):
+            raise ValueError(f"travel.structured_generation needs workflow 'travel_planners' (role {name} prefilled with the "
+                             f"first assignment); workflow '{workflow.name}' is not. Set travel.structured_generation=false")
+
+
+def all_dash(days: int) -> tuple[str, str]:
+    """A strictly valid joint action that assigns "-" to every slot."""
+    return render_action({}, 0, days), render_action({}, 1, days)
+
+
+def probe(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Model-free checks: the all-dash joint action scores 0.08; a malformed pair stays below 0.05."""
+    item = rows[0]
+    task = task_of(item)
+    dash = reward([all_dash(task.days)[0]], [all_dash(task.days)[1]], batch_items=[item])[0]
+    broken = reward(['{"assignments": [{"day": 1'], ["not json"], batch_items=[item])[0]
+    return {"probe_reward": dash, "all_dash_probe_reward": round(dash, 6), "malformed_probe_reward": broken,
+            "probe_ok": abs(dash - 0.08) < 1e-9 and broken <= 0.05}
+
+
+def dry_run_probe() -> dict[str, Any]:
+    """The probe on the bundled fixture row (the dry run re-runs it on the configured data)."""
+    from pathlib import Path
+    import json
+
+    fixture = Path(__file__).with_name("probe_row.json")
+    return probe([normalise(json.loads(fixture.read_text()), 0, "probe")])
+
+
+def catalog_report(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Reference-catalog parse success over ``rows`` (every source row, not only the split)."""
+    failed = []
+    for r in rows:
+        try:
+            task_of(r)
+        except (CatalogError, ValueError, KeyError, SyntaxError) as exc:
+            failed.append({"id": r.get("id"), "error": str(exc)[:200]})
+    return {"rows": len(rows), "parsed": len(rows) - len(failed), "failed": failed[:10]}
+
+
+def dry_run_extra(cfg: Any, train: Any, evals: Any) -> dict[str, Any]:
+    """The travel part of ``--dry-run``: split, panels, catalog parse success and the probe on the real rows."""
+    spec = dict(cfg.dataset.train)
+    raw = read_source(spec, cfg.dataset.base_dir)
+    split = str(spec.get("split", "validation"))
+    rows = [normalise(r, i, split) for i, r in enumerate(raw)]
+    train_idx, panels = split_rows(rows, spec.get("filters", FILTERS), spec.get("eval_panels", PANELS),
+                                   int(spec.get("split_seed", 42)), float(spec.get("eval_fraction", 0.25)))
+    local = str(spec.get("source", HF_NAME)).endswith((".json", ".jsonl"))
+    return {"split": {"source": spec.get("source", HF_NAME), "revision": None if local else spec.get("revision", HF_REVISION),
+                      "split": split, "source_rows": len(rows),
+                      "train_rows": len(train_idx), "eval_rows": sum(len(p) for p in panels), "train_source_indices": train_idx,
+                      "eval_panels": {f"P{k + 1}": p for k, p in enumerate(panels)}, "anchor": "P1"},
+            "reward_backend": REWARD_BACKEND, "catalog_parse": catalog_report(rows), **probe(list(train))}
+
+
+def make_eval_logger(workflow: Workflow):
+    return eval_logger
+
+
+DOMAIN = Domain(name="travel", load_datasets=load_datasets, workflows=workflows, reward=reward, eval_logger=eval_logger,
+                eval_aggregator=eval_aggregator, dry_run_probe=dry_run_probe, config_cls=TravelConfig, merger=merger,
+                make_eval_logger=make_eval_logger, extras={"grammar": make_grammar, "validate_config": validate_config, "dry_run_extra": dry_run_extra,
+                        "metrics": METRICS})
+
+__all__ = ["DOMAIN", "METRICS", "REWARD_BACKEND", "REWARD_RANGE", "TravelConfig", "all_dash", "catalog_report", "eval_aggregator",
+           "eval_logger", "evaluate_joint", "grammar", "load_datasets", "load_rows", "merger", "normalise", "parse_action",
+           "parse_reference", "plan_to_actions", "probe", "reward", "route_scaffold", "split_rows", "task_of", "terms",
+           "travel_workflow", "workflows"]
