@@ -33,7 +33,7 @@ def read_source(spec: Mapping[str, Any], base_dir: str | None = None) -> list[di
     if unknown:
         raise ValueError(f"dataset.train: unknown key(s) {sorted(unknown)}; valid: {sorted(SOURCE_KEYS)}")
     source = str(spec.get("source") or HF_NAME)
-    path = Path(source) if Path(source).is_absolute() or base_dir is None else Path(base_dir) / source
+    path = Path(source) if Path(source).is_absolute() or base_dir is None or Path(source).exists() else Path(base_dir) / source
     if source.endswith((".jsonl", ".json")) or path.exists():
         if not path.exists():
             raise FileNotFoundError(f"dataset.train.source: {path} does not exist")
