@@ -107,7 +107,9 @@ class RunConfig:
     def resolved(self) -> dict[str, Any]:
         out: dict[str, Any] = {"algorithm": self.algorithm, "domain": self.domain, "seed": self.seed}
         out.update({k: asdict(v) for k, v in self.sections.items()})
-        out[self.algorithm] = asdict(self.algo)
+        from .registry import section
+
+        out[section(self.algorithm)] = asdict(self.algo)
         out[self.domain] = asdict(self.domain_cfg) if is_dataclass(self.domain_cfg) else dict(self.domain_cfg)
         return out
 
@@ -192,7 +194,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
                 default_algorithm: str | None = None) -> RunConfig:
     """Read, merge, override and validate a run config."""
     from .domain import load_domain
-    from .registry import algorithms, resolve
+    from .registry import algorithms, resolve, section
 
     raw = read_yaml(path) if path is not None else dict(data or {})
     raw = apply_overrides(raw, overrides)
@@ -208,7 +210,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         domain = load_domain(domain_name)
     except KeyError as exc:
         raise ConfigError(str(exc.args[0])) from exc
-    valid_top = set(SCALARS) | set(SECTIONS) | set(names) | {domain_name}
+    valid_top = set(SCALARS) | set(SECTIONS) | {section(n) for n in names} | {domain_name}
     for key in raw:
         if key not in valid_top:
             raise ConfigError(f"unknown key '{key}'{_nearest(key, sorted(valid_top))}")
@@ -216,13 +218,15 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     seed = raw.get("seed", SCALARS["seed"])
     if not isinstance(seed, int):
         raise ConfigError(f"seed must be an integer, got {seed!r}")
+    own = section(algorithm)
     for other in names:  # every algorithm section present must be valid for its own class
-        if other in raw and other != algorithm:
+        if other in raw and section(other) == other and other != own:
             bind(resolve(other)[0], raw[other], other)
     algo_cls, _ = resolve(algorithm)
-    algo_values = dict(raw.get(algorithm) or {})
-    algo_values.setdefault("seed", seed)
-    algo = bind(algo_cls, algo_values, algorithm)
+    algo_values = dict(raw.get(own) or {})
+    if "seed" in {f.name for f in fields(algo_cls)}:
+        algo_values.setdefault("seed", seed)
+    algo = bind(algo_cls, algo_values, own)
     domain_cfg = bind(domain.config_cls, raw.get(domain_name), domain_name) if domain.config_cls else dict(raw.get(domain_name) or {})
     if sections["agents"].policy not in ("per_agent", "lora"):
         raise ConfigError(f"agents.policy must be 'per_agent' or 'lora', got {sections['agents'].policy!r}")

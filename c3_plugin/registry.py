@@ -1,6 +1,10 @@
 """Algorithm names -> (config class, trainer class). Other packages add algorithms through the
 ``comlrl.trainers`` entry-point group (``name = "module:TrainerClass"``; the trainer's
-``default_config_cls`` is its config)."""
+``default_config_cls`` is its config).
+
+The preference algorithms (MADPO, MARLHF and their iterative forms) read the shared config
+section ``mapl:``; every other algorithm reads the section named after it. ``centralized_*``
+algorithms train one joint actor and need CoMLRL's centralized APIs."""
 
 from __future__ import annotations
 
@@ -11,7 +15,17 @@ _BUILTIN = {
     "c3": "c3_plugin.trainers.c3:C3Trainer",
     "magrpo": "c3_plugin.trainers.magrpo:WorkflowMAGRPOTrainer",
     "mappo": "c3_plugin.trainers.mappo:MAPPOTrainer",
+    "madpo": "c3_plugin.trainers.preference:WorkflowMADPOTrainer",
+    "marlhf": "c3_plugin.trainers.preference:WorkflowMARLHFTrainer",
+    "madpo_iter": "c3_plugin.trainers.preference:WorkflowMADPOIterTrainer",
+    "marlhf_iter": "c3_plugin.trainers.preference:WorkflowMARLHFIterTrainer",
+    "centralized_magrpo": "c3_plugin.trainers.centralized:JointMAGRPOTrainer",
+    "centralized_madpo": "c3_plugin.trainers.centralized:JointMADPOTrainer",
+    "centralized_madpo_iter": "c3_plugin.trainers.centralized:JointMADPOIterTrainer",
+    "centralized_marlhf": "c3_plugin.trainers.centralized:JointMARLHFTrainer",
+    "centralized_marlhf_iter": "c3_plugin.trainers.centralized:JointMARLHFIterTrainer",
 }
+PREFERENCE = ("madpo", "marlhf", "madpo_iter", "marlhf_iter")
 
 
 def _load(ref: str):
@@ -23,6 +37,16 @@ def algorithms() -> list[str]:
     names = set(_BUILTIN)
     names.update(ep.name for ep in entry_points(group="comlrl.trainers"))
     return sorted(names)
+
+
+def section(name: str) -> str:
+    """The config section an algorithm reads: ``mapl`` for the preference family, else its own name."""
+    base = name.removeprefix("centralized_")
+    return "mapl" if base in PREFERENCE else base
+
+
+def is_centralized(name: str) -> bool:
+    return name.startswith("centralized_")
 
 
 def resolve(name: str):

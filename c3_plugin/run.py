@@ -41,12 +41,48 @@ def credited_decisions(algorithm: str, plan: Any, workflow: Workflow) -> list[in
     return plan.credit_points(workflow.num_decisions)
 
 
+def preference_budget(cfg: RunConfig, rows: int) -> dict[str, Any]:
+    """What a preference run (MADPO, MARLHF and their iterative forms) collects and trains on.
+
+    Collection: every prompt of every refresh samples ``preference_num_candidates`` joint
+    candidates (plus as many comparator candidates in the iterative forms). MADPO then trains on
+    at most ``pairs_per_sample`` pairs per prompt per epoch, each pair counting
+    ``environment_steps_per_pair`` env steps (replayed pairs included: an upper bound, ties give
+    fewer); MARLHF runs ``num_generations`` online joint rollouts per prompt per epoch."""
+    a = cfg.algo
+    iterative = hasattr(a, "num_iterations")
+    refreshes = int(a.num_iterations) if iterative else 1
+    target = int(a.preference_num_candidates)
+    comparator = int(getattr(a, "comparator_num_candidates", None) or target) if iterative else 0
+    epochs = int(a.num_train_epochs)
+    out: dict[str, Any] = {"refreshes": refreshes, "candidates_per_prompt": {"target": target, "comparator": comparator},
+                           "preference_joint_rollouts": refreshes * rows * (target + comparator),
+                           "epochs_per_refresh": epochs}
+    if hasattr(a, "reward_model_name"):  # MARLHF: a learned reward, then online MAGRPO
+        out["online_joint_rollouts"] = refreshes * epochs * rows * int(a.num_generations)
+        out["expected_env_steps"] = out["online_joint_rollouts"]
+        out["reward_model"] = {"name": a.reward_model_name or cfg.agent_model.name, "refits": refreshes,
+                               "device": a.reward_model_device}
+    else:
+        pairs = int(a.preference_pairs_per_sample or 0)
+        out["pair_counted_env_steps_upper_bound"] = refreshes * epochs * rows * pairs * int(a.environment_steps_per_pair)
+        out["expected_env_steps"] = out["pair_counted_env_steps_upper_bound"]
+    if iterative:
+        out["comparator"] = {"policy": a.comparator_policy, "generation_mode": a.comparator_generation_mode,
+                             "devices": a.comparator_devices, "history_k": a.comparator_history_k,
+                             "model": a.comparator_model_name}
+        out["replay"] = {"mode": a.preference_replay_mode, "lambda": a.preference_replay_lambda}
+    return out
+
+
 def expected_budget(cfg: RunConfig, workflow: Workflow, train: Any) -> dict[str, Any]:
     """Env steps, messages and optimizer updates per agent the run will spend (curriculum-aware);
     ``train`` is the training dataset or its row count."""
     from .curriculum import parse_curriculum
 
     a = cfg.algo
+    if hasattr(a, "preference_num_candidates"):
+        return preference_budget(cfg, train if isinstance(train, int) else len(train))
     plan = parse_plan(a.plan)
     k = workflow.num_decisions
     branching = plan.branching(k)
@@ -98,7 +134,8 @@ def prepare(cfg: RunConfig):
     train, evals = domain.load_datasets(section, cfg.seed)
     if train is None or len(train) == 0:
         raise ConfigError("dataset.train is empty: give a source (a HF name, a JSONL path or 'synthetic')")
-    parse_plan(cfg.algo.plan).branching(workflow.num_decisions)
+    if hasattr(cfg.algo, "plan"):
+        parse_plan(cfg.algo.plan).branching(workflow.num_decisions)
     return domain, workflow, train, evals
 
 
@@ -115,6 +152,12 @@ def dry_run_report(cfg: RunConfig) -> dict[str, Any]:
               "train_rows": len(train), "eval_rows": eval_rows, **expected_budget(cfg, workflow, train),
               "reward_range": reward_range, "probe_reward": probe.get("probe_reward"), "probe": probe,
               "model": cfg.agent_model.name, "policy": cfg.agents.policy}
+    from .registry import is_centralized
+
+    report["devices"] = {"agents": cfg.agent_model.device}
+    if is_centralized(cfg.algorithm):
+        report["c3"] = ("not defined for the centralized joint actor: one model writes the whole joint action at one "
+                        "decision point, so no other role's message can be continued counterfactually")
     extra = domain.extras.get("dry_run_extra")
     if extra is not None:
         report.update(extra(cfg, train, evals))
@@ -156,6 +199,8 @@ def build_trainer(cfg: RunConfig, domain: Domain, workflow: Workflow, train: Any
         wandb_config = {"project": cfg.wandb.project, "entity": cfg.wandb.entity, "name": cfg.wandb.name or run_dir.name,
                         "dir": str(wandb_dir), "tags": list(cfg.wandb.tags), "config_sections": cfg.resolved()}
     scale, shift = cfg.reward_processor.scale, cfg.reward_processor.shift
+    if getattr(cfg.algo, "wandb_keys", None) is None and "wandb_keys" in domain.extras:
+        cfg.algo.wandb_keys = domain.extras["wandb_keys"](cfg.domain_cfg)  # the domain's published surface
     grammar = domain.extras.get("grammar")
     if grammar is not None:
         grammar = grammar(cfg.domain_cfg)  # the domain's forced-skeleton grammar for this config (None: free text)

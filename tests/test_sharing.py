@@ -308,16 +308,16 @@ def test_c3_trains_each_unique_parallel_sample_once(share, per_agent):
 
 def test_evaluation_and_magrpo_never_share(monkeypatch):
     from c3_plugin.trainers import C3Trainer, WorkflowMAGRPOTrainer
-    from c3_plugin.trainers import base
+    from c3_plugin.trainers import bridge
 
     calls = []
-    real = base.materialize
+    real = bridge.materialize
 
     def spy(*args, **kwargs):
         calls.append(kwargs["share_identical_contexts"])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(base, "materialize", spy)
+    monkeypatch.setattr(bridge, "materialize", spy)
     tr = make_parallel_trainer(C3Trainer, plan="tree [2, 2]")
     tr.eval_dataset = tr.train_dataset
     tr.evaluate(num_eval_samples=2)

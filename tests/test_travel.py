@@ -321,3 +321,19 @@ def test_dry_run_without_the_hub_names_the_offline_fix():
     assert out.returncode == 2
     err = json.loads(out.stdout[out.stdout.index("{"):])
     assert err["status"] == "error" and "dataset.train.source" in err["error"] and "osunlp/TravelPlanner" in err["error"]
+
+
+@pytest.mark.parametrize("algo, collected, key, steps, refreshes", [
+    ("madpo", 1200, "pair_counted_env_steps_upper_bound", 5040, 1),
+    ("marlhf", 1200, "online_joint_rollouts", 5040, 1),
+    ("madpo_iter", 14400, "pair_counted_env_steps_upper_bound", 4320, 6),
+    ("marlhf_iter", 14400, "online_joint_rollouts", 4320, 6)])
+def test_preference_budgets_match_the_specification(algo, collected, key, steps, refreshes):
+    from c3_plugin.config import load_config
+    from c3_plugin.run import preference_budget
+
+    cfg = load_config(ROOT / "configs" / "travel" / f"{algo}.yaml")
+    b = preference_budget(cfg, 60)
+    assert b["preference_joint_rollouts"] == collected and b[key] == steps and b["refreshes"] == refreshes
+    if algo.endswith("_iter"):
+        assert b["comparator"]["policy"] == "current_copy" and b["replay"] == {"mode": "lambda_decay", "lambda": 0.8}

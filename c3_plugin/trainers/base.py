@@ -10,13 +10,12 @@ the hooks that must change for a workflow of roles that read each other:
 * ``_drain_ready_buffers``: flush the queue at each epoch's end, so checkpoints (written
   by CoMLRL at epoch boundaries) never hold a half-used rollout;
 * ``evaluate``: greedy decoding of the workflow on the eval set, CoMLRL's eval logger
-  and aggregator, ``eval/*`` logged against ``env_step``.
+  and aggregator, ``eval/*`` logged against ``env_step`` (from :class:`~.bridge.WorkflowBridge`,
+  which also supplies generation, ``policy``/``sampling``/``collect`` and ``log_metrics``).
 """
 
 from __future__ import annotations
 
-import json
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,11 +27,12 @@ import wandb
 from comlrl.trainers.reinforce.magrpo import MAGRPOConfig, MAGRPOTrainer
 
 from ..credit import NORMALIZATIONS, normalize_advantages
-from ..generation import HFBackend, encode_prompt
+from ..generation import encode_prompt
 from ..plan import parse_plan
-from ..rollout import Leaf, Prompt, Rollout, Sampling, materialize
-from ..trace import path_to, write_jsonl
-from ..workflow import Workflow, load_workflow
+from ..rollout import Prompt, Rollout
+from ..trace import write_jsonl
+from ..workflow import Workflow
+from .bridge import WorkflowBridge
 from .update import PolicySample, ppo_update
 
 
@@ -90,7 +90,7 @@ class WorkflowConfig(MAGRPOConfig):
         parse_curriculum(self.curriculum, int(self.num_train_epochs))
 
 
-class WorkflowTrainer(MAGRPOTrainer):
+class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
     """Shared machinery; algorithms override :meth:`compute_advantages` (and MAPPO its update)."""
 
     default_config_cls = WorkflowConfig
@@ -103,13 +103,7 @@ class WorkflowTrainer(MAGRPOTrainer):
                  eval_aggregator: Any = None, args: WorkflowConfig | None = None, *, workflow: Workflow | str | Mapping | None = None,
                  plan: Any = None, run_dir: str | Path | None = None, lora_adapters: bool = False, grammar: Any = None):
         args = args or self.default_config_cls()
-        self.workflow = workflow if isinstance(workflow, Workflow) else load_workflow(workflow or "reasoner_actor")
-        n = self.workflow.num_agents
-        if num_agents is not None and num_agents != n:
-            raise ValueError(f"num_agents={num_agents} but workflow '{self.workflow.name}' has {n} agents")
-        if agents is not None and len(agents) != n:
-            raise ValueError(f"{len(agents)} agent models given but workflow '{self.workflow.name}' has {n} agents")
-        args.num_agents = n
+        n = self._bridge_workflow(workflow, args, num_agents, agents)
         self.plan = parse_plan(plan if plan is not None else args.plan)
         self.branching = self.plan.branching(self.workflow.num_decisions)
         self.lora_adapters = lora_adapters  # agents share one PeftModel with adapters "agent0", "agent1", ...
@@ -119,33 +113,17 @@ class WorkflowTrainer(MAGRPOTrainer):
                          wandb_config=wandb_config, eval_logger=eval_logger, eval_aggregator=eval_aggregator, args=args)
         if lora_adapters:
             self.optimizers = [torch.optim.AdamW(self._agent_parameters(a), lr=args.agent_learning_rate) for a in range(n)]
-        if grammar is not None and getattr(args, "reference_kl_enabled", False):
-            raise ValueError("reference_kl_enabled must stay false with a forced JSON skeleton: schema tokens carry no policy "
-                             "loss, so a token-level reference KL would be computed on a different distribution")
-        self.grammar = grammar  # Prompt -> Skeleton | None: forced JSON skeletons (structured generation)
-        self.backend = HFBackend(self.policy, self.tokenizers, use_chat_template=args.use_chat_template,
-                                 max_batch=args.generation_batch_size, grammar=grammar, json_stop=args.json_stop)
+        self._bridge_setup(args, grammar=grammar, run_dir=run_dir)
         from ..curriculum import check_rows, parse_curriculum
 
         self.phases = parse_curriculum(args.curriculum, int(args.num_train_epochs))
         if self.phases and train_dataset is not None:
             check_rows(self.phases, train_dataset)
-        self.run_dir = Path(run_dir) if run_dir is not None else None
         self.rng = np.random.default_rng(args.seed)
         self._pending: list[dict] = []
         self._epoch = 0
-        self.update_step = 0
-        self.totals = {"env_steps": 0, "messages": 0, "tokens_generated": 0}
-        self.history: list[dict[str, float]] = []
 
     # ----- policies -------------------------------------------------------------------------
-    def policy(self, agent: int) -> torch.nn.Module:
-        """The module that plays ``agent`` (with its LoRA adapter active when adapters are shared)."""
-        model = self.agents[agent]
-        if self.lora_adapters:
-            model.set_adapter(f"agent{agent}")
-        return model
-
     def _agent_parameters(self, agent: int) -> list[torch.nn.Parameter]:
         if not self.lora_adapters:
             return [p for p in self.agents[agent].parameters() if p.requires_grad]
@@ -156,40 +134,6 @@ class WorkflowTrainer(MAGRPOTrainer):
         for p in params:
             p.requires_grad_(True)
         return params
-
-    def sampling(self, greedy: bool = False) -> Sampling:
-        a = self.args
-        return Sampling(temperature=a.temperature, top_p=a.top_p, top_k=a.top_k, max_new_tokens=a.max_new_tokens, greedy=greedy)
-
-    # ----- rollouts ---------------------------------------------------------------------------
-    def reward_leaves(self, leaves: Sequence[Leaf]) -> list[float]:
-        """CoMLRL's reward contract over a batch of leaves: ``reward_func(*per_agent_completions,
-        batch_items=..., prompts=...)`` with each agent's latest output on the path."""
-        per_agent: list[list[str]] = [[] for _ in range(self.num_agents)]
-        for leaf in leaves:
-            latest = self.workflow.latest_outputs(leaf.outputs)
-            for a in range(self.num_agents):
-                roles = [s.name for s in self.workflow.decision_steps if self.workflow.roles[s.name].agent == a]
-                per_agent[a].append(latest.get(roles[-1], "") if roles else "")
-        items = [dict(leaf.item) for leaf in leaves]
-        raw = self.reward_func(*per_agent, batch_items=items, prompts=[str(it.get("prompt", it.get("question", ""))) for it in items])
-        raw = [float(x) for x in (raw.tolist() if hasattr(raw, "tolist") else raw)]
-        if len(raw) != len(leaves):
-            raise ValueError(f"reward_func returned {len(raw)} rewards for {len(leaves)} leaves")
-        return [float(self.reward_processor(x)) for x in raw]
-
-    @property
-    def share_identical_contexts(self) -> bool:
-        """Whether training rollouts sample a parallel role once per distinct context (see
-        :func:`c3_plugin.rollout.materialize`); off here, C3 turns it on."""
-        return False
-
-    def collect(self, items: Sequence[Mapping[str, Any]], plan: Any = None, greedy: bool = False) -> Rollout:
-        """Materialise ``plan`` (default: the training plan, with context sharing when the algorithm
-        shares; an explicit plan, such as evaluation's greedy one, never shares)."""
-        return materialize(self.workflow, plan if plan is not None else self.plan, items, self.backend,
-                           self.reward_leaves, self.sampling(greedy),
-                           share_identical_contexts=plan is None and self.share_identical_contexts)
 
     def compute_advantages(self, rollout: Rollout) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per decision point: (entry indices, advantages) of the messages to train on."""
@@ -313,82 +257,6 @@ class WorkflowTrainer(MAGRPOTrainer):
     def _pad_id(self, agent: int) -> int:
         tok = self.tokenizers[agent]
         return tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-
-    # ----- evaluation and logging -----------------------------------------------------------------
-    def evaluate(self, num_eval_samples: int | None = None) -> dict[str, float]:
-        """Greedy decoding of the workflow on the first ``num_eval_samples`` eval items (default
-        ``eval_num_samples``; 0: all), metrics from CoMLRL's eval logger/aggregator. When more items
-        than ``eval_num_samples`` are evaluated, ``eval/*`` is logged for the first ``eval_num_samples``
-        (the fixed anchor, comparable across the run) and ``eval_full/*`` for all of them (JSONL only);
-        the full-pool metrics are returned."""
-        if self.eval_dataset is None:
-            return {}
-        limit = int(self.args.eval_num_samples if num_eval_samples is None else num_eval_samples)
-        anchor = int(self.args.eval_num_samples)
-        n_items = len(self.eval_dataset) if limit <= 0 else min(limit, len(self.eval_dataset))
-        full = self._evaluate_items(n_items)
-        if 0 < anchor < n_items:
-            logged = self._evaluate_items(anchor, outputs=full.pop("_outputs"))
-            logged.pop("_outputs")
-            self.log_metrics({**logged, **{k.replace("eval/", "eval_full/", 1): v for k, v in full.items() if k.startswith("eval/")},
-                              "env_step": float(self.env_step)})
-            full.update({k.replace("eval/", "eval_anchor/", 1): v for k, v in logged.items() if k.startswith("eval/")})
-        else:
-            full.pop("_outputs")
-            self.log_metrics({**full, "env_step": float(self.env_step)})
-        return {**full, "env_step": float(self.env_step)}
-
-    def _evaluate_items(self, limit: int, outputs: tuple[list, list] | None = None) -> dict[str, Any]:
-        """Metrics of the first ``limit`` eval items (reusing ``outputs`` = (rewards, path outputs) when given)."""
-        items = [dict(self.eval_dataset[i]) for i in range(limit)]
-        items = [{**it, "id": str(it.get("id", f"eval{k}"))} for k, it in enumerate(items)]
-        greedy = parse_plan({"tree": [1] * self.workflow.num_decisions})
-        size = max(1, int(self.args.eval_batch_size))
-        rewards, outputs = ([], []) if outputs is None else (outputs[0][:limit], outputs[1][:limit])
-        for s in range(len(rewards), len(items), size):
-            ro = self.collect(items[s:s + size], plan=greedy, greedy=True)
-            rewards.extend(ro.rewards.reshape(-1).tolist())
-            outputs.extend(self._path_outputs(ro))
-        metrics = {"eval/reward_mean": float(np.mean(rewards)) if rewards else float("nan")}
-        if self.eval_logger is not None and self.eval_aggregator is not None and items:
-            turns = [[[o[s.index] for s in self.workflow.decision_steps if self.workflow.roles[s.name].agent == a] for o in outputs]
-                     for a in range(self.num_agents)]
-            detailed = self.eval_logger(agent_completions_turns=turns, batch_items=items,
-                                        prompts=[str(it.get("prompt", it.get("question", ""))) for it in items])
-            metrics.update({f"eval/{k}": float(v) for k, v in self.eval_aggregator(detailed, num_turns=1).items()})
-        metrics["_outputs"] = (rewards, outputs)
-        return metrics
-
-    @staticmethod
-    def _path_outputs(rollout: Rollout) -> list[list[str]]:
-        by_node = {(e.instance, e.node): e for e in rollout.entries}
-        return [[e.output for e in path_to(rollout.entries[i], by_node)[1:]] for i in rollout.depth_nodes[-1]]
-
-    def _init_wandb(self) -> None:
-        super()._init_wandb()
-        if wandb.run is not None:
-            wandb.define_metric("env_step", hidden=True, summary="none")  # the x-axis only: no plot, no summary value
-            for prefix in ("eval/*", "eval_full/*", "train/*", "budget/*", "credit/*", "turn_1/*"):
-                wandb.define_metric(prefix, step_metric="env_step")
-
-    def log_metrics(self, metrics: Mapping[str, float]) -> None:
-        clean = {k: (float(v) if v is not None and math.isfinite(float(v)) else None) for k, v in metrics.items()}
-        self.history.append(dict(clean))
-        if self.run_dir is not None:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            with (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8") as fh:
-                fh.write(json.dumps(clean) + "\n")
-        if self.wandb_initialized and wandb.run is not None:
-            published = {k: v for k, v in clean.items() if v is not None and self._published(k)}
-            if any(k != "env_step" for k in published):
-                wandb.log(published)
-
-    def _published(self, key: str) -> bool:
-        """Whether ``key`` goes to W&B (``wandb_keys`` globs; ``env_step`` always rides along as the x-axis)."""
-        from fnmatch import fnmatchcase
-
-        patterns = self.args.wandb_keys
-        return patterns is None or key == "env_step" or any(fnmatchcase(key, p) for p in patterns)
 
     def save_model(self, output_dir: str) -> None:
         """Per-agent models as CoMLRL saves them; shared LoRA adapters once, under ``adapters/``."""

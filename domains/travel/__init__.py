@@ -4,7 +4,7 @@ evaluator. See ``domains/travel/README.md``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Mapping, Sequence
 
@@ -15,7 +15,9 @@ from .actions import ROLE_NAMES, merger, owned_slots, parse_action, plan_to_acti
 from .catalog import CatalogError, parse_reference, route_scaffold
 from .data import FILTERS, HF_NAME, HF_REVISION, PANELS, load_rows, normalise, read_source, split_rows
 from .evaluate import evaluate_joint, task_of
-from .prompts import prefill, prompt_fields, skeleton_days, travel_workflow, workflows
+from .joint import (JOINT_ROLE, TravelJointAdapter, is_joint, joint_eval_logger, joint_grammar, joint_prefill, joint_probe,
+                    joint_reward, joint_workflow, plan_to_joint, split_joint)
+from .prompts import prefill, prompt_fields, skeleton_days, travel_workflow, workflows as role_workflows
 from .reward import NAME as REWARD_BACKEND, RANGE as REWARD_RANGE, reward, terms
 
 METRICS = ("reward", "action_validity", "team_action_success", "required_cooperative_contribution",
@@ -31,6 +33,7 @@ class TravelConfig:
 
     max_value_tokens: int = 64  # token cap of one JSON value under the forced skeleton
     structured_generation: bool = True  # force the role-owned JSON skeleton; the policy writes only value text
+    wandb_keys: list[str] = field(default_factory=lambda: [f"eval/{m}" for m in METRICS] + ["turn_1/*", "iter/*"])  # the compact W&B surface (used when the algorithm section sets no wandb_keys)
 
 
 def load_datasets(section: Mapping[str, Any], seed: int):
@@ -68,11 +71,18 @@ def eval_aggregator(rows: Sequence[Mapping[str, float]], num_turns: int = 1) -> 
     return {m: sum(float(r[m]) for r in rows) / len(rows) for m in METRICS}
 
 
+def workflows() -> dict[str, Workflow]:
+    """The two-planner workflows and the centralized joint planner (``travel_joint``, one role)."""
+    return {**role_workflows(), "travel_joint": joint_workflow(True), "travel_joint_free": joint_workflow(False)}
+
+
 def grammar(prompt: Any, max_value_tokens: int = 64):
     """The forced JSON skeleton of a travel role's prompt (None for other prompts): the role's owned
-    slots for the trip length its checklist states."""
+    slots for the trip length its checklist states (all seven fields of every day for the joint planner)."""
     from c3_plugin.structured import Skeleton
 
+    if prompt.role == JOINT_ROLE:
+        return joint_grammar(prompt, max_value_tokens)
     if prompt.role not in ROLE_NAMES or prompt.prefix != prefill(ROLE_NAMES.index(prompt.role)):
         return None
     days = skeleton_days(prompt.text)
@@ -95,6 +105,11 @@ def validate_config(cfg: Any, workflow: Workflow) -> None:
     if getattr(cfg.algo, "reference_kl_enabled", False):
         raise ValueError(f"{cfg.algorithm}.reference_kl_enabled must stay false with travel.structured_generation: schema "
                          "tokens are excluded from the policy loss; set travel.structured_generation=false to use a reference KL")
+    if is_joint(workflow):
+        if workflow.roles[JOINT_ROLE].prefix != joint_prefill():
+            raise ValueError(f"travel.structured_generation needs workflow 'travel_joint' (role {JOINT_ROLE} prefilled with the "
+                             f"first joint assignment); workflow '{workflow.name}' is not. Set travel.structured_generation=false")
+        return
     for agent, name in enumerate(ROLE_NAMES):
         if name not in workflow.roles or workflow.roles[name].prefix != prefill(agent):
             raise ValueError(f"travel.structured_generation needs workflow 'travel_planners' (role {name} prefilled with the "
@@ -153,15 +168,17 @@ def dry_run_extra(cfg: Any, train: Any, evals: Any) -> dict[str, Any]:
 
 
 def make_eval_logger(workflow: Workflow):
-    return eval_logger
+    """The eval logger of ``workflow``: a joint planner's texts are split into the two role actions first."""
+    return joint_eval_logger if is_joint(workflow) else eval_logger
 
 
 DOMAIN = Domain(name="travel", load_datasets=load_datasets, workflows=workflows, reward=reward, eval_logger=eval_logger,
                 eval_aggregator=eval_aggregator, dry_run_probe=dry_run_probe, config_cls=TravelConfig, merger=merger,
-                make_eval_logger=make_eval_logger, extras={"grammar": make_grammar, "validate_config": validate_config, "dry_run_extra": dry_run_extra,
+                make_eval_logger=make_eval_logger, extras={"grammar": make_grammar, "joint_adapter": TravelJointAdapter, "joint_probe": joint_probe, "wandb_keys": lambda cfg: list(cfg.wandb_keys), "validate_config": validate_config, "dry_run_extra": dry_run_extra,
                         "metrics": METRICS})
 
-__all__ = ["DOMAIN", "METRICS", "REWARD_BACKEND", "REWARD_RANGE", "TravelConfig", "all_dash", "catalog_report", "eval_aggregator",
-           "eval_logger", "evaluate_joint", "grammar", "load_datasets", "load_rows", "merger", "normalise", "parse_action",
-           "parse_reference", "plan_to_actions", "probe", "reward", "route_scaffold", "split_rows", "task_of", "terms",
+__all__ = ["DOMAIN", "JOINT_ROLE", "METRICS", "REWARD_BACKEND", "REWARD_RANGE", "TravelConfig", "TravelJointAdapter", "all_dash", "catalog_report", "eval_aggregator",
+           "eval_logger", "evaluate_joint", "grammar", "is_joint", "joint_eval_logger", "joint_grammar", "joint_reward", "joint_workflow",
+           "load_datasets", "load_rows", "merger", "normalise", "parse_action",
+           "parse_reference", "plan_to_actions", "plan_to_joint", "probe", "reward", "route_scaffold", "split_joint", "split_rows", "task_of", "terms",
            "travel_workflow", "workflows"]

@@ -1,0 +1,258 @@
+"""The workflow side of a CoMLRL trainer, as a mixin: :class:`WorkflowBridge`.
+
+Mix it in *before* the CoMLRL base (``class T(WorkflowBridge, MADPOTrainer)``) and call
+:meth:`WorkflowBridge._bridge_workflow` before and :meth:`WorkflowBridge._bridge_setup`
+after the base constructor. It supplies:
+
+* generation with the workflow's prompts through :class:`~c3_plugin.generation.HFBackend`
+  (forced JSON skeletons and value-token loss masks), both for the workflow rollouts
+  (:meth:`collect`) and for CoMLRL's own ``_generate_completions`` contract, so CoMLRL's
+  sampling loops (MAGRPO's tree, MADPO's candidate pools) play the workflow's roles;
+* evaluation: greedy decoding of the workflow on the eval set, scored by the fixed task
+  reward (never a learned one), with the fixed-anchor logic (``eval/*`` on the first
+  ``eval_num_samples`` items, ``eval_full/*`` on all);
+* logging: ``metrics.jsonl`` in the run directory plus W&B filtered by ``wandb_keys``, every
+  panel against the hidden ``env_step`` x-axis.
+
+Attributes set here: ``workflow``, ``grammar``, ``backend``, ``run_dir``, ``totals``,
+``update_step``, ``history``. Config fields read (with defaults when a config lacks them):
+``use_chat_template``, ``generation_batch_size``, ``json_stop``, ``wandb_keys``,
+``temperature``/``top_p``/``top_k``/``max_new_tokens``, ``eval_num_samples``, ``eval_batch_size``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+import wandb
+
+from ..generation import HFBackend, encode_prompt
+from ..plan import parse_plan
+from ..rollout import Leaf, Prompt, Rollout, Sampling, materialize
+from ..trace import path_to
+from ..workflow import Step, Workflow, load_workflow
+
+
+class WorkflowBridge:
+    """Workflow generation, evaluation and logging for a CoMLRL trainer subclass (a mixin)."""
+
+    # ----- construction ---------------------------------------------------------------------------
+    def _bridge_workflow(self, workflow: Workflow | str | Mapping | None, args: Any, num_agents: int | None = None,
+                         agents: Sequence[Any] | None = None) -> int:
+        """Set ``self.workflow`` and ``args.num_agents`` (call before the CoMLRL constructor); returns
+        the agent count, checked against ``num_agents`` and ``agents``."""
+        self.workflow = workflow if isinstance(workflow, Workflow) else load_workflow(workflow or "reasoner_actor")
+        n = self.workflow.num_agents
+        if num_agents is not None and num_agents != n:
+            raise ValueError(f"num_agents={num_agents} but workflow '{self.workflow.name}' has {n} agents")
+        if agents is not None and len(agents) != n:
+            raise ValueError(f"{len(agents)} agent models given but workflow '{self.workflow.name}' has {n} agents")
+        args.num_agents = n
+        return n
+
+    def _bridge_setup(self, args: Any, grammar: Any = None, run_dir: str | Path | None = None) -> None:
+        """Generation backend, run directory and counters (call after the CoMLRL constructor)."""
+        if grammar is not None and getattr(args, "reference_kl_enabled", False):
+            raise ValueError("reference_kl_enabled must stay false with a forced JSON skeleton: schema tokens carry no policy "
+                             "loss, so a token-level reference KL would be computed on a different distribution")
+        self.grammar = grammar  # Prompt -> Skeleton | None: forced JSON skeletons (structured generation)
+        self.backend = HFBackend(self.policy, self.tokenizers, use_chat_template=getattr(args, "use_chat_template", True),
+                                 max_batch=getattr(args, "generation_batch_size", None), grammar=grammar,
+                                 json_stop=getattr(args, "json_stop", False))
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.update_step = 0
+        self.totals = {"env_steps": 0, "messages": 0, "tokens_generated": 0}
+        self.history: list[dict[str, float]] = []
+
+    # ----- policies and sampling --------------------------------------------------------------------
+    def policy(self, agent: int) -> torch.nn.Module:
+        """The module that plays ``agent`` (with its LoRA adapter active when adapters are shared)."""
+        model = self.agents[agent]
+        if getattr(self, "lora_adapters", False):
+            model.set_adapter(f"agent{agent}")
+        return model
+
+    def sampling(self, greedy: bool = False) -> Sampling:
+        a = self.args
+        return Sampling(temperature=a.temperature, top_p=a.top_p, top_k=a.top_k, max_new_tokens=a.max_new_tokens, greedy=greedy)
+
+    # ----- workflow rollouts ------------------------------------------------------------------------
+    def reward_leaves(self, leaves: Sequence[Leaf]) -> list[float]:
+        """CoMLRL's reward contract over a batch of leaves: ``reward_func(*per_agent_completions,
+        batch_items=..., prompts=...)`` with each agent's latest output on the path."""
+        per_agent: list[list[str]] = [[] for _ in range(self.num_agents)]
+        for leaf in leaves:
+            latest = self.workflow.latest_outputs(leaf.outputs)
+            for a in range(self.num_agents):
+                roles = [s.name for s in self.workflow.decision_steps if self.workflow.roles[s.name].agent == a]
+                per_agent[a].append(latest.get(roles[-1], "") if roles else "")
+        items = [dict(leaf.item) for leaf in leaves]
+        raw = self.reward_func(*per_agent, batch_items=items, prompts=[str(it.get("prompt", it.get("question", ""))) for it in items])
+        raw = [float(x) for x in (raw.tolist() if hasattr(raw, "tolist") else raw)]
+        if len(raw) != len(leaves):
+            raise ValueError(f"reward_func returned {len(raw)} rewards for {len(leaves)} leaves")
+        return [float(self.reward_processor(x)) for x in raw]
+
+    @property
+    def share_identical_contexts(self) -> bool:
+        """Whether training rollouts sample a parallel role once per distinct context (see
+        :func:`c3_plugin.rollout.materialize`); off here, C3 turns it on."""
+        return False
+
+    def collect(self, items: Sequence[Mapping[str, Any]], plan: Any = None, greedy: bool = False) -> Rollout:
+        """Materialise ``plan`` (default: the training plan ``self.plan``, with context sharing when the
+        algorithm shares; an explicit plan, such as evaluation's greedy one, never shares)."""
+        return materialize(self.workflow, plan if plan is not None else self.plan, items, self.backend,
+                           self.reward_leaves, self.sampling(greedy),
+                           share_identical_contexts=plan is None and self.share_identical_contexts)
+
+    # ----- CoMLRL's generation contract -------------------------------------------------------------
+    def _agent_step(self, agent_idx: int) -> Step:
+        """The decision step ``agent_idx`` plays in a single-stage parallel workflow (the only kind
+        whose roles CoMLRL's per-agent sampling can play: every role reads only the task)."""
+        steps = self.workflow.decision_steps
+        mine = [s for s in steps if self.workflow.roles[s.name].agent == agent_idx]
+        if (len(steps) != self.workflow.num_agents or len(mine) != 1 or len({s.stage for s in self.workflow.steps}) != 1
+                or any(s.reads for s in steps)):
+            raise ValueError(f"workflow '{self.workflow.name}': CoMLRL's per-agent sampling (preference trainers, "
+                             "MARLHF's MAGRPO stage) needs one parallel stage with exactly one decision per agent and "
+                             f"no role reading another; got decisions {[s.name for s in steps]} in stages "
+                             f"{self.workflow.parallel_stages()}")
+        return mine[0]
+
+    def agent_prompt(self, agent_idx: int, item: Mapping[str, Any], text: str | None = None) -> Prompt:
+        """The :class:`Prompt` agent ``agent_idx`` answers for ``item`` (``text`` overrides the context)."""
+        step = self._agent_step(agent_idx)
+        role = self.workflow.roles[step.name]
+        context = self.workflow.assemble(step, item, [""] * step.index) if text is None else text  # it reads no other step
+        return Prompt(text=context, role=role.name, agent=agent_idx,
+                      prefix=role.prefix, system=role.system, max_new_tokens=role.max_new_tokens)
+
+    def _generate_completions(self, agent: Any, batch_items: Sequence[Mapping[str, Any]], agent_idx: int = 0,
+                              num_return_sequences: int = 1, max_new_tokens: int = 128,
+                              prompts_override: Sequence[str] | None = None, external_prompts: Any = None,
+                              **kwargs: Any) -> dict[str, Any]:
+        """CoMLRL's per-agent sampling, served by the workflow: ``num_return_sequences`` samples of
+        the agent's role prompt (skeleton grammar applied). Returns CoMLRL's dict (CPU tensors):
+        ``prompt_input_ids`` ``[1, P]`` are :func:`encode_prompt`'s ids (chat template plus the role's
+        response prefix); ``completion_input_ids`` are exactly the generated ids (EOS kept);
+        ``completions`` are prefix + text (the full action the reward sees); plus
+        ``completion_loss_masks`` (1 on sampled value tokens, 0 on forced schema tokens).
+        ``agent`` is the module that samples: the live ``policy(agent_idx)`` through ``self.backend``,
+        or another one (a frozen comparator copy) through a backend of its own; ``kwargs`` are ignored."""
+        if len(batch_items) != 1:
+            raise ValueError(f"_generate_completions serves one item at a time (CoMLRL's batch_size=1), got {len(batch_items)}")
+        if external_prompts is not None:
+            raise ValueError("external prompts (multi-turn transitions) are not supported by workflow generation")
+        item = batch_items[0]
+        prompt = self.agent_prompt(agent_idx, item, text=prompts_override[0] if prompts_override is not None else None)
+        if prompt.max_new_tokens is None:
+            prompt = Prompt(prompt.text, prompt.role, prompt.agent, prompt.prefix, prompt.system, int(max_new_tokens))
+        n = int(num_return_sequences)
+        backend = self.backend
+        if agent is not None and agent is not self.agents[agent_idx]:
+            backend = HFBackend(lambda _a: agent, self.tokenizers, use_chat_template=self.backend.use_chat_template,
+                                max_batch=self.backend.max_batch, grammar=self.grammar, json_stop=self.backend.json_stop)
+        gens = backend.generate([prompt], n, self.sampling())[0]
+        prompt_ids = encode_prompt(self.tokenizers[agent_idx], prompt, self.backend.use_chat_template)
+        self.totals["messages"] += n
+        self.totals["tokens_generated"] += sum(len(g.token_ids) for g in gens)
+        return {
+            "prompts": [prompt.text],
+            "batch_items": list(batch_items),
+            "prompt_input_ids": torch.tensor([prompt_ids], dtype=torch.long),
+            "prompt_attention_mask": torch.ones((1, len(prompt_ids)), dtype=torch.long),
+            "completions": [[prompt.prefix + g.text for g in gens]],
+            "completion_input_ids": [[torch.tensor(g.token_ids, dtype=torch.long) for g in gens]],
+            "completion_attention_mask": [[torch.ones(len(g.token_ids), dtype=torch.long) for g in gens]],
+            "completion_loss_masks": [[list(g.loss_mask) if g.loss_mask is not None else [1] * len(g.token_ids) for g in gens]],
+            "response_lens": [len(g.token_ids) for g in gens],
+            "reference_kls": [],
+        }
+
+    # ----- evaluation -------------------------------------------------------------------------------
+    def evaluate(self, num_eval_samples: int | None = None) -> dict[str, float]:
+        """Greedy decoding of the workflow on the first ``num_eval_samples`` eval items (default
+        ``eval_num_samples``; 0: all), scored by the fixed task reward, metrics from CoMLRL's eval
+        logger/aggregator. When more items than ``eval_num_samples`` are evaluated, ``eval/*`` is
+        logged for the first ``eval_num_samples`` (the fixed anchor, comparable across the run) and
+        ``eval_full/*`` for all of them (JSONL only); the full-pool metrics are returned."""
+        if self.eval_dataset is None:
+            return {}
+        limit = int(self.args.eval_num_samples if num_eval_samples is None else num_eval_samples)
+        anchor = int(self.args.eval_num_samples)
+        n_items = len(self.eval_dataset) if limit <= 0 else min(limit, len(self.eval_dataset))
+        full = self._evaluate_items(n_items)
+        if 0 < anchor < n_items:
+            logged = self._evaluate_items(anchor, outputs=full.pop("_outputs"))
+            logged.pop("_outputs")
+            self.log_metrics({**logged, **{k.replace("eval/", "eval_full/", 1): v for k, v in full.items() if k.startswith("eval/")},
+                              "env_step": float(self.env_step)})
+            full.update({k.replace("eval/", "eval_anchor/", 1): v for k, v in logged.items() if k.startswith("eval/")})
+        else:
+            full.pop("_outputs")
+            self.log_metrics({**full, "env_step": float(self.env_step)})
+        return {**full, "env_step": float(self.env_step)}
+
+    def _evaluate_items(self, limit: int, outputs: tuple[list, list] | None = None) -> dict[str, Any]:
+        """Metrics of the first ``limit`` eval items (reusing ``outputs`` = (rewards, path outputs) when given)."""
+        items = [dict(self.eval_dataset[i]) for i in range(limit)]
+        items = [{**it, "id": str(it.get("id", f"eval{k}"))} for k, it in enumerate(items)]
+        greedy = parse_plan({"tree": [1] * self.workflow.num_decisions})
+        size = max(1, int(self.args.eval_batch_size))
+        rewards, outputs = ([], []) if outputs is None else (outputs[0][:limit], outputs[1][:limit])
+        for s in range(len(rewards), len(items), size):
+            ro = self.collect(items[s:s + size], plan=greedy, greedy=True)
+            rewards.extend(ro.rewards.reshape(-1).tolist())
+            outputs.extend(self._path_outputs(ro))
+        metrics = {"eval/reward_mean": float(np.mean(rewards)) if rewards else float("nan")}
+        if self.eval_logger is not None and self.eval_aggregator is not None and items:
+            turns = [[[o[s.index] for s in self.workflow.decision_steps if self.workflow.roles[s.name].agent == a] for o in outputs]
+                     for a in range(self.num_agents)]
+            detailed = self.eval_logger(agent_completions_turns=turns, batch_items=items,
+                                        prompts=[str(it.get("prompt", it.get("question", ""))) for it in items])
+            metrics.update({f"eval/{k}": float(v) for k, v in self.eval_aggregator(detailed, num_turns=1).items()})
+        metrics["_outputs"] = (rewards, outputs)
+        return metrics
+
+    @staticmethod
+    def _path_outputs(rollout: Rollout) -> list[list[str]]:
+        by_node = {(e.instance, e.node): e for e in rollout.entries}
+        return [[e.output for e in path_to(rollout.entries[i], by_node)[1:]] for i in rollout.depth_nodes[-1]]
+
+    # ----- logging ----------------------------------------------------------------------------------
+    metric_prefixes: tuple[str, ...] = ("eval/*", "eval_full/*", "train/*", "budget/*", "credit/*", "turn_1/*")
+
+    def _init_wandb(self) -> None:
+        super()._init_wandb()
+        if wandb.run is not None:
+            wandb.define_metric("env_step", hidden=True, summary="none")  # the x-axis only: no plot, no summary value
+            for prefix in self.metric_prefixes:
+                wandb.define_metric(prefix, step_metric="env_step")
+
+    def log_metrics(self, metrics: Mapping[str, Any]) -> None:
+        """Append ``metrics`` to ``history`` and ``<run_dir>/metrics.jsonl``; publish the ``wandb_keys`` ones.
+        Non-numeric values (W&B media such as distribution plots) go to W&B only."""
+        media = {k: v for k, v in metrics.items() if v is not None and not isinstance(v, (int, float, np.number))}
+        clean = {k: (float(v) if v is not None and math.isfinite(float(v)) else None) for k, v in metrics.items() if k not in media}
+        self.history.append(dict(clean))
+        if self.run_dir is not None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            with (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(clean) + "\n")
+        if self.wandb_initialized and wandb.run is not None:
+            published = {k: v for k, v in {**clean, **media}.items() if v is not None and self._published(k)}
+            if any(k != "env_step" for k in published):
+                wandb.log(published)
+
+    def _published(self, key: str) -> bool:
+        """Whether ``key`` goes to W&B (``wandb_keys`` globs; ``env_step`` always rides along as the x-axis)."""
+        from fnmatch import fnmatchcase
+
+        patterns = getattr(self.args, "wandb_keys", None)
+        return patterns is None or key == "env_step" or any(fnmatchcase(key, p) for p in patterns)
