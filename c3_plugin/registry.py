@@ -2,8 +2,8 @@
 ``comlrl.trainers`` entry-point group (``name = "module:TrainerClass"``; the trainer's
 ``default_config_cls`` is its config).
 
-The preference algorithms (MADPO, MARLHF and their iterative forms) read the shared config
-section ``mapl:``; every other algorithm reads the section named after it. ``centralized_*``
+The preference algorithms (MADPO, MARLHF and their iterative forms, centralized or not) read the
+shared config section ``mapl:``; every other algorithm reads the section named after it. ``centralized_*``
 algorithms train one joint actor and need CoMLRL's centralized APIs."""
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ def algorithms() -> list[str]:
 
 
 def section(name: str) -> str:
-    """The config section an algorithm reads: ``mapl`` for the preference family, else its own name."""
-    base = name.removeprefix("centralized_")
-    return "mapl" if base in PREFERENCE else base
+    """The config section an algorithm reads: ``mapl`` for the preference family (centralized or not),
+    else its own name (``centralized_magrpo`` included: its fields are not MAGRPO's workflow fields)."""
+    return "mapl" if name.removeprefix("centralized_") in PREFERENCE else name
 
 
 def is_centralized(name: str) -> bool:

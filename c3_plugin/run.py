@@ -83,6 +83,10 @@ def expected_budget(cfg: RunConfig, workflow: Workflow, train: Any) -> dict[str,
     a = cfg.algo
     if hasattr(a, "preference_num_candidates"):
         return preference_budget(cfg, train if isinstance(train, int) else len(train))
+    if not hasattr(a, "plan"):  # the centralized joint actor: one decision point, num_generations joint actions
+        from .trainers.centralized import joint_magrpo_budget
+
+        return joint_magrpo_budget(a, train)
     plan = parse_plan(a.plan)
     k = workflow.num_decisions
     branching = plan.branching(k)
@@ -124,6 +128,14 @@ def expected_budget(cfg: RunConfig, workflow: Workflow, train: Any) -> dict[str,
 
 def prepare(cfg: RunConfig):
     """Domain, workflow and datasets: everything but the models."""
+    from .registry import is_centralized
+
+    if is_centralized(cfg.algorithm):  # fail before any model or data is loaded, never fall back to two actors
+        from .trainers.centralized import check_replay_dir, require_centralized_api
+
+        require_centralized_api()
+        if getattr(cfg.algo, "preference_replay_dir", None):
+            check_replay_dir(cfg.algo.preference_replay_dir, joint=True)
     domain = load_domain(cfg.domain)
     workflow = build_workflow(cfg, domain)
     section = {"train": cfg.dataset.train, "eval": cfg.dataset.eval, "drop_overlap": cfg.dataset.drop_overlap,
@@ -156,6 +168,11 @@ def dry_run_report(cfg: RunConfig) -> dict[str, Any]:
 
     report["devices"] = {"agents": cfg.agent_model.device}
     if is_centralized(cfg.algorithm):
+        from .trainers.centralized import centralized_api_report
+
+        report.update(centralized_api_report())
+        if "joint_probe" in domain.extras:
+            report["joint_probe"] = domain.extras["joint_probe"](list(train))
         report["c3"] = ("not defined for the centralized joint actor: one model writes the whole joint action at one "
                         "decision point, so no other role's message can be continued counterfactually")
     extra = domain.extras.get("dry_run_extra")
