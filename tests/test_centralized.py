@@ -30,16 +30,6 @@ PLANS = [[d for d in ast.literal_eval(r["annotated_plan"])[1] if d] for r in RAW
 SHORT = joint_workflow(True).with_templates({JOINT_ROLE: "{logistics_checklist}\n{experience_checklist}"})
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Token-by-token generation of tiny models: one intra-op thread (several threads on a shared CPU are
-    far slower here, 20x under load)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def row(i):
     return {**ROWS[i], **prompt_fields(ROWS[i])}
 

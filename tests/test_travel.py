@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from domains.travel import all_dash, eval_aggregator, eval_logger, normalise, plan_to_actions, reward, task_of, terms
-from domains.travel.actions import merge, owned_slots, parse_action, recover_assignments, render_action
+from domains.travel.actions import merge, parse_action, recover_assignments, render_action
 from domains.travel.catalog import parse_reference, route_scaffold
 from domains.travel.data import PANELS, split_rows
 from domains.travel.evaluate import evaluate_joint, same_route

@@ -51,7 +51,6 @@ import wandb
 from comlrl.trainers.preference.iterative import MADPOIterConfig, MADPOIterTrainer, MARLHFIterConfig, MARLHFIterTrainer
 from comlrl.trainers.preference.madpo import AgentPreferenceTensors, MADPOConfig, MADPOTrainer, PreferencePair
 from comlrl.trainers.preference.marlhf import MARLHFConfig, MARLHFTrainer
-from comlrl.trainers.reinforce.magrpo import MAGRPOTrainer
 from comlrl.utils.distributed import unwrap_model
 
 from .bridge import WorkflowBridge
