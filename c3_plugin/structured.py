@@ -218,6 +218,37 @@ def loss_mask_for(tokenizer: Any, skeleton: Skeleton, token_ids: Sequence[int], 
     return [row.advance(int(tok)) for tok in token_ids]
 
 
+def encode_values(tokenizer: Any, skeleton: Skeleton, values: Sequence[str],
+                  max_value_tokens: int | None = None) -> tuple[list[int], list[int]]:
+    """The exact completion ids a role action with ``values`` has under ``skeleton`` after the
+    prefill, and their loss mask (as :func:`loss_mask_for` gives it).
+
+    Per value: its raw text tokenized on its own (no special tokens), the close token, then the
+    forced segment (``between``; after the last value ``closing`` and EOS). The mask is 1 on
+    value tokens and a close the policy would choose, 0 on forced ones. Raises ValueError for a
+    wrong number of values, a value with a character a value may not hold (quote, backslash,
+    control character), a value token outside the value vocabulary, or a value longer than the
+    per-value token cap (the grammar would have forced its close earlier)."""
+    if isinstance(values, str) or len(values) != len(skeleton.slots):
+        raise ValueError(f"encode_values: got {0 if isinstance(values, str) else len(values)} values for "
+                         f"{len(skeleton.slots)} slots")
+    t = _tables(tokenizer)
+    c = t.compile(skeleton, max_value_tokens)
+    ids: list[int] = []
+    for k, v in enumerate(values):
+        if not isinstance(v, str):
+            raise ValueError(f"encode_values: value {k} is {type(v).__name__}, not str")
+        if _FORBIDDEN_IN_VALUE.search(v):
+            raise ValueError(f"encode_values: value {k} {v!r} holds a character a JSON value may not (quote, backslash, control)")
+        vids = [int(i) for i in tokenizer(v, add_special_tokens=False)["input_ids"]] if v else []
+        if tokenizer.decode(vids, clean_up_tokenization_spaces=False) != v:
+            raise ValueError(f"encode_values: value {k} {v!r} does not round-trip through the tokenizer")
+        if len(vids) > c.max_value_tokens:
+            raise ValueError(f"encode_values: value {k} has {len(vids)} tokens, more than the cap {c.max_value_tokens}")
+        ids += vids + [t.close] + list(c.segments[k])
+    return ids, loss_mask_for(tokenizer, skeleton, ids, max_value_tokens)
+
+
 class SkeletonLogitsProcessor(LogitsProcessor):
     """Constrain ``generate`` to the skeletons: free choice inside values, forced schema ids elsewhere.
 

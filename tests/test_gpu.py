@@ -51,3 +51,27 @@ def test_c3_trainer_step_on_cuda_in_bf16():
     row = trainer.history[-1]
     assert np.isfinite(row["train/loss"]) and row["train/agent1/samples"] == 32
     assert next(models[0].parameters()).dtype == torch.bfloat16
+
+
+def test_the_inactive_actor_waits_on_the_cpu_during_the_other_actors_dpo_update(tmp_path):
+    """offload_inactive_actor: while one actor takes its streamed joint-DPO step, the other actor
+    (and its optimizer state) is on the CPU; afterwards both are back on the GPU."""
+    from tests.test_preference import make_trainer
+
+    trainer = make_trainer("madpo", tmp_path, agent_devices="cuda:0")
+    for agent in trainer.agents:
+        agent.to("cuda:0")
+    pairs = trainer._build_preference_dataset()
+    assert pairs, "the scripted candidates must give preference pairs"
+    seen, original = [], trainer._agent_logprob_delta
+
+    def spy(a, pair):
+        if torch.is_grad_enabled():
+            seen.append((a, [next(m.parameters()).device.type for m in trainer.agents]))
+        return original(a, pair)
+
+    trainer._agent_logprob_delta = spy
+    trainer._update_from_preference_batch(pairs[:2])
+    assert {a for a, _ in seen} == {0, 1}
+    assert all(devices[a] == "cuda" and devices[1 - a] == "cpu" for a, devices in seen)
+    assert all(next(m.parameters()).device.type == "cuda" for m in trainer.agents)

@@ -352,3 +352,119 @@ def test_iterative_refresh_writes_replay_distributions_and_iter_metrics(tmp_path
     else:
         assert tr.env_step == 2 * sum(h["iter/train_preference_pairs"] for h in iters)
     assert all(not torch.equal(a, b) for a, b in zip(before, weights(tr)))
+
+
+# ------------------------------------------------------------------------------------------- centralized comparator
+def test_encode_values_gives_the_exact_ids_and_value_masks_of_a_rendered_action():
+    from c3_plugin.structured import Skeleton, encode_values
+
+    sk = Skeleton(((1, "current_city"), (1, "transportation"), (2, "current_city")), max_value_tokens=64)
+    values = ["from Austin to Dallas", "-", ""]
+    ids, mask = encode_values(TOK, sk, values)
+    assert ids[-1] == TOK.eos_token_id and len(ids) == len(mask)
+    assert TOK.decode(ids[:-1]) == sk.render(values)[len(sk.prefill()):]
+    assert mask == loss_mask_for(TOK, sk, ids)
+    expected = []
+    for k, v in enumerate(values):
+        seg = sk.between(k) if k < len(values) - 1 else sk.closing()
+        expected += [1] * len(TOK(v, add_special_tokens=False)["input_ids"]) + [1]  # value tokens and the chosen close
+        expected += [0] * (len(TOK(seg, add_special_tokens=False)["input_ids"]) + (k == len(values) - 1))  # forced (+EOS)
+    assert mask == expected
+    for bad in ('say "hi"', "back\\slash", "new\nline"):
+        with pytest.raises(ValueError):
+            encode_values(TOK, sk, [bad, "-", "-"])
+    with pytest.raises(ValueError):
+        encode_values(TOK, Skeleton(sk.slots, max_value_tokens=2), ["abc", "-", "-"])
+    with pytest.raises(ValueError):
+        encode_values(TOK, sk, ["-", "-"])
+
+
+class ScriptedTeacher:
+    """The central teacher's generations: joint actions through the real joint skeleton (gold, all-dash,
+    half-filled) and one unclosed joint action (a failed split)."""
+
+    def __init__(self, trainer):
+        from domains.travel.joint import TravelJointAdapter
+
+        adapter = TravelJointAdapter()
+        self.rows = {adapter.build_prompt(row): raw for row, raw in zip(ROWS, THREE_DAY)}
+        self.prompts = []
+
+    def generate(self, prompts, n, sampling):
+        (p,) = prompts
+        self.prompts.append(p)
+        skeleton = GRAMMAR(p)
+        gold = gold_values(self.rows[p.text])
+        full = [gold.get(slot, "-") for slot in skeleton.slots]
+        texts = [skeleton.render(v)[len(skeleton.prefill()):]
+                 for v in (full, ["-"] * len(full), [v if k % 2 else "-" for k, v in enumerate(full)])]
+        texts.append(texts[0][:-2])  # unclosed: split gives two empty role actions
+        gens = [Generation(text=t, token_ids=TOK(t, add_special_tokens=False)["input_ids"], logprobs=[]) for t in texts]
+        return [[gens[k % len(gens)] for k in range(n)]]
+
+
+def test_centralized_comparator_projects_the_teacher_onto_each_actor_with_exact_ids(tmp_path):
+    from c3_plugin.structured import encode_values
+    from domains.travel.joint import JOINT_ROLE, TravelJointAdapter, joint_prefill, split_joint
+
+    with pytest.raises(ValueError, match="policy index 0"):
+        WorkflowMADPOIterConfig(comparator_generation_mode="centralized", comparator_centralized_agent_index=1)
+    tr = make_trainer("madpo_iter", tmp_path, comparator_generation_mode="centralized", num_iterations=1)
+    assert isinstance(tr.centralized_comparator_adapter, TravelJointAdapter)
+    teacher, used, collected, projections = ScriptedTeacher(tr), [], [], []
+    tr._centralized_comparator_backend = lambda agent: (used.append(agent), teacher)[1]
+    generate_pairs, project = tr._generate_preference_pairs_for_item, tr._generate_centralized_policy_output_for_agent
+
+    def record_pairs(item, **kw):
+        pairs = generate_pairs(item, **kw)
+        collected.extend((item, p) for p in pairs)
+        return pairs
+
+    def record_projection(agent, item, **kw):
+        outs = project(agent, item, **kw)
+        projections.append((item, outs))
+        return outs
+
+    tr._generate_preference_pairs_for_item = record_pairs
+    tr._generate_centralized_policy_output_for_agent = record_projection
+    tr.train()
+
+    # one teacher, policy index 0's comparator model, on the joint prompt with both roles' contexts
+    assert used and all(a is tr.agents[0] or a is (getattr(tr, "_current_copy_comparator_agents", None) or [None])[0]
+                        for a in used)
+    assert all(p.role == JOINT_ROLE and p.agent == 0 and p.prefix == joint_prefill() for p in teacher.prompts)
+    assert all(p.max_new_tokens == 2 * tr.args.max_new_tokens for p in teacher.prompts)  # aggregate budget
+    assert len(projections) == 2
+    for item, outs in projections:
+        joints = outs[0]["joint_completions"][0]
+        assert len(joints) == 4 and outs[0]["completion_valid"][0] == [True, True, True, False]
+        for a in range(2):
+            prompt = tr.agent_prompt(a, item)
+            skeleton = GRAMMAR(prompt)
+            assert outs[a]["prompts"] == [prompt.text]
+            assert outs[a]["prompt_input_ids"][0].tolist() == encode_prompt(TOK, prompt, True)
+            for j, joint in enumerate(joints):
+                role_text = split_joint(joint, int(item["days"]))[a]
+                assert outs[a]["completions"][0][j] == role_text
+                if j < 3:
+                    values = [e["value"] for e in json.loads(role_text)["assignments"]]
+                    ids, mask = encode_values(TOK, skeleton, values)
+                    assert outs[a]["completion_input_ids"][0][j].tolist() == ids
+                    assert outs[a]["completion_loss_masks"][0][j] == mask
+    # pairs: per-agent prompts; every side (the comparator's included) carries encode_values ids and masks;
+    # the failed joint action keeps its reward in the distribution but forms no pair
+    assert collected
+    for item, pair in collected:
+        assert pair.prompts == [tr.agent_prompt(a, item).text for a in range(2)]
+        for a, t in enumerate(pair.agent_tensors):
+            prompt = tr.agent_prompt(a, item)
+            assert t.prompt_input_ids.tolist() == encode_prompt(TOK, prompt, True)
+            for text, ids, mask in ((pair.winner_completions[a], t.winner_completion_ids, t.winner_loss_mask),
+                                    (pair.loser_completions[a], t.loser_completion_ids, t.loser_loss_mask)):
+                assert text, "a failed joint projection formed a pair"
+                values = [e["value"] for e in json.loads(text)["assignments"]]
+                exp_ids, exp_mask = encode_values(TOK, GRAMMAR(prompt), values)
+                assert ids.tolist() == exp_ids and mask.tolist() == exp_mask
+    dist = json.loads((tr.run_dir / "reward_distributions" / "iteration_0001.json").read_text())
+    assert dist["candidate"]["comparator"]["sample_count"] == 2 * 4
+    assert min(dist["candidate"]["comparator"]["raw_rewards"]) < 0  # the failed joint action (-0.10) is counted

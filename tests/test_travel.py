@@ -337,3 +337,19 @@ def test_preference_budgets_match_the_specification(algo, collected, key, steps,
     assert b["preference_joint_rollouts"] == collected and b[key] == steps and b["refreshes"] == refreshes
     if algo.endswith("_iter"):
         assert b["comparator"]["policy"] == "current_copy" and b["replay"] == {"mode": "lambda_decay", "lambda": 0.8}
+
+
+@pytest.mark.parametrize("script, extra", [("train_madpo_iter.py", []), ("train_centralized.py", ["--algorithm", "marlhf_iter"])])
+def test_preference_and_centralized_entry_points_dry_run_with_their_default_configs(script, extra):
+    cmd = [sys.executable, str(ROOT / "single_turn" / script), *extra, "--dry-run",
+           *[x for o in (f"dataset.train.source={FIXTURE}", "dataset.train.split=train", "dataset.train.eval_panels=null")
+             for x in ("--override", o)]]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = json.loads(out.stdout[out.stdout.index("{"):])
+    assert report["status"] == "ok" and report["refreshes"] == 6 and report["preference_joint_rollouts"] == 6 * 16 * 40
+    assert report["all_dash_probe_reward"] == 0.08 and report["reward_range"] == [-0.25, 1.0]
+    if "centralized" in script:
+        assert report["algorithm"] == "centralized_marlhf_iter" and report["centralized_api"] == "ok"
+        assert report["joint_probe"]["joint_all_dash_reward"] == 0.08 and "not defined" in report["c3"]
+        assert report["comparator"]["generation_mode"] == "centralized"

@@ -14,7 +14,11 @@ fixed task reward. What changes against CoMLRL:
   the generated continuation ids (EOS kept) and their value-token loss masks
   (:class:`MaskedPreferenceTensors`); replay records carry prompt/winner/loser ids and masks
   and ``"joint": false`` (the centralized joint actor writes ``"joint": true``); a record of
-  the other kind, or a text-only CoMLRL record, is rejected;
+  the other kind, or a text-only CoMLRL record, is rejected; with
+  ``comparator_generation_mode=centralized`` (iterative trainers) one teacher, policy index 0's
+  comparator model, writes the joint action, which is split into the role actions and encoded
+  under each actor's own prompt and skeleton (:func:`~c3_plugin.structured.encode_values`); a
+  projection that is not a valid role action is scored but forms no pair;
 * **likelihood**: a sequence's log-prob covers exactly its stored continuation ids, the final
   selected token included, restricted to value tokens by the loss mask, summed
   (``loss_aggregation: token_sum``) or length-normalised (``sequence_mean``); the assistant
@@ -70,6 +74,7 @@ class PreferenceFields:
     json_stop: bool = False  # stop free-text generation once the message is one complete JSON object
     wandb_keys: list[str] | None = None  # glob patterns of the metric keys published to W&B (None: all); metrics.jsonl keeps everything
     final_eval_num_samples: int | None = None  # items of the before/after evaluations (None: eval_num_samples; 0: all)
+    offload_inactive_actor: bool = True  # during one actor's DPO update, keep the other actors and their optimizer states on the CPU (accelerators only)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -86,9 +91,12 @@ class PreferenceFields:
             if self.comparator_policy == "api":
                 raise ValueError("comparator_policy=api is disabled: API comparators return text, not the exact token "
                                  "ids and value masks the preference records keep")
-            if self.comparator_generation_mode != "decentralized":
-                raise ValueError("comparator_generation_mode=centralized is not supported by the decentralized workflow "
-                                 "preference trainers yet; use comparator_generation_mode=decentralized")
+            if self.comparator_generation_mode not in ("decentralized", "centralized"):
+                raise ValueError(f"comparator_generation_mode must be decentralized or centralized, "
+                                 f"got {self.comparator_generation_mode!r}")
+            if self.comparator_generation_mode == "centralized" and int(self.comparator_centralized_agent_index) != 0:
+                raise ValueError("comparator_generation_mode=centralized: the teacher is policy index 0 "
+                                 f"(comparator_centralized_agent_index=0), got {self.comparator_centralized_agent_index}")
             if getattr(self, "preference_scoring_reward", "task") != "task":
                 raise ValueError("preference_scoring_reward must be 'task': preferences come only from the task reward")
 
@@ -233,6 +241,17 @@ class PreferenceBridge(WorkflowBridge):
         n = self._bridge_workflow(workflow, args, num_agents, agents)
         for a in range(n):
             self._agent_step(a)  # one parallel stage, one decision per agent: checked before loading anything
+        if getattr(args, "comparator_generation_mode", "decentralized") == "centralized":
+            if grammar is None:
+                raise ValueError("comparator_generation_mode=centralized needs structured generation (a value-only JSON "
+                                 "grammar): central teacher projections are encoded under each actor's skeleton")
+            if kwargs.get("centralized_comparator_adapter") is None:
+                from domains.travel.joint import TravelJointAdapter
+
+                kwargs["centralized_comparator_adapter"] = TravelJointAdapter()
+            if not hasattr(kwargs["centralized_comparator_adapter"], "workflow"):
+                raise ValueError("comparator_generation_mode=centralized needs a joint adapter with a one-role joint "
+                                 "workflow (the domain's extras['joint_adapter'], e.g. TravelJointAdapter)")
         if formatters is None:  # the role contexts: what the reward model reads as each agent's prompt
             formatters = [partial(_role_context, self, a) for a in range(n)]
         super().__init__(agent_model=agent_model, agents=agents, num_agents=n, tokenizer=tokenizer, model_config=model_config,
@@ -325,6 +344,7 @@ class PreferenceBridge(WorkflowBridge):
         scale = 1.0 / len(batch)
         for a in range(self.num_agents):
             opt = self.optimizers[a]
+            self._park_inactive(a)
             opt.zero_grad(set_to_none=True)
             for p, pair in enumerate(batch):
                 own = self._agent_logprob_delta(a, pair)
@@ -336,6 +356,7 @@ class PreferenceBridge(WorkflowBridge):
                     loss.backward()
                 del own, joint, loss
             opt.step()
+        self._park_inactive(None)
         joint_deltas = np.array([sum(row) for row in detached], dtype=np.float64)
         losses = -np.log(1.0 / (1.0 + np.exp(-beta * joint_deltas)))
         reward_mean = float(np.mean([pair.candidate_reward_mean for pair in batch]))
@@ -344,6 +365,21 @@ class PreferenceBridge(WorkflowBridge):
                 "train/reward_gap": float(np.mean([p.winner_reward - p.loser_reward for p in batch])),
                 "train/preference_pairs": float(len(batch)),
                 "turn_1/reward_mean": reward_mean, "turn_1/expected_return": reward_mean}
+
+    def _park_inactive(self, active: int | None) -> None:
+        """With ``offload_inactive_actor`` on an accelerator: every actor but ``active`` (and its optimizer
+        state) on the CPU, ``active`` on its device; ``None`` puts every actor back on its device."""
+        if not getattr(self.args, "offload_inactive_actor", False):
+            return
+        for a, agent in enumerate(self.agents):
+            device = torch.device(str(self.agent_devices[a]))
+            if device.type == "cpu":
+                continue
+            target = device if active is None or a == active else torch.device("cpu")
+            agent.to(target)
+            _move_optimizer_state(self.optimizers[a], target)
+        if active is not None and torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
     def _train_preference_pairs(self, preference_pairs: list[PreferencePair], *, updates_seen: int = 0, desc: str = "MADPO",
                                 start_epoch: int = 0, epoch_callback: Any = None) -> int:
@@ -652,8 +688,13 @@ class IterativeBridge:
         everything = list(cur_r) + list(cmp_r)
         mean = float(np.mean(everything)) if everything else 0.0
         pools = {"current": (cur, cur_r, cur_raw), "comparator": (cmp, cmp_r, cmp_raw)}
+        # central-teacher projections that are not valid role actions keep their reward (distribution)
+        # but form no pair: they have no token ids under the actors' skeletons
+        valid = [all(o.get("completion_valid", [[True] * len(cmp_r)])[0][j] for o in cmp) for j in range(len(cmp_r))]
+        keep = [j for j in range(min(len(cur_r), len(cmp_r))) if valid[j]]
+        selected = self._select_policy_comparison_pairs([cur_r[j] for j in keep], [cmp_r[j] for j in keep])
         pairs = []
-        for (w_src, w), (l_src, l) in self._select_policy_comparison_pairs(cur_r, cmp_r):
+        for (w_src, w), (l_src, l) in [((ws, keep[w]), (ls, keep[l])) for (ws, w), (ls, l) in selected]:
             t_idx = w if w_src == "current" else l
             c_idx = w if w_src == "comparator" else l
             pairs.append(self._make_pair(prompts, pools[w_src][0], w, pools[l_src][0], l,
@@ -662,6 +703,75 @@ class IterativeBridge:
                                          raw_rewards=[float(pools[w_src][2][w]), float(pools[l_src][2][l])],
                                          target_raw_reward=float(cur_raw[t_idx]), comparator_raw_reward=float(cmp_raw[c_idx])))
         return pairs
+
+    # ----- centralized comparator (one teacher, projected onto the actors) --------------------------
+    def _generate_centralized_policy_output_for_agent(self, policy_agent: Any, batch_item: dict, *, prompt: str,
+                                                      num_candidates: int, **kwargs: Any) -> list[dict[str, Any]]:
+        """``comparator_generation_mode=centralized``: ``policy_agent`` (policy index 0's comparator
+        weights, chosen by CoMLRL's comparator policy: live, current copy, history or model) samples
+        ``num_candidates`` joint actions for the joint prompt (``prompt``, the adapter's
+        ``build_prompt``) under the joint workflow role's system prompt, prefill and grammar, with
+        the aggregate output budget of the role calls, on the comparator RNG stream. Each joint
+        text is split by the adapter into the role actions, which the unchanged task reward scores.
+
+        Per role the result is a workflow generation dict whose prompt ids are the actor's own
+        prompt (as for a native generation) and whose completion ids/masks are
+        :func:`~c3_plugin.structured.encode_values` of the projected values under the role's
+        skeleton. A projection that is not a strictly valid role action (failed split, missing or
+        duplicated slots, a value the role grammar could not produce) keeps its text and reward
+        but has no ids: ``completion_valid[0][j]`` is False and the pair builder excludes it
+        from pairs."""
+        from c3_plugin.generation import encode_prompt
+        from c3_plugin.rollout import Prompt
+
+        adapter = self.centralized_comparator_adapter
+        wf = adapter.workflow
+        role = wf.roles[wf.decision_steps[0].name]
+        teacher = self._centralized_comparator_agent_index()
+        n = self.num_agents
+        role_prompts = [self.agent_prompt(a, batch_item) for a in range(n)]
+        budget = sum(int(p.max_new_tokens or self.args.max_new_tokens) for p in role_prompts)
+        joint = Prompt(text=prompt, role=role.name, agent=teacher, prefix=role.prefix, system=role.system,
+                       max_new_tokens=budget)
+        if self.grammar is None or self.grammar(joint) is None:
+            raise ValueError(f"centralized comparator: the grammar gives no skeleton for the joint role {role.name!r}")
+        backend = self._centralized_comparator_backend(policy_agent)
+        rng_kwargs = {"agent_idx": teacher} if getattr(self, "_comparator_rng_streams", None) is not None else {}
+        with self._comparator_rng(policy_agent, **rng_kwargs):
+            gens = backend.generate([joint], int(num_candidates), self.sampling())[0]
+        self.totals["messages"] += len(gens)
+        self.totals["tokens_generated"] += sum(len(g.token_ids) for g in gens)
+        joint_texts = [joint.prefix + g.text for g in gens]
+        splits = [list(adapter.parse_completion(t, batch_item, n)) for t in joint_texts]
+        outs = []
+        for a, rp in enumerate(role_prompts):
+            tok = self.tokenizers[a]
+            skeleton = self.grammar(rp)
+            texts, ids, masks, valid = [], [], [], []
+            for split in splits:
+                text = str(split[a])
+                encoded = _project(tok, skeleton, text)
+                texts.append(text)
+                valid.append(encoded is not None)
+                ids.append(torch.tensor(encoded[0] if encoded else [], dtype=torch.long))
+                masks.append(list(encoded[1]) if encoded else [])
+            prompt_ids = encode_prompt(tok, rp, self.backend.use_chat_template)
+            outs.append({"prompts": [rp.text], "batch_items": [batch_item],
+                         "prompt_input_ids": torch.tensor([prompt_ids], dtype=torch.long),
+                         "prompt_attention_mask": torch.ones((1, len(prompt_ids)), dtype=torch.long),
+                         "completions": [texts], "completion_input_ids": [ids],
+                         "completion_attention_mask": [[torch.ones(len(i), dtype=torch.long) for i in ids]],
+                         "completion_loss_masks": [masks], "completion_valid": [valid],
+                         "response_lens": [len(i) for i in ids], "reference_kls": [],
+                         "joint_completions": [joint_texts]})
+        return outs
+
+    def _centralized_comparator_backend(self, policy_agent: Any) -> Any:
+        """The generation backend of the central teacher: ``policy_agent`` plays the joint role (agent 0's tokenizer)."""
+        from c3_plugin.generation import HFBackend
+
+        return HFBackend(lambda _a: policy_agent, self.tokenizers, use_chat_template=self.backend.use_chat_template,
+                         max_batch=self.backend.max_batch, grammar=self.grammar, json_stop=self.backend.json_stop)
 
     # ----- replay records -----------------------------------------------------------------------
     def _preference_pair_to_record(self, pair: PreferencePair) -> dict[str, Any]:
@@ -737,6 +847,30 @@ class IterativeBridge:
             raise RuntimeError(all_tied_message(self.algorithm_name, self).replace(
                 "on all", f"in all {self._iterations_run} refreshes, on all"))
         return out
+
+
+def _project(tokenizer: Any, skeleton: Any, text: str) -> tuple[list[int], list[int]] | None:
+    """Exact ids and mask of a role action text under ``skeleton``, or None when the text is not
+    exactly ``skeleton.render(values)`` for values the role grammar can produce."""
+    import json
+
+    from c3_plugin.structured import encode_values
+
+    try:
+        data = json.loads(text)
+        entries = data["assignments"]
+        if [(e["day"], e["field"]) for e in entries] != [tuple(s) for s in skeleton.slots]:
+            return None
+        values = [e["value"] for e in entries]
+        if not all(isinstance(v, str) for v in values):
+            return None
+        rendered = json.dumps({"assignments": [{"day": d, "field": f, "value": v}
+                                               for (d, f), v in zip(skeleton.slots, values)]}, ensure_ascii=False)
+        if rendered != text:
+            return None
+        return encode_values(tokenizer, skeleton, values)
+    except (ValueError, TypeError, KeyError):
+        return None
 
 
 def _maybe_float(v: Any) -> float | None:
