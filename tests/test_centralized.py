@@ -298,13 +298,9 @@ def preference_trainer(name, tmp_path, **fields):
                                "marlhf": (c.JointMARLHFTrainer, c.JointMARLHFConfig),
                                "madpo_iter": (c.JointMADPOIterTrainer, c.JointMADPOIterConfig),
                                "marlhf_iter": (c.JointMARLHFIterTrainer, c.JointMARLHFIterConfig)}[name]
-    base = dict(agent_devices="cpu", eval_num_samples=1, eval_batch_size=1, eval_interval=0, preference_num_candidates=4,
-                preference_pairs_per_sample=2, num_train_epochs=1, agent_learning_rate=1e-3, logging_steps=1)
-    if "marlhf" in name:
-        base.update(num_generations=2, reward_num_train_epochs=1, rollout_buffer_size=1)
-    if "iter" in name:
-        base.update(num_iterations=2, comparator_num_candidates=4)
-    base.update(fields)
+    from tests.test_preference import tiny_fields
+
+    base = tiny_fields(name, **fields)
     grammar = make_grammar(TravelConfig(max_value_tokens=256))
     rows = three_day_rows(2)
     trainer = trainer_cls(agents=[tiny_model(TOK, seed=0, hidden=16, layers=1, max_positions=4096)], tokenizer=TOK,

@@ -85,15 +85,20 @@ class ScriptedBackend:
         return out
 
 
-def make_trainer(name, tmp_path, scripted=True, constant=False, models=None, reward_func=reward, **fields):
-    trainer_cls, config_cls = CLASSES[name]
-    base = dict(agent_devices="cpu", eval_num_samples=1, eval_batch_size=2, eval_interval=0, preference_num_candidates=4,
+def tiny_fields(name, **fields):
+    """Config values for a tiny, fast preference run of algorithm ``name`` (CPU, 4 candidates, 2 pairs)."""
+    base = dict(agent_devices="cpu", eval_num_samples=1, eval_batch_size=1, eval_interval=0, preference_num_candidates=4,
                 preference_pairs_per_sample=2, num_train_epochs=1, agent_learning_rate=1e-3, logging_steps=1)
     if "marlhf" in name:
         base.update(num_generations=2, reward_num_train_epochs=1, rollout_buffer_size=1)
     if "iter" in name:
         base.update(num_iterations=2, comparator_num_candidates=4)
-    base.update(fields)
+    return {**base, **fields}
+
+
+def make_trainer(name, tmp_path, scripted=True, constant=False, models=None, reward_func=reward, **fields):
+    trainer_cls, config_cls = CLASSES[name]
+    base = tiny_fields(name, eval_batch_size=2, **fields)
     models = models or [tiny_model(TOK, seed=i, hidden=16, layers=1, max_positions=4096) for i in range(2)]
     trainer = trainer_cls(agents=models, tokenizer=TOK, train_dataset=list(ROWS[:2]), eval_dataset=list(ROWS[2:]),
                           reward_func=reward_func, eval_logger=eval_logger, eval_aggregator=eval_aggregator,
