@@ -67,3 +67,13 @@ def check_rows(phases: Sequence[Phase], dataset: Any) -> None:
             raise ValueError(f"curriculum[{k}].where names field(s) {missing} that the training rows lack")
         if not p.rows(dataset):
             raise ValueError(f"curriculum[{k}] ({p.name}) selects no training rows with where={dict(p.where or {})}")
+
+
+def epoch_rows(spec: Sequence[Mapping[str, Any]] | None, num_train_epochs: int, train: Any) -> tuple[list[Phase] | None, list[int]]:
+    """``(phases, training rows per epoch)``; ``train`` is the dataset, or its row count without a curriculum."""
+    phases = parse_curriculum(spec, num_train_epochs)
+    if phases and isinstance(train, int):
+        raise ValueError("a curriculum needs the training rows, not only their count")
+    if phases:
+        return phases, [len(p.rows(train)) for p in phases for _ in range(p.epochs)]
+    return None, [train if isinstance(train, int) else len(train)] * int(num_train_epochs)

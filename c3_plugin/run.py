@@ -78,7 +78,7 @@ def preference_budget(cfg: RunConfig, rows: int) -> dict[str, Any]:
 def expected_budget(cfg: RunConfig, workflow: Workflow, train: Any) -> dict[str, Any]:
     """Env steps, messages and optimizer updates per agent the run will spend (curriculum-aware);
     ``train`` is the training dataset or its row count."""
-    from .curriculum import parse_curriculum
+    from .curriculum import epoch_rows
 
     a = cfg.algo
     if hasattr(a, "preference_num_candidates"):
@@ -92,12 +92,8 @@ def expected_budget(cfg: RunConfig, workflow: Workflow, train: Any) -> dict[str,
     branching = plan.branching(k)
     epochs = int(a.num_train_epochs)
     ipu = int(a.instances_per_update)
-    phases = parse_curriculum(getattr(a, "curriculum", None), epochs)
-    if phases and isinstance(train, int):
-        raise ConfigError("expected_budget: a curriculum needs the training rows, not only their count")
-    epoch_rows = ([len(p.rows(train)) for p in phases for _ in range(p.epochs)] if phases
-                  else [train if isinstance(train, int) else len(train)] * epochs)
-    batches = [min(ipu, rows - s) for rows in epoch_rows for s in range(0, rows, ipu)]
+    phases, rows_per_epoch = epoch_rows(getattr(a, "curriculum", None), epochs, train)
+    batches = [min(ipu, rows - s) for rows in rows_per_epoch for s in range(0, rows, ipu)]
     shared = bool(getattr(a, "share_parallel_samples", False)) and plan.kind != "independent"
     unique = unique_samples(workflow, branching, shared)  # messages sampled (and trained) per instance per decision
     credited = credited_decisions(cfg.algorithm, plan, workflow)
@@ -113,7 +109,7 @@ def expected_budget(cfg: RunConfig, workflow: Workflow, train: Any) -> dict[str,
             samples = per_instance * size
             total += int(a.ppo_epochs) * (math.ceil(samples / a.minibatch_size) if a.minibatch_size else 1)
         updates.append(total)
-    instances = sum(epoch_rows)
+    instances = sum(rows_per_epoch)
     messages = sum(unique)  # a shared sample counts once
     out = {"plan": plan.describe(), "branching": list(branching), "epochs": epochs, "rollout_batches": len(batches),
            "expected_env_steps": instances * plan.leaves(k), "expected_messages": instances * messages,

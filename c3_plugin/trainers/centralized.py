@@ -200,22 +200,18 @@ def joint_magrpo_budget(args: Any, train: Any) -> dict[str, Any]:
     without a curriculum)."""
     import math
 
-    from ..curriculum import parse_curriculum
+    from ..curriculum import epoch_rows
 
     epochs = int(args.num_train_epochs)
-    phases = parse_curriculum(getattr(args, "curriculum", None), epochs)
-    if phases and isinstance(train, int):
-        raise ValueError("joint_magrpo_budget: a curriculum needs the training rows, not only their count")
-    epoch_rows = ([len(p.rows(train)) for p in phases for _ in range(p.epochs)] if phases
-                  else [train if isinstance(train, int) else len(train)] * epochs)
+    phases, rows_per_epoch = epoch_rows(getattr(args, "curriculum", None), epochs, train)
     gens, buffer = int(args.num_generations), int(args.rollout_buffer_size)
     batch = int(getattr(args, "train_batch_size", None) or buffer)
     steps = 0
-    for rows in epoch_rows:
+    for rows in rows_per_epoch:
         chunks = [buffer] * (rows // buffer) + ([rows % buffer] if rows % buffer else [])
         steps += sum(math.ceil(c / batch) for c in chunks)
     out: dict[str, Any] = {"actors": 1, "roles": int(args.num_agents), "epochs": epochs, "joint_actions_per_prompt": gens,
-                           "expected_env_steps": sum(epoch_rows) * gens, "expected_optimizer_updates": steps}
+                           "expected_env_steps": sum(rows_per_epoch) * gens, "expected_optimizer_updates": steps}
     if phases:
         out["curriculum"] = [{"name": p.name, "epochs": p.epochs, "where": {f: list(v) for f, v in (p.where or {}).items()},
                               "rows": len(p.rows(train)), "env_steps": p.epochs * len(p.rows(train)) * gens,
