@@ -8,7 +8,7 @@ roles. CoMLRL's MAGRPO loop samples ``num_generations`` joint actions per prompt
 bridge (the joint workflow's single role, the joint JSON skeleton forced by the grammar),
 scores each by splitting it with the domain adapter and calling the unchanged task reward
 (``CentralizedCollaboration``), and trains the *joint completion tokens* with the skeleton's
-value-only loss mask (:func:`~.centralized.masked_joint_log_prob`), streamed one sequence at a
+value-only loss mask (:func:`~.joint_likelihood.masked_joint_log_prob`), streamed one sequence at a
 time. Evaluation is the bridge's greedy workflow evaluation (fixed task reward; the eval logger
 receives the split role actions).
 
@@ -33,7 +33,9 @@ from comlrl.utils.distributed import unwrap_model
 from ..workflow import Workflow, load_workflow
 from .base import WorkflowTrainer
 from .bridge import WorkflowBridge
-from .centralized import LOSS_AGGREGATIONS, check_records, mark_joint, masked_joint_log_prob
+from .centralized_api import require_centralized_api
+from .joint_likelihood import LOSS_AGGREGATIONS, masked_joint_log_prob
+from .joint_records import check_records, mark_joint
 from .preference import (WorkflowMADPOConfig, WorkflowMADPOIterConfig, WorkflowMADPOIterTrainer, WorkflowMADPOTrainer,
                          WorkflowMARLHFConfig, WorkflowMARLHFIterConfig, WorkflowMARLHFIterTrainer, WorkflowMARLHFTrainer)
 
@@ -238,8 +240,6 @@ class JointMAGRPOTrainer(JointMAGRPOMixin, WorkflowBridge, CentralizedMAGRPOTrai
                  eval_aggregator: Any = None, args: JointMAGRPOConfig | None = None, *, workflow: Workflow | str | None = "travel_joint",
                  plan: Any = None, run_dir: str | Path | None = None, lora_adapters: bool = False, grammar: Any = None,
                  centralized_adapter: Any = None):
-        from .centralized import require_centralized_api
-
         require_centralized_api()
         args = args or self.default_config_cls()
         if isinstance(workflow, str) and workflow == "travel_joint":
@@ -336,8 +336,6 @@ class JointPreferenceMixin(JointActorMixin):
 
     def __init__(self, *pos: Any, workflow: Workflow | str | None = "travel_joint", lora_adapters: bool = False,
                  centralized_adapter: Any = None, centralized_comparator_adapter: Any = None, **kwargs: Any):
-        from .centralized import require_centralized_api
-
         require_centralized_api()
         if pos:
             raise TypeError(f"{type(self).__name__} takes keyword arguments only")
