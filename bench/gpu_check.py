@@ -1,7 +1,9 @@
 """Every GPU check in one script, for the device machine (one H200): a bf16 training step of
 C3 and of MAGRPO on a ~0.9B-parameter Llama-architecture team (random weights: the machine
-has no hub access), generation throughput, update time, peak GPU memory, and whether vLLM
-is importable. Writes gpu_check.json into --out and prints the figures.
+has no hub access) at the paper's learning rate 1e-6 (bf16 compute over fp32 masters: the share
+of master weights the run changed), generation throughput, update time, peak GPU memory against
+the dry-run's estimate (:mod:`c3_plugin.memory`), and whether vLLM is importable. Writes
+gpu_check.json into --out and prints the figures.
 
 Usage: python bench/gpu_check.py --out DIR [--instances 16] [--reasoner 256] [--actor 128]
 """
@@ -40,18 +42,37 @@ def run(algorithm, tok, models, ds, args_kwargs):
     trainer = cls(agents=models, tokenizer=tok, train_dataset=ds, workflow=wf, args=cfg_cls(**args_kwargs),
                   reward_func=lambda *c, batch_items=None, prompts=None: [float(len(x) % 2) for x in c[-1]])
     trainer.verbose = False
+    start = [torch.cat([p.detach().reshape(-1) for p in m.parameters()]).cpu() for m in trainer.agents]
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     t = time.perf_counter()
     trainer.train()
     torch.cuda.synchronize()
     wall = time.perf_counter() - t
+    changed = [float((torch.cat([p.detach().reshape(-1) for p in m.parameters()]).cpu() != s0).float().mean())
+               for m, s0 in zip(trainer.agents, start)]
     rows = [h for h in trainer.history if "train/update_step" in h]
     tokens = trainer.totals["tokens_generated"]
     return {"algorithm": algorithm, "batches": len(rows), "env_steps": trainer.env_step, "messages": trainer.totals["messages"],
             "tokens_generated": tokens, "wall_s": wall, "rollout_s": sum(r["time/rollout_s"] for r in rows),
             "update_s": sum(r["time/update_s"] for r in rows), "gen_tokens_per_s": tokens / max(sum(r["time/rollout_s"] for r in rows), 1e-9),
-            "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30, "loss_finite": all(r.get("train/loss") is not None for r in rows)}
+            "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30, "loss_finite": all(r.get("train/loss") is not None for r in rows),
+            "master_dtype": str(next(trainer.agents[0].parameters()).dtype), "compute_dtype": str(trainer.compute_dtypes[0]),
+            "share_of_master_weights_changed": changed}
+
+
+def estimate(models, tok, args_kwargs, prompt_tokens=256):
+    """The dry-run's memory estimate for this run (c3_plugin.memory), in GiB."""
+    from c3_plugin.memory import ModelShape, estimate_memory
+
+    cfg = models[0].config
+    shape = ModelShape(params=sum(p.numel() for p in models[0].parameters()), layers=cfg.num_hidden_layers,
+                       hidden=cfg.hidden_size, kv_heads=cfg.num_key_value_heads,
+                       head_dim=cfg.hidden_size // cfg.num_attention_heads, vocab=cfg.vocab_size)
+    caps = list(args_kwargs["per_role"].values())
+    per_instance = 8  # both plans end with 8 sequences per instance at their widest depth
+    return estimate_memory(shape, "bfloat16", "per_agent", len(models), args_kwargs["micro_batch_size"], max(caps),
+                           prompt_tokens + sum(caps), args_kwargs["instances_per_update"] * per_instance)["total_gib"]
 
 
 def main() -> None:
@@ -98,7 +119,10 @@ def main() -> None:
             run(algorithm, tok, models, ds.select(range(2)), kwargs)
             report["warmed_up"] = True
         else:
+            expected = estimate(models, tok, kwargs)
             results.append(run(algorithm, tok, models, ds, kwargs))
+            results[-1]["estimated_gib"] = expected
+            results[-1]["measured_over_estimated"] = results[-1]["peak_gpu_gib"] / expected
         del models
         torch.cuda.empty_cache()
     report["runs"] = results

@@ -3,12 +3,25 @@
 All prompts of one schedule step are sampled in one batched ``generate`` call per agent
 (left padding, ``n`` return sequences per prompt). The prompt is the role's chat
 template (when the tokenizer has one) with the context as the user turn, followed by
-the role's response prefix as an assistant prefill. Generation stops at EOS; the EOS
-token is part of the message's tokens. Behaviour log-probs are those of the sampled
-tokens under the policy's temperature-scaled softmax (the full vocabulary, before top-p /
-top-k truncation), which is what the PPO ratio's denominator must be: read from
-``generate``'s raw logits when they fit in ``logits_budget`` floats, otherwise recomputed
-by one padded forward pass of the frozen policy (:func:`c3_plugin.loss.sequence_logprobs`).
+the role's response prefix as an assistant prefill.
+
+Exact tokens. Sampling runs from an explicit :func:`sampling_config` (temperature, top-p,
+top-k and nothing else), with the model's own ``generation_config`` set aside for the call,
+so no setting shipped with a checkpoint (repetition penalty, min-p, a default top-k) shapes
+the samples without being in the recorded log-probs. Generation stops at every
+end-of-sequence id the model's generation config declares and the tokenizer's EOS
+(:func:`stop_ids`: Qwen declares two, one of them also its pad token). A message is cut
+right after its first stop token, which it keeps; no token inside a message is ever
+removed.
+
+Behaviour log-probs are those of the sampled tokens under the policy's temperature-scaled
+softmax over the full vocabulary (before top-p / top-k truncation), which is what the PPO
+ratio's denominator must be. They are recomputed after sampling by the same padded forward
+pass the update uses (:func:`c3_plugin.loss.token_logprobs`), ``micro_batch_size``
+sequences at a time: full-vocabulary logits are never held for more than one micro-batch,
+and the recorded values equal what the update recomputes before it changes the weights.
+Generation runs in one autocast region of the policy's compute dtype
+(:func:`c3_plugin.precision.compute_context`).
 
 Structured roles: when ``grammar(prompt)`` returns a :class:`~c3_plugin.structured.Skeleton`,
 that prompt is sampled under :class:`~c3_plugin.structured.SkeletonLogitsProcessor` (schema
@@ -23,12 +36,14 @@ its prefix plus text closes a JSON object (:class:`~c3_plugin.structured.JsonSto
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable, Sequence
 
 import torch
-from transformers import LogitsProcessorList, StoppingCriteriaList
+from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
-from .loss import sequence_logprobs
+from .loss import token_logprobs
+from .precision import compute_context, compute_module
 from .rollout import Generation, Prompt, Sampling
 from .structured import JsonStop, Skeleton, SkeletonLogitsProcessor, loss_mask_for, max_completion_tokens
 
@@ -55,15 +70,21 @@ class HFBackend:
     """
 
     def __init__(self, policy: Callable[[int], torch.nn.Module], tokenizers: Sequence[Any],
-                 use_chat_template: bool = True, max_batch: int | None = None, logits_budget: int = 2**28,
+                 use_chat_template: bool = True, max_batch: int | None = None, micro_batch_size: int = 8,
                  grammar: Callable[[Prompt], Skeleton | None] | None = None, json_stop: bool = False):
         self.policy = policy
         self.tokenizers = list(tokenizers)
         self.use_chat_template = use_chat_template
         self.max_batch = max_batch  # cap on sequences per generate call (None: all at once)
-        self.logits_budget = logits_budget  # keep generate's logits (sequences x steps x vocab) up to this many floats; else recompute
+        self.micro_batch_size = int(micro_batch_size)  # sequences per forward pass of the behaviour log-prob recomputation
         self.grammar = grammar  # per prompt: the JSON skeleton its message must follow (None: free text)
         self.json_stop = json_stop  # stop a free-text message once prefix + text is a complete JSON object
+
+    def for_policy(self, policy: Callable[[int], torch.nn.Module]) -> "HFBackend":
+        """The same backend (settings, grammar, tokenizers) sampling from another ``policy``."""
+        clone = copy.copy(self)
+        clone.policy = policy
+        return clone
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Prompt], n: int, sampling: Sampling) -> list[list[Generation]]:
@@ -102,20 +123,16 @@ class HFBackend:
         tok = self.tokenizers[agent]
         model = self.policy(agent)
         device = next(model.parameters()).device
-        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        pad = pad_id(tok)
         encoded = [encode_prompt(tok, p, self.use_chat_template) for p in prompts]
         input_ids, attention = _left_pad(encoded, pad)
         width = input_ids.shape[1]
         caps = self._caps(tok, prompts, sampling, skeletons)
         max_new = max(caps)
         rows_per_prompt = 1 if sampling.greedy else n
-        kwargs: dict[str, Any] = {"max_new_tokens": max_new, "pad_token_id": pad, "eos_token_id": tok.eos_token_id,
-                                  "num_return_sequences": rows_per_prompt}
-        if sampling.greedy:  # one argmax decode per prompt, replicated n times
-            kwargs.update(do_sample=False, num_beams=1, temperature=None, top_p=None, top_k=None)
-        else:
-            kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
-                          top_k=sampling.top_k if sampling.top_k else 0)
+        stops = stop_ids(model, tok)
+        config = sampling_config(sampling, max_new, stops, pad, rows_per_prompt)
+        kwargs: dict[str, Any] = {}
         json_stop = None
         if skeletons is not None:
             kwargs["logits_processor"] = LogitsProcessorList([SkeletonLogitsProcessor(tok, skeletons, width, num_return_sequences=rows_per_prompt)])
@@ -124,51 +141,75 @@ class HFBackend:
             kwargs["stopping_criteria"] = StoppingCriteriaList([json_stop])
         was_training = model.training
         model.eval()
-        n_seq = len(encoded) * rows_per_prompt
-        from_logits = n_seq * max_new * len(tok) <= self.logits_budget
-        out = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
-                             output_logits=from_logits, return_dict_in_generate=True, **kwargs)
-        seqs = out.sequences[:, width:]
-        step_logp = None
-        if from_logits and seqs.shape[1]:
-            temperature = 1.0 if sampling.greedy else sampling.temperature
-            logits = torch.stack(out.logits, dim=1).float() / temperature  # [n_seq, steps, vocab], raw (pre-processor) scores
-            step_logp = (torch.gather(logits, -1, seqs[:, : logits.shape[1]].unsqueeze(-1)).squeeze(-1)
-                         - torch.logsumexp(logits, -1)).cpu()
-            del logits
-        seqs = seqs.cpu()
-        stops = json_stop.stop_lengths if json_stop is not None else [None] * seqs.shape[0]
+        inner = compute_module(model)
+        own_config = inner.generation_config
+        inner.generation_config = config  # the model's shipped defaults must not fill what the explicit config leaves unset
+        try:
+            with compute_context(model):
+                seqs = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
+                                      generation_config=config, **kwargs)[:, width:].cpu()
+        finally:
+            inner.generation_config = own_config
+            if was_training:
+                model.train()
+        json_stops = json_stop.stop_lengths if json_stop is not None else [None] * seqs.shape[0]
         if sampling.greedy and n > 1:
             seqs = seqs.repeat_interleave(n, dim=0)
-            step_logp = step_logp.repeat_interleave(n, dim=0) if step_logp is not None else None
-            stops = [s for s in stops for _ in range(n)]
-        if was_training:
-            model.train()
-        completions = [_trim(seqs[row].tolist(), caps[row // n], stops[row], tok.eos_token_id, pad) for row in range(seqs.shape[0])]
+            json_stops = [s for s in json_stops for _ in range(n)]
+        completions = [_trim(seqs[row].tolist(), caps[row // n], json_stops[row], stops) for row in range(seqs.shape[0])]
         prompt_ids = [encoded[row // n] for row in range(seqs.shape[0])]  # re-derivable: encode_prompt is deterministic
-        if step_logp is not None:
-            logprobs = [step_logp[row, : len(ids)].tolist() for row, ids in enumerate(completions)]
-        else:
-            logprobs = self.behaviour_logprobs(agent, prompt_ids, completions, 1.0 if sampling.greedy else sampling.temperature)
+        logprobs = self.behaviour_logprobs(agent, prompt_ids, completions, 1.0 if sampling.greedy else sampling.temperature)
         masks = ([loss_mask_for(tok, skeletons[row // n], ids) for row, ids in enumerate(completions)]
                  if skeletons is not None else [None] * len(completions))
         gens = [Generation(text=tok.decode(ids, skip_special_tokens=True), token_ids=ids, logprobs=lp, loss_mask=m)
                 for ids, lp, m in zip(completions, logprobs, masks)]
         return [gens[k * n:(k + 1) * n] for k in range(len(prompts))]
 
-    @torch.no_grad()
     def behaviour_logprobs(self, agent: int, prompt_ids: list[list[int]], completions: list[list[int]],
                            temperature: float) -> list[list[float]]:
+        """Log-probs of ``completions`` under ``policy(agent)``, one micro-batch per forward pass."""
         model = self.policy(agent)
-        tok = self.tokenizers[agent]
-        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        out: list[list[float]] = []
-        step = self.max_batch or len(completions)
-        for s in range(0, len(completions), step):
-            lp, mask = sequence_logprobs(model, prompt_ids[s:s + step], completions[s:s + step], pad, temperature)
-            lp = lp.float().cpu()
-            out.extend(lp[r, : int(mask[r].sum())].tolist() for r in range(lp.shape[0]))
-        return out
+        was_training = model.training
+        model.eval()
+        try:
+            return token_logprobs(model, prompt_ids, completions, pad_id(self.tokenizers[agent]), temperature,
+                                  self.micro_batch_size)
+        finally:
+            if was_training:
+                model.train()
+
+
+def pad_id(tok: Any) -> int:
+    """The id that pads batches: the tokenizer's pad token, else its EOS."""
+    return tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+
+
+def stop_ids(model: Any, tok: Any) -> list[int]:
+    """Every end-of-sequence id: those the model's generation config declares, then the tokenizer's EOS."""
+    declared = getattr(getattr(compute_module(model), "generation_config", None), "eos_token_id", None)
+    ids = list(declared) if isinstance(declared, (list, tuple)) else ([declared] if declared is not None else [])
+    if tok.eos_token_id is not None:
+        ids.append(tok.eos_token_id)
+    out = list(dict.fromkeys(int(i) for i in ids))
+    if not out:
+        raise ValueError("the tokenizer has no EOS token and the model's generation config declares none; "
+                         "set tokenizer.eos_token or model.generation_config.eos_token_id")
+    return out
+
+
+def sampling_config(sampling: Sampling, max_new_tokens: int, stops: Sequence[int], pad: int,
+                    num_return_sequences: int) -> GenerationConfig:
+    """The complete sampling specification of one ``generate`` call: temperature, top-p and top-k
+    (0 = off) when sampling, argmax when greedy, every other logits processor off."""
+    if sampling.greedy:
+        shape: dict[str, Any] = {"do_sample": False, "temperature": 1.0, "top_p": 1.0, "top_k": 0}
+    else:
+        shape = {"do_sample": True, "temperature": float(sampling.temperature), "top_p": float(sampling.top_p),
+                 "top_k": int(sampling.top_k or 0)}
+    return GenerationConfig(**shape, num_beams=1, max_new_tokens=int(max_new_tokens), min_new_tokens=0,
+                            eos_token_id=list(stops), pad_token_id=pad, num_return_sequences=num_return_sequences,
+                            repetition_penalty=1.0, typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0,
+                            no_repeat_ngram_size=0, renormalize_logits=False, return_dict_in_generate=False)
 
 
 def _left_pad(encoded: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -182,9 +223,10 @@ def _left_pad(encoded: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor,
     return input_ids, attention
 
 
-def _trim(ids: list[int], cap: int, stop: int | None, eos: int, pad: int) -> list[int]:
-    """A row's message tokens: up to the cap, a JSON stop, or the first EOS (included); padding dropped."""
-    ids = ids[: cap if stop is None else min(cap, stop)]
-    if eos in ids:
-        return ids[: ids.index(eos) + 1]
-    return [t for t in ids if t != pad] if pad != eos else ids
+def _trim(ids: list[int], cap: int, json_stop: int | None, stops: Sequence[int]) -> list[int]:
+    """A row's message tokens: up to the cap, a JSON stop, or its first stop token (kept), whichever
+    comes first. Whatever follows is padding; nothing before it is removed."""
+    ids = ids[: cap if json_stop is None else min(cap, json_stop)]
+    stop_set = set(stops)
+    end = next((i + 1 for i, t in enumerate(ids) if t in stop_set), len(ids))
+    return ids[:end]

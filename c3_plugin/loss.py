@@ -57,6 +57,23 @@ def sequence_logprobs(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]
     return logp * cmask, cmask
 
 
+@torch.no_grad()
+def token_logprobs(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
+                   pad_id: int, temperature: float = 1.0, micro_batch_size: int = 8) -> list[list[float]]:
+    """Per-sequence token log-probs of the completions, ``micro_batch_size`` sequences per forward
+    pass: full-vocabulary logits exist for one micro-batch at a time, whatever the number of sequences."""
+    if micro_batch_size < 1:
+        raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
+    out: list[list[float]] = []
+    for s in range(0, len(completion_ids), micro_batch_size):
+        comps = completion_ids[s:s + micro_batch_size]
+        lp, _ = sequence_logprobs(model, prompt_ids[s:s + micro_batch_size], comps, pad_id, temperature)
+        lp = lp.float().cpu()
+        out.extend(lp[r, : len(c)].tolist() for r, c in enumerate(comps))
+        del lp
+    return out
+
+
 @dataclass
 class LossStats:
     loss: float

@@ -57,15 +57,67 @@ def test_greedy_is_deterministic_and_replicated(setup):
     assert len({tuple(x.token_ids) for x in a[0]}) == 1 and a[0][0].token_ids == b[0][0].token_ids
 
 
-def test_recompute_path_when_logits_do_not_fit(setup):
-    tok, m0, _ = setup
-    torch.manual_seed(3)
-    fast = HFBackend(lambda a: m0, [tok]).generate([Prompt("x", "R", 0)], 2, Sampling(max_new_tokens=5))
-    torch.manual_seed(3)
-    slow = HFBackend(lambda a: m0, [tok], logits_budget=0).generate([Prompt("x", "R", 0)], 2, Sampling(max_new_tokens=5))
-    for f, s in zip(fast[0], slow[0]):
-        assert f.token_ids == s.token_ids
-        np.testing.assert_allclose(f.logprobs, s.logprobs, atol=2e-4)
+def two_eos_team():
+    """A Qwen-like tokenizer/model pair: the generation config declares two EOS ids and the pad token is
+    the second of them (Qwen3: <|im_end|> and <|endoftext|>, the latter also its pad). A tiny vocabulary
+    makes the random model emit stop ids often."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(["<|im_end|>", "<|endoftext|>"] + list("abcdefghijklmnop"))}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="a"))
+    core.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    model = tiny_model(tok, seed=5)
+    model.generation_config.eos_token_id = [0, 1]
+    model.generation_config.pad_token_id = 1
+    return tok, model
+
+
+def test_stops_on_every_declared_eos_and_records_exact_logprobs():
+    from c3_plugin.trainers.update import PolicySample
+
+    tok, model = two_eos_team()
+    assert tok.pad_token_id == 1 and tok.eos_token_id == 0
+    torch.manual_seed(0)
+    backend = HFBackend(lambda a: model, [tok], use_chat_template=False, micro_batch_size=3)
+    prompts = [Prompt("abc", "R", 0), Prompt("ponmlkjih", "R", 0)]
+    gens = backend.generate(prompts, 16, Sampling(max_new_tokens=12, temperature=0.7))
+    flat = [g for row in gens for g in row]
+    ends = [g.token_ids[-1] for g in flat]
+    assert 0 in ends and 1 in ends  # both declared EOS ids stop a message (1 is also the pad id)
+    for g in flat:
+        inner = g.token_ids[:-1]
+        assert 0 not in inner and 1 not in inner  # cut right after the first stop, nothing after it
+        assert len(g.token_ids) == len(g.logprobs) <= 12
+    # nothing removed inside a message: a capped message keeps all its tokens
+    assert any(len(g.token_ids) == 12 and g.token_ids[-1] not in (0, 1) for g in flat)
+    # the recorded behaviour log-probs are what the update recomputes (same temperature, same context ids,
+    # other micro-batch composition)
+    samples = [PolicySample(encode_prompt(tok, p, False), g.token_ids, g.logprobs, 1.0) for p, row in zip(prompts, gens) for g in row]
+    with torch.no_grad():
+        lp, mask = sequence_logprobs(model, [s.prompt_ids for s in samples], [s.completion_ids for s in samples],
+                                     tok.pad_token_id, temperature=0.7)
+    gap = max(abs(lp[r, i].item() - v) for r, s in enumerate(samples) for i, v in enumerate(s.old_logprobs))
+    assert gap < 1e-5, gap
+    assert int(mask.sum()) == sum(len(s.completion_ids) for s in samples)
+
+
+def test_sampling_ignores_the_checkpoints_own_generation_settings():
+    tok, model = two_eos_team()
+    model.generation_config.top_k = 1  # a shipped default that would make sampling greedy
+    model.generation_config.repetition_penalty = 50.0
+    model.generation_config.do_sample = False
+    backend = HFBackend(lambda a: model, [tok], use_chat_template=False)
+    torch.manual_seed(1)
+    gens = backend.generate([Prompt("abc", "R", 0)], 12, Sampling(max_new_tokens=6, temperature=1.0))[0]
+    assert len({tuple(g.token_ids) for g in gens}) > 3  # really sampled at temperature 1, no top-k
+    assert model.generation_config.top_k == 1 and model.generation_config.repetition_penalty == 50.0  # restored
+    from c3_plugin.generation import sampling_config
+
+    cfg = sampling_config(Sampling(temperature=0.6, top_p=0.9), 8, [0, 1], 1, 2)
+    assert (cfg.do_sample, cfg.temperature, cfg.top_p, cfg.top_k, cfg.repetition_penalty, cfg.eos_token_id) == \
+        (True, 0.6, 0.9, 0, 1.0, [0, 1])
 
 
 def test_materialised_tokens_are_counted_exactly(setup):

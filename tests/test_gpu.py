@@ -18,24 +18,35 @@ def cuda_model(tok, seed=0):
     return tiny_model(tok, seed=seed, hidden=64).to("cuda", dtype=torch.bfloat16)
 
 
-def test_bf16_ppo_step_on_cuda_moves_log_prob_with_advantage():
-    from c3_plugin.loss import sequence_logprobs
+def test_bf16_compute_over_fp32_masters_keeps_small_updates_on_cuda():
+    """At the paper's learning rate (1e-6) three steps of bf16 compute move most fp32 master weights, in
+    the direction of the fp32 update; bf16 weights updated in place would keep about 2% of them."""
+    import copy
+
+    from c3_plugin.loss import token_logprobs
+    from c3_plugin.precision import keep_fp32_masters
 
     tok = tiny_tokenizer()
-    model = cuda_model(tok)
-    prompt, comp = [10, 11, 12], [40, 41, 1]
-    with torch.no_grad():
-        before, _ = sequence_logprobs(model, [prompt], [comp], tok.pad_token_id)
-    sample = PolicySample(prompt, comp, before[0].float().tolist(), 1.0)
+    init = cuda_model(tok)
+    masters, plain = copy.deepcopy(init), copy.deepcopy(init).float()
+    assert keep_fp32_masters(masters) == torch.bfloat16
+    rng = np.random.default_rng(0)
+    prompts = [list(map(int, rng.integers(6, 200, size=6))) for _ in range(8)]
+    comps = [list(map(int, rng.integers(6, 200, size=5))) for _ in range(8)]
+    old = token_logprobs(plain, prompts, comps, tok.pad_token_id)
+    samples = [PolicySample(p, c, o, float(a)) for p, c, o, a in zip(prompts, comps, old, rng.choice([-1.0, 1.0], size=8))]
     args = type("A", (), dict(ppo_epochs=1, minibatch_size=None, micro_batch_size=4, temperature=1.0, clip_eps=0.2,
                               clip_eps_high=None, max_grad_norm=1.0, loss_aggregation="token_mean", reference_kl_coef=0.0))()
-    torch.cuda.reset_peak_memory_stats()
-    stats = ppo_update(model, torch.optim.AdamW(model.parameters(), lr=1e-2), [sample], args, np.random.default_rng(0), tok.pad_token_id)
-    with torch.no_grad():
-        after, _ = sequence_logprobs(model, [prompt], [comp], tok.pad_token_id)
-    assert np.isfinite(stats["loss"]) and stats["optimizer_steps"] == 1
-    assert float(after.sum()) > float(before.sum())
-    assert torch.cuda.max_memory_allocated() > 0
+    start = torch.cat([p.detach().float().reshape(-1) for p in plain.parameters()])
+    for model in (masters, plain):
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
+        for _ in range(3):
+            stats = ppo_update(model, opt, samples, args, np.random.default_rng(0), tok.pad_token_id)
+            assert np.isfinite(stats["loss"])
+    d16 = torch.cat([p.detach().reshape(-1) for p in masters.parameters()]) - start
+    d32 = torch.cat([p.detach().reshape(-1) for p in plain.parameters()]) - start
+    assert (d16 != 0).float().mean() > 0.8
+    assert torch.nn.functional.cosine_similarity(d16, d32, dim=0) > 0.95
 
 
 def test_c3_trainer_step_on_cuda_in_bf16():
@@ -50,7 +61,8 @@ def test_c3_trainer_step_on_cuda_in_bf16():
     assert trainer.env_step == 4 * 8
     row = trainer.history[-1]
     assert np.isfinite(row["train/loss"]) and row["train/agent1/samples"] == 32
-    assert next(models[0].parameters()).dtype == torch.bfloat16
+    assert next(models[0].parameters()).dtype == torch.float32  # fp32 masters
+    assert trainer.compute_dtypes == [torch.bfloat16, torch.bfloat16]  # bf16 compute
 
 
 def test_the_inactive_actor_waits_on_the_cpu_during_the_other_actors_dpo_update(tmp_path):

@@ -19,7 +19,7 @@ class WorkflowMAGRPOConfig(WorkflowConfig):
 
     plan: str = "independent 8"  # B full runs per instance (the paper's baseline arrangement)
     advantage_mode: str = "mean"  # CoMLRL's group baseline: "mean", "rloo", "max" or "raw"
-    advantage_scaling: str = "batch_zscore"  # CoMLRL's default advantage normalisation
+    advantage_scaling: str = "group_zscore"  # CoMLRL 1.4.3's default: z-score within each instance's B joint runs (population std)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -1,11 +1,16 @@
 """MAPPO on workflows: a centralized critic and GAE over decision points.
 
-The critic is a value head on a transformer backbone (by default a copy of agent 0's
-model) that reads the centralized state at decision point ``u``: the task text followed
-by every output written before ``u`` on the run's path (the concatenated context of all
-agents). Advantages come from GAE over the run's decision points with the terminal reward
-at the last one; the critic regresses on the GAE returns. During ``critic_warmup_updates``
-rollout batches only the critic trains.
+The critic is a value head on a transformer backbone that reads the centralized state at
+decision point ``u``: the task text followed by every output written before ``u`` on the
+run's path (the concatenated context of all agents). The backbone is a copy of agent 0's
+model by default, or any model named by ``critic_model`` with its own tokenizer, such as
+the small encoder the paper used (mmBERT-base). A decoder's value is read at the state's
+last token; an encoder's at its first (the ``[CLS]`` position), see ``critic_pooling``.
+Advantages come from GAE over the run's decision points with the terminal reward at the
+last one; the critic regresses on the GAE returns. During ``critic_warmup_updates`` rollout
+batches only the critic trains. As in the paper, ``advantage_per_token`` divides each
+message's (scaled) advantage by its trained token count. The critic trains on fp32 masters
+in the agents' compute dtype (:mod:`c3_plugin.precision`).
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ import torch
 from ..rollout import Rollout
 from ..trace import path_to
 from .base import WorkflowConfig, WorkflowTrainer
-from .update import PolicySample
+from ..precision import keep_fp32_masters
+from .update import PolicySample, trained_tokens
 
 
 @dataclass
@@ -34,8 +40,10 @@ class MAPPOConfig(WorkflowConfig):
     critic_learning_rate: float = 1e-5  # critic AdamW learning rate
     critic_epochs: int = 1  # critic passes per rollout batch
     critic_warmup_updates: int = 1  # rollout batches that train only the critic
-    critic_max_tokens: int = 1024  # the state is left-truncated to this many tokens
-    advantage_scaling: str = "batch_zscore"  # the usual PPO advantage normalisation
+    critic_max_tokens: int = 1024  # the state is left-truncated to this many tokens (an encoder keeps its leading special token)
+    critic_pooling: str = "auto"  # where the value is read: "last" token (decoders), "first" token (encoders' [CLS]); "auto" picks by model type
+    advantage_scaling: str = "batch_zscore"  # the usual PPO advantage normalisation (standardised over the batch)
+    advantage_per_token: bool = False  # divide each message's advantage, after scaling, by its trained token count (the paper's MAPPO)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -45,14 +53,37 @@ class MAPPOConfig(WorkflowConfig):
             raise ValueError(f"MAPPO runs independent full runs; plan '{self.plan}' is not 'independent B'")
         if not 0.0 <= self.gae_lambda <= 1.0 or not 0.0 < self.gamma <= 1.0:
             raise ValueError("gae_lambda must be in [0, 1] and gamma in (0, 1]")
+        if self.critic_pooling not in POOLINGS:
+            raise ValueError(f"critic_pooling must be one of {POOLINGS}, got {self.critic_pooling!r}")
+
+
+POOLINGS = ("auto", "last", "first")
+
+
+def default_pooling(backbone: torch.nn.Module) -> str:
+    """``"first"`` for an encoder (a known encoder type, or a type with a masked-LM head and no causal-LM
+    head), else ``"last"``."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    kind = getattr(backbone.config, "model_type", "")
+    masked_only = kind in MODEL_FOR_MASKED_LM_MAPPING_NAMES and kind not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    return "first" if kind in ENCODERS or masked_only else "last"
+
+
+ENCODERS = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "modernbert", "deberta", "deberta-v2", "distilbert")
 
 
 class ValueCritic(torch.nn.Module):
-    """A scalar value head on the last token's hidden state of a transformer backbone."""
+    """A scalar value head on one token's hidden state of a transformer backbone: the last token
+    (``pooling="last"``, decoders) or the first (``"first"``, an encoder's ``[CLS]``). Inputs are
+    left-padded; positions count from each row's first real token."""
 
-    def __init__(self, backbone: torch.nn.Module):
+    def __init__(self, backbone: torch.nn.Module, pooling: str = "last"):
         super().__init__()
+        if pooling not in ("last", "first"):
+            raise ValueError(f"pooling must be 'last' or 'first', got {pooling!r}")
         self.backbone = getattr(backbone, "base_model", backbone)
+        self.pooling = pooling
         hidden = self.backbone.config.hidden_size
         self.head = torch.nn.Linear(hidden, 1)
         torch.nn.init.zeros_(self.head.weight)
@@ -61,7 +92,9 @@ class ValueCritic(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         h = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
-        return self.head(h[:, -1].float()).squeeze(-1)  # left padding: the last column is every row's last token
+        width = attention_mask.shape[1]
+        at = (width - attention_mask.sum(-1)) if self.pooling == "first" else torch.full_like(attention_mask[:, 0], width - 1)
+        return self.head(h[torch.arange(h.shape[0], device=h.device), at].float()).squeeze(-1)
 
 
 def gae(values: np.ndarray, rewards: np.ndarray, gamma: float, lam: float) -> tuple[np.ndarray, np.ndarray]:
@@ -98,7 +131,10 @@ class MAPPOTrainer(WorkflowTrainer):
             backbone = copy.deepcopy(base.get_base_model() if hasattr(base, "get_base_model") else base)
         for p in backbone.parameters():
             p.requires_grad_(True)
-        self.critics = [ValueCritic(backbone).to(self.device)]
+        pooling = default_pooling(backbone) if self.args.critic_pooling == "auto" else self.args.critic_pooling
+        critic = ValueCritic(backbone, pooling).to(self.device)
+        keep_fp32_masters(critic, compute_dtype=next((d for d in self.compute_dtypes if d is not None), None))
+        self.critics = [critic]
         self.critic_optimizer = torch.optim.AdamW(self.critics[0].parameters(), lr=self.args.critic_learning_rate)
         self._critic_batch: tuple[list[list[int]], np.ndarray] | None = None
 
@@ -113,9 +149,18 @@ class MAPPOTrainer(WorkflowTrainer):
             outputs = [e.output for e in chain[1:]]
             for s in rollout.workflow.decision_steps:
                 text = "\n\n".join([question] + outputs[: s.index])
-                ids = tok(text, add_special_tokens=False)["input_ids"]
-                states.append(ids[-int(self.args.critic_max_tokens):] or [self._critic_pad()])
+                states.append(self._critic_encode(text))
         return states
+
+    def _critic_encode(self, text: str) -> list[int]:
+        """The state's token ids, left-truncated to ``critic_max_tokens``; an encoder's (``first`` pooling)
+        with its special tokens, the leading one kept through truncation."""
+        limit = int(self.args.critic_max_tokens)
+        if self.critics[0].pooling == "first":
+            ids = self.critic_tokenizer(text, add_special_tokens=True)["input_ids"]
+            return ids[:1] + ids[1:][-(limit - 1):] if len(ids) > limit else ids
+        ids = self.critic_tokenizer(text, add_special_tokens=False)["input_ids"]
+        return ids[-limit:] or [self._critic_pad()]
 
     @torch.no_grad()
     def values(self, states: Sequence[Sequence[int]]) -> np.ndarray:
@@ -146,6 +191,15 @@ class MAPPOTrainer(WorkflowTrainer):
         self._critic_batch = (states, returns.reshape(-1))
         self._last_values = values
         return [(rollout.depth_nodes[s.index], adv[:, u]) for u, s in enumerate(rollout.workflow.decision_steps)]
+
+    def build_samples(self, rollout: Rollout, credited: list[tuple[np.ndarray, np.ndarray]]):
+        samples, adv = super().build_samples(rollout, credited)
+        if self.args.advantage_per_token:
+            for batch in samples.values():
+                for s in batch:
+                    s.advantage /= max(1, trained_tokens(s))
+            adv = np.array([s.advantage for batch in samples.values() for s in batch])
+        return samples, adv
 
     def update_critic(self) -> dict[str, float]:
         states, returns = self._critic_batch

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from ..loss import ppo_loss, sequence_logprobs
+from ..precision import check_trainable_fp32
 
 
 @dataclass
@@ -30,11 +31,12 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples
                params: Sequence[torch.nn.Parameter] | None = None) -> dict[str, float]:
     """``args.ppo_epochs`` passes over ``samples``; one optimizer step per minibatch, gradients
     accumulated over micro-batches with token-count weights so the step equals one big batch."""
-    samples = [s for s in samples if s.completion_ids and _trained_tokens(s) > 0]
+    samples = [s for s in samples if s.completion_ids and trained_tokens(s) > 0]
     if not samples:
         return {}
     device = next(model.parameters()).device
     params = list(params) if params is not None else [p for p in model.parameters() if p.requires_grad]
+    check_trainable_fp32(params, "ppo_update")
     mb = int(args.minibatch_size or len(samples))
     micro = int(args.micro_batch_size)
     temperature = float(args.temperature)
@@ -46,7 +48,7 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples
         order = rng.permutation(len(samples))
         for start in range(0, len(order), mb):
             batch = [samples[i] for i in order[start:start + mb]]
-            n_tokens = sum(_trained_tokens(s) for s in batch)
+            n_tokens = sum(trained_tokens(s) for s in batch)
             optimizer.zero_grad(set_to_none=True)
             step_stats = {k: 0.0 for k in ("loss", "clip_fraction", "approx_kl", "ref_kl")}
             for m in range(0, len(batch), micro):
@@ -85,7 +87,7 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples
     return out
 
 
-def _trained_tokens(sample: PolicySample) -> int:
+def trained_tokens(sample: PolicySample) -> int:
     """Tokens of the sample that carry loss (all of them without a loss mask)."""
     if sample.loss_mask is None:
         return len(sample.completion_ids)

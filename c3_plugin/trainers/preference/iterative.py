@@ -154,10 +154,7 @@ class IterativeBridge:
 
     def _centralized_comparator_backend(self, policy_agent: Any) -> Any:
         """The generation backend of the central teacher: ``policy_agent`` plays the joint role (agent 0's tokenizer)."""
-        from c3_plugin.generation import HFBackend
-
-        return HFBackend(lambda _a: policy_agent, self.tokenizers, use_chat_template=self.backend.use_chat_template,
-                         max_batch=self.backend.max_batch, grammar=self.grammar, json_stop=self.backend.json_stop)
+        return self.backend.for_policy(lambda _a: policy_agent)
 
     # ----- replay records -----------------------------------------------------------------------
     def _preference_pair_to_record(self, pair: PreferencePair) -> dict[str, Any]:

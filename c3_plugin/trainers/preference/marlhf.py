@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from comlrl.trainers.preference.madpo import PreferencePair
 from comlrl.trainers.preference.marlhf import MARLHFConfig, MARLHFTrainer
 
+from ...precision import keep_fp32_masters
 from .bridge import PreferenceBridge, move_optimizer_state
 from .fields import PreferenceFields
 from .reward_model import BackboneRewardModel, backbone_of
@@ -84,6 +85,7 @@ class MARLHFBridge(PreferenceBridge):
         model = BackboneRewardModel(backbone)
         if self.args.reward_freeze_backbone:
             model.backbone.requires_grad_(False)
+        keep_fp32_masters(model, compute_dtype=self.compute_dtypes[0])  # fp32 masters, the agents' compute dtype
         self.reward_model = model
         self.reward_tokenizer = tokenizer
         self.reward_optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],

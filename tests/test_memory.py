@@ -1,0 +1,80 @@
+"""Memory of the log-prob pass is bounded by the micro-batch, not by the rollout size; the dry-run
+memory estimate follows the documented arithmetic."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Peak resident memory (bytes above the level before the call) of token_logprobs over n sequences of a
+# model with a 50k-token vocabulary, in a fresh process so that the high-water mark is this call's.
+PEAK = """
+import resource, sys, torch
+from transformers import LlamaConfig, LlamaForCausalLM
+from c3_plugin.loss import token_logprobs
+torch.set_num_threads(1)
+n, micro = int(sys.argv[1]), int(sys.argv[2])
+cfg = LlamaConfig(vocab_size=50000, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                  num_key_value_heads=2, tie_word_embeddings=True)
+model = LlamaForCausalLM(cfg).eval()
+prompts, comps = [[5] * 8] * n, [[7] * 32] * n
+token_logprobs(model, prompts[:1], comps[:1], 0, 1.0, 1)
+base = int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize()
+out = token_logprobs(model, prompts, comps, 0, 1.0, micro)
+assert len(out) == n and all(len(o) == 32 for o in out)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base)
+"""
+
+
+def peak_bytes(n: int, micro: int) -> int:
+    out = subprocess.run([sys.executable, "-c", PEAK, str(n), str(micro)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return int(out.stdout.strip().splitlines()[-1])
+
+
+def test_logprob_peak_memory_grows_with_micro_batch_not_with_sequences():
+    mb = 2**20
+    few, many = peak_bytes(16, 4), peak_bytes(64, 4)
+    wide = peak_bytes(64, 16)
+    one_seq = 33 * 50000 * 4  # one sequence's fp32 logits
+    assert many < few + 4 * one_seq, (few / mb, many / mb)  # 4x the sequences, about the same peak
+    assert many < 12 * 4 * one_seq  # a few copies of one micro-batch's logits, never all 64 sequences'
+    assert wide > 2.5 * many, (many / mb, wide / mb)  # 4x the micro-batch, several times the peak
+
+
+def test_dry_run_memory_estimate_arithmetic():
+    from c3_plugin.memory import ModelShape, estimate_memory
+
+    shape = ModelShape(params=4.02e9, layers=36, hidden=2560, kv_heads=8, head_dim=128, vocab=151936)
+    est = estimate_memory(shape, compute_dtype="bfloat16", policy="per_agent", agents=2, micro_batch_size=8,
+                          completion_tokens=1024, seq_tokens=1024, generation_sequences=256, device_memory_gb=80)
+    gib = 2**30
+    # fp32 masters + fp32 grads + two fp32 Adam moments: 16 bytes per parameter and agent
+    assert est["per_agent_gib"]["weights_fp32_master"] == pytest.approx(4.02e9 * 4 / gib)
+    assert est["per_agent_gib"]["optimizer_states"] == pytest.approx(4.02e9 * 8 / gib)
+    # the logits chunk of one micro-batch: 8 x 1024 x 151936 elements, bf16 + fp32 copy + fp32 softmax
+    assert est["transient_gib"]["logits_micro_batch"] == pytest.approx(8 * 1025 * 151936 * 10 / gib)
+    # the KV cache of the largest generation call: 2 (K, V) x layers x kv heads x head dim x bf16 bytes x tokens
+    assert est["transient_gib"]["kv_cache_generation"] == pytest.approx(2 * 36 * 8 * 128 * 2 * 256 * 1024 / gib)
+    held = 2 * 12 * 4.02e9 / gib  # two agents' masters and Adam moments (gradients are transient)
+    update = (4 + 2) * 4.02e9 / gib + est["transient_gib"]["logits_micro_batch"] + est["transient_gib"]["activations_micro_batch"]
+    assert est["total_gib"] == pytest.approx(held + max(update, 2 * 4.02e9 / gib + est["transient_gib"]["kv_cache_generation"]))
+    assert est["fits"] == {"80": False} and est["total_gib"] > 80
+    lora = estimate_memory(shape, compute_dtype="bfloat16", policy="lora", agents=2, micro_batch_size=8, completion_tokens=1024,
+                           seq_tokens=1024, generation_sequences=64, lora_params=2e7, device_memory_gb="h200")
+    assert lora["total_gib"] < est["total_gib"] and lora["fits"] == {"h200-141": True}
+    assert set(estimate_memory(shape, "bfloat16", "per_agent", 1, 1, 8, 8, 1)["fits"]) == {"h100-80", "h200-141"}
+    with pytest.raises(ValueError, match="device class"):
+        estimate_memory(shape, "bfloat16", "per_agent", 1, 1, 8, 8, 1, device_memory_gb="tpu")
+
+
+def test_known_shapes_count_qwen3_4b_parameters():
+    from c3_plugin.memory import model_shape
+
+    assert model_shape("Qwen/Qwen3-4B-Instruct-2507").params == pytest.approx(4.02e9, rel=0.01)
+    assert model_shape("Qwen/Qwen3-8B").params == pytest.approx(8.19e9, rel=0.01)
+    with pytest.raises(LookupError, match="not available locally"):
+        model_shape("no-such-org/no-such-model")
