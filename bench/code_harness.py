@@ -6,7 +6,8 @@
 3. Throughput: MBPP canonical candidates evaluated per second with the pool, and the
    sandbox's overhead per candidate (a trivial candidate with one trivial test).
 
-Usage: python bench/code_harness.py [--data ../shared/data] [--workers 2] [--limit N]
+Usage: python bench/code_harness.py [--data data] [--workers 2] [--limit N]
+(``--data``: a folder with ``mbpp/test.jsonl`` and ``mbppplus/test.jsonl``; default: the bundled ``data/``)
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def wrong(row, kind):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
+    ap.add_argument("--data", default=str(ROOT / "data"))
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--limit", type=int, default=None)
     args = ap.parse_args()

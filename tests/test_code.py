@@ -1,4 +1,5 @@
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +42,27 @@ def test_mbppplus_expected_outputs_come_from_the_canonical_solution(tmp_path, mo
     assert dc.pass_rate(first["canonical"], tests) == 1.0
     assert dc.pass_rate("def similar_elements(a, b):\n    return (0,)", tests) == 0.0
     assert list(tmp_path.glob("mbppplus-expected-*.json"))  # cached by content hash
+
+
+def test_mbppplus_first_run_shows_a_progress_bar_and_a_cached_run_none(tmp_path, monkeypatch, capsys):
+    """Computing MBPP+ expected outputs takes minutes on a full set: the first run shows a bar on stderr."""
+    monkeypatch.setenv("C3_CACHE", str(tmp_path))
+    dc.load_split({"name": "mbppplus", "source": str(FIX / "mbppplus.jsonl")})
+    err = capsys.readouterr().err
+    assert re.search(r"mbppplus: expected outputs of 3 reference solutions \(once; cached\): +100%\|.*\| 3/3 \[", err), err
+    dc.load_split({"name": "mbppplus", "source": str(FIX / "mbppplus.jsonl")})
+    assert "expected outputs" not in capsys.readouterr().err  # cached: nothing to wait for
+
+
+def test_relative_sources_resolve_from_the_config_folder_then_the_working_directory(tmp_path, monkeypatch):
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "here.jsonl").write_text((FIX / "mbpp.jsonl").read_text())
+    monkeypatch.chdir(tmp_path)
+    by_config = dc.load_split({"name": "mbpp", "source": "../here.jsonl"}, base_dir=str(tmp_path / "configs"))
+    by_cwd = dc.load_split({"name": "mbpp", "source": "here.jsonl"}, base_dir=str(tmp_path / "configs"))
+    assert len(by_config) == len(by_cwd) == 8
+    with pytest.raises(dc.CodeDatasetError, match=r"nope.jsonl does not exist \(looked in the config folder .*configs and the working"):
+        dc.load_split({"name": "mbpp", "source": "nope.jsonl"}, base_dir=str(tmp_path / "configs"))
 
 
 def test_sanitized_and_train_ranges_load():

@@ -1,4 +1,6 @@
 import json
+import os
+import re
 import subprocess
 import sys
 import time
@@ -178,3 +180,63 @@ def test_every_shipped_config_passes_dry_run():
         algo = next(line.split(":")[1].strip() for line in text.splitlines() if line.startswith("algorithm:"))
         out = run_cli(f"single_turn/train_{algo}.py", "--config", str(cfg), "--dry-run")
         assert out.returncode == 0, (cfg, out.stdout, out.stderr)
+
+
+UNGUARDED = 'from domains.math import score\nprint(score("\\\\boxed{\\\\frac{2}{4}}", "0.5"))\n'  # no __main__ guard
+
+
+@pytest.mark.parametrize("how", ["script", "-c", "stdin"])
+def test_score_works_from_an_unguarded_script_a_command_and_a_repl(tmp_path, how):
+    """The checker never re-imports the caller's __main__: a plain script (and ``-c``, a piped REPL) gets 1.0, no traceback."""
+    script = tmp_path / "check.py"
+    script.write_text(UNGUARDED)
+    argv = {"script": [str(script)], "-c": ["-c", UNGUARDED], "stdin": ["-"]}[how]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+                         input=UNGUARDED if how == "stdin" else None)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "1.0" and "Traceback" not in out.stderr, (out.stdout, out.stderr)
+
+
+def fake_interpreter(tmp_path, body):
+    """An executable that stands in for the checker's Python (it ignores its arguments)."""
+    path = tmp_path / "python"
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.parametrize("body, start_timeout, fragment", [
+    (None, 60.0, "cannot run '/nonexistent/python'"),
+    ("echo 'no math-verify here' >&2; exit 3", 60.0, "stopped before reporting ready (exit 3): no math-verify here"),
+    ("exec sleep 60", 1.0, "did not report ready within 1 s"),
+])
+def test_a_checker_that_cannot_start_raises_instead_of_scoring_zero(tmp_path, body, start_timeout, fragment):
+    from domains.math.answer import PYTHON_ENV, MathCheckerError, _Checker
+
+    python = "/nonexistent/python" if body is None else fake_interpreter(tmp_path, body)
+    checker = _Checker(python=python, start_timeout_s=start_timeout)
+    with pytest.raises(MathCheckerError, match=re.escape(fragment)) as err:
+        checker.equivalent("\\frac{2}{4}", "0.5", 1.0)
+    assert PYTHON_ENV in str(err.value)  # the message names the fix
+
+
+def test_score_raises_when_the_configured_interpreter_is_missing(monkeypatch):
+    """``C3_MATH_CHECKER_PYTHON`` picks the worker's interpreter; a missing one is an error, not a 0."""
+    from domains.math import answer
+
+    monkeypatch.setenv(answer.PYTHON_ENV, "/nonexistent/python")
+    monkeypatch.setattr(answer, "_CHECKER", answer._Checker())
+    with pytest.raises(answer.MathCheckerError, match="C3_MATH_CHECKER_PYTHON"):
+        dm.score("\\boxed{\\frac{2}{4}}", "0.5")
+    assert dm.score("\\boxed{52}", "52") == 1.0  # identical answers need no checker
+
+
+def test_a_checker_that_stops_answering_raises(tmp_path):
+    """Ready, then silent: the overrunning answer would score 0, but a fresh worker that cannot check 1 == 1 either
+    is the checker failing, and that raises."""
+    from domains.math.answer import MathCheckerError, _Checker
+
+    checker = _Checker(python=fake_interpreter(tmp_path, "echo '\"READY\"'; exec sleep 60"), probe_timeout_s=1.0)
+    with pytest.raises(MathCheckerError, match="does not answer"):
+        checker.equivalent("\\frac{2}{4}", "0.5", 0.5)

@@ -30,6 +30,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 import wandb
+from tqdm import tqdm
 
 from ..generation import HFBackend, encode_prompt
 from ..plan import parse_plan
@@ -206,10 +207,15 @@ class WorkflowBridge:
         greedy = parse_plan({"tree": [1] * self.workflow.num_decisions})
         size = max(1, int(self.args.eval_batch_size))
         rewards, outputs = ([], []) if outputs is None else (outputs[0][:limit], outputs[1][:limit])
-        for s in range(len(rewards), len(items), size):
-            ro = self.collect(items[s:s + size], plan=greedy, greedy=True)
-            rewards.extend(ro.rewards.reshape(-1).tolist())
-            outputs.extend(self._path_outputs(ro))
+        start = len(rewards)
+        # a bar over the eval items on stderr; output.verbose: false (or TQDM_DISABLE=1) hides it
+        quiet = {} if getattr(self, "verbose", True) and start < len(items) else {"disable": True}
+        with tqdm(total=len(items) - start, desc=f"eval @ env_step {self.env_step}", unit="item", **quiet) as bar:
+            for s in range(start, len(items), size):
+                ro = self.collect(items[s:s + size], plan=greedy, greedy=True)
+                rewards.extend(ro.rewards.reshape(-1).tolist())
+                outputs.extend(self._path_outputs(ro))
+                bar.update(len(items[s:s + size]))
         metrics = {"eval/reward_mean": float(np.mean(rewards)) if rewards else float("nan")}
         if self.eval_logger is not None and self.eval_aggregator is not None and items:
             turns = [[[o[s.index] for s in self.workflow.decision_steps if self.workflow.roles[s.name].agent == a] for o in outputs]

@@ -24,6 +24,8 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from domains.math.data import local_path, where
+
 from .runner import Unsupported, encode
 from .sandbox import Sandbox, SandboxError, default_sandbox
 
@@ -66,9 +68,14 @@ def _encoded_literals(exprs: Sequence[str]) -> list[Any | None]:
     return out
 
 
-def _sandbox_values(sandbox: Sandbox, jobs: list[tuple[str, list[dict], str]]) -> list[list[Any | None]]:
-    """Run trusted code (canonical solutions, expected expressions); encoded values or None per payload."""
+def _sandbox_values(sandbox: Sandbox, jobs: list[tuple[str, list[dict], str]], desc: str | None = None) -> list[list[Any | None]]:
+    """Run trusted code (canonical solutions, expected expressions); encoded values or None per payload.
+    With ``desc``, a progress bar over the jobs on stderr (``TQDM_DISABLE=1`` hides it)."""
     futures = [sandbox._pool.submit(sandbox.raw, code, payloads, setup, 10.0) for code, payloads, setup in jobs]
+    if desc is not None:
+        from tqdm import tqdm
+
+        futures = tqdm(futures, desc=desc, unit="task")
     out = []
     for f in futures:
         raw = f.result()
@@ -79,12 +86,10 @@ def _sandbox_values(sandbox: Sandbox, jobs: list[tuple[str, list[dict], str]]) -
 
 
 def _read(source: str, hf_key: str, split: str | None, base_dir: str | None, config: str | None = None) -> list[dict]:
-    path = Path(source)
-    if not path.is_absolute() and base_dir and (Path(base_dir) / path).exists():
-        path = Path(base_dir) / path
-    if path.suffix in (".jsonl", ".json"):
+    path = local_path(source, base_dir)
+    if path is not None:
         if not path.exists():
-            raise CodeDatasetError(f"local file {path} does not exist")
+            raise CodeDatasetError(f"local file {source} does not exist ({where(source, base_dir)})")
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     import datasets
 
@@ -144,7 +149,8 @@ def mbppplus_rows(rows: Sequence[Mapping[str, Any]], name: str, sandbox: Sandbox
     if expected is None:
         jobs = [(r["canonical_solution"], [{"index": i, "entry_point": r["entry_point"], "args": a} for i, a in enumerate(inp)], "")
                 for r, inp in zip(rows, inputs)]
-        expected = _sandbox_values(sandbox or default_sandbox(), jobs)
+        expected = _sandbox_values(sandbox or default_sandbox(), jobs,
+                                   desc=f"{name}: expected outputs of {len(jobs)} reference solutions (once; cached)")
         cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_text(json.dumps(expected))
     out = []

@@ -69,6 +69,28 @@ def synthetic_rows(name: str, task: str = "compare", size: int = 200, seed: int 
     return [{"id": f"{name}-{i}", "prompt": q, "question": q, "answer": s, "datasource": name} for i, (q, s) in enumerate(zip(qs, ans))]
 
 
+def local_path(source: str, base_dir: str | Path | None = None) -> Path | None:
+    """The file a local ``source`` (a ``.jsonl``/``.json`` path) names, None for a Hugging Face name.
+
+    A relative path resolves against ``base_dir`` (the config file's folder) when the file is
+    there, else against the working directory; so a config's paths work from any directory and
+    an ``--override`` path from the directory it was typed in."""
+    path = Path(str(source))
+    if path.suffix not in (".jsonl", ".json"):
+        return None
+    if not path.is_absolute() and base_dir is not None and (Path(base_dir) / path).exists():
+        return Path(base_dir) / path
+    return path
+
+
+def where(source: str, base_dir: str | Path | None = None) -> str:
+    """Where :func:`local_path` looked for ``source``, for error messages."""
+    if Path(str(source)).is_absolute():
+        return "an absolute path"
+    places = ([f"the config folder {Path(base_dir).resolve()}"] if base_dir is not None else []) + [f"the working directory {Path.cwd()}"]
+    return "looked in " + " and ".join(places)
+
+
 def load_split(spec: Mapping[str, Any], base_dir: str | Path | None = None) -> list[dict]:
     """Rows of one dataset spec: ``{name, source, config, split, revision, limit}`` or
     ``{name, source: synthetic, task, size, seed}``."""
@@ -83,15 +105,13 @@ def load_split(spec: Mapping[str, Any], base_dir: str | Path | None = None) -> l
                               int(spec.get("low", 10)), int(spec.get("high", 99)))
         return rows[:limit] if limit else rows
     split = spec.get("split") or (SUITES[name].split if name in SUITES else "train")
-    path = Path(source)
-    if not path.is_absolute() and base_dir is not None and (Path(base_dir) / path).exists():
-        path = Path(base_dir) / path
+    path = local_path(source, base_dir)
     import datasets
 
     try:
-        if path.suffix in (".jsonl", ".json"):
+        if path is not None:
             if not path.exists():
-                raise DatasetError(f"{name}: local file {path} does not exist")
+                raise DatasetError(f"{name}: local file {source} does not exist ({where(source, base_dir)})")
             ds = datasets.load_dataset("json", data_files=str(path), split=split if "[" in split else "train")
         else:
             config = spec.get("config", SUITES[name].config if name in SUITES else None)
