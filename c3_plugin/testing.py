@@ -44,3 +44,61 @@ def tiny_model(tokenizer, seed: int = 0, hidden: int = 32, layers: int = 2, max_
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     return model
+
+
+def two_eos_team():
+    """A Qwen-like tokenizer/model pair: the generation config declares two EOS ids and the pad token is
+    the second of them (Qwen3: <|im_end|> and <|endoftext|>, the latter also its pad). A tiny vocabulary
+    makes the random model emit stop ids often."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(["<|im_end|>", "<|endoftext|>"] + list("abcdefghijklmnop"))}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="a"))
+    core.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    model = tiny_model(tok, seed=5)
+    model.generation_config.eos_token_id = [0, 1]
+    model.generation_config.pad_token_id = 1
+    return tok, model
+
+
+_PEAK = """
+import sys, torch
+from transformers import LlamaConfig, LlamaForCausalLM
+from c3_plugin.loss import token_logprobs
+torch.set_num_threads(1)
+n, micro, vocab, length = (int(x) for x in sys.argv[1:5])
+cfg = LlamaConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                  num_key_value_heads=2, tie_word_embeddings=True)
+model = LlamaForCausalLM(cfg).eval()
+prompts, comps = [[5] * 8] * n, [[7] * length] * n
+token_logprobs(model, prompts[:1], comps[:1], 0, 1.0, 1)
+
+def status():
+    fields = dict(line.split(":", 1) for line in open("/proc/self/status"))
+    return {k: int(fields[k].split()[0]) * 1024 for k in ("VmRSS", "VmHWM", "RssFile")}
+
+open("/proc/self/clear_refs", "w").write("5")  # the high-water mark restarts at the current RSS
+base = status()
+out = token_logprobs(model, prompts, comps, 0, 1.0, micro)
+end = status()
+assert len(out) == n and all(len(o) == length for o in out)
+print(end["VmHWM"] - base["VmRSS"] - max(0, end["RssFile"] - base["RssFile"]))  # file pages faulted back in are not the call's
+"""
+
+
+def logprob_peak_bytes(sequences: int, micro_batch_size: int, vocab: int = 50000, completion_tokens: int = 32) -> int:
+    """Peak resident memory (bytes above the level before the call) of computing the token log-probs of
+    ``sequences`` completions with a one-layer model of a ``vocab``-token vocabulary, ``micro_batch_size``
+    sequences per forward pass; measured in a fresh process on Linux (the peak RSS is reset before the call)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", _PEAK, str(sequences), str(micro_batch_size), str(vocab), str(completion_tokens)],
+                         cwd=root, capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(f"log-prob memory probe failed: {out.stderr[-2000:]}")
+    return int(out.stdout.strip().splitlines()[-1])

@@ -6,7 +6,7 @@ from c3_plugin import load_workflow, materialize
 from c3_plugin.generation import HFBackend, encode_prompt
 from c3_plugin.loss import sequence_logprobs
 from c3_plugin.rollout import Prompt, Sampling
-from c3_plugin.testing import tiny_model, tiny_tokenizer
+from c3_plugin.testing import tiny_model, tiny_tokenizer, two_eos_team
 
 
 @pytest.fixture(scope="module")
@@ -55,23 +55,6 @@ def test_greedy_is_deterministic_and_replicated(setup):
     a = backend.generate([Prompt("hello", "R", 0)], 3, Sampling(max_new_tokens=6, greedy=True))
     b = backend.generate([Prompt("hello", "R", 0)], 1, Sampling(max_new_tokens=6, greedy=True))
     assert len({tuple(x.token_ids) for x in a[0]}) == 1 and a[0][0].token_ids == b[0][0].token_ids
-
-
-def two_eos_team():
-    """A Qwen-like tokenizer/model pair: the generation config declares two EOS ids and the pad token is
-    the second of them (Qwen3: <|im_end|> and <|endoftext|>, the latter also its pad). A tiny vocabulary
-    makes the random model emit stop ids often."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {t: i for i, t in enumerate(["<|im_end|>", "<|endoftext|>"] + list("abcdefghijklmnop"))}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="a"))
-    core.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    model = tiny_model(tok, seed=5)
-    model.generation_config.eos_token_id = [0, 1]
-    model.generation_config.pad_token_id = 1
-    return tok, model
 
 
 def test_stops_on_every_declared_eos_and_records_exact_logprobs():

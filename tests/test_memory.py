@@ -1,44 +1,14 @@
 """Memory of the log-prob pass is bounded by the micro-batch, not by the rollout size; the dry-run
 memory estimate follows the documented arithmetic."""
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
-# Peak resident memory (bytes above the level before the call) of token_logprobs over n sequences of a
-# model with a 50k-token vocabulary, in a fresh process so that the high-water mark is this call's.
-PEAK = """
-import resource, sys, torch
-from transformers import LlamaConfig, LlamaForCausalLM
-from c3_plugin.loss import token_logprobs
-torch.set_num_threads(1)
-n, micro = int(sys.argv[1]), int(sys.argv[2])
-cfg = LlamaConfig(vocab_size=50000, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                  num_key_value_heads=2, tie_word_embeddings=True)
-model = LlamaForCausalLM(cfg).eval()
-prompts, comps = [[5] * 8] * n, [[7] * 32] * n
-token_logprobs(model, prompts[:1], comps[:1], 0, 1.0, 1)
-base = int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize()
-out = token_logprobs(model, prompts, comps, 0, 1.0, micro)
-assert len(out) == n and all(len(o) == 32 for o in out)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base)
-"""
-
-
-def peak_bytes(n: int, micro: int) -> int:
-    out = subprocess.run([sys.executable, "-c", PEAK, str(n), str(micro)], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return int(out.stdout.strip().splitlines()[-1])
-
+from c3_plugin.testing import logprob_peak_bytes
 
 def test_logprob_peak_memory_grows_with_micro_batch_not_with_sequences():
     mb = 2**20
-    few, many = peak_bytes(16, 4), peak_bytes(64, 4)
-    wide = peak_bytes(64, 16)
+    few, many = logprob_peak_bytes(16, 4), logprob_peak_bytes(64, 4)
+    wide = logprob_peak_bytes(64, 16)
     one_seq = 33 * 50000 * 4  # one sequence's fp32 logits
     assert many < few + 4 * one_seq, (few / mb, many / mb)  # 4x the sequences, about the same peak
     assert many < 12 * 4 * one_seq  # a few copies of one micro-batch's logits, never all 64 sequences'
