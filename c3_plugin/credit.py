@@ -189,17 +189,15 @@ def _entropy_mm(counts: np.ndarray) -> float:
 
 def influence(outcomes: Sequence[Sequence[Hashable]]) -> float:
     """Plug-in mutual information I(J; Y) in nats between the alternative index J and a
-    categorical downstream outcome Y, each entropy Miller-Madow corrected."""
-    import pandas as pd
-
+    categorical downstream outcome Y (any hashable: a string, a tuple of test results), each
+    entropy Miller-Madow corrected."""
     lengths = np.fromiter((len(o) for o in outcomes), dtype=np.int64, count=len(outcomes))
     if len(outcomes) < 2 or np.any(lengths == 0):
         raise ValueError("influence: needs at least 2 alternatives, each with at least one outcome")
-    flat = np.empty(int(lengths.sum()), dtype=object)
-    flat[:] = [y for o in outcomes for y in o]
-    y_codes, uniques = pd.factorize(flat, use_na_sentinel=False)
+    codes: dict[Hashable, int] = {}
+    y_codes = np.fromiter((codes.setdefault(y, len(codes)) for o in outcomes for y in o), dtype=np.int64, count=int(lengths.sum()))
     j_codes = np.repeat(np.arange(len(outcomes)), lengths)
-    joint = np.bincount(j_codes * len(uniques) + y_codes, minlength=len(outcomes) * len(uniques))
+    joint = np.bincount(j_codes * len(codes) + y_codes, minlength=len(outcomes) * len(codes))
     return _entropy_mm(lengths) + _entropy_mm(np.bincount(y_codes)) - _entropy_mm(joint)
 
 
@@ -250,8 +248,10 @@ def normalize_advantages(adv: np.ndarray, mode: str = "none", groups: np.ndarray
     ``none`` (default) keeps the leave-one-out values; ``batch_scale`` divides by the batch
     standard deviation without re-centering (signs and zeros survive); ``batch_zscore``
     also subtracts the batch mean, which moves every baseline by one offset;
-    ``group_zscore`` z-scores each group (``groups`` gives group ids) and turns any
-    2-alternative group into +-1, so it warns when it sees one.
+    ``group_zscore`` z-scores each group (``groups`` gives group ids) with its population
+    standard deviation, as CoMLRL 1.4.3 normalises a group of joint runs; it turns any
+    2-alternative group into +-1, so it warns when it sees one, and a group of one (which it
+    would silently zero) is an error.
     """
     a = np.asarray(adv, dtype=np.float64)
     if mode not in NORMALIZATIONS:
@@ -266,6 +266,10 @@ def normalize_advantages(adv: np.ndarray, mode: str = "none", groups: np.ndarray
         raise ValueError("normalize_advantages: group_zscore needs group ids")
     g = np.unique(np.asarray(groups), return_inverse=True)[1]
     size = np.bincount(g)
+    if np.any(size == 1):
+        raise ValueError(f"normalize_advantages: group_zscore got {int((size == 1).sum())} group(s) of one message, whose "
+                         "advantage it would set to 0; group the runs of one instance and decision point together "
+                         "(independent plans) or use batch_scale / none")
     if np.any(size == 2):
         warnings.warn("group_zscore on 2-alternative groups maps every advantage to +-1", stacklevel=2)
     mean = np.bincount(g, weights=a) / size

@@ -4,18 +4,19 @@ Every key is defined in ``docs/metrics.md``. For each decision point ``u`` whose
 samples 2 or more alternatives per context, the groups are the children of each
 depth-``u`` context and an alternative's continuations are the leaves below it. Where the
 rollout shared a parallel role's samples, a group is the set of unique samples (counted
-once) and a sample's continuations are the leaves below all of its copies.
+once) and a sample's continuations are the leaves below all of its copies. The noise law
+and split-half reliability assume independent continuations; they are logged only where
+the continuations are (:func:`independent_continuations`).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Hashable
+from typing import Callable, Hashable, Sequence
 
 import numpy as np
 
 from . import credit
-from .rollout import Rollout
-from .trace import path_to
+from .rollout import Leaf, Rollout
 
 _PAD = object()  # fills ragged shared groups of categorical outcomes
 
@@ -54,18 +55,32 @@ def decision_groups(rollout: Rollout, values: np.ndarray, u: int, fill: object =
     return shared_groups(per_parent, owners[:, 0], fill)
 
 
-def decision_diagnostics(groups: np.ndarray, outcomes: np.ndarray | None = None) -> dict[str, float]:
+def independent_continuations(rollout: Rollout, u: int) -> bool:
+    """Whether every alternative's continuations at decision ``u`` are independent draws of the rest
+    of the run: the plan branches below ``u`` only at ``u + 1`` (:meth:`~c3_plugin.plan.Plan.independent_points`)
+    and no sample at or below ``u`` is shared among paths (shared parallel samples make the
+    continuations of different alternatives common, which the noise law does not describe)."""
+    if u not in rollout.plan.independent_points(rollout.workflow.num_decisions):
+        return False
+    nodes = np.concatenate([rollout.depth_nodes[s.index] for s in rollout.workflow.decision_steps[u:]])
+    return bool(np.array_equal(rollout.owner[nodes], nodes))
+
+
+def decision_diagnostics(groups: np.ndarray, outcomes: np.ndarray | None = None, independent: bool = True) -> dict[str, float]:
     """Diagnostics of one decision point from its groups ``[G, n, c]`` (and optional categorical
-    downstream outcomes of the same shape, for influence)."""
+    downstream outcomes of the same shape, for influence, which needs ``c >= 2``: from one
+    continuation per alternative the plug-in ``I(J; Y)`` is just the entropy of ``Y``). The noise
+    law and the split-half statistics are computed only when the continuations are ``independent``."""
     g, n, c = groups.shape
     adv = credit.loo_advantages_batch(groups)
     out = {"groups": float(g), "alternatives": float(n), "continuations": float(c),
            "within_group_variance": credit.within_group_variance(adv),
            "zero_signal_share": credit.zero_signal_share(groups),
-           "advantage_abs_mean": float(np.abs(adv).mean())}
+           "advantage_abs_mean": float(np.abs(adv).mean()), "independent_continuations": float(independent)}
     if c >= 2:
         sigma2 = credit.pooled_return_variance(groups)
         out["return_variance"] = sigma2
+    if c >= 2 and independent:
         out["noise_predicted"] = credit.noise_variance(sigma2, n, n * c)
         rho, used = credit.split_half_reliability(groups)
         out["split_half_reliability"], out["split_half_groups"], out["split_half_excluded"] = rho, float(used), float(g - used)
@@ -73,28 +88,42 @@ def decision_diagnostics(groups: np.ndarray, outcomes: np.ndarray | None = None)
             observed = credit.observed_noise_variance(credit.loo_advantages_batch(groups[..., 0::2]),
                                                       credit.loo_advantages_batch(groups[..., 1::2]))
             out["noise_ratio"] = observed / credit.noise_variance(sigma2, n, n * c // 2) if sigma2 > 0 else float("nan")
-    if outcomes is not None:
+    if outcomes is not None and c >= 2:
         out["influence"] = float(np.mean([credit.influence([[y for y in alt if y is not _PAD] for alt in grp]) for grp in outcomes]))
     return out
 
 
-def rollout_diagnostics(rollout: Rollout, outcome: Callable[[str], Hashable] | None = None) -> dict[str, float]:
+def leaf_outcomes(rollout: Rollout, outcome: Callable[[Sequence[Leaf]], Sequence[Hashable]]) -> np.ndarray:
+    """The domain's categorical outcome of every leaf, as an object array shaped like the rewards."""
+    values = list(outcome(rollout.leaves))
+    if len(values) != len(rollout.leaves):
+        raise ValueError(f"outcome extractor returned {len(values)} outcomes for {len(rollout.leaves)} leaves")
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):  # element-wise: tuple outcomes must stay single objects
+        out[i] = v
+    return out.reshape(rollout.rewards.shape)
+
+
+def rollout_diagnostics(rollout: Rollout, outcome: Callable[[Sequence[Leaf]], Sequence[Hashable]] | None = None) -> dict[str, float]:
     """Budget and credit diagnostics of one batch, keyed ``budget/*`` and ``credit/<role>_u<u>/*``.
 
-    ``outcome`` maps a leaf's final action to a categorical outcome for influence (for example
-    the extracted answer); by default the action text itself.
+    ``outcome`` is the domain's outcome extractor (:attr:`c3_plugin.domain.Domain.outcome`: leaves
+    -> one hashable outcome each, such as the extracted answer); influence is logged only with
+    one, never at the last decision point (its alternatives' outcomes are functions of their own
+    messages) and only where an alternative has 2 or more continuations.
     """
     metrics = {f"budget/{k}": float(v) for k, v in rollout.budget.totals().items()}
     metrics["budget/tokens_per_instance"] = float(rollout.budget.tokens.mean())
     metrics["budget/messages_per_instance"] = float(rollout.budget.messages.mean())
-    leaves = [rollout.entries[i] for i in rollout.depth_nodes[-1]]
-    actions = np.empty(len(leaves), dtype=object)
-    fn = outcome or (lambda a: a)
-    by_node = {(e.instance, e.node): e for e in rollout.entries}
-    actions[:] = [fn(rollout.workflow.final_action([e.output for e in path_to(leaf, by_node)[1:]])) for leaf in leaves]
-    actions = actions.reshape(rollout.rewards.shape)
+    k = rollout.workflow.num_decisions
     roles = rollout.workflow.decision_points()
-    for u in rollout.plan.credit_points(rollout.workflow.num_decisions):
-        d = decision_diagnostics(decision_groups(rollout, rollout.rewards, u), decision_groups(rollout, actions, u, _PAD))
-        metrics.update({f"credit/{roles[u]}_u{u}/{k}": v for k, v in d.items()})
+    outcomes = None
+    for u in rollout.plan.credit_points(k):
+        groups = decision_groups(rollout, rollout.rewards, u)
+        influence = None
+        if outcome is not None and u < k - 1 and groups.shape[-1] >= 2:
+            outcomes = leaf_outcomes(rollout, outcome) if outcomes is None else outcomes
+            influence = decision_groups(rollout, outcomes, u, _PAD)
+        d = decision_diagnostics(groups, influence, independent_continuations(rollout, u))
+        metrics.update({f"credit/{roles[u]}_u{u}/{key}": v for key, v in d.items()})
     return metrics

@@ -3,6 +3,13 @@
 A domain package exports ``DOMAIN`` (a :class:`Domain`) and registers it under the
 entry-point group ``c3_plugin.domains``, so another package can add a domain without
 touching this one. ``domains/template`` is a copy-me skeleton.
+
+``outcome`` (optional) maps a batch of :class:`~c3_plugin.rollout.Leaf` (task item, final
+action, every output on the path) to one hashable outcome per leaf: what the run achieved,
+coarser than the action text (math: the normalised boxed answer; code: the per-test pass/fail
+vector). The credit diagnostics use it for the influence ``I(J; Y)`` of a decision on the
+outcome; with the action text itself every alternative's outcome is unique and influence is
+the constant ``log n``, so a domain without an extractor gets no influence metric.
 """
 
 from __future__ import annotations
@@ -10,8 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib import import_module
 from importlib.metadata import entry_points
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Hashable, Mapping, Sequence
 
+from .rollout import Leaf
 from .workflow import Workflow
 
 
@@ -28,6 +36,7 @@ class Domain:
     merger: Callable[[Mapping[str, str]], str] | None = None
     formatters: Callable[[Workflow], list[Callable]] | None = None  # CoMLRL formatters for plain MAGRPOTrainer use
     make_eval_logger: Callable[[Workflow], Callable[..., list[dict]]] | None = None  # role-aware eval logger
+    outcome: Callable[[Sequence[Leaf]], Sequence[Hashable]] | None = None  # leaves -> one categorical outcome each (the extracted answer, the test results), for the credit/*/influence diagnostic; None: influence is not logged
     extras: Mapping[str, Any] = field(default_factory=dict)
 
     def workflow(self, name: str) -> Workflow:

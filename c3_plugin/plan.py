@@ -68,6 +68,17 @@ class Plan:
         """Decision indices at which C3 forms groups (2 or more alternatives per context)."""
         return [u for u, b in enumerate(self.branching(num_decisions)) if b >= 2]
 
+    def independent_points(self, num_decisions: int) -> list[int]:
+        """Credit points whose alternatives' continuations are independent draws of the rest of the run.
+
+        The leaves below an alternative at ``u`` share no message below it only when all the
+        branching below ``u`` happens at ``u + 1`` (``b_v == 1`` for every ``v >= u + 2``): the
+        level above the leaves of a tree, or the decision point of a diagnostic plan. Deeper in a
+        tree, leaves under one alternative share the messages of the levels between, so the
+        even and odd halves of its continuations are correlated."""
+        b = self.branching(num_decisions)
+        return [u for u in self.credit_points(num_decisions) if all(x == 1 for x in b[u + 2:])]
+
     def describe(self) -> str:
         if self.kind == "tree":
             return f"tree {list(self.tree)}"

@@ -11,6 +11,7 @@ cross product of the two roles' samples).
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence
@@ -19,7 +20,7 @@ import numpy as np
 
 from .credit import average_copies
 from .plan import Plan, parse_plan
-from .trace import TraceEntry
+from .trace import TraceEntry, context_settings
 from .workflow import Step, Workflow
 
 
@@ -90,6 +91,7 @@ class Rollout:
     entries: list[TraceEntry]  # every entry, breadth-first
     depth_nodes: list[np.ndarray]  # per schedule step: entry indices, row-major over the tree
     rewards: np.ndarray  # [instances, *branching] leaf rewards
+    leaves: list[Leaf] = field(default_factory=list, repr=False)  # what the reward scored, row-major like ``rewards``
     budget: Budget = field(init=False)
     owner: np.ndarray = field(init=False, repr=False)  # per entry: index of the entry holding its sample (itself unless a copy)
 
@@ -147,8 +149,9 @@ def unique_samples(workflow: Workflow, branching: Sequence[int], share: bool) ->
 
 def _expand_decision(workflow: Workflow, step: Step, b: int, items: Sequence[Mapping[str, Any]], ids: Sequence[str],
                      frontier: Sequence[_Node], entries: list[TraceEntry], next_node: list[int], backend: GenerationBackend,
-                     sampling: Sampling, share: bool) -> list[_Node]:
-    """Sample ``b`` alternatives per frontier node (per share class when ``share``) and append their entries."""
+                     sampling: Sampling, share: bool, encode: Callable[[Prompt], list[int]] | None = None) -> list[_Node]:
+    """Sample ``b`` alternatives per frontier node (per share class when ``share``) and append their entries
+    (with each prompt's token ids when ``encode`` is given)."""
     role = workflow.roles[step.name]
     contexts = [workflow.assemble(step, items[f.item], f.outputs) for f in frontier]
     classes = _share_classes(workflow, step, frontier, contexts) if share else np.arange(len(frontier))
@@ -156,6 +159,7 @@ def _expand_decision(workflow: Workflow, step: Step, b: int, items: Sequence[Map
     prompts = [Prompt(text=contexts[k], role=role.name, agent=role.agent, prefix=role.prefix, system=role.system,
                       max_new_tokens=role.max_new_tokens) for k in first]
     generations = backend.generate(prompts, b, sampling)
+    prompt_ids = [encode(p) for p in prompts] if encode is not None else [None] * len(prompts)
     if len(generations) != len(prompts) or any(len(g) != b for g in generations):
         raise RuntimeError(f"backend returned {[len(g) for g in generations]} generations for {len(prompts)} prompts x n={b}")
     originals: dict[int, list[int]] = {}  # class -> node ids of its samples' first entries
@@ -171,7 +175,8 @@ def _expand_decision(workflow: Workflow, step: Step, b: int, items: Sequence[Map
                                       alternative=a, continuation=child_cont, shared=None if owners is None else owners[a],
                                       context=context, prefix=role.prefix, message=gen.text, token_ids=list(gen.token_ids),
                                       logprobs=[float(x) for x in gen.logprobs],
-                                      loss_mask=None if gen.loss_mask is None else [int(x) for x in gen.loss_mask]))
+                                      loss_mask=None if gen.loss_mask is None else [int(x) for x in gen.loss_mask],
+                                      prompt_ids=None if prompt_ids[int(cls)] is None else list(prompt_ids[int(cls)])))
             next_node[f.item] += 1
             nodes.append(node)
             new_frontier.append(_Node(f.item, len(entries) - 1, f.outputs + (role.prefix + gen.text,), child_cont,
@@ -182,7 +187,8 @@ def _expand_decision(workflow: Workflow, step: Step, b: int, items: Sequence[Map
 
 def materialize(workflow: Workflow, plan: Plan | Any, items: Sequence[Mapping[str, Any]],
                 backend: GenerationBackend, reward_fn: RewardFn, sampling: Sampling = Sampling(), *,
-                share_identical_contexts: bool = False) -> Rollout:
+                share_identical_contexts: bool = False, tokenizers: Sequence[Any] | None = None,
+                use_chat_template: bool = True) -> Rollout:
     """Run the plan on every item; every item needs a unique ``id``.
 
     ``share_identical_contexts``: at a decision point, frontier nodes of one instance whose
@@ -191,6 +197,12 @@ def materialize(workflow: Workflow, plan: Plan | Any, items: Sequence[Mapping[st
     each such node gets those ``b`` samples as children. The trace stays a tree (copies are
     marked ``shared``), the leaves stay the full cross product, and the budget counts each
     sample once. Refused for independent plans: ``independent B`` must keep ``B`` independent joint actions.
+
+    Every instance root records the context-shaping settings (each role's system prompt and
+    prefix). With ``tokenizers`` (one per agent, as the backend encodes prompts) it also records
+    ``use_chat_template`` and each agent's chat template hash, and every decision entry records
+    its prompt token ids (:func:`~c3_plugin.generation.encode_prompt`), so that
+    :func:`~c3_plugin.trace.replay_check` can compare token ids as well as text.
     """
     plan = parse_plan(plan)
     if share_identical_contexts and plan.kind == "independent":
@@ -199,12 +211,19 @@ def materialize(workflow: Workflow, plan: Plan | Any, items: Sequence[Mapping[st
     ids = [str(it["id"]) for it in items]
     if len(set(ids)) != len(ids):
         raise ValueError("materialize: item ids must be unique within a batch")
+    encode = None
+    if tokenizers is not None:
+        from .generation import encode_prompt
+
+        encode = lambda p: encode_prompt(tokenizers[p.agent], p, use_chat_template)  # noqa: E731
+    settings = context_settings(workflow, tokenizers, use_chat_template)
     entries: list[TraceEntry] = []
     next_node = [1] * len(items)
     frontier: list[_Node] = []
     for i, it in enumerate(items):
         entries.append(TraceEntry(kind="instance", instance=ids[i], node=0, parent=-1,
-                                  context=str(it.get("question", it.get("prompt", ""))), item=dict(it)))
+                                  context=str(it.get("question", it.get("prompt", ""))), item=dict(it),
+                                  **{k: copy.copy(v) for k, v in settings.items()}))
         frontier.append(_Node(i, len(entries) - 1, (), 0, False, ()))
     depth_nodes = []
     for step in workflow.steps:
@@ -212,7 +231,7 @@ def materialize(workflow: Workflow, plan: Plan | Any, items: Sequence[Mapping[st
             frontier = _expand_feedback(workflow, step, items, ids, frontier, entries, next_node)
         else:
             frontier = _expand_decision(workflow, step, branching[step.decision], items, ids, frontier, entries, next_node,
-                                        backend, sampling, share_identical_contexts)
+                                        backend, sampling, share_identical_contexts, encode)
         depth_nodes.append(np.fromiter((f.entry for f in frontier), dtype=np.int64, count=len(frontier)))
     leaves = [Leaf(item=items[f.item], action=workflow.final_action(f.outputs), outputs=f.outputs) for f in frontier]
     rewards = np.asarray(reward_fn(leaves), dtype=np.float64)
@@ -224,7 +243,7 @@ def materialize(workflow: Workflow, plan: Plan | Any, items: Sequence[Mapping[st
     for f, r in zip(frontier, rewards):
         entries[f.entry].reward = float(r)
     return Rollout(workflow=workflow, plan=plan, branching=branching, items=list(items), entries=entries,
-                   depth_nodes=depth_nodes, rewards=rewards.reshape((len(items),) + branching))
+                   depth_nodes=depth_nodes, rewards=rewards.reshape((len(items),) + branching), leaves=leaves)
 
 
 def _expand_feedback(workflow: Workflow, step: Step, items: Sequence[Mapping[str, Any]], ids: Sequence[str],

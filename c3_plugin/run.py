@@ -11,6 +11,7 @@ import json
 import math
 import os
 import random
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,21 @@ def credited_decisions(algorithm: str, plan: Any, workflow: Workflow) -> list[in
     if plan.kind == "independent":
         return list(range(workflow.num_decisions))
     return plan.credit_points(workflow.num_decisions)
+
+
+def decision_gradients(algorithm: str, plan: Any, workflow: Workflow) -> dict[str, Any]:
+    """Which decision points get a gradient (``<role>_u<u>``, as in the ``credit/*`` keys), and a warning
+    for each that MAGRPO (``independent B``, every decision trained) would train but this plan does not:
+    C3 forms no group where a context has a single alternative (``b_u = 1``)."""
+    names = [f"{s.name}_u{u}" for u, s in enumerate(workflow.decision_steps)]
+    trained = set(credited_decisions(algorithm, plan, workflow))
+    untrained = [names[u] for u in range(len(names)) if u not in trained]
+    out: dict[str, Any] = {"trained_decisions": [names[u] for u in sorted(trained)], "untrained_decisions": untrained}
+    if untrained:
+        out["warnings"] = [f"{algorithm} with plan '{parse_plan(plan).describe()}': {', '.join(untrained)} sample one "
+                           "alternative per context, form no group and get no gradient, while MAGRPO trains every "
+                           "decision; give them 2 or more alternatives in the plan to train them"]
+    return out
 
 
 def preference_budget(cfg: RunConfig, rows: int) -> dict[str, Any]:
@@ -160,6 +176,10 @@ def dry_run_report(cfg: RunConfig) -> dict[str, Any]:
               "train_rows": len(train), "eval_rows": eval_rows, **expected_budget(cfg, workflow, train),
               "reward_range": reward_range, "probe_reward": probe.get("probe_reward"), "probe": probe,
               "model": cfg.agent_model.name, "policy": cfg.agents.policy}
+    if hasattr(cfg.algo, "plan") and not hasattr(cfg.algo, "preference_num_candidates"):  # the workflow trainers
+        report.update(decision_gradients(cfg.algorithm, cfg.algo.plan, workflow))
+        for line in report.get("warnings", []):
+            warnings.warn(line, stacklevel=2)
     from .registry import is_centralized
 
     report["devices"] = {"agents": cfg.agent_model.device}
@@ -220,10 +240,13 @@ def build_trainer(cfg: RunConfig, domain: Domain, workflow: Workflow, train: Any
     device = cfg.agent_model.device
     cfg.algo.agent_devices = None if device == "auto" else device
     logger = domain.make_eval_logger(workflow) if domain.make_eval_logger else domain.eval_logger
+    from .trainers.base import WorkflowTrainer
+
+    extra = {"outcome": domain.outcome} if issubclass(trainer_cls, WorkflowTrainer) else {}  # the influence diagnostic's outcome
     trainer = trainer_cls(agents=models, tokenizer=tokenizer, train_dataset=train, eval_dataset=evals, reward_func=domain.reward,
                           reward_processor=(lambda r: scale * r + shift), eval_logger=logger, eval_aggregator=domain.eval_aggregator,
                           wandb_config=wandb_config, args=cfg.algo, workflow=workflow, run_dir=run_dir, lora_adapters=lora,
-                          grammar=grammar)
+                          grammar=grammar, **extra)
     trainer.verbose = cfg.output.verbose
     return trainer
 

@@ -10,10 +10,19 @@ terminal reward. ``shared`` marks a copy: when a rollout shares one sample among
 whose contexts are identical (parallel roles), every path keeps its own entry and the
 copies name the node of the first entry holding the sample; budgets and training count
 the sample once. :func:`replay_check` re-assembles every context from its trace prefix.
+
+Besides the messages, the instance root records everything else that shapes what a policy
+reads: every role's system prompt and response prefix, whether contexts were wrapped in the
+chat template, and the sha256 of each agent's chat template. Decision entries record the
+exact prompt token ids the policy conditioned on (``prompt_ids``; stored in full, not as a
+hash, so a replay names the first token that differs: this roughly doubles a trace's size
+next to the context text). Traces written before these fields existed load with ``None``
+there, and the checks that need them are skipped.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -45,6 +54,11 @@ class TraceEntry:
     loss_mask: list[int] | None = None  # per token: 1 chosen by the policy, 0 forced by a grammar (None: all chosen)
     reward: float | None = None  # terminal reward (leaves only)
     item: dict[str, Any] | None = None  # the task item (root only)
+    prompt_ids: list[int] | None = None  # decision points: token ids the policy conditioned on (chat template, system prompt, context, prefix); None: materialised without tokenizers
+    systems: dict[str, str | None] | None = None  # root only: every role's system prompt (None: not recorded)
+    prefixes: dict[str, str] | None = None  # root only: every role's response prefix (None: not recorded)
+    use_chat_template: bool | None = None  # root only: whether contexts were wrapped in the agents' chat templates (None: no tokenizers given)
+    chat_templates: list[str | None] | None = None  # root only: per agent, sha256 of its tokenizer's chat template (None in the list: it has none)
 
     @property
     def output(self) -> str:
@@ -97,20 +111,81 @@ def path_to(entry: TraceEntry, by_node: Mapping[tuple[str, int], TraceEntry]) ->
     return chain[::-1]
 
 
-def _first_difference(a: str, b: str) -> int:
+def _first_difference(a: Sequence, b: Sequence) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
-def replay_check(entries: Sequence[TraceEntry], workflow: Workflow) -> list[str]:
+def chat_template_hash(tokenizer: Any) -> str | None:
+    """sha256 (hex) of a tokenizer's chat template; None when it has none. A tokenizer with
+    several named templates (a mapping) is hashed as its key-sorted JSON."""
+    template = getattr(tokenizer, "chat_template", None)
+    if not template:
+        return None
+    text = template if isinstance(template, str) else json.dumps(template, sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def context_settings(workflow: Workflow, tokenizers: Sequence[Any] | None = None,
+                     use_chat_template: bool | None = None) -> dict[str, Any]:
+    """The instance root's context-shaping fields: every role's system prompt and prefix and, with
+    ``tokenizers`` (one per agent), ``use_chat_template`` and each agent's chat template hash."""
+    roles = workflow.roles.values()
+    out: dict[str, Any] = {"systems": {r.name: r.system for r in roles}, "prefixes": {r.name: r.prefix for r in roles}}
+    if tokenizers is not None:
+        out["use_chat_template"] = True if use_chat_template is None else bool(use_chat_template)
+        out["chat_templates"] = [chat_template_hash(t) for t in tokenizers]
+    return out
+
+
+def _root_problems(root: TraceEntry, workflow: Workflow, tokenizers: Sequence[Any] | None,
+                   use_chat_template: bool | None) -> list[str]:
+    """Recorded context-shaping settings of one root that differ from the workflow's (and the tokenizers')."""
+    where = f"instance {root.instance} node {root.node} (root)"
+    out = []
+    for name, recorded, now in (("system prompt", root.systems, {r.name: r.system for r in workflow.roles.values()}),
+                                ("response prefix", root.prefixes, {r.name: r.prefix for r in workflow.roles.values()})):
+        if recorded is None:
+            continue
+        for role in sorted(set(recorded) | set(now)):
+            if role not in now:
+                out.append(f"{where}: hidden state: the trace records a {name} for role {role}, which the workflow does not have")
+            elif role not in recorded:
+                out.append(f"{where}: hidden state: the trace records no {name} for role {role}")
+            elif recorded[role] != now[role]:
+                out.append(f"{where}: hidden state: role {role}'s {name} is recorded as {str(recorded[role])[:60]!r}, "
+                           f"the workflow has {str(now[role])[:60]!r}")
+    if use_chat_template is not None and root.use_chat_template is not None and root.use_chat_template != use_chat_template:
+        out.append(f"{where}: hidden state: recorded use_chat_template={root.use_chat_template}, replayed with {use_chat_template}")
+    if tokenizers is not None and root.chat_templates is not None:
+        if len(root.chat_templates) != len(tokenizers):
+            out.append(f"{where}: hidden state: chat templates recorded for {len(root.chat_templates)} agents, "
+                       f"{len(tokenizers)} tokenizers given")
+        for agent, (recorded_hash, tok) in enumerate(zip(root.chat_templates, tokenizers)):
+            if chat_template_hash(tok) != recorded_hash:
+                out.append(f"{where}: hidden state: agent {agent}'s chat template (sha256 {str(recorded_hash)[:12]}) "
+                           f"differs from its tokenizer's (sha256 {str(chat_template_hash(tok))[:12]})")
+    return out
+
+
+def replay_check(entries: Sequence[TraceEntry], workflow: Workflow, tokenizers: Sequence[Any] | None = None,
+                 use_chat_template: bool | None = None) -> list[str]:
     """Re-assemble each context (and re-run each feedback step) from its trace prefix.
 
-    Returns one message per mismatch; an empty list means the trace is the state. A
-    mismatch is hidden state: something the context depended on was not recorded.
+    Returns one message per mismatch, naming the entry; an empty list means the trace is the
+    state. A mismatch is hidden state: something the context depended on was not recorded.
+    Each root's recorded system prompts and prefixes must be the workflow's. With ``tokenizers``
+    (one per agent), token ids are checked too: each agent's chat template hash, each decision's
+    recorded ``prompt_ids`` against :func:`~c3_plugin.generation.encode_prompt` of the recorded
+    context (with the workflow's system prompt and ``use_chat_template``: the argument, else the
+    root's recorded value, else True), and each message's token ids, decoded without special
+    tokens, against its text. Checks whose fields a trace lacks (older traces) are skipped.
     """
     by_node = {(e.instance, e.node): e for e in entries}
     problems = []
+    encoded: dict[tuple, list[int]] = {}
     for entry in entries:
         if entry.kind == "instance":
+            problems.extend(_root_problems(entry, workflow, tokenizers, use_chat_template))
             continue
         chain = path_to(entry, by_node)
         root, prefix = chain[0], chain[1:-1]
@@ -135,9 +210,41 @@ def replay_check(entries: Sequence[TraceEntry], workflow: Workflow) -> list[str]
                                 f"recorded {entry.context[at:at + 40]!r}, re-assembled {expected[at:at + 40]!r}")
             if entry.prefix != workflow.roles[entry.role].prefix:
                 problems.append(f"{where}: hidden state: recorded prefix {entry.prefix!r} is not the role's prefix")
+            if tokenizers is not None:
+                chat = use_chat_template if use_chat_template is not None else root.use_chat_template
+                problems.extend(_token_problems(where, entry, workflow, tokenizers, True if chat is None else chat, encoded))
         else:
             latest = workflow.latest_outputs(outputs)
             expected = workflow.feedback[step.name](item, {r: latest.get(r, "") for r in step.reads})
             if expected != entry.message:
                 problems.append(f"{where}: hidden state: feedback re-run from the trace gives a different output")
     return problems
+
+
+def _token_problems(where: str, entry: TraceEntry, workflow: Workflow, tokenizers: Sequence[Any], use_chat_template: bool,
+                    cache: dict[tuple, list[int]]) -> list[str]:
+    """A decision entry's recorded token ids against its re-encoded prompt and its message text."""
+    from .generation import encode_prompt
+    from .rollout import Prompt
+
+    if entry.agent is None or not 0 <= entry.agent < len(tokenizers):
+        return [f"{where}: agent {entry.agent} has no tokenizer among the {len(tokenizers)} given"]
+    tok = tokenizers[entry.agent]
+    out = []
+    if entry.prompt_ids is not None:
+        system = workflow.roles[entry.role].system
+        key = (entry.agent, entry.context, entry.prefix, system, use_chat_template)
+        if key not in cache:
+            cache[key] = encode_prompt(tok, Prompt(entry.context, entry.role, entry.agent, entry.prefix, system), use_chat_template)
+        ids = cache[key]
+        if ids != list(entry.prompt_ids):
+            at = _first_difference(ids, entry.prompt_ids)
+            out.append(f"{where}: hidden state: recorded prompt token ids differ from the re-encoded context at token {at} "
+                       f"(recorded {list(entry.prompt_ids[at:at + 5])}, re-encoded {ids[at:at + 5]}; "
+                       f"{len(entry.prompt_ids)} vs {len(ids)} tokens)")
+    text = tok.decode(list(entry.token_ids), skip_special_tokens=True)
+    if text != entry.message:
+        at = _first_difference(text, entry.message)
+        out.append(f"{where}: message token ids decode to a different text at char {at}: "
+                   f"recorded {entry.message[at:at + 40]!r}, decoded {text[at:at + 40]!r}")
+    return out

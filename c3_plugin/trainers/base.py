@@ -101,12 +101,14 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
                  eval_dataset: Any = None, reward_func: Any = None, reward_processor: Any = None, formatters: Any = None,
                  external_transition: Any = None, wandb_config: Mapping[str, Any] | None = None, eval_logger: Any = None,
                  eval_aggregator: Any = None, args: WorkflowConfig | None = None, *, workflow: Workflow | str | Mapping | None = None,
-                 plan: Any = None, run_dir: str | Path | None = None, lora_adapters: bool = False, grammar: Any = None):
+                 plan: Any = None, run_dir: str | Path | None = None, lora_adapters: bool = False, grammar: Any = None,
+                 outcome: Any = None):
         args = args or self.default_config_cls()
         n = self._bridge_workflow(workflow, args, num_agents, agents)
         self.plan = parse_plan(plan if plan is not None else args.plan)
         self.branching = self.plan.branching(self.workflow.num_decisions)
         self.lora_adapters = lora_adapters  # agents share one PeftModel with adapters "agent0", "agent1", ...
+        self.outcome = outcome  # the domain's outcome extractor (Domain.outcome) for the influence diagnostic; None: no influence
         super().__init__(agent_model=agent_model, agents=agents, num_agents=n, tokenizer=tokenizer, model_config=model_config,
                          train_dataset=train_dataset, eval_dataset=eval_dataset, reward_func=reward_func,
                          reward_processor=reward_processor, formatters=formatters, external_transition=external_transition,
@@ -201,7 +203,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
     def rollout_metrics(self, rollout: Rollout) -> dict[str, float]:
         from ..diagnostics import rollout_diagnostics
 
-        return rollout_diagnostics(rollout)
+        return rollout_diagnostics(rollout, outcome=self.outcome)
 
     def _append_trace(self, rollout: Rollout) -> None:
         path = self.run_dir / "traces.jsonl"

@@ -107,10 +107,12 @@ class WorkflowBridge:
 
     def collect(self, items: Sequence[Mapping[str, Any]], plan: Any = None, greedy: bool = False) -> Rollout:
         """Materialise ``plan`` (default: the training plan ``self.plan``, with context sharing when the
-        algorithm shares; an explicit plan, such as evaluation's greedy one, never shares)."""
+        algorithm shares; an explicit plan, such as evaluation's greedy one, never shares). The trace
+        records the prompt token ids the policies condition on and their chat template hashes."""
         return materialize(self.workflow, plan if plan is not None else self.plan, items, self.backend,
                            self.reward_leaves, self.sampling(greedy),
-                           share_identical_contexts=plan is None and self.share_identical_contexts)
+                           share_identical_contexts=plan is None and self.share_identical_contexts,
+                           tokenizers=self.tokenizers, use_chat_template=getattr(self.args, "use_chat_template", True))
 
     # ----- CoMLRL's generation contract -------------------------------------------------------------
     def _agent_step(self, agent_idx: int) -> Step:

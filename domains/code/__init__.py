@@ -12,7 +12,7 @@ from .data import CodeDatasetError, decode_tests, load_split, split_assert
 from .prompts import multi_turn, reasoner_actor, reasoner_coder_reviewer, workflows
 from .runner import encode
 from .sandbox import Limits, Sandbox, SandboxError, Test, TestResult, default_sandbox, namespaces_available
-from .tasks import eval_aggregator, extract_code, make_eval_logger, make_reward, run_visible_tests, syntax_valid
+from .tasks import eval_aggregator, extract_code, make_eval_logger, make_outcome, make_reward, run_visible_tests, syntax_valid
 from .values import decode, equal
 
 
@@ -73,6 +73,7 @@ def load_datasets(section: Mapping[str, Any], seed: int = 0):
 
 
 reward = make_reward()
+outcome = make_outcome(reward)  # per leaf: pass/fail on each hidden test, reusing the reward's sandbox results
 
 
 def dry_run_probe() -> dict[str, Any]:
@@ -88,8 +89,8 @@ def dry_run_probe() -> dict[str, Any]:
 
 DOMAIN = Domain(name="code", load_datasets=load_datasets, workflows=workflows, reward=reward,
                 eval_logger=make_eval_logger(reasoner_actor()), eval_aggregator=eval_aggregator, dry_run_probe=dry_run_probe,
-                config_cls=CodeConfig, make_eval_logger=make_eval_logger)
+                config_cls=CodeConfig, make_eval_logger=make_eval_logger, outcome=outcome)
 
 __all__ = ["DOMAIN", "CodeConfig", "CodeDatasetError", "Limits", "Sandbox", "SandboxError", "Test", "TestResult", "decode",
-           "decode_tests", "encode", "equal", "execute", "extract_code", "load_datasets", "load_split", "multi_turn", "pass_rate",
+           "decode_tests", "encode", "equal", "execute", "extract_code", "load_datasets", "load_split", "make_outcome", "multi_turn", "outcome", "pass_rate",
            "reasoner_actor", "reasoner_coder_reviewer", "reward", "run_visible_tests", "syntax_valid", "workflows"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -41,7 +42,34 @@ def rate(results: Sequence[TestResult]) -> float:
     return float(np.mean([r.passed for r in results])) if results else 0.0
 
 
+class ResultCache:
+    """The per-test results of recently judged candidates, keyed by (code, hidden tests, setup),
+    least recently used dropped first: the reward fills it and the outcome extractor reads it, so
+    a leaf's tests run once per rollout batch."""
+
+    def __init__(self, size: int = 4096):
+        self.size = size  # candidates kept (a rollout batch of 32 instances x 8 leaves is 256)
+        self._data: OrderedDict[tuple[str, str, str], list[TestResult]] = OrderedDict()
+
+    @staticmethod
+    def key(code: str, item: Mapping[str, Any]) -> tuple[str, str, str]:
+        return code, str(item["tests"]), str(item.get("setup") or "")
+
+    def get(self, key: tuple[str, str, str]) -> list[TestResult] | None:
+        if key in self._data:
+            self._data.move_to_end(key)
+        return self._data.get(key)
+
+    def put(self, key: tuple[str, str, str], results: list[TestResult]) -> None:
+        self._data[key] = results
+        self._data.move_to_end(key)
+        while len(self._data) > self.size:
+            self._data.popitem(last=False)
+
+
 def make_reward(timeout_s: float = 5.0, sandbox: Sandbox | None = None):
+    cache = ResultCache()
+
     def reward(*agent_completions: Sequence[str], batch_items: Sequence[Mapping[str, Any]] | None = None,
                prompts: Sequence[str] | None = None) -> list[float]:
         """Pass rate of the last agent's code on the item's hidden tests, in [0, 1]."""
@@ -49,11 +77,37 @@ def make_reward(timeout_s: float = 5.0, sandbox: Sandbox | None = None):
         finals = [finals] if isinstance(finals, str) else list(finals)
         if batch_items is None or len(batch_items) != len(finals):
             raise ValueError("code reward: batch_items must give one item with 'tests' per completion")
-        results = judge_batch([extract_code(c) for c in finals], batch_items, "tests", sandbox, timeout_s)
+        codes = [extract_code(c) for c in finals]
+        results = judge_batch(codes, batch_items, "tests", sandbox, timeout_s)
+        for code, item, res in zip(codes, batch_items, results):
+            cache.put(ResultCache.key(code, item), res)
         return [rate(r) for r in results]
 
     reward.reward_range = (0.0, 1.0)
+    reward.results = cache  # the per-test results behind recent rewards (read by make_outcome)
+    reward.timeout_s, reward.sandbox = timeout_s, sandbox
     return reward
+
+
+def make_outcome(reward):
+    """The outcome extractor of ``reward`` (from :func:`make_reward`): per leaf, the tuple of pass/fail
+    of the final action's code on each hidden test. Results the reward already computed are reused;
+    others are judged here (one concurrent batch) and cached."""
+    cache: ResultCache = reward.results
+
+    def outcome(leaves: Sequence[Any]) -> list[tuple[bool, ...]]:
+        keys = [ResultCache.key(extract_code(leaf.action), leaf.item) for leaf in leaves]
+        found = [cache.get(k) for k in keys]
+        missing = [i for i, r in enumerate(found) if r is None]
+        if missing:
+            fresh = judge_batch([keys[i][0] for i in missing], [leaves[i].item for i in missing], "tests",
+                                reward.sandbox, reward.timeout_s)
+            for i, res in zip(missing, fresh):
+                cache.put(keys[i], res)
+                found[i] = res
+        return [tuple(bool(r.passed) for r in res) for res in found]
+
+    return outcome
 
 
 def feedback_text(results: Sequence[TestResult], tests: Sequence[Test], example: str) -> str:

@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 from c3_plugin.domain import Domain
 from c3_plugin.workflow import Workflow
 
-from .answer import last_boxed, score
+from .answer import _normalise, last_boxed, score
 from .data import SUITES, check_overlap, load_datasets, load_split, synthetic_rows
 from .metrics import default_eval_logger, eval_aggregator, make_eval_logger
 from .prompts import math_workflow, workflows
@@ -51,6 +51,16 @@ def formatters(workflow: Workflow) -> list:
     return out
 
 
+def outcome(leaves: Sequence[Any]) -> list[str | None]:
+    """Per leaf: the final action's last balanced boxed answer, normalised as the checker's exact-match
+    step normalises it (whitespace, ``$`` and a trailing period dropped); None when nothing is boxed."""
+    out = []
+    for leaf in leaves:
+        answer = last_boxed(leaf.action)
+        out.append(None if answer is None else _normalise(answer))
+    return out
+
+
 def dry_run_probe() -> dict[str, Any]:
     """Score fixed probe actions without a model: a correct boxed answer, an unboxed one, a malformed one."""
     item = {"answer": "\\frac{1}{2}"}
@@ -63,8 +73,8 @@ def dry_run_probe() -> dict[str, Any]:
 
 DOMAIN = Domain(name="math", load_datasets=load_datasets, workflows=workflows, reward=reward,
                 eval_logger=default_eval_logger, eval_aggregator=eval_aggregator, dry_run_probe=dry_run_probe,
-                config_cls=MathConfig, formatters=formatters, make_eval_logger=make_eval_logger)
+                config_cls=MathConfig, formatters=formatters, make_eval_logger=make_eval_logger, outcome=outcome)
 
 __all__ = ["DOMAIN", "MathConfig", "SUITES", "check_overlap", "dry_run_probe", "eval_aggregator", "formatters",
-           "last_boxed", "load_datasets", "load_split", "make_eval_logger", "math_workflow", "reward", "score",
+           "last_boxed", "load_datasets", "load_split", "make_eval_logger", "math_workflow", "outcome", "reward", "score",
            "synthetic_rows", "workflows"]

@@ -60,6 +60,12 @@ def reward(*agent_completions: Sequence[str], batch_items: Sequence[Mapping[str,
 reward.reward_range = (0.0, 1.0)
 
 
+def outcome(leaves: Sequence[Any]) -> list[str]:
+    """Optional: one hashable outcome per leaf (``Leaf``: item, final action, path outputs), coarser than
+    the action text, for the influence diagnostic. Here the word written, as the reward compares it."""
+    return [str(leaf.action).strip().strip(".").lower() for leaf in leaves]
+
+
 def eval_logger(agent_completions_turns, batch_items=None, prompts=None) -> list[dict]:
     final = agent_completions_turns[-1]
     return [{"datasource": it.get("datasource", "eval"), "correct": reward([t[-1] if t else ""], batch_items=[it])[0]}
@@ -79,4 +85,4 @@ def dry_run_probe() -> dict[str, Any]:
 
 
 DOMAIN = Domain(name="template", load_datasets=load_datasets, workflows=workflows, reward=reward, eval_logger=eval_logger,
-                eval_aggregator=eval_aggregator, dry_run_probe=dry_run_probe, config_cls=TemplateConfig)
+                eval_aggregator=eval_aggregator, dry_run_probe=dry_run_probe, config_cls=TemplateConfig, outcome=outcome)

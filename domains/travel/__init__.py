@@ -4,6 +4,7 @@ evaluator. See ``domains/travel/README.md``."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Mapping, Sequence
@@ -15,8 +16,8 @@ from .actions import ROLE_NAMES, merger, owned_slots, parse_action, plan_to_acti
 from .catalog import CatalogError, parse_reference, route_scaffold
 from .data import FILTERS, HF_NAME, HF_REVISION, PANELS, load_rows, normalise, read_source, split_rows
 from .evaluate import evaluate_joint, task_of
-from .joint import (JOINT_ROLE, TravelJointAdapter, is_joint, joint_eval_logger, joint_grammar, joint_prefill, joint_probe,
-                    joint_reward, joint_workflow, plan_to_joint, split_joint)
+from .joint import (JOINT_ROLE, TravelJointAdapter, is_joint, item_days, joint_eval_logger, joint_grammar, joint_prefill,
+                    joint_probe, joint_reward, joint_workflow, plan_to_joint, split_joint)
 from .prompts import prefill, prompt_fields, skeleton_days, travel_workflow, workflows as role_workflows
 from .reward import NAME as REWARD_BACKEND, RANGE as REWARD_RANGE, reward, terms
 
@@ -69,6 +70,31 @@ def eval_aggregator(rows: Sequence[Mapping[str, float]], num_turns: int = 1) -> 
     if not rows:
         return {}
     return {m: sum(float(r[m]) for r in rows) / len(rows) for m in METRICS}
+
+
+def pass_fail(item: Mapping[str, Any], texts: Sequence[str]) -> tuple[bool, ...]:
+    """The merged plan's pass/fail vector: each agent's exact action validity, team action success,
+    the 10 commonsense checks and each applicable hard constraint (in the evaluator's order)."""
+    joint = evaluate_joint(task_of(item), texts)
+    return (tuple(bool(a.valid) for a in joint.actions) + (joint.metrics["team_action_success"] == 1.0,)
+            + tuple(bool(v) for v in joint.strict.commonsense.values()) + tuple(v >= 1.0 for v in joint.strict.hard.values()))
+
+
+def outcome(leaves: Sequence[Any]) -> list[tuple[bool, ...]]:
+    """Per leaf, :func:`pass_fail` of its joint action: the merger's record of the two role texts, or a
+    joint planner's action split into them."""
+    out = []
+    for leaf in leaves:
+        try:
+            data = json.loads(leaf.action)
+        except (ValueError, TypeError, RecursionError):
+            data = None
+        if isinstance(data, dict) and set(data) == set(ROLE_NAMES):
+            texts = [str(data[r]) for r in ROLE_NAMES]
+        else:
+            texts = list(split_joint(leaf.action, item_days(leaf.item)))
+        out.append(pass_fail(leaf.item, texts))
+    return out
 
 
 def workflows() -> dict[str, Workflow]:
@@ -174,11 +200,11 @@ def make_eval_logger(workflow: Workflow):
 
 DOMAIN = Domain(name="travel", load_datasets=load_datasets, workflows=workflows, reward=reward, eval_logger=eval_logger,
                 eval_aggregator=eval_aggregator, dry_run_probe=dry_run_probe, config_cls=TravelConfig, merger=merger,
-                make_eval_logger=make_eval_logger, extras={"grammar": make_grammar, "joint_adapter": TravelJointAdapter, "joint_probe": joint_probe, "wandb_keys": lambda cfg: list(cfg.wandb_keys), "validate_config": validate_config, "dry_run_extra": dry_run_extra,
+                make_eval_logger=make_eval_logger, outcome=outcome, extras={"grammar": make_grammar, "joint_adapter": TravelJointAdapter, "joint_probe": joint_probe, "wandb_keys": lambda cfg: list(cfg.wandb_keys), "validate_config": validate_config, "dry_run_extra": dry_run_extra,
                         "metrics": METRICS})
 
 __all__ = ["DOMAIN", "JOINT_ROLE", "METRICS", "REWARD_BACKEND", "REWARD_RANGE", "TravelConfig", "TravelJointAdapter", "all_dash", "catalog_report", "eval_aggregator",
            "eval_logger", "evaluate_joint", "grammar", "is_joint", "joint_eval_logger", "joint_grammar", "joint_reward", "joint_workflow",
-           "load_datasets", "load_rows", "merger", "normalise", "parse_action",
+           "load_datasets", "load_rows", "merger", "normalise", "outcome", "parse_action", "pass_fail",
            "parse_reference", "plan_to_actions", "plan_to_joint", "probe", "reward", "route_scaffold", "split_joint", "split_rows", "task_of", "terms",
            "travel_workflow", "workflows"]
