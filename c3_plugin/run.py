@@ -51,9 +51,9 @@ def decision_gradients(algorithm: str, plan: Any, workflow: Workflow) -> dict[st
     untrained = [names[u] for u in range(len(names)) if u not in trained]
     out: dict[str, Any] = {"trained_decisions": [names[u] for u in sorted(trained)], "untrained_decisions": untrained}
     if untrained:
-        out["warnings"] = [f"{algorithm} with plan '{parse_plan(plan).describe()}': {', '.join(untrained)} sample one "
-                           "alternative per context, form no group and get no gradient, while MAGRPO trains every "
-                           "decision; give them 2 or more alternatives in the plan to train them"]
+        out["warnings"] = [f"{algorithm} with plan '{parse_plan(plan).describe()}': no gradient for {', '.join(untrained)} "
+                           "(one alternative per context, so no group), while MAGRPO trains every decision; give a "
+                           "decision 2 or more alternatives in the plan to train it"]
     return out
 
 
