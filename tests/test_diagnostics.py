@@ -215,7 +215,7 @@ def test_dry_run_names_the_decisions_c3_leaves_without_a_gradient(tmp_path):
     from c3_plugin.config import load_config
     from c3_plugin.run import dry_run_report
 
-    with pytest.warns(UserWarning, match="Reasoner_u2 sample one alternative per context.*MAGRPO trains every decision"):
+    with pytest.warns(UserWarning, match="no gradient for Reasoner_u2 .one alternative per context.*MAGRPO trains every decision"):
         report = dry_run_report(load_config(_code_config(tmp_path, "multi_turn_c3.yaml")))
     assert report["plan"] == "tree [2, 2, 1, 2]" and report["leaves_per_instance"] == 8
     assert report["trained_decisions"] == ["Reasoner_u0", "Actor_u1", "Actor_u3"]
