@@ -22,8 +22,10 @@ class ConfigError(ValueError):
 class ModelSection:
     name: str = "HuggingFaceTB/SmolLM2-135M-Instruct"  # HF name, local folder, or "pkg:<python package>" (a folder inside it)
     gguf_file: str | None = None  # GGUF file inside that folder (needs the gguf package)
-    dtype: str = "float32"  # "float32", "bfloat16" or "float16"
+    dtype: str = "float32"  # compute dtype: "float32" or "bfloat16" (trained weights stay fp32 masters); "float16" only for frozen models
     device: str = "auto"  # "auto" (cuda:0 when available), "cpu" or "cuda:N"
+    device_memory_gb: float | str | None = None  # device memory the dry-run checks its estimate against: GiB, or a class ("h100", "h200", "a100-40", ...); None: the H100-80 and H200-141 classes
+    prompt_tokens: int = 512  # task-prompt length (tokens) the dry-run's memory estimate assumes before the earlier roles' messages
     revision: str | None = None  # pinned hub revision
 
 

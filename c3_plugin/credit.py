@@ -248,8 +248,10 @@ def normalize_advantages(adv: np.ndarray, mode: str = "none", groups: np.ndarray
     ``none`` (default) keeps the leave-one-out values; ``batch_scale`` divides by the batch
     standard deviation without re-centering (signs and zeros survive); ``batch_zscore``
     also subtracts the batch mean, which moves every baseline by one offset;
-    ``group_zscore`` z-scores each group (``groups`` gives group ids) and turns any
-    2-alternative group into +-1, so it warns when it sees one.
+    ``group_zscore`` z-scores each group (``groups`` gives group ids) with its population
+    standard deviation, as CoMLRL 1.4.3 normalises a group of joint runs; it turns any
+    2-alternative group into +-1, so it warns when it sees one, and a group of one (which it
+    would silently zero) is an error.
     """
     a = np.asarray(adv, dtype=np.float64)
     if mode not in NORMALIZATIONS:
@@ -264,6 +266,10 @@ def normalize_advantages(adv: np.ndarray, mode: str = "none", groups: np.ndarray
         raise ValueError("normalize_advantages: group_zscore needs group ids")
     g = np.unique(np.asarray(groups), return_inverse=True)[1]
     size = np.bincount(g)
+    if np.any(size == 1):
+        raise ValueError(f"normalize_advantages: group_zscore got {int((size == 1).sum())} group(s) of one message, whose "
+                         "advantage it would set to 0; group the runs of one instance and decision point together "
+                         "(independent plans) or use batch_scale / none")
     if np.any(size == 2):
         warnings.warn("group_zscore on 2-alternative groups maps every advantage to +-1", stacklevel=2)
     mean = np.bincount(g, weights=a) / size

@@ -169,12 +169,13 @@ def memory_report(cfg: Any, workflow: Any) -> dict[str, Any]:
     from comlrl.utils.reference_kl import reference_kl_enabled
 
     from .plan import parse_plan
+    from .trainers.mappo import MAPPOConfig
 
     m, a = cfg.agent_model, cfg.algo
     try:
         shape = model_shape(m.name, m.revision, m.gguf_file)
         critic = None
-        if hasattr(a, "critic_learning_rate"):  # MAPPO's critic: its own model, or a copy of agent 0's
+        if isinstance(a, MAPPOConfig):  # MAPPO's critic: its own model, or a copy of agent 0's
             critic = model_shape(a.critic_model) if a.critic_model else shape
     except LookupError as exc:
         return {"status": "unknown", "reason": str(exc)}

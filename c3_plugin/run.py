@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError, RunConfig
+from .config import ConfigError, RunConfig, load_config
 from .domain import Domain, load_domain
 from .plan import parse_plan
 from .rollout import unique_samples
@@ -138,6 +138,40 @@ def expected_budget(cfg: RunConfig, workflow: Workflow, train: Any) -> dict[str,
     return out
 
 
+CREDIT = {"c3": "leave-one-out over counterfactual continuations", "magrpo": "group baseline over B joint runs ({advantage_mode})",
+          "mappo": "critic values, GAE over decision points"}
+SETTINGS = ("plan", "advantage_scaling", "advantage_per_token", "loss_aggregation", "agent_learning_rate",
+            "clip_eps", "clip_eps_high", "max_grad_norm", "ppo_epochs", "instances_per_update", "minibatch_size",
+            "micro_batch_size", "temperature", "top_p", "top_k", "max_new_tokens", "num_train_epochs")
+
+
+def optimisation_settings(cfg: RunConfig, workflow: Workflow, train: Any) -> dict[str, Any]:
+    """Every effective optimisation setting of the config's algorithm and of each other workflow algorithm
+    whose section the config holds (the head-to-head a shared base config sets up), and which of them differ."""
+    from .registry import section
+
+    if not hasattr(cfg.algo, "plan"):  # preference and centralized trainers: CoMLRL's own loops, another workflow
+        return {"settings": {}, "differ": []}
+    names = [cfg.algorithm] + [n for n in ("c3", "magrpo", "mappo") if n != cfg.algorithm and n in cfg.raw]
+    table: dict[str, dict[str, Any]] = {}
+    for name in names:
+        other = cfg if name == cfg.algorithm else load_config(data={**cfg.raw, "algorithm": name})
+        a = other.algo
+        if not hasattr(a, "plan"):
+            continue
+        row = {k: getattr(a, k) for k in SETTINGS if hasattr(a, k)}
+        row["credit"] = CREDIT.get(name, name).format(advantage_mode=getattr(a, "advantage_mode", ""))
+        budget = expected_budget(other, workflow, train)
+        row["optimizer_updates_per_agent"] = budget["expected_optimizer_updates_per_agent"]
+        row["updates_per_1k_env_steps"] = [round(1000 * u / max(1, budget["expected_env_steps"]), 3)
+                                           for u in budget["expected_optimizer_updates_per_agent"]]
+        row["expected_env_steps"] = budget["expected_env_steps"]
+        table[section(name)] = row
+    keys = sorted({k for row in table.values() for k in row})
+    differ = sorted(k for k in keys if len({json.dumps(row.get(k), default=str) for row in table.values()}) > 1)
+    return {"settings": table, "differ": differ}
+
+
 def prepare(cfg: RunConfig):
     """Domain, workflow and datasets: everything but the models."""
     from .registry import is_centralized
@@ -183,6 +217,10 @@ def dry_run_report(cfg: RunConfig) -> dict[str, Any]:
     from .registry import is_centralized
 
     report["devices"] = {"agents": cfg.agent_model.device}
+    from .memory import memory_report
+
+    report["memory"] = memory_report(cfg, workflow)
+    report["optimisation"] = optimisation_settings(cfg, workflow, train)
     if is_centralized(cfg.algorithm):
         from .trainers.centralized import centralized_api_report
 

@@ -45,12 +45,12 @@ class WorkflowConfig(MAGRPOConfig):
     instances_per_update: int = 4  # task instances per rollout batch (one materialisation, one update)
     ppo_epochs: int = 1  # passes over each rollout batch
     minibatch_size: int | None = None  # messages per optimizer step (None: all of an agent's messages in the batch)
-    micro_batch_size: int = 8  # messages per forward/backward pass (gradient accumulation)
+    micro_batch_size: int = 8  # messages per forward(/backward) pass: of the update (gradient accumulation) and of the behaviour log-prob recomputation after sampling; bounds the full-vocabulary logits held at once
     clip_eps: float = 0.2  # PPO clip range (lower side, and upper side unless clip_eps_high is set)
     clip_eps_high: float | None = None  # optional larger upper clip (None: clip_eps)
     max_grad_norm: float = 1.0  # gradient clipping per optimizer step (0 disables)
     loss_aggregation: str = "token_mean"  # "token_mean" (mean over all trained tokens), "sequence_mean" (each message's mean over its trained tokens, i.e. its value tokens under a JSON skeleton, then mean over messages) or "token_sum"
-    advantage_scaling: str = "none"  # "none", "batch_scale", "batch_zscore" or "group_zscore" (over siblings of one context), per agent and batch
+    advantage_scaling: str = "none"  # "none", "batch_scale", "batch_zscore" or "group_zscore" (population z-score per group: an instance's runs at one decision point under an independent plan, the siblings of one context under a tree), per agent and batch
     use_chat_template: bool = True  # wrap contexts in the tokenizer's chat template when it has one
     generation_batch_size: int | None = None  # cap on sequences per generate call (None: a whole depth at once)
     save_traces: bool = False  # append every rollout batch's trace to <run dir>/traces.jsonl
@@ -114,7 +114,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
                          reward_processor=reward_processor, formatters=formatters, external_transition=external_transition,
                          wandb_config=wandb_config, eval_logger=eval_logger, eval_aggregator=eval_aggregator, args=args)
         if lora_adapters:
-            self.optimizers = [torch.optim.AdamW(self._agent_parameters(a), lr=args.agent_learning_rate) for a in range(n)]
+            self.optimizers = [torch.optim.AdamW(self._trainable_parameters(a), lr=args.agent_learning_rate) for a in range(n)]
         self._bridge_setup(args, grammar=grammar, run_dir=run_dir)
         from ..curriculum import check_rows, parse_curriculum
 
@@ -126,7 +126,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         self._epoch = 0
 
     # ----- policies -------------------------------------------------------------------------
-    def _agent_parameters(self, agent: int) -> list[torch.nn.Parameter]:
+    def _trainable_parameters(self, agent: int) -> list[torch.nn.Parameter]:
         if not self.lora_adapters:
             return [p for p in self.agents[agent].parameters() if p.requires_grad]
         tag = f".agent{agent}."
@@ -213,18 +213,26 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
             out.write(tmp.read_text(encoding="utf-8"))
         tmp.unlink()
 
+    def _group_key(self, entry: Any) -> tuple:
+        """The group an entry's advantage is normalised in (``group_zscore``): under an independent plan
+        the B runs of its instance at its decision point (CoMLRL's group of joint runs); under a tree or
+        diagnostic plan its siblings, the alternatives sampled from one context."""
+        if self.plan.kind == "independent":
+            return (entry.instance, entry.step)
+        return (entry.instance, entry.parent, entry.step)
+
     def build_samples(self, rollout: Rollout, credited: list[tuple[np.ndarray, np.ndarray]]):
         """Policy samples per agent, advantages scaled per agent as ``advantage_scaling`` says.
 
         A sample shared by several paths (``TraceEntry.shared``) is trained once, on its original
-        entry, with the mean of its copies' advantages; its sibling group is the original's."""
+        entry, with the mean of its copies' advantages; its group (:meth:`_group_key`) is the original's."""
         per_agent: dict[int, list[tuple[Any, float, int]]] = {}
-        sibling_groups: dict[tuple[str, int, int], int] = {}  # (instance, parent, step) -> group id
+        sibling_groups: dict[tuple, int] = {}  # group key -> group id
         for indices, adv in credited:
             indices, adv = rollout.unique_credit(indices, adv)
             for i, a in zip(indices, adv):
                 e = rollout.entries[int(i)]
-                gid = sibling_groups.setdefault((e.instance, e.parent, e.step), len(sibling_groups))
+                gid = sibling_groups.setdefault(self._group_key(e), len(sibling_groups))
                 per_agent.setdefault(int(e.agent), []).append((e, float(a), gid))
         samples: dict[int, list[PolicySample]] = {}
         all_adv = []
@@ -233,9 +241,9 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
                                        groups=np.array([r[2] for r in rows]))
             all_adv.append(adv)
             tok = self.tokenizers[agent]
-            samples[agent] = [PolicySample(prompt_ids=encode_prompt(tok, Prompt(e.context, e.role, agent, e.prefix,
-                                                                                self.workflow.roles[e.role].system),
-                                                                    self.args.use_chat_template),
+            samples[agent] = [PolicySample(prompt_ids=list(e.prompt_ids) if e.prompt_ids is not None else
+                                           encode_prompt(tok, Prompt(e.context, e.role, agent, e.prefix, self.workflow.roles[e.role].system),
+                                                         self.args.use_chat_template),
                                            completion_ids=list(e.token_ids), old_logprobs=list(e.logprobs), advantage=float(a),
                                            loss_mask=e.loss_mask)
                               for (e, _, _), a in zip(rows, adv)]
@@ -249,7 +257,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
                 continue
             ref = self.reference_models[agent] if getattr(self.args, "reference_kl_enabled", False) and self.reference_models else None
             stats = ppo_update(self.policy(agent), self.optimizers[agent], batch, self.args, self.rng,
-                               pad_id=self._pad_id(agent), ref_model=ref, params=self._agent_parameters(agent))
+                               pad_id=self._pad_id(agent), ref_model=ref, params=self._trainable_parameters(agent))
             for k, v in stats.items():
                 metrics[f"train/agent{agent}/{k}"] = v
                 agg.setdefault(k, []).append(v)

@@ -14,8 +14,12 @@ after the base constructor. It supplies:
 * logging: ``metrics.jsonl`` in the run directory plus W&B filtered by ``wandb_keys``, every
   panel against the hidden ``env_step`` x-axis.
 
+Precision: :meth:`_bridge_setup` keeps every trainable parameter as an fp32 master and runs
+the forward passes in the dtype the models were given (:func:`c3_plugin.precision.keep_fp32_masters`),
+so bf16 models train without their updates rounding away.
+
 Attributes set here: ``workflow``, ``grammar``, ``backend``, ``run_dir``, ``totals``,
-``update_step``, ``history``. Config fields read (with defaults when a config lacks them):
+``update_step``, ``history``, ``compute_dtypes``. Config fields read (with defaults when a config lacks them):
 ``use_chat_template``, ``generation_batch_size``, ``json_stop``, ``wandb_keys``,
 ``temperature``/``top_p``/``top_k``/``max_new_tokens``, ``eval_num_samples``, ``eval_batch_size``.
 """
@@ -34,6 +38,7 @@ from tqdm import tqdm
 
 from ..generation import HFBackend, encode_prompt
 from ..plan import parse_plan
+from ..precision import keep_fp32_masters
 from ..rollout import Leaf, Prompt, Rollout, Sampling, materialize
 from ..trace import path_to
 from ..workflow import Step, Workflow, load_workflow
@@ -63,14 +68,21 @@ class WorkflowBridge:
                              "loss, so a token-level reference KL would be computed on a different distribution")
         self.grammar = grammar  # Prompt -> Skeleton | None: forced JSON skeletons (structured generation)
         self.backend = HFBackend(self.policy, self.tokenizers, use_chat_template=getattr(args, "use_chat_template", True),
-                                 max_batch=getattr(args, "generation_batch_size", None), grammar=grammar,
+                                 max_batch=getattr(args, "generation_batch_size", None),
+                                 micro_batch_size=int(getattr(args, "micro_batch_size", 8)), grammar=grammar,
                                  json_stop=getattr(args, "json_stop", False))
+        self.compute_dtypes = [keep_fp32_masters(self.agents[a], self._trainable_parameters(a)) for a in range(self.num_agents)]
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.update_step = 0
         self.totals = {"env_steps": 0, "messages": 0, "tokens_generated": 0}
         self.history: list[dict[str, float]] = []
 
     # ----- policies and sampling --------------------------------------------------------------------
+    def _trainable_parameters(self, agent: int) -> list[torch.nn.Parameter]:
+        """What agent ``agent``'s optimizer updates (kept as fp32 masters); the workflow trainers narrow it
+        to the agent's LoRA adapter."""
+        return [p for p in self.agents[agent].parameters() if p.requires_grad]
+
     def policy(self, agent: int) -> torch.nn.Module:
         """The module that plays ``agent`` (with its LoRA adapter active when adapters are shared)."""
         model = self.agents[agent]
@@ -159,8 +171,7 @@ class WorkflowBridge:
         n = int(num_return_sequences)
         backend = self.backend
         if agent is not None and agent is not self.agents[agent_idx]:
-            backend = HFBackend(lambda _a: agent, self.tokenizers, use_chat_template=self.backend.use_chat_template,
-                                max_batch=self.backend.max_batch, grammar=self.grammar, json_stop=self.backend.json_stop)
+            backend = self.backend.for_policy(lambda _a: agent)
         gens = backend.generate([prompt], n, self.sampling())[0]
         prompt_ids = encode_prompt(self.tokenizers[agent_idx], prompt, self.backend.use_chat_template)
         self.totals["messages"] += n
