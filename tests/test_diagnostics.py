@@ -130,17 +130,11 @@ def test_travel_outcome_is_the_merged_plans_pass_fail_vector():
 
 
 def test_the_trainer_logs_influence_with_the_domains_outcome(tmp_path):
-    from c3_plugin.config import load_config
-    from c3_plugin.run import build_trainer, prepare
-    from c3_plugin.testing import tiny_model, tiny_tokenizer
     from domains.template import DOMAIN
 
-    cfg = load_config(data={"algorithm": "c3", "domain": "template", "workflow": {"name": "echo_pair"},
-                            "dataset": {"train": {"size": 4}}, "output": {"base_dir": str(tmp_path), "verbose": False},
-                            "c3": {"num_train_epochs": 1, "max_new_tokens": 3, "plan": "tree [3, 2]"}})
-    domain, wf, train, evals = prepare(cfg)
-    tok = tiny_tokenizer()
-    trainer = build_trainer(cfg, domain, wf, train, evals, tmp_path, [tiny_model(tok, 0), tiny_model(tok, 1)], tok)
+    from .test_trainers import template_trainer
+
+    trainer, wf, train = template_trainer(tmp_path, "c3", "tree [3, 2]", 4)
     assert trainer.outcome is DOMAIN.outcome
     m = trainer.rollout_metrics(trainer.collect([dict(train[i]) for i in range(4)]))
     assert "credit/Planner_u0/influence" in m and "credit/Writer_u1/influence" not in m

@@ -128,15 +128,9 @@ def test_tampered_token_ids_are_reported(rollout, team):
 
 
 def test_the_trainers_rollouts_record_token_ids(tmp_path):
-    from c3_plugin.config import load_config
-    from c3_plugin.run import build_trainer, prepare
+    from .test_trainers import template_trainer
 
-    cfg = load_config(data={"algorithm": "magrpo", "domain": "template", "workflow": {"name": "echo_pair"},
-                            "dataset": {"train": {"size": 2}}, "output": {"base_dir": str(tmp_path), "verbose": False},
-                            "magrpo": {"num_train_epochs": 1, "max_new_tokens": 3, "plan": "independent 2"}})
-    domain, wf, train, evals = prepare(cfg)
-    tok = tiny_tokenizer()
-    trainer = build_trainer(cfg, domain, wf, train, evals, tmp_path, [tiny_model(tok, 0), tiny_model(tok, 1)], tok)
+    trainer, wf, train = template_trainer(tmp_path, "magrpo", "independent 2", 2)
     ro = trainer.collect([dict(train[i]) for i in range(2)])
     assert ro.entries[0].chat_templates == [chat_template_hash(t) for t in trainer.tokenizers]
     assert all(e.prompt_ids for e in ro.entries if e.kind == "decision")

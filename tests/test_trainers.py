@@ -39,6 +39,20 @@ def run_config(tmp_path, algorithm="c3", **algo):
     return load_config(data=data)
 
 
+def template_trainer(tmp_path, algorithm: str, plan: str, rows: int):
+    """A trainer of ``algorithm`` on the template domain's echo_pair workflow with tiny models, built by the
+    run path (``prepare`` + ``build_trainer``); returns ``(trainer, workflow, train rows)``."""
+    from c3_plugin.config import load_config
+    from c3_plugin.run import build_trainer, prepare
+
+    cfg = load_config(data={"algorithm": algorithm, "domain": "template", "workflow": {"name": "echo_pair"},
+                            "dataset": {"train": {"size": rows}}, "output": {"base_dir": str(tmp_path), "verbose": False},
+                            algorithm: {"num_train_epochs": 1, "max_new_tokens": 3, "plan": plan}})
+    domain, wf, train, evals = prepare(cfg)
+    tok = tiny_tokenizer()
+    return build_trainer(cfg, domain, wf, train, evals, tmp_path, [tiny_model(tok, 0), tiny_model(tok, 1)], tok), wf, train
+
+
 def tiny_team(n=2):
     tok = tiny_tokenizer()
     return [tiny_model(tok, seed=i) for i in range(n)], tok
