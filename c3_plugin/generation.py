@@ -202,7 +202,7 @@ def sampling_config(sampling: Sampling, max_new_tokens: int, stops: Sequence[int
     """The complete sampling specification of one ``generate`` call: temperature, top-p and top-k
     (0 = off) when sampling, argmax when greedy, every other logits processor off."""
     if sampling.greedy:
-        shape: dict[str, Any] = {"do_sample": False, "temperature": 1.0, "top_p": 1.0, "top_k": 0}
+        shape: dict[str, Any] = {"do_sample": False}  # argmax: the sampling knobs are unused (and unset, so unflagged)
     else:
         shape = {"do_sample": True, "temperature": float(sampling.temperature), "top_p": float(sampling.top_p),
                  "top_k": int(sampling.top_k or 0)}
