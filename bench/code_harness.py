@@ -1,27 +1,31 @@
 """Harness correctness and throughput of the code sandbox (CPU).
 
-1. Canonical solutions of all 500 MBPP test tasks (visible + hidden tests) and of all MBPP+
-   tasks must pass; every failing upstream task is listed with its reason.
-2. Wrong solutions (return None; return the first argument) must fail.
-3. Throughput: MBPP canonical candidates evaluated per second with the pool, and the
-   sandbox's overhead per candidate (a trivial candidate with one trivial test).
+1. Every MBPP task (the full file, 974; the sanitized file, 427; the test split 11-510 among the full
+   ones) and every MBPP+ task loads: asserts compile into host checks, MBPP+ inputs keep their
+   Python types; a refused assert or a dropped MBPP+ input is listed with its reason.
+2. Canonical solutions pass every visible and hidden test under the time limits relative to their
+   own time (``domains/code/data.py``); every failing task is listed with its reason.
+3. Wrong solutions (return None; return the first argument) fail.
+4. Throughput: canonical candidates evaluated per second with the pool, and the sandbox's overhead
+   per candidate (a trivial candidate with one trivial test).
 
 Usage: python bench/code_harness.py [--data data] [--workers 2] [--limit N]
-(``--data``: a folder with ``mbpp/test.jsonl`` and ``mbppplus/test.jsonl``; default: the bundled ``data/``)
+(``--data``: a folder with ``mbpp/full.jsonl``, ``mbpp/sanitized.jsonl`` and ``mbppplus/test.jsonl``;
+default: the bundled ``data/``. The first run times the canonical solutions and computes the MBPP+
+expected outputs, cached under ``$C3_CACHE``; ``--limit`` keeps the first N tasks of each file.)
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import statistics
 import time
 from pathlib import Path
 
-from domains.code.data import decode_tests, load_split
-from domains.code.sandbox import Sandbox, Test, namespaces_available
+from domains.code.data import MBPP_TEST_IDS, TIME_CAP_S, TIME_FACTOR, TIME_FLOOR_S, decode_tests, load_split
+from domains.code.sandbox import Sandbox, Test, isolation_probe
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,6 +45,38 @@ def wrong(row, kind):
     return f"def {name}(*args, **kwargs):\n    {first} = args[0] if args else None\n    {body}\n"
 
 
+def load(name, spec, sb):
+    t = time.perf_counter()
+    try:
+        rows = load_split(spec, sandbox=sb)
+    except ValueError as exc:  # CodeDatasetError: a refused assert or an unloadable file
+        print(f"{name}: REFUSED at load: {exc}")
+        return []
+    limits = [t_.timeout_s for r in rows for t_ in decode_tests(r["visible_tests"]) + decode_tests(r["tests"])]
+    above = [x for x in limits if x > TIME_FLOOR_S]
+    print(f"{name}: {len(rows)} tasks, {len(limits)} tests loaded in {time.perf_counter() - t:.1f}s; time limits "
+          f"{TIME_FACTOR:g} x canonical, {TIME_FLOOR_S:g}-{TIME_CAP_S:g} s: {len(above)} tests above the floor "
+          f"(largest {max(limits, default=0):.1f} s)")
+    return rows
+
+
+def report(name, sb, rows, wrong_solutions):
+    results, secs = check(sb, rows, lambda r: r["canonical"])
+    failing = [(r["id"], next(x for x in res if not x.passed)) for r, res in zip(rows, results) if not all(x.passed for x in res)]
+    tests = sum(len(res) for res in results)
+    passed = sum(x.passed for res in results for x in res)
+    print(f"\n{name}: canonical solutions pass {len(rows) - len(failing)}/{len(rows)} tasks, {passed}/{tests} tests, in {secs:.1f}s "
+          f"({len(rows) / max(secs, 1e-9):.1f} candidates/s, {tests / max(secs, 1e-9):.1f} tests/s)")
+    for tid, res in failing:
+        print(f"  FAILS {tid}: {res.status}: {res.reason[:150]}")
+    if wrong_solutions:
+        for kind in ("none", "first-argument"):
+            res_w, _ = check(sb, rows, lambda r: wrong(r, kind))
+            passing = [r["id"] for r, res in zip(rows, res_w) if all(x.passed for x in res)]
+            print(f"  wrong solution ({kind}): passes all tests on {len(passing)}/{len(rows)} tasks {passing[:5]}")
+    return results, secs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=str(ROOT / "data"))
@@ -48,38 +84,39 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None)
     args = ap.parse_args()
     sb = Sandbox(workers=args.workers)
-    print(f"sandbox isolation: {'namespaces + chroot + unprivileged uid' if namespaces_available() else 'rlimits only'}; "
-          f"{args.workers} workers")
-    t = time.perf_counter()
-    mbpp = load_split({"name": "mbpp", "source": f"{args.data}/mbpp/test.jsonl", "limit": args.limit}, sandbox=sb)
-    plus = load_split({"name": "mbppplus", "source": f"{args.data}/mbppplus/test.jsonl", "limit": args.limit}, sandbox=sb)
-    print(f"loaded {len(mbpp)} MBPP and {len(plus)} MBPP+ tasks in {time.perf_counter() - t:.1f}s "
-          f"(MBPP+ expected outputs from the canonical solutions; inputs the reference itself rejects: "
-          f"{sum(r['dropped_inputs'] for r in plus)} of {sum(r['dropped_inputs'] + len(json.loads(r['tests'])) + 1 for r in plus)})")
-    rows_out = []
-    for name, rows in (("MBPP test (11-510)", mbpp), ("MBPP+ v0.1.0", plus)):
-        results, secs = check(sb, rows, lambda r: r["canonical"])
-        failing = [(r["id"], next(x for x in res if not x.passed)) for r, res in zip(rows, results) if not all(x.passed for x in res)]
-        tests = sum(len(res) for res in results)
-        rows_out.append((name, len(rows), len(rows) - len(failing), tests, secs))
-        print(f"\n{name}: canonical solutions pass {len(rows) - len(failing)}/{len(rows)} tasks ({tests} tests) in {secs:.1f}s")
-        for tid, res in failing:
-            print(f"  FAILS {tid}: {res.status}: {res.reason[:150]}")
-        for kind in ("none", "first-argument"):
-            res_w, _ = check(sb, rows, lambda r: wrong(r, kind))
-            passing = [r["id"] for r, res in zip(rows, res_w) if all(x.passed for x in res)]
-            print(f"  wrong solution ({kind}): passes all tests on {len(passing)}/{len(rows)} tasks {passing[:5]}")
-    name, n, _, tests, secs = rows_out[0]
-    print(f"\nthroughput: {n / secs:.1f} MBPP candidates/s ({tests / secs:.1f} tests/s) with {args.workers} workers")
-    trivial = [sb.raw("x = 1", [{"index": 0, "expr": "x"}], "", 5.0) for _ in range(3)]
-    per = []
+    probe = isolation_probe()
+    print(f"sandbox isolation: {sb.isolation} ({'available' if probe['namespaces'] else probe['reason']}); "
+          f"box limits: {probe['box_limits']}; {args.workers} workers")
+    full = load("MBPP full", {"name": "mbpp", "kind": "mbpp", "source": f"{args.data}/mbpp/full.jsonl", "test_split": False,
+                              "limit": args.limit}, sb)
+    sanitized = load("MBPP sanitized", {"name": "mbpp_sanitized", "source": f"{args.data}/mbpp/sanitized.jsonl", "limit": args.limit}, sb)
+    plus = load("MBPP+ v0.1.0", {"name": "mbppplus", "source": f"{args.data}/mbppplus/test.jsonl", "limit": args.limit}, sb)
+    inputs = sum(len(decode_tests(r["visible_tests"])) + len(decode_tests(r["tests"])) + len(r["dropped_inputs"]) for r in plus)
+    dropped = [(r["id"], d) for r in plus for d in r["dropped_inputs"]]
+    print(f"MBPP+ inputs the reference itself fails on (dropped): {len(dropped)} of {inputs}")
+    for tid, why in dropped[:20]:
+        print(f"  DROPPED {tid} {why[:150]}")
+
+    test_split = [r for r in full if int(r["task_id"]) in MBPP_TEST_IDS]
+    results, _ = report("MBPP full (1-974)", sb, full, wrong_solutions=False)
+    by_id = dict(zip((r["id"] for r in full), results))
+    test_results = [by_id[r["id"]] for r in test_split]
+    ok = sum(all(x.passed for x in res) for res in test_results)
+    print(f"  of which the test split (11-510): {ok}/{len(test_split)} tasks, {sum(len(res) for res in test_results)} tests")
+    report("MBPP test (11-510)", sb, test_split, wrong_solutions=True)
+    report("MBPP sanitized", sb, sanitized, wrong_solutions=False)
+    report("MBPP+ v0.1.0", sb, plus, wrong_solutions=True)
+
+    for _ in range(3):  # warm up
+        sb.raw("x = 1", [{"index": 0, "expr": "x"}], "", 5.0)
+    per, test_s = [], []
     for _ in range(10):
         t = time.perf_counter()
-        sb.run("def f():\n    return 1", [Test(expected=1, expr="f()")])
+        res = sb.run("def f():\n    return 1", [Test(expected=1, expr="f()")])
         per.append(time.perf_counter() - t)
-    test_s = statistics.median(r[0]["seconds"] for r in trivial)
-    print(f"sandbox overhead per candidate: {statistics.median(per) * 1000:.0f} ms wall for a trivial candidate "
-          f"(of which the forked test itself {test_s * 1000:.1f} ms)")
+        test_s.append(res[0].seconds)
+    print(f"\nsandbox overhead per candidate: {statistics.median(per) * 1000:.0f} ms wall for a trivial candidate "
+          f"(of which the forked test itself {statistics.median(test_s) * 1000:.1f} ms)")
     sb.close()
 
 

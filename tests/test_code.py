@@ -27,7 +27,8 @@ def test_mbpp_rows_hide_their_tests_from_the_prompt(mbpp):
         assert len(hidden) >= 2 and len(json.loads(row["visible_tests"])) == 1
         assert row["example"] in row["question"] and f"`{row['signature']}`" in row["question"]
         for t in hidden:
-            assert t["expr"] not in row["question"]
+            assert t["assert"] not in row["question"] and all(p not in row["question"] for p, _ in t["probes"])
+            assert 2.0 <= t["timeout_s"] <= 30.0  # relative to the canonical solution's own time
         assert dc.pass_rate(row["canonical"], dc.decode_tests(row["tests"]), row["setup"]) == 1.0
 
 
@@ -38,7 +39,8 @@ def test_mbppplus_expected_outputs_come_from_the_canonical_solution(tmp_path, mo
     first = rows[0]
     tests = dc.decode_tests(first["tests"])
     assert all(t.entry_point == "similar_elements" and t.expr is None for t in tests)
-    assert len(tests) + 1 + first["dropped_inputs"] == 3 + 5
+    assert len(tests) + 1 == 3 + 5 and first["dropped_inputs"] == []  # the tuple inputs arrive as tuples
+    assert all(type(a) is tuple for t in tests for a in t.args)
     assert dc.pass_rate(first["canonical"], tests) == 1.0
     assert dc.pass_rate("def similar_elements(a, b):\n    return (0,)", tests) == 0.0
     assert list(tmp_path.glob("mbppplus-expected-*.json"))  # cached by content hash

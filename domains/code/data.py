@@ -2,16 +2,21 @@
 
 Every row: ``id``, ``datasource``, ``question``/``prompt`` (the task text, the function name
 and signature, and one visible example assert), ``entry_point``, ``setup``, ``example``,
-``visible_tests`` and ``tests`` (JSON lists of test specs with *encoded* expected values).
-The reward uses only ``tests``, which never appear in a prompt; the multi-turn workflow's
+``visible_tests`` and ``tests`` (JSON lists of test specs, read by :func:`decode_tests`). The
+reward uses only ``tests``, which never appear in a prompt; the multi-turn workflow's
 environment runs ``visible_tests`` (the example shown in the prompt).
 
-MBPP: the example is the first assert of ``test_list``; hidden tests are the other asserts
-plus ``challenge_test_list``. Expected values are the asserts' right-hand sides (literals
-decoded on the host, other expressions evaluated in the sandbox). MBPP+: the example is the
-first base input; hidden tests are the other base inputs and all plus inputs, whose
-expected outputs come from running the canonical solution in the sandbox, as EvalPlus does
-(cached on disk by content hash).
+MBPP: the example is the first assert of ``test_list``; hidden tests are the other asserts plus
+``challenge_test_list``. Each assert is compiled into sandbox probes and a host check
+(``assertions.py``); a form the host cannot judge is refused here, naming the task.
+MBPP+: the example is the first base input; hidden tests are the other base inputs and all plus
+inputs, read with the Python types the JSON file lost (tuples, complex numbers, sets), their
+expected outputs from running the canonical solution in the sandbox, as EvalPlus does.
+
+Time limits are relative to the canonical solution, as in EvalPlus: every test's limit is
+``TIME_FACTOR`` times the canonical solution's own time on it, at least ``TIME_FLOOR_S`` and at
+most ``TIME_CAP_S``. The canonical times (and MBPP+ expected outputs) are measured once per
+machine and cached by content hash under ``$C3_CACHE`` (default ``~/.cache/comlrl-c3``).
 """
 
 from __future__ import annotations
@@ -20,58 +25,64 @@ import ast
 import hashlib
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from domains.math.data import local_path, where
 
-from .runner import Unsupported, encode
-from .sandbox import Sandbox, SandboxError, default_sandbox
+from .assertions import Assertion, AssertionFormError, compile_assertion, defined_names, parse_module
+from .runner import encode
+from .sandbox import Sandbox, SandboxError, Test, default_sandbox
+from .values import decode
 
 HF = {"mbpp": ("google-research-datasets/mbpp", "full", "test"), "mbpp_sanitized": ("google-research-datasets/mbpp", "sanitized", "test"),
       "mbppplus": ("evalplus/mbppplus", None, "test")}
 MBPP_TEST_IDS = range(11, 511)  # the standard MBPP test split
-HARNESS_VERSION = 2  # part of the MBPP+ expected-output cache key; bump when the runner's encoding changes
+HARNESS_VERSION = 3  # part of the cache keys; bump when the runner's encoding or the test payloads change
+TIME_FACTOR = 4.0  # a test's limit is this many times the canonical solution's time on it (EvalPlus: 4)...
+TIME_FLOOR_S = 2.0  # ...at least this (forking a test and loading the code take ~10 ms; the rest is headroom for a busy machine)...
+TIME_CAP_S = 30.0  # ...and at most this (the slowest canonical test, mbpp-123, takes about 6 s)
+CONSTANT_TIMEOUT_S = 10.0  # evaluating an assertion's constants (no candidate code involved)
 
 
 class CodeDatasetError(ValueError):
     pass
 
 
+def time_limit(seconds: float | None) -> float:
+    """The wall-clock limit of a test whose canonical solution took ``seconds`` (None: unknown)."""
+    if seconds is None:
+        return TIME_CAP_S
+    return float(min(TIME_CAP_S, max(TIME_FLOOR_S, TIME_FACTOR * float(seconds))))
+
+
 def _signature(code: str, name: str) -> str:
-    m = re.search(rf"def\s+{re.escape(name)}\s*\(([^)]*)\)", code or "")
-    return f"{name}({m.group(1).strip()})" if m else f"{name}(...)"
-
-
-def split_assert(line: str) -> tuple[str, str] | None:
-    """``assert lhs == rhs`` -> (lhs source, rhs source); None for other forms."""
     try:
-        node = ast.parse(line.strip()).body[0]
-    except (SyntaxError, IndexError):
-        return None
-    if not isinstance(node, ast.Assert):
-        return None
-    t = node.test
-    if isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.Eq):
-        return ast.unparse(t.left), ast.unparse(t.comparators[0])
-    return ast.unparse(t), "True"
+        for node in parse_module(code).body:
+            if isinstance(node, ast.FunctionDef) and node.name == name:
+                return f"{name}({ast.unparse(node.args)})"
+    except (SyntaxError, ValueError):
+        pass
+    return f"{name}(...)"
 
 
-def _encoded_literals(exprs: Sequence[str]) -> list[Any | None]:
-    out = []
-    for e in exprs:
-        try:
-            out.append(encode(ast.literal_eval(e)))
-        except (ValueError, SyntaxError, TypeError, Unsupported, MemoryError, RecursionError):
-            out.append(None)
-    return out
+def _entry_point(code: str, asserts: Sequence[Assertion]) -> str:
+    """The function the tests call: the first name called in a probe that the reference defines at
+    its top level (``math.isclose(volume_sphere(10), ...)`` -> ``volume_sphere``), else the first called name."""
+    try:
+        tops = [n.name for n in parse_module(code).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+    except (SyntaxError, ValueError):
+        tops = []
+    called = [n.func.id for a in asserts for p in a.probes for n in ast.walk(ast.parse(p.source, mode="eval"))
+              if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+    return next((c for c in called if c in tops), None) or next(iter(called), None) or next(iter(tops), "")
 
 
-def _sandbox_values(sandbox: Sandbox, jobs: list[tuple[str, list[dict], str]], desc: str | None = None) -> list[list[Any | None]]:
-    """Run trusted code (canonical solutions, expected expressions); encoded values or None per payload.
+def _raw_results(sandbox: Sandbox, jobs: list[tuple[str, list[dict], str]], desc: str | None = None) -> list[list[dict]]:
+    """Run trusted code (canonical solutions, constants) on payloads: the runner's result dicts per job.
     With ``desc``, a progress bar over the jobs on stderr (``TQDM_DISABLE=1`` hides it)."""
-    futures = [sandbox._pool.submit(sandbox.raw, code, payloads, setup, 10.0) for code, payloads, setup in jobs]
+    futures = [sandbox._pool.submit(sandbox.raw, code, payloads, setup, max([5.0] + [p.get("timeout_s", 5.0) for p in payloads]))
+               for code, payloads, setup in jobs]
     if desc is not None:
         from tqdm import tqdm
 
@@ -81,8 +92,50 @@ def _sandbox_values(sandbox: Sandbox, jobs: list[tuple[str, list[dict], str]], d
         raw = f.result()
         if isinstance(raw, str):
             raise SandboxError(f"reference code killed its sandbox: {raw}")
-        out.append([r["value"] if r.get("status") == "value" else None for r in raw])
+        out.append(raw)
     return out
+
+
+def _first_value(result: dict) -> Any:
+    """The single probe value of a result (encoded), or None when the code raised or timed out."""
+    if result.get("status") != "value":
+        return None
+    node = result["value"]
+    return node[1][0] if node[0] == "tuple" and len(node[1]) == 1 else None
+
+
+def evaluate_constants(sandbox: Sandbox, assertions: Sequence[Assertion], labels: Sequence[str]) -> None:
+    """Evaluate the pending constants of ``assertions`` (``sys.getsizeof((1, 2))``...) in a sandbox that runs
+    no candidate code (the standard-library modules they name are imported first); raises
+    CodeDatasetError, naming ``labels[i]``, for a constant that does not evaluate to plain data."""
+    todo = [(a, label) for a, label in zip(assertions, labels) if a.pending]
+    jobs = [("\n".join(f"import {m}" for m in a.modules),
+             [{"index": i, "probes": [{"expr": src, "mode": "value"}], "timeout_s": CONSTANT_TIMEOUT_S} for i, src in enumerate(a.pending)], "")
+            for a, _ in todo]
+    for (a, label), results in zip(todo, _raw_results(sandbox, jobs) if jobs else []):
+        values = [_first_value(r) for r in results]
+        for src, v, r in zip(a.pending, values, results):
+            if v is None:
+                raise CodeDatasetError(f"{label}: the constant {src!r} of {a.source!r} cannot be evaluated: "
+                                       f"{r.get('reason') or 'not plain data'}")
+        a.consts, a.pending = [decode(v) for v in values], []
+
+
+def _cache(kind: str, key: Any) -> Path:
+    digest = hashlib.sha256(json.dumps([HARNESS_VERSION, kind, key], sort_keys=True).encode()).hexdigest()[:16]
+    base = Path(os.environ.get("C3_CACHE", Path.home() / ".cache" / "comlrl-c3"))
+    return base / f"{kind}-{digest}.json"
+
+
+def _cached(path: Path, compute):
+    if path.exists():
+        return json.loads(path.read_text())
+    value = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(value))
+    tmp.replace(path)
+    return value
 
 
 def _read(source: str, hf_key: str, split: str | None, base_dir: str | None, config: str | None = None) -> list[dict]:
@@ -101,68 +154,186 @@ def _read(source: str, hf_key: str, split: str | None, base_dir: str | None, con
     return [dict(r) for r in ds]
 
 
-def mbpp_rows(rows: Sequence[Mapping[str, Any]], name: str, sandbox: Sandbox | None = None, test_split: bool = True) -> list[dict]:
-    """Normalise MBPP rows (full or sanitized); ``test_split`` keeps task ids 11-510."""
+# ---------------------------------------------------------------------------------------------- MBPP
+
+
+def mbpp_rows(rows: Sequence[Mapping[str, Any]], name: str, sandbox: Sandbox | None = None, test_split: bool = True,
+              calibrate: bool = True) -> list[dict]:
+    """Normalise MBPP rows (full or sanitized); ``test_split`` keeps task ids 11-510. ``calibrate``: time
+    each test's canonical solution (once, cached) and give the test its relative limit."""
     rows = [r for r in rows if not test_split or int(r["task_id"]) in MBPP_TEST_IDS]
-    out, pending = [], []
+    out = []
     for r in rows:
         asserts = list(r.get("test_list") or []) + list(r.get("challenge_test_list") or [])
-        parts = [split_assert(a) for a in asserts]
-        if not parts or any(p is None for p in parts):
-            raise CodeDatasetError(f"{name}: task {r['task_id']} has a test that is not an assert")
-        entry = re.match(r"\s*([A-Za-z_]\w*)\s*\(", parts[0][0])
-        entry_point = entry.group(1) if entry else parts[0][0]
-        setup = "\n".join(list(r.get("test_imports") or []) + [r.get("test_setup_code") or ""]).strip()
-        expected = _encoded_literals([p[1] for p in parts])
-        pending.extend((len(out), k, parts[k][1], setup) for k, e in enumerate(expected) if e is None)
+        if not asserts:
+            raise CodeDatasetError(f"{name}: task {r['task_id']} has no test")
         code = r.get("code") or ""
-        text = r.get("text") or r.get("prompt") or ""
+        setup = "\n".join(list(r.get("test_imports") or []) + [r.get("test_setup_code") or ""]).strip()
+        try:
+            compiled = [compile_assertion(a, defined_names(code) | defined_names(setup)) for a in asserts]
+        except AssertionFormError as exc:
+            raise CodeDatasetError(f"{name}: task {r['task_id']}: refused: {exc}") from None
+        entry_point = _entry_point(code, compiled)
         out.append({"id": f"{name}-{r['task_id']}", "task_id": str(r["task_id"]), "datasource": name, "entry_point": entry_point,
-                    "setup": setup, "example": asserts[0], "text": text, "signature": _signature(code, entry_point),
-                    "canonical": code, "_parts": parts, "_expected": expected})
-    if pending:
-        values = _sandbox_values(sandbox or default_sandbox(), [("", [{"index": 0, "expr": rhs}], setup) for _, _, rhs, setup in pending])
-        for (row, k, _, _), v in zip(pending, values):
-            out[row]["_expected"][k] = v[0]
-    for row in out:
-        tests = [{"expr": lhs, "expected": exp} for (lhs, _), exp in zip(row.pop("_parts"), row.pop("_expected"))]
-        if any(t["expected"] is None for t in tests):
-            raise CodeDatasetError(f"{name}: task {row['task_id']}: an expected value could not be evaluated")
-        row["visible_tests"] = json.dumps(tests[:1])
-        row["tests"] = json.dumps(tests[1:])
+                    "setup": setup, "example": asserts[0], "text": r.get("text") or r.get("prompt") or "",
+                    "signature": _signature(code, entry_point), "canonical": code, "_asserts": compiled})
+    sb = sandbox or default_sandbox()
+    evaluate_constants(sb, [a for row in out for a in row["_asserts"]],
+                       [f"{name}: task {row['task_id']}" for row in out for _ in row["_asserts"]])
+    seconds = _mbpp_seconds(sb, out, name) if calibrate and out else [[None] * len(row["_asserts"]) for row in out]
+    for row, secs in zip(out, seconds):
+        specs = [dict(a.to_json(encode), **({"timeout_s": time_limit(s)} if calibrate else {})) for a, s in zip(row.pop("_asserts"), secs)]
+        row["visible_tests"] = json.dumps(specs[:1])
+        row["tests"] = json.dumps(specs[1:])
         _finish(row)
     return out
 
 
-def _cache_path(rows: Sequence[Mapping[str, Any]]) -> Path:
-    digest = hashlib.sha256(json.dumps([HARNESS_VERSION] + [(r["task_id"], r["canonical_solution"], r.get("plus_input")) for r in rows],
-                                       sort_keys=True).encode()).hexdigest()[:16]
-    base = Path(os.environ.get("C3_CACHE", Path.home() / ".cache" / "comlrl-c3"))
-    return base / f"mbppplus-expected-{digest}.json"
+def _mbpp_seconds(sandbox: Sandbox, rows: Sequence[Mapping[str, Any]], name: str) -> list[list[float]]:
+    """The canonical solution's time on each test of each row (sandbox runs, cached by content)."""
+    key = [(r["task_id"], r["canonical"], r["setup"], [a.source for a in r["_asserts"]]) for r in rows]
+
+    def compute():
+        jobs = [(r["canonical"], [Test(assertion=a).payload(i, TIME_CAP_S) for i, a in enumerate(r["_asserts"])], r["setup"]) for r in rows]
+        results = _raw_results(sandbox, jobs, desc=f"{name}: timing {len(jobs)} reference solutions (once; cached)")
+        return [[float(x.get("seconds", TIME_CAP_S)) for x in res] for res in results]
+
+    return _cached(_cache("mbpp-seconds", key), compute)
 
 
-def mbppplus_rows(rows: Sequence[Mapping[str, Any]], name: str, sandbox: Sandbox | None = None) -> list[dict]:
-    """Normalise MBPP+ rows; expected outputs by running each canonical solution in the sandbox."""
-    cache = _cache_path(rows)
-    expected = json.loads(cache.read_text()) if cache.exists() else None
-    inputs = [list(r.get("base_input") or []) + list(r.get("plus_input") or []) for r in rows]
-    if expected is None:
-        jobs = [(r["canonical_solution"], [{"index": i, "entry_point": r["entry_point"], "args": a} for i, a in enumerate(inp)], "")
-                for r, inp in zip(rows, inputs)]
-        expected = _sandbox_values(sandbox or default_sandbox(), jobs,
-                                   desc=f"{name}: expected outputs of {len(jobs)} reference solutions (once; cached)")
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(json.dumps(expected))
+# ---------------------------------------------------------------------------------------------- MBPP+
+
+# MBPP+'s JSON file turned the tuples, complex numbers and sets of its inputs into lists and
+# strings. These converters give them back, per task and argument, as EvalPlus does when it loads
+# the file (``mbpp_deserialize_inputs``); tests/test_code_scoring.py checks that every task's base
+# inputs then equal, type for type, the arguments of the original asserts in its ``assertion`` field
+# (except the tasks listed there, whose canonical solutions take lists where MBPP wrote tuples).
+
+
+def _tuple(x: Any) -> tuple:
+    return tuple(x)
+
+
+def _list_of_tuples(x: Any) -> list:
+    return [tuple(v) for v in x]
+
+
+def _tuple_of_tuples(x: Any) -> tuple:
+    return tuple(tuple(v) for v in x)
+
+
+def _tuple_of_items(x: Any) -> tuple:
+    return tuple(tuple(v) if isinstance(v, list) else v for v in x)
+
+
+def _all_tuples(x: Any) -> Any:
+    return tuple(_all_tuples(v) for v in x) if isinstance(x, list) else x
+
+
+def _dict_of_tuples(x: Any) -> dict:
+    return {k: tuple(v) for k, v in x.items()}
+
+
+def _sets_and_dicts(x: Any) -> list:
+    # [{1, 2}, {}, {}] was written [[1, 2], [], []]: a non-empty list was a set, an empty one the dict {}.
+    # (EvalPlus also turns the plus inputs' real dicts into {}; they are kept here.)
+    return [(set(v) if v else {}) if isinstance(v, list) else v for v in x]
+
+
+def _number(x: Any) -> Any:
+    """The number whose ``str`` a string is ('0' -> 0, '1e-100' -> 1e-100, '(-0-1j)' -> complex(-0.0, -1.0));
+    EvalPlus reads them with float() and complex(), which turns MBPP's ints 0 and 1 into 0.0 and (1+0j)."""
+    if not isinstance(x, str):
+        return x
+    for kind in (int, float, complex):
+        try:
+            return kind(x)
+        except ValueError:
+            pass
+    raise ValueError(f"not a number: {x!r}")
+
+
+def _every(conv) -> tuple:
+    return ("*", conv)
+
+
+_ARGS: dict[int, tuple] = {
+    **dict.fromkeys((2, 116, 132, 143, 222, 261, 273, 394, 399, 421, 424, 429, 470, 560, 579, 616, 630, 726, 740, 744, 809),
+                    _every(_tuple)),
+    **dict.fromkeys((63, 64, 70, 94, 120, 237, 272, 299, 400, 409, 417, 438, 473, 614, 780), _every(_list_of_tuples)),
+    **dict.fromkeys((75, 413, 444, 753), (_list_of_tuples, None)),
+    **dict.fromkeys((106, 750), (None, _tuple)),
+    115: (_sets_and_dicts,),
+    124: (_number, _number),
+    **dict.fromkeys((250, 405, 446, 617, 720, 763, 808), (_tuple, None)),
+    **dict.fromkeys((259, 401, 445), _every(_tuple_of_tuples)),
+    278: (_tuple_of_items,),
+    307: (_tuple, None, None),
+    722: (_dict_of_tuples, None, None),
+    252: (_number,),
+    **dict.fromkeys((580, 596, 615, 791), _every(_all_tuples)),  # 596: EvalPlus leaves the inner tuples lists
+}
+PRESENT_TASKS = (737, 787, 794)  # the reference returns a match object or None: EvalPlus checks `out is not None`
+
+
+def _task_number(task_id: Any) -> int:
+    try:
+        return int(str(task_id).split("/")[-1])
+    except ValueError:
+        return -1
+
+
+def mbppplus_inputs(row: Mapping[str, Any]) -> list[list]:
+    """A MBPP+ row's base then plus inputs (argument lists) with their Python types restored."""
+    inputs = [list(a) for a in list(row.get("base_input") or []) + list(row.get("plus_input") or [])]
+    spec = _ARGS.get(_task_number(row["task_id"]))
+    if spec is None:
+        return inputs
+    if spec[0] == "*":
+        return [[spec[1](x) for x in args] for args in inputs]
+    return [[conv(x) if conv is not None else x for conv, x in zip(spec, args)] + args[len(spec):] for args in inputs]
+
+
+def _is_floats(x: Any) -> bool:
+    """EvalPlus's test for outputs compared with a tolerance: a float, or a non-empty list/tuple of floats."""
+    return type(x) is float or (type(x) in (list, tuple) and bool(x) and all(type(v) is float for v in x))
+
+
+def mbppplus_rows(rows: Sequence[Mapping[str, Any]], name: str, sandbox: Sandbox | None = None, calibrate: bool = True) -> list[dict]:
+    """Normalise MBPP+ rows; expected outputs (and times) by running each canonical solution in the sandbox."""
+    inputs = [mbppplus_inputs(r) for r in rows]
+    modes = ["present" if _task_number(r["task_id"]) in PRESENT_TASKS else "value" for r in rows]
+    key = [(r["task_id"], r["canonical_solution"], r.get("base_input"), r.get("plus_input")) for r in rows]
+
+    def compute():
+        jobs = [(r["canonical_solution"], [Test(entry_point=r["entry_point"], args=a, mode=m).payload(i, TIME_CAP_S)
+                                           for i, a in enumerate(inp)], "") for r, inp, m in zip(rows, inputs, modes)]
+        results = _raw_results(sandbox or default_sandbox(), jobs,
+                               desc=f"{name}: expected outputs of {len(jobs)} reference solutions (once; cached)")
+        return [[[_first_value(x), float(x.get("seconds", TIME_CAP_S)), "" if _first_value(x) is not None else str(x.get("reason", ""))]
+                 for x in res] for res in results]
+
+    measured = _cached(_cache("mbppplus-expected", key), compute)
     out = []
-    for r, inp, exp in zip(rows, inputs, expected):
-        tests = [{"entry_point": r["entry_point"], "args": a, "expected": e, "atol": float(r.get("atol") or 0.0)}
-                 for a, e in zip(inp, exp) if e is not None]  # inputs the reference itself rejects are dropped
+    for r, inp, mode, res in zip(rows, inputs, modes, measured):
+        tests, dropped = [], []
+        for i, (args, (expected, seconds, reason)) in enumerate(zip(inp, res)):
+            if expected is None:  # the reference itself fails on this input: it cannot be scored
+                dropped.append(f"input {i}: {reason}")
+                continue
+            value = decode(expected)
+            atol = float(r.get("atol") or 0.0) or (1e-6 if _is_floats(value) else 0.0)  # EvalPlus: floats always get a tolerance
+            spec = {"call": r["entry_point"], "args": encode(args, 0, [1 << 22]), "expected": expected, "atol": atol,
+                    "rtol": 1e-7 if atol else 0.0, "mode": mode}
+            if calibrate:
+                spec["timeout_s"] = time_limit(seconds)
+            tests.append(spec)
         prompt = str(r.get("prompt") or "")
         example = next((line.strip() for line in prompt.splitlines() if line.strip().startswith("assert")), "")
         row = {"id": f"{name}-{r['task_id']}", "task_id": str(r["task_id"]), "datasource": name, "entry_point": r["entry_point"],
                "setup": "", "example": example, "text": prompt.replace(example, "").strip().strip('"').strip(),
                "signature": _signature(r["canonical_solution"], r["entry_point"]), "canonical": r["canonical_solution"],
-               "visible_tests": json.dumps(tests[:1]), "tests": json.dumps(tests[1:]), "dropped_inputs": len(inp) - len(tests)}
+               "visible_tests": json.dumps(tests[:1]), "tests": json.dumps(tests[1:]), "dropped_inputs": dropped}
         _finish(row)
         if len(tests) > 1:  # a task with no hidden test left cannot be scored
             out.append(row)
@@ -175,8 +346,9 @@ def _finish(row: dict) -> None:
 
 
 def load_split(spec: Mapping[str, Any], base_dir: str | None = None, sandbox: Sandbox | None = None) -> list[dict]:
-    """One dataset spec: ``{name, source, kind: mbpp|mbpp_sanitized|mbppplus, split, limit, test_split, id_range}``
-    (``id_range: [601, 974]`` keeps MBPP task ids in that closed range, e.g. the train split)."""
+    """One dataset spec: ``{name, source, kind: mbpp|mbpp_sanitized|mbppplus, split, limit, test_split, id_range,
+    calibrate}`` (``id_range: [601, 974]`` keeps MBPP task ids in that closed range, e.g. the train split;
+    ``calibrate: false`` skips timing the canonical solutions: tests then take the limit the reward is given)."""
     spec = dict(spec)
     name = spec.get("name", "mbpp")
     kind = spec.get("kind") or ("mbppplus" if "plus" in name else "mbpp_sanitized" if "sanitized" in name else "mbpp")
@@ -185,20 +357,34 @@ def load_split(spec: Mapping[str, Any], base_dir: str | None = None, sandbox: Sa
     rows = _read(spec.get("source") or HF[kind][0], kind, spec.get("split"), base_dir, spec.get("config"))
     if spec.get("id_range"):
         lo, hi = spec["id_range"]
-        rows = [r for r in rows if lo <= int(str(r["task_id"]).split("/")[-1]) <= hi]
+        rows = [r for r in rows if lo <= _task_number(r["task_id"]) <= hi]
     limit = spec.get("limit")
+    calibrate = bool(spec.get("calibrate", True))
     if kind == "mbppplus":
         if spec.get("v0_2_0_only"):
             rows = [r for r in rows if r.get("in_v0_2_0", True)]
-        return mbppplus_rows(rows[:limit] if limit else rows, name, sandbox)
-    rows = mbpp_rows(rows, name, sandbox, test_split=bool(spec.get("test_split", kind == "mbpp" and not spec.get("id_range"))))
-    return rows[:limit] if limit else rows
+        return mbppplus_rows(rows[:limit] if limit else rows, name, sandbox, calibrate)
+    test_split = bool(spec.get("test_split", kind == "mbpp" and not spec.get("id_range")))
+    if limit:
+        rows = [r for r in rows if not test_split or int(r["task_id"]) in MBPP_TEST_IDS][:limit]
+    return mbpp_rows(rows, name, sandbox, test_split=test_split, calibrate=calibrate)
 
 
-def decode_tests(text: str):
-    """Row JSON -> sandbox ``Test`` objects (expected values decoded)."""
-    from .sandbox import Test
-    from .values import decode
-
-    return [Test(expected=decode(t["expected"]), expr=t.get("expr"), entry_point=t.get("entry_point"), args=t.get("args") or [],
-                 atol=float(t.get("atol", 0.0))) for t in json.loads(text)]
+def decode_tests(text: str) -> list[Test]:
+    """Row JSON -> sandbox ``Test`` objects. Specs: an assertion (``assert``, ``check``, ``probes``,
+    ``consts``), a call (``call``, encoded ``args``, ``expected``) or an expression (``expr``,
+    ``expected``); ``entry_point`` with JSON ``args`` is read too. Optional: ``atol``, ``rtol``,
+    ``mode``, ``timeout_s``."""
+    out = []
+    for t in json.loads(text):
+        common = {"timeout_s": float(t["timeout_s"]) if t.get("timeout_s") is not None else None}
+        if "check" in t:
+            out.append(Test(assertion=Assertion.from_json(t, decode), **common))
+            continue
+        value = {"expected": decode(t["expected"]), "atol": float(t.get("atol", 0.0)), "rtol": float(t.get("rtol", 0.0)),
+                 "mode": str(t.get("mode", "value")), **common}
+        if "call" in t:
+            out.append(Test(entry_point=str(t["call"]), args=list(decode(t["args"])), **value))
+        else:
+            out.append(Test(expr=t.get("expr"), entry_point=t.get("entry_point"), args=list(t.get("args") or []), **value))
+    return out

@@ -113,7 +113,7 @@ def make_outcome(reward):
 def feedback_text(results: Sequence[TestResult], tests: Sequence[Test], example: str) -> str:
     lines = []
     for res, test in zip(results, tests):
-        what = example.strip() or (test.expr or f"{test.entry_point}(*{test.args!r})")
+        what = example.strip() or test.source
         if res.passed:
             lines.append(f"Example test `{what}`: passed.")
         else:
