@@ -1,0 +1,805 @@
+"""The sandbox against an attacker who controls the candidate code, one class of hole at a time:
+harm to the host, resources, failing closed, parallel sandboxes, hostile results. Every test
+asserts that the attack fails *and* that the host is unharmed (a planted host file keeps its
+owner, mode and content; /dev/null stays a 0666 character device; the reward returns numbers).
+
+The module runs as whoever runs the suite and, when that is root, once more as an unprivileged
+user (``test_the_attacks_fail_as_an_unprivileged_user_too``). Where the host cannot build the
+sandbox's namespaces, every attack must be refused instead (``SandboxError``): fail closed.
+"""
+
+import json
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+import domains.code as dc
+from domains.code import sandbox as sbx
+from domains.code import values
+from domains.code.sandbox import Limits, Sandbox, SandboxError, Test
+
+REPO = Path(__file__).resolve().parents[1]
+ROOT = os.geteuid() == 0
+REFUSES = not sbx.namespaces_available()  # this host cannot isolate candidates: each attack must be refused
+TIMEOUT = 3.0
+
+
+def attack(code, tests, timeout_s=TIMEOUT):
+    """The results of a hostile candidate on ``tests``; None where this host refuses to run it (asserted)."""
+    if REFUSES:
+        with pytest.raises(SandboxError, match="refusing"):
+            dc.execute(code, tests, timeout_s=timeout_s)
+        return None
+    return dc.execute(code, tests, timeout_s=timeout_s)
+
+
+def pool(**kwargs):
+    """A sandbox pool; None where this host refuses to build one (asserted)."""
+    if REFUSES and kwargs.get("isolation") != "none":
+        with pytest.raises(SandboxError, match="refusing"):
+            Sandbox(**kwargs)
+        return None
+    return Sandbox(**kwargs)
+
+
+def assert_devnull_intact():
+    st = os.stat("/dev/null")
+    assert stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (1, 3)
+    assert st.st_uid == 0 and stat.S_IMODE(st.st_mode) == 0o666
+
+
+def assert_host_alive():
+    if not REFUSES:
+        assert dc.pass_rate("def f():\n    return 1", [Test(expected=1, expr="f()")]) == 1.0
+
+
+@pytest.fixture
+def host_secret():
+    """A root-only host file in a folder the sandbox sees (/etc): (path, content); None when not root."""
+    if not ROOT:
+        yield None
+        return
+    path, content = f"/etc/c3-sandbox-secret-{uuid.uuid4().hex[:12]}", f"secret-{uuid.uuid4().hex}"
+    with open(path, "w") as fh:
+        fh.write(content)
+    os.chmod(path, 0o600)
+    try:
+        yield path, content
+    finally:
+        os.unlink(path)
+
+
+def assert_secret_intact(secret, results=()):
+    if secret is None:
+        return
+    path, content = secret
+    st = os.lstat(path)
+    assert stat.S_ISREG(st.st_mode) and st.st_uid == 0 and st.st_gid == 0 and stat.S_IMODE(st.st_mode) == 0o600
+    assert Path(path).read_text() == content
+    assert not any(content in (r.output + r.reason) for r in results or [])
+
+
+def _boxes():
+    return {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("c3sbx-")}
+
+
+# --- Host harm -------------------------------------------------------------------------------
+
+SPRAY = '''
+import os
+NAMES = ["out-%d.txt" % i for i in range(8)] + ["job.json", "runner.py", "result.json", "output"]
+def spray(target):
+    for d in {os.getcwd(), "/sandbox", "/tmp", os.environ.get("TMPDIR", "/tmp")}:
+        for n in NAMES:
+            p = os.path.join(d, n)
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+            for make in (os.link, os.symlink):  # a hard link where the kernel allows one, else a symbolic one
+                try:
+                    make(target, p)
+                    break
+                except OSError:
+                    pass
+    return "sprayed"
+def show():
+    print("hello from a test")
+    return 1
+'''
+
+
+def test_names_the_runner_used_cannot_be_swapped_for_host_files(host_secret):
+    """Links (symbolic and hard) at every name the runner ever opened, read or chowned as root:
+    the next test must not chown, truncate or read /dev/null or a host file through them."""
+    target = host_secret[0] if host_secret else "/etc/passwd"
+    tests = [Test("x", expr="spray('/dev/null')"), Test(1, expr="show()"), Test("x", expr=f"spray({target!r})"),
+             Test(1, expr="show()")]
+    before = os.stat("/etc/passwd")
+    results = attack(SPRAY, tests)
+    assert_devnull_intact()
+    assert_secret_intact(host_secret, results)
+    after = os.stat("/etc/passwd")
+    assert (after.st_uid, after.st_mode, after.st_size) == (before.st_uid, before.st_mode, before.st_size)
+    if results is not None:
+        assert results[1].passed and results[3].passed and "hello from a test" in results[3].output
+
+
+DEEP = '''
+import os
+def bury():
+    base = os.environ["TMPDIR"]  # the box
+    os.chdir(base)
+    for i in range(5000):
+        os.mkdir("d")
+        os.chdir("d")
+    for i in range(20):
+        open("f%d" % i, "w").close()
+    for name, target in (("to-root", "/"), ("to-passwd", "/etc/passwd"), ("to-null", "/dev/null")):
+        os.symlink(target, name)
+    os.chdir(base)
+    os.mkdir("locked")
+    open("locked/x", "w").close()
+    os.chmod("locked", 0)
+    os.symlink("/etc", "etc-link")
+    return 1
+'''
+
+
+def test_deep_trees_links_and_locked_folders_do_not_break_the_clean_up(host_secret):
+    before = _boxes()
+    results = attack(DEEP, [Test(1, expr="bury()")], timeout_s=20.0)
+    assert results is None or results[0].passed, results
+    assert _boxes() <= before  # nothing of the sandbox left on the host's disk
+    assert os.path.isfile("/etc/passwd") and os.listdir("/etc")
+    assert_devnull_intact()
+    assert_secret_intact(host_secret, results)
+
+
+def test_the_runner_imports_nothing_the_candidate_can_write():
+    code = ("import os, sys\n"
+            "def plant():\n"
+            "    for d in {os.getcwd(), '/sandbox', '/tmp'}:\n"
+            "        for m in ('json', 'signal', 'select', 'time', 'resource', 'encodings', '_strptime'):\n"
+            "            try:\n"
+            "                open(os.path.join(d, m + '.py'), 'w').write('raise SystemExit(\"hijacked\")')\n"
+            "            except OSError:\n"
+            "                pass\n"
+            "    return 0\n"
+            "def flags():\n"
+            "    writable = [p for p in sys.path if os.access(p or '.', os.W_OK)]\n"
+            "    env = sorted(k for k in os.environ if k.startswith('PYTHON') and k != 'PYTHONHASHSEED')\n"
+            "    return [bool(sys.flags.safe_path or sys.flags.isolated), bool(sys.flags.no_user_site), writable, env]\n")
+    results = attack(code, [Test(0, expr="plant()"), Test([True, True, [], []], expr="flags()")])
+    if results is not None:
+        assert results[0].passed and results[1].passed, results[1].reason
+
+
+SUICIDES = '''
+import os, signal, stat
+def die(sig):
+    os.kill(os.getpid(), sig)
+    return "survived"
+class Weird(BaseException):
+    def __str__(self):
+        raise RuntimeError("no string for you")
+def weird():
+    raise Weird()
+def forge(payload):
+    for fd in range(3, 256):
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.write(fd, payload.encode("latin-1"))
+        except OSError:
+            pass
+    os._exit(0)
+def honest():
+    return 1
+'''
+
+
+def test_a_test_that_dies_by_any_signal_or_raises_anything_fails_alone():
+    calls = ["die(signal.SIGSEGV)", "die(40)", "die(signal.SIGRTMAX)", "die(signal.SIGXCPU)", "die(signal.SIGABRT)", "weird()",
+             "forge('[' * 100000)", "forge('{\"status\": \"value\"}')", "forge('\\xff\\xfe not json')",
+             "forge('{\"status\": \"value\", \"value\": ' + '[\"list\", [' * 300 + '[\"none\"]' + ']]' * 300 + '}')"]
+    tests = [Test("survived", expr=c) for c in calls] + [Test(1, expr="honest()")]
+    results = attack(SUICIDES, tests)
+    if results is not None:
+        assert [r.passed for r in results] == [False] * len(calls) + [True], [(r.status, r.reason) for r in results]
+        assert all(r.status == "error" for r in results[:-1])
+    assert_host_alive()
+
+
+CAPS = '''
+def caps():
+    fields = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
+    sets = [fields[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")]
+    uids = fields["Uid"].split() + fields["Gid"].split()
+    return [sets, fields["NoNewPrivs"].strip(), "0" not in uids]
+'''
+
+
+def test_candidates_have_no_capability_no_new_privileges_and_are_not_root():
+    expected = [["0000000000000000"] * 5, "1", True]
+    results = attack(CAPS, [Test(expected, expr="caps()")])
+    if results is not None:
+        assert results[0].passed, results[0].reason
+
+
+ESCAPE = '''
+import ctypes, os
+def escape(path):
+    libc = ctypes.CDLL(None, use_errno=True)
+    tricks = []
+    def chroot_out():
+        os.makedirs("jail", exist_ok=True)
+        os.chroot("jail")
+        for _ in range(64):
+            os.chdir("..")
+        os.chroot(".")
+    def new_user_namespace():
+        if libc.unshare(0x10000000 | 0x00020000) != 0:
+            raise OSError(ctypes.get_errno(), "unshare")
+        chroot_out()
+    def become_root():
+        os.setuid(0)
+    def remount():
+        if libc.mount(None, b"/", None, 32, None) != 0:
+            raise OSError(ctypes.get_errno(), "mount")
+    for trick in (chroot_out, new_user_namespace, become_root, remount):
+        try:
+            trick()
+            tricks.append(trick.__name__)
+        except Exception:
+            pass
+    try:
+        return open(path).read(60)
+    except Exception:
+        return "blocked: " + ",".join(tricks)
+'''
+
+
+def test_no_escape_from_the_root_or_the_namespaces():
+    me = str(Path(__file__).resolve())
+    results = attack(ESCAPE, [Test(Path(me).read_text()[:60], expr=f"escape({me!r})")])
+    if results is not None:
+        assert not results[0].passed and results[0].reason == "got 'blocked: '", results[0].reason
+
+
+DEVICES = '''
+import os, sys
+def probe():
+    flags = {}
+    for p in ("/", "/usr", "/etc", sys.prefix, "/dev/null", "/dev/urandom"):
+        f = os.statvfs(p).f_flag
+        flags[p] = (bool(f & os.ST_RDONLY), bool(f & os.ST_NOSUID))
+    tries = []
+    for attempt in (lambda: os.chmod("/dev/null", 0o600), lambda: os.chown("/dev/null", os.getuid(), -1),
+                    lambda: os.unlink("/dev/null"), lambda: os.rename("/dev/null", "/dev/gone"),
+                    lambda: os.utime("/dev/null"), lambda: open(os.path.join(sys.prefix, "c3-owned"), "w"),
+                    lambda: open("/etc/c3-owned", "w"), lambda: os.mknod("/sandbox/null", 0o20666, os.makedev(1, 3))):
+        try:
+            attempt()
+            tries.append("done")
+        except OSError:
+            tries.append("refused")
+    with open("/dev/null", "w") as sink:
+        sink.write("a sink still")
+    return [sorted(set(flags.values())), tries]
+'''
+
+
+def test_device_nodes_and_host_files_cannot_be_changed_from_inside():
+    results = attack(DEVICES, [Test([[(True, True)], ["refused"] * 8], expr="probe()")])
+    if results is not None:
+        assert results[0].passed, results[0].reason
+    assert_devnull_intact()
+    assert not os.path.exists(os.path.join(os.path.realpath(sys.base_prefix), "c3-owned"))
+    assert not os.path.exists("/etc/c3-owned")
+
+
+PROC = '''
+import os
+def look():
+    if not os.path.isdir("/proc"):
+        return [True, []]
+    pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    leaks = []
+    for path in ("/proc/1/environ", "/proc/1/mem", "/proc/1/fd/1", "/proc/1/root/etc/hostname", "/proc/1/maps"):
+        for mode in ("rb", "wb"):
+            try:
+                with open(path, mode) as fh:
+                    fh.read(1) if mode == "rb" else fh.write(b"READY")
+                leaks.append(path + ":" + mode)
+            except (OSError, ValueError):
+                pass
+    return [len(pids) <= 3, leaks]
+'''
+
+
+def test_only_the_sandbox_processes_are_visible_and_the_runner_is_out_of_reach():
+    results = attack(PROC, [Test([True, []], expr="look()")])
+    if results is not None:
+        assert results[0].passed, results[0].reason
+
+
+KEYRING_HOST = '''
+import ctypes, os, sys, warnings
+warnings.simplefilter("ignore")
+NR = {"x86_64": (248, 250), "aarch64": (217, 219)}[os.uname().machine]  # add_key, keyctl
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall(NR[1], 1, None)  # a session keyring of our own, as a login session has
+secret = sys.argv[2].encode()
+assert libc.syscall(NR[0], b"user", b"c3-secret", secret, len(secret), ctypes.c_long(-3)) > 0
+import domains.code as dc
+from domains.code.sandbox import Test
+print(dc.execute(sys.argv[1], [Test("", expr="steal()")])[0].reason)
+'''
+KEYRING_THIEF = '''
+import ctypes, os
+def steal():
+    nr = {"x86_64": 250, "aarch64": 219}[os.uname().machine]
+    libc = ctypes.CDLL(None, use_errno=True)
+    kid = libc.syscall(nr, 10, ctypes.c_long(-3), b"user", b"c3-secret", 0)  # KEYCTL_SEARCH the session keyring
+    if kid < 0:
+        return "not found"
+    buf = ctypes.create_string_buffer(256)
+    n = libc.syscall(nr, 11, kid, buf, 256)  # KEYCTL_READ
+    return buf.raw[:max(n, 0)].decode(errors="replace")
+'''
+
+
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="system call numbers known for x86_64 and aarch64")
+def test_keys_of_the_host_session_keyring_are_not_possessed_inside():
+    secret = f"key-{uuid.uuid4().hex}"
+    run = subprocess.run([sys.executable, "-c", KEYRING_HOST, KEYRING_THIEF, secret], cwd=REPO, capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    if REFUSES and "refusing" in run.stderr:
+        return
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert secret not in run.stdout and "not found" in run.stdout, run.stdout
+
+
+# --- Fail closed -----------------------------------------------------------------------------
+
+def test_without_namespaces_candidates_are_refused_unless_isolation_none_is_explicit(monkeypatch, caplog):
+    probe = sbx.isolation_probe()
+    monkeypatch.setattr(sbx, "_PROBE", dict(probe, namespaces=False, reason="no user namespaces here (test)"))
+    with pytest.raises(SandboxError, match="refusing to run model-written code.*no user namespaces here.*isolation: none"):
+        Sandbox(workers=1)
+    with pytest.raises(ValueError, match="isolation"):
+        Sandbox(workers=1, isolation="maybe")
+    with pytest.warns(RuntimeWarning, match="WITHOUT namespaces"), caplog.at_level("WARNING"):
+        sb = Sandbox(workers=1, isolation="none")
+    assert "WITHOUT namespaces" in caplog.text
+    assert sb.run("def f():\n    return 2", [Test(2, expr="f()")])[0].passed
+    sb.close()
+    monkeypatch.setattr(sbx, "_DEFAULT", None)
+    monkeypatch.setattr(sbx, "_ISOLATION", ["namespaces"])
+    with pytest.raises(SandboxError, match="refusing"):
+        dc.pass_rate("def f():\n    return 1", [Test(1, expr="f()")])
+    with pytest.raises(SandboxError, match="refusing"):
+        dc.DOMAIN.dry_run_probe()
+    dc.configure("none")
+    try:
+        with pytest.warns(RuntimeWarning):
+            report = dc.DOMAIN.dry_run_probe()
+        assert report["sandbox_isolation"].startswith("NONE") and "WITHOUT namespaces" in report["sandbox_warning"]
+        assert report["probe_ok"]
+    finally:
+        dc.configure("namespaces")
+        if sbx._DEFAULT is not None:
+            sbx._DEFAULT.close()
+
+
+def test_the_config_chooses_the_isolation(tmp_path, monkeypatch):
+    from c3_plugin.config import ConfigError, load_config
+
+    monkeypatch.setattr(sbx, "_ISOLATION", ["namespaces"])
+    base = {"algorithm": "c3", "domain": "code", "dataset": {"train": {"name": "mbpp_train", "source": "x.jsonl"}}}
+    cfg = load_config(data=dict(base, code={"isolation": "none"}))
+    dc.DOMAIN.extras["validate_config"](cfg, None)
+    assert sbx._ISOLATION == ["none"]
+    dc.DOMAIN.extras["validate_config"](load_config(data=base), None)
+    assert sbx._ISOLATION == ["namespaces"]
+    dc.DOMAIN.extras["validate_config"](load_config(data=base, overrides=["code.isolation=none"]), None)  # the override's null
+    assert sbx._ISOLATION == ["none"]
+    dc.configure("namespaces")
+    with pytest.raises((ValueError, ConfigError), match="isolation"):
+        dc.DOMAIN.extras["validate_config"](load_config(data=dict(base, code={"isolation": "chroot"})), None)
+
+
+# --- Resources -------------------------------------------------------------------------------
+
+HOG = '''
+import os, time
+def hog(children, mb):
+    pids = []
+    for _ in range(children):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                block = bytearray(mb << 20)
+                for i in range(0, len(block), 4096):
+                    block[i] = 1
+                time.sleep(1.0)
+                code = 0
+            finally:
+                os._exit(code)
+        pids.append(pid)
+    return "owned" if all(os.waitpid(p, 0)[1] == 0 for p in pids) else "stopped"
+'''
+
+
+def test_the_whole_sandbox_has_one_memory_limit():
+    sb = pool(workers=1, limits=Limits(box_memory_mb=200))
+    if sb is None:
+        return
+    try:
+        under = sb.run(HOG, [Test("owned", expr="hog(1, 40)")], timeout_s=15.0)[0]
+        assert under.passed, under.reason
+        if sb.box_limits == "rlimits only":  # the documented fallback: each process alone is capped
+            r = sb.run(HOG, [Test("owned", expr="hog(1, 2000)")], timeout_s=15.0)[0]
+        else:  # four children under the per-process cap, together over the sandbox's
+            r = sb.run(HOG, [Test("owned", expr="hog(4, 100)")], timeout_s=15.0)[0]
+        assert not r.passed
+    finally:
+        sb.close()
+    assert_host_alive()
+
+
+DAEMONS = '''
+import os, signal, time
+def daemon(body):
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            try:
+                os.closerange(3, 1024)  # hold nothing of the test's: it ends as soon as spawn() does
+                body()
+            finally:
+                os._exit(0)
+        os._exit(0)
+def killer():
+    end = time.time() + 8.0
+    while time.time() < end:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+        time.sleep(0.005)
+def spawn():
+    daemon(lambda: os.execv("/bin/sleep", ["sleep", "4242.25"]))
+    daemon(killer)
+    time.sleep(0.3)
+    return "spawned"
+def honest():
+    time.sleep(0.5)
+    return 1
+'''
+
+
+def _host_has(marker):
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+def test_processes_that_leave_the_group_die_before_the_next_test():
+    results = attack(DAEMONS, [Test("spawned", expr="spawn()"), Test(1, expr="honest()")], timeout_s=5.0)
+    if results is not None:
+        assert results[1].passed, results[1].reason
+    time.sleep(0.2)
+    assert not _host_has(b"4242.25")
+    assert_host_alive()
+
+
+SHM = '''
+import ctypes
+def make(key):
+    return ctypes.CDLL(None, use_errno=True).shmget(key, 4096, 0o1666)
+def find(key):
+    return ctypes.CDLL(None, use_errno=True).shmget(key, 0, 0)
+'''
+
+
+def _host_shm_keys():
+    lines = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+    return {int(line.split()[0]) for line in lines}
+
+
+def test_system_v_shared_memory_does_not_outlive_the_candidate():
+    key = 0x0C3C0000 + os.getpid() % 0xFFFF
+    try:
+        first = attack(SHM, [Test(-1, expr=f"make({key})")])
+        if first is not None:
+            assert first[0].reason.startswith("got ") and int(first[0].reason[4:]) >= 0  # the segment was made inside
+        assert key not in _host_shm_keys()
+        second = attack(SHM, [Test(-1, expr=f"find({key})")])
+        assert second is None or second[0].passed  # the next candidate does not find it either
+    finally:
+        if key in _host_shm_keys():  # clean up after an unisolated sandbox
+            import ctypes
+
+            libc = ctypes.CDLL(None)
+            libc.shmctl(libc.shmget(key, 0, 0), 0, None)
+
+
+def test_the_host_name_is_not_the_candidate_s():
+    code = ("import socket\ndef name():\n    try:\n        socket.sethostname('owned')\n    except OSError:\n        pass\n"
+            "    return socket.gethostname()")
+    results = attack(code, [Test("sandbox", expr="name()")])
+    if results is not None:
+        assert results[0].passed, results[0].reason
+    assert os.uname().nodename != "owned"
+
+
+FILL = '''
+import os
+def fill(where, mb):
+    for i in range(mb):
+        try:
+            with open(os.path.join(where, "fill-%d" % i), "wb") as fh:
+                fh.write(b"x" * (1 << 20))
+        except OSError:
+            return "stopped at %d MB" % i
+    return "owned"
+'''
+
+
+def test_the_box_is_size_capped():
+    tests = [Test("owned", expr=f"fill({where}, 200)") for where in ("'.'", "os.environ['TMPDIR']", "'/tmp'")]
+    before = _boxes()
+    results = attack(FILL, tests, timeout_s=20.0)
+    if results is not None:
+        assert not any(r.passed for r in results), [r.reason for r in results]
+    assert _boxes() <= before
+
+
+def test_the_runner_has_limits_of_its_own():
+    code = ("def limits():\n"
+            "    rows = {l[:26].strip(): l[26:].split()[:2] for l in open('/proc/1/limits').read().splitlines()[1:]}\n"
+            "    return [rows['Max core file size'], rows['Max address space'][1] != 'unlimited']\n")
+    results = attack(code, [Test([["0", "0"], True], expr="limits()")])
+    if results is not None:
+        assert results[0].passed, results[0].reason
+
+
+def test_huge_results_are_cut_off_in_the_sandbox():
+    code = "def big():\n    return 'x' * (64 << 20)\ndef many():\n    return [[i] for i in range(10 ** 6)]"
+    results = attack(code, [Test("x", expr="big()"), Test([], expr="many()")], timeout_s=10.0)
+    if results is not None:
+        assert not any(r.passed for r in results)
+        assert "larger than" in results[0].reason and "too deep or too large" in results[1].reason
+
+
+# --- What the host does with a result ----------------------------------------------------------
+
+def test_decoding_is_iterative_bounded_and_raises_one_error_type():
+    ResultError = getattr(values, "ResultError", None)
+    assert ResultError is not None and issubclass(ResultError, ValueError)
+    deep = ["none"]
+    for _ in range(200_000):
+        deep = ["list", [deep]]
+    flood = ["set", [["int", str(7 + k * ((1 << 61) - 1))] for k in range(50_000)]]
+    bad = [deep, flood, [], None, "int", ["int"], ["int", 5], ["int", "9" * 100_000], ["bool", 1], ["float", "x"], ["bytes", "!"],
+           ["list", [["none"]] * 200_000], ["str", "y" * (1 << 25)], ["dict", [[["list", []], ["none"]]]], ["set", [["list", []]]],
+           ["dict", [[["none"]]]], ["tuple", "ab"], ["spam", []], [["list"], []]]
+    for node in bad:
+        start = time.perf_counter()
+        with pytest.raises(ResultError):
+            values.decode(node)
+        assert time.perf_counter() - start < 2.0
+    nested = ["none"]
+    for _ in range(64):
+        nested = ["dict", [[["int", "1"], nested]]]
+    assert values.decode(nested) is not None  # as deep as the runner encodes
+
+
+FORGE = '''
+import json, os, stat
+def send(message):
+    data = message.encode()
+    for fd in range(3, 256):
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.write(fd, data)
+        except OSError:
+            pass
+    os._exit(0)
+def nested(depth):
+    node = '["none"]'
+    for _ in range(depth):
+        node = '["list", [' + node + ']]'
+    return '{"status": "value", "value": ' + node + '}'
+def flood(n):
+    m = (1 << 61) - 1
+    return json.dumps({"status": "value", "value": ["set", [["int", str(7 + k * m)] for k in range(n)]]})
+'''
+
+
+def _item(expr, expected, atol=0.0):
+    return {"tests": json.dumps([{"expr": expr, "expected": expected, "atol": atol}]), "setup": ""}
+
+
+def test_hostile_results_fail_their_test_and_never_the_reward():
+    """One batch: forged messages (deep, malformed, hash-flooding), a huge int against a float with a
+    tolerance, NaN against a huge int, and one honest candidate: a list of numbers comes back."""
+    forged = [("send(nested(180))", ["none"]), ("send(nested(900))", ["none"]), ("send(flood(60000))", ["none"]),
+              ("send('{\"status\": \"value\", \"value\": [\"int\", 5]}')", ["int", "5"]),
+              ("send('{\"status\": \"value\", \"value\": [\"dict\", [[1]]]}')", ["none"]),
+              ("send('{\"status\": \"value\", \"value\": {\"a\": 1}}')", ["none"])]
+    items = [_item(expr, exp) for expr, exp in forged]
+    codes = [FORGE] * len(forged)
+    items += [_item("f()", ["float", "1.5"], 1e-6), _item("f()", ["int", str(10 ** 400)], 1e-6), _item("f()", ["int", "3"])]
+    codes += ["def f():\n    return 10 ** 400", "def f():\n    return float('nan')", "def f():\n    return 3"]
+    reward = dc.tasks.make_reward()
+    if REFUSES:
+        with pytest.raises(SandboxError):
+            reward(["plan"] * len(codes), codes, batch_items=items)
+        return
+    start = time.perf_counter()
+    scores = reward(["plan"] * len(codes), codes, batch_items=items)
+    assert scores == [0.0] * (len(codes) - 1) + [1.0]
+    assert time.perf_counter() - start < 60
+
+
+def test_a_report_with_the_wrong_number_of_results_fails_every_test(monkeypatch):
+    sb = pool(workers=1)
+    if sb is None:
+        return
+    tests = [Test(1, expr="f()"), Test(2, expr="g()")]
+    for report in ([{"status": "value", "value": ["int", "1"]}], [1, 2], [{"status": "value", "value": ["int", "1"]}] * 3):
+        monkeypatch.setattr(sb, "raw", lambda *a, report=report, **k: report)
+        results = sb.run("", tests)
+        assert len(results) == 2 and not any(r.passed for r in results)
+    sb.close()
+
+
+# --- Parallel sandboxes ----------------------------------------------------------------------
+
+HOLD = '''
+import os, time
+def hold(n, seconds):
+    pids = []
+    for _ in range(n):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(seconds)
+            os._exit(0)
+        pids.append(pid)
+    for p in pids:
+        os.waitpid(p, 0)
+    return n
+'''
+OTHER_POOL = '''
+import sys
+from domains.code.sandbox import Sandbox, Test
+sb = Sandbox(workers=1)
+print("start", flush=True)
+r = sb.run(sys.argv[1], [Test(28, expr="hold(28, 5.0)")], timeout_s=15.0)[0]
+print("done", r.passed, r.reason, flush=True)
+'''
+
+
+def test_sandboxes_of_other_processes_and_pools_do_not_collide():
+    """Another process's pool holds 29 processes of its sandbox's uid (the per-uid limit is 32)
+    while two pools here fork 8 each: they must not share its uid, or their forks would fail."""
+    if REFUSES:
+        assert pool(workers=1) is None
+        return
+    other = subprocess.Popen([sys.executable, "-c", OTHER_POOL, HOLD], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    try:
+        assert other.stdout.readline().strip() == "start"
+        time.sleep(1.5)  # its candidate is holding its processes now
+        pools = [Sandbox(workers=1), Sandbox(workers=1)]
+        out = {}
+        threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, pools[i].run(HOLD, [Test(8, expr="hold(8, 1.0)")])[0]))
+                   for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert out[0].passed and out[1].passed, (out[0].reason, out[1].reason)
+        rest, err = other.communicate(timeout=60)
+        assert rest.startswith("done True"), rest + err
+        for p in pools:
+            p.close()
+    finally:
+        if other.poll() is None:
+            other.kill()
+
+
+# --- isolation: none (explicit) ----------------------------------------------------------------
+
+def test_an_unisolated_box_is_removed_without_following_links(tmp_path, host_secret):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("keep")
+    code = DEEP.replace('("to-null", "/dev/null")', f'("to-null", "/dev/null"), ("to-outside", {str(outside)!r})')
+    moved = f"/tmp/c3-moved-box-{uuid.uuid4().hex[:8]}"
+    code += (f"def move():\n    box = os.environ['TMPDIR']\n    os.rename(box, {moved!r})\n"
+             f"    os.symlink({str(outside)!r}, box)\n    return 1\n")
+    before = _boxes()
+    with pytest.warns(RuntimeWarning):
+        sb = Sandbox(workers=1, isolation="none")
+    try:
+        r, swap = sb.run(code, [Test(1, expr="bury()"), Test(1, expr="move()")], timeout_s=30.0)
+        assert r.passed, r.reason
+        if ROOT:  # the box's folder is root's: the leased uid can neither move its box nor put a link in its place
+            assert not swap.passed and "PermissionError" in swap.reason
+    finally:
+        sb.close()
+        if not ROOT:  # unisolated as the host user, the candidate may move its box away (documented); tidy up
+            sbx.remove_tree(moved)
+    assert _boxes() <= before and not os.path.lexists(moved)
+    assert (outside / "keep.txt").read_text() == "keep"
+    assert_devnull_intact()
+    assert_secret_intact(host_secret)
+    tree = tmp_path / "tree"  # remove_tree itself: links to folders and files, a 000 folder, depth beyond its descriptor stack
+    deep = tree
+    for _ in range(300):
+        deep = deep / "d"
+    deep.mkdir(parents=True)
+    (deep / "to-outside").symlink_to(outside)
+    (tree / "to-keep").symlink_to(outside / "keep.txt")
+    (tree / "locked").mkdir()
+    (tree / "locked" / "x").write_text("x")
+    (tree / "locked").chmod(0)
+    sbx.remove_tree(str(tree))
+    assert not tree.exists() and (outside / "keep.txt").read_text() == "keep"
+
+
+# --- The same attacks as an unprivileged user ---------------------------------------------------
+
+def _exposing_script(paths):
+    """sh lines that, in a private mount namespace, make ``paths`` reachable for every user: each
+    ancestor folder others may not enter is covered by a tmpfs through which the path is bound back."""
+    lines, staged = ["set -e"], 0
+    for path in paths:
+        parts = Path(path).parts
+        for i in range(2, len(parts)):
+            top = Path(*parts[:i])
+            if os.stat(top).st_mode & 0o001 == 0:
+                lines += [f'S{staged}=$(mktemp -d)', f'mount --bind "{path}" "$S{staged}"',
+                          f'mountpoint -q "{top}" || mount -t tmpfs -o mode=0755 none "{top}"',
+                          f'mkdir -p "{path}"', f'mount --move "$S{staged}" "{path}"']
+                staged += 1
+                break
+    return lines
+
+
+def test_the_attacks_fail_as_an_unprivileged_user_too():
+    """Run as root, this re-runs the module as ``nobody`` (the Python installation, the virtual
+    environment and the repository made readable in a private mount namespace only). An
+    unprivileged user without user namespaces sees every attack refused instead: fail closed."""
+    if not ROOT:
+        return  # this run is the unprivileged one
+    needed = sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix), str(REPO)})
+    script = _exposing_script(needed) + [
+        "exec setpriv --reuid=65534 --regid=65534 --clear-groups env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp "
+        f"PYTHONDONTWRITEBYTECODE=1 TMPDIR=/tmp {sys.executable} -m pytest -q -p no:cacheprovider -x "
+        f"-k 'not unprivileged_user' {Path(__file__).relative_to(REPO)}"]
+    run = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(script)], cwd=REPO,
+                         capture_output=True, text=True, timeout=900)
+    tail = (run.stdout + run.stderr)[-3000:]
+    assert run.returncode == 0, tail
+    passed = re.search(r"(\d+) passed", run.stdout)
+    assert passed and int(passed.group(1)) >= 20 and "failed" not in run.stdout, tail
