@@ -8,10 +8,12 @@ from typing import Any, Mapping, Sequence
 
 from c3_plugin.domain import Domain
 
-from .data import CodeDatasetError, decode_tests, load_split, split_assert
+from .assertions import Assertion, AssertionFormError, compile_assertion, defined_names
+from .data import CodeDatasetError, decode_tests, evaluate_constants, load_split
 from .prompts import multi_turn, reasoner_actor, reasoner_coder_reviewer, workflows
 from .runner import encode
-from .sandbox import Limits, Sandbox, SandboxError, Test, TestResult, default_sandbox, namespaces_available
+from .sandbox import (UNSAFE, Limits, Sandbox, SandboxError, Test, TestResult, configure, default_sandbox,
+                      namespaces_available)
 from .tasks import eval_aggregator, extract_code, make_eval_logger, make_outcome, make_reward, run_visible_tests, syntax_valid
 from .values import decode, equal
 
@@ -20,35 +22,35 @@ from .values import decode, equal
 class CodeConfig:
     """The config's ``code:`` section."""
 
-    timeout_s: float = 5.0  # wall-clock limit per test
+    timeout_s: float = 5.0  # wall-clock limit of a test without its own (dataset tests: 4 x the canonical time, 2-30 s)
+    isolation: str = "namespaces"  # namespaces: refuse to run candidates where the host cannot isolate them; none: run them anyway, unisolated (unsafe; said loudly)
+
+
+def configure_from(cfg, workflow=None) -> None:
+    """Apply the config's ``code:`` section to the default sandbox (called when a run is prepared).
+    ``--override code.isolation=none`` arrives as None (the override syntax's null): that is "none"."""
+    isolation = getattr(cfg.domain_cfg, "isolation", "namespaces")
+    configure("none" if isolation is None else isolation)
 
 
 def _as_tests(tests: Sequence[Any], setup: str, sandbox: Sandbox) -> list[Test]:
-    """Test objects from ``Test`` instances or MBPP-style ``assert lhs == rhs`` strings (expected
-    values of non-literal right-hand sides are evaluated in the sandbox, with ``setup``)."""
-    from .data import _encoded_literals, _sandbox_values
-
+    """Test objects from ``Test`` instances or ``assert`` statements. An assert is compiled into sandbox
+    probes and a host check (``assertions.py``); constants the host does not compute itself are
+    evaluated once in a sandbox without candidate code. Raises ValueError (AssertionFormError) for an
+    assert the host cannot judge."""
     out: list[Test] = []
     for t in tests:
-        if isinstance(t, Test):
-            out.append(t)
-            continue
-        parts = split_assert(str(t))
-        if parts is None:
-            raise ValueError(f"not an assert statement: {t!r}")
-        lhs, rhs = parts
-        enc = _encoded_literals([rhs])[0]
-        if enc is None:
-            enc = _sandbox_values(sandbox, [("", [{"index": 0, "expr": rhs}], setup)])[0][0]
-            if enc is None:
-                raise ValueError(f"the expected value {rhs!r} could not be evaluated")
-        out.append(Test(expected=decode(enc), expr=lhs, truthy=rhs == "True" and not lhs.startswith("(")))
+        out.append(t if isinstance(t, Test) else Test(assertion=compile_assertion(str(t), defined_names(setup))))
+    fresh = [t.assertion for t, given in zip(out, tests) if not isinstance(given, Test)]
+    evaluate_constants(sandbox, fresh, ["test"] * len(fresh))
     return out
 
 
 def execute(code: str, tests: Sequence[Any], setup: str = "", timeout_s: float = 5.0) -> list[TestResult]:
     """Run ``code`` on each test in a fresh sandbox; one ``TestResult`` (passed, status, reason) per test.
-    Raises ``SandboxError`` when the sandbox machinery itself fails (an infrastructure error)."""
+    ``timeout_s``: the limit of each test that has none of its own. Raises ValueError for a test the
+    host cannot judge, ``SandboxError`` when the sandbox machinery itself fails (an infrastructure
+    error); never raises on what the candidate's code does or returns."""
     sb = default_sandbox()
     return sb.run(str(code), _as_tests(tests, setup, sb), setup, timeout_s)
 
@@ -68,7 +70,7 @@ def load_datasets(section: Mapping[str, Any], seed: int = 0):
     train = load_split({"name": "mbpp_train", **dict(section.get("train") or {})}, base) if section.get("train") else []
     evals = [row for spec in section.get("eval") or [] for row in load_split(spec, base)]
     train = check_overlap(train, evals, drop=bool(section.get("drop_overlap", False)))
-    clean = lambda rows: [{k: v for k, v in r.items() if k != "dropped_inputs"} for r in rows]  # noqa: E731
+    clean = lambda rows: [{k: v for k, v in r.items() if k != "dropped_inputs"} for r in rows]  # noqa: E731 (a list of reasons)
     return (datasets.Dataset.from_list(clean(train)) if train else None, datasets.Dataset.from_list(clean(evals)) if evals else None)
 
 
@@ -82,15 +84,23 @@ def dry_run_probe() -> dict[str, Any]:
     right = reward(["plan"], ["```python\ndef add(a, b):\n    return a + b\n```"], batch_items=[item])[0]
     wrong = reward(["plan"], ["def add(a, b):\n    return a + b if a > 0 else 7"], batch_items=[item])[0]
     exits = reward(["plan"], ["import sys\nsys.exit(0)"], batch_items=[item])[0]
-    return {"probe_reward": right, "probe_wrong_reward": wrong, "probe_exit_reward": exits,
-            "sandbox_isolation": "namespaces+chroot" if namespaces_available() else "rlimits only",
-            "probe_ok": right == 1.0 and wrong == 0.5 and exits == 0.0}
+    sb = default_sandbox()
+    report = {"probe_reward": right, "probe_wrong_reward": wrong, "probe_exit_reward": exits,
+              "sandbox_isolation": ("namespaces (user, mount, pid, net, ipc, uts, cgroup) + pivot_root + no capabilities"
+                                    if sb.isolation == "namespaces" else f"NONE - {UNSAFE}"),
+              "sandbox_limits": f"{sb.box_limits} for the whole sandbox; rlimits per test",
+              "probe_ok": right == 1.0 and wrong == 0.5 and exits == 0.0}
+    if sb.isolation == "none":
+        report["sandbox_warning"] = UNSAFE
+    return report
 
 
 DOMAIN = Domain(name="code", load_datasets=load_datasets, workflows=workflows, reward=reward,
                 eval_logger=make_eval_logger(reasoner_actor()), eval_aggregator=eval_aggregator, dry_run_probe=dry_run_probe,
-                config_cls=CodeConfig, make_eval_logger=make_eval_logger, outcome=outcome)
+                config_cls=CodeConfig, make_eval_logger=make_eval_logger, outcome=outcome,
+                extras={"validate_config": configure_from})
 
-__all__ = ["DOMAIN", "CodeConfig", "CodeDatasetError", "Limits", "Sandbox", "SandboxError", "Test", "TestResult", "decode",
-           "decode_tests", "encode", "equal", "execute", "extract_code", "load_datasets", "load_split", "make_outcome", "multi_turn", "outcome", "pass_rate",
-           "reasoner_actor", "reasoner_coder_reviewer", "reward", "run_visible_tests", "syntax_valid", "workflows"]
+__all__ = ["Assertion", "AssertionFormError", "CodeConfig", "CodeDatasetError", "DOMAIN", "Limits", "Sandbox", "SandboxError", "Test",
+           "TestResult", "compile_assertion", "configure", "decode", "decode_tests", "encode", "equal", "execute", "extract_code",
+           "load_datasets", "load_split", "make_outcome", "multi_turn", "outcome", "pass_rate", "reasoner_actor",
+           "reasoner_coder_reviewer", "reward", "run_visible_tests", "syntax_valid", "workflows"]

@@ -1,32 +1,71 @@
-"""The in-sandbox test runner (stdlib only; started as ``python -B -S runner.py JOB`` with a scrubbed environment inside the sandbox).
+"""The in-sandbox test runner (stdlib only).
 
-It never runs candidate code itself: each test runs in a forked child that drops to an
-unprivileged uid (when the runner may), applies resource limits, redirects its output to
-a size-capped file, executes the setup and candidate code in a fresh namespace, evaluates
-the test's call, and sends back the *value*, encoded as plain builtin data. Only builtin
-types encode (exact type checks, so a subclass or an object with a rigged ``__eq__`` is
-rejected); the expected values never enter the sandbox, and the comparison happens in the
-host. A child that exits early, raises, times out or is killed sends no value and passes
-nothing. The runner prints ``READY`` before any candidate code runs, then one JSON line
-of results.
+The host starts it as ``python -P -s -S -B -c <this file's source>`` with an environment it
+writes from scratch (no folder the candidate can write is ever on ``sys.path``; ``-I`` is not
+used because it would also ignore ``PYTHONHASHSEED``, which keeps set and dict orders equal
+between reference and candidate), writes one JSON job to its stdin and reads its stdout:
+``READY`` once the sandbox is built, before any candidate code runs, then one JSON line with
+one result per test payload, in order: ``{"status": "value", "value": <encoded>}`` or
+``{"status": "error" | "timeout", "reason": ...}``, each with ``seconds`` and ``output``.
+A job with ``"probe": true`` builds the sandbox and reports what it could build instead.
+
+Building the sandbox (``isolation: namespaces``), before any candidate code runs:
+
+* new user, mount, PID, network, IPC, UTS and cgroup namespaces. The only uid inside is 1000,
+  mapped to the host user, or to a uid leased for this sandbox alone when the host is root
+  (the runner then starts as root only to have that mapping written); nothing inside is root
+  or has a capability over any host file;
+* a new root on a small tmpfs: read-only, nosuid, nodev bind mounts of the system folders and
+  the Python installation; the host's null/zero/full/random/urandom devices on read-only,
+  nosuid, noexec bind mounts (nothing inside can change their owner, mode or kind); a fresh
+  ``/proc`` that shows the sandbox's processes only; a fresh size-capped tmpfs per test at
+  ``/sandbox`` (also ``/tmp``). ``pivot_root`` then detaches the host's tree, so there is no
+  outside to escape to, and the new root is remounted read-only;
+* this process becomes the PID namespace's init: it cannot be signalled, traced or read
+  (``/proc/1``) from inside; after every test it kills every other process of the namespace,
+  and when it exits the kernel kills whatever is left.
+
+Each test runs in a forked child that gets a fresh ``/sandbox``, keeps only stdin (``/dev/null``),
+its output (stdout and stderr: an anonymous memory file, size-capped by ``RLIMIT_FSIZE``) and
+its result pipe (fd 3), sets ``no_new_privs``, drops every capability (bounding, ambient,
+inheritable, permitted, effective), applies its resource limits and only then executes the
+candidate code. It sends back the *value*, encoded as plain builtin data: only builtin types
+encode (exact type checks, so a subclass or an object with a rigged ``__eq__`` is rejected);
+the expected values never enter the sandbox and the comparison happens in the host. A child
+that exits early, raises anything, is killed by any signal, times out or sends a malformed
+message gets an error result and passes nothing; the runner itself goes on to the next test.
+
+The runner never opens, reads, changes or removes anything by a name the candidate controls:
+the output file has no name, results come through a pipe, and the box is a tmpfs that goes
+away with the mount namespace. ``isolation: none`` (explicitly configured; unsafe) skips the
+namespaces: the host makes a private folder for the box, and when the host is root the
+runner first becomes the leased uid.
 """
 
 import base64
 import collections
+import ctypes
 import json
 import os
 import resource
 import select
 import signal
+import struct
 import sys
 import time
 
 MAX_DEPTH = 64
 MAX_ITEMS = 100000
+INSIDE_UID = 1000  # the only uid (and gid) inside the sandbox's user namespace
+MAX_REASON = 500  # characters of an error reason kept
 
 
 class Unsupported(Exception):
     pass
+
+
+class SetupError(Exception):
+    """The sandbox could not be built (reported to the host, which raises SandboxError)."""
 
 
 # Standard-library containers accepted as plain data, captured before any candidate code runs.
@@ -70,124 +109,675 @@ def encode(value, depth=0, budget=None):
     raise Unsupported("result of type %s.%s is not plain builtin data" % (t.__module__, t.__qualname__))
 
 
-def limit(limits):
-    for name, value in limits.items():
+def decode(node):
+    """Inverse of ``encode`` for the call arguments the host sends (trusted data: tuples, sets and
+    complex numbers arrive as themselves)."""
+    tag = node[0]
+    if tag == "none":
+        return None
+    if tag in ("bool", "int", "float", "str"):
+        return {"bool": bool, "int": int, "float": float, "str": str}[tag](node[1])
+    if tag == "complex":
+        return complex(float(node[1]), float(node[2]))
+    if tag == "bytes":
+        return base64.b64decode(node[1])
+    if tag == "dict":
+        return dict((decode(k), decode(v)) for k, v in node[1])
+    return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[tag](decode(x) for x in node[1])
+
+
+PLAIN = (list, tuple, set, frozenset, dict, str, bytes) + tuple(TRUSTED)
+
+
+def probes_of(test):
+    """A payload's probes as (expression source or (function name, arguments), mode), and whether it
+    wants the tuple of their values (``probes``) or one value (``expr``; ``entry_point`` and JSON ``args``)."""
+    if "probes" not in test:
+        if "expr" in test:
+            return [(test["expr"], "value")], False
+        return [((test["entry_point"], list(test["args"])), "value")], False
+    return [(p["expr"] if "expr" in p else (p["call"], decode(p["args"])), p.get("mode", "value")) for p in test["probes"]], True
+
+
+def probe_values(probes, env, trusted):
+    """Evaluate each probe in the candidate's namespace ``env`` and report it in its mode
+    (``domains/code/assertions.py``). ``trusted``: bool, list, callable and type as they were
+    before any candidate code ran."""
+    bool_, list_, callable_, type_ = trusted
+    values = []
+    for what, mode in probes:
+        if isinstance(what, str):
+            value = eval(compile(what, "<test>", "eval"), env)
+        else:
+            fn = env.get(what[0])
+            if not callable_(fn):
+                raise NameError("function %r is not defined" % what[0])
+            value = fn(*what[1])
+        if mode == "truth":
+            value = bool_(value)
+        elif mode == "callable":
+            value = callable_(value)
+        elif mode == "present":  # EvalPlus's oracle for tasks that return a match object or None
+            value = value if type_(value) is bool_ else value is not None
+        elif mode == "iter" and type_(value) not in PLAIN:
+            try:
+                value = list_(value)  # a generator, map or dict view: its items
+            except TypeError:
+                pass  # not iterable: reported as it is (rejected unless plain)
+        values.append(value)
+    return values
+
+
+def evaluate(job, test):
+    """Run the candidate code (then the setup) and evaluate one test payload: the message to send.
+    The payload holds the candidate's inputs only (expected values never enter the sandbox); the
+    other tests' payloads are dropped from this child before any candidate code runs."""
+    tests = job.get("tests")
+    if isinstance(tests, list):
+        tests.clear()
+    env = {"__name__": "__candidate__", "__builtins__": __builtins__}
+    trusted = (bool, list, callable, type)  # taken before the candidate can replace builtins
+    try:
+        probes, several = probes_of(test)  # call arguments decoded before any candidate code runs
+        exec(compile(job["code"], "<candidate>", "exec"), env)
+        if job.get("setup"):  # MBPP's test setup runs after the code it tests (it may use its classes)
+            exec(compile(job["setup"], "<setup>", "exec"), env)
+        values = probe_values(probes, env, trusted)
+        return {"status": "value", "value": encode(tuple(values) if several else values[0])}
+    except Unsupported as exc:
+        return {"status": "error", "reason": "unsupported result: %s" % exc}
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt included: no value, no pass
+        return {"status": "error", "reason": "%s: %s" % (type(exc).__name__, str(exc)[:300])}
+
+
+# ---------------------------------------------------------------------------------------------
+# The kernel interfaces (Linux), through libc
+
+CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x02000000, 0x04000000, 0x08000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_NOATIME, MS_NODIRATIME, MS_BIND, MS_REC, MS_PRIVATE, MS_RELATIME = 1024, 2048, 4096, 16384, 1 << 18, 1 << 21
+MNT_DETACH = 2
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_KEEPCAPS, PR_CAPBSET_DROP = 1, 4, 8, 24
+PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 36, 38, 47, 4
+CAP_V3 = 0x20080522
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217, "riscv64": 41}
+SYS_KEYCTL = {"x86_64": 250, "aarch64": 219, "ppc64le": 271, "s390x": 280, "riscv64": 219}
+KEYCTL_JOIN_SESSION_KEYRING = 1
+SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin", "/etc")
+DEVICES = ("null", "zero", "full", "random", "urandom")
+_LIBC = []
+
+
+def libc():
+    if not _LIBC:
+        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+    return _LIBC[0]
+
+
+def _call(what, ret):
+    if ret == -1:
+        err = ctypes.get_errno()
+        raise OSError(err, "%s: %s" % (what, os.strerror(err)))
+    return ret
+
+
+def _b(text):
+    return None if text is None else os.fsencode(text)
+
+
+def mount(source, target, fstype, flags, data=None):
+    _call("mount %s" % target, libc().mount(_b(source), _b(target), _b(fstype), ctypes.c_ulong(flags), _b(data)))
+
+
+def umount(target):
+    _call("umount %s" % target, libc().umount2(_b(target), MNT_DETACH))
+
+
+def prctl(option, arg=0):
+    zero = ctypes.c_ulong(0)
+    return _call("prctl %d" % option, libc().prctl(option, ctypes.c_ulong(arg), zero, zero, zero))
+
+
+def pivot_root(new, old):
+    fn = getattr(libc(), "pivot_root", None)
+    if fn is not None:
+        return _call("pivot_root", fn(_b(new), _b(old)))
+    number = SYS_PIVOT_ROOT.get(os.uname().machine)
+    if number is None:
+        raise SetupError("pivot_root: unknown system call number on %s" % os.uname().machine)
+    return _call("pivot_root", libc().syscall(ctypes.c_long(number), _b(new), _b(old)))
+
+
+def set_capabilities(effective, permitted, inheritable):
+    """capset(2) for this thread: 64-bit masks."""
+    header = struct.pack("Ii", CAP_V3, 0)
+    data = struct.pack("6I", effective & 0xFFFFFFFF, permitted & 0xFFFFFFFF, inheritable & 0xFFFFFFFF,
+                       effective >> 32, permitted >> 32, inheritable >> 32)
+    _call("capset", libc().capset(ctypes.c_char_p(header), ctypes.c_char_p(data)))
+
+
+def permitted_capabilities():
+    header, data = ctypes.create_string_buffer(struct.pack("Ii", CAP_V3, 0)), ctypes.create_string_buffer(24)
+    _call("capget", libc().capget(header, data))
+    e0, p0, i0, e1, p1, i1 = struct.unpack("6I", data.raw)
+    return p0 | (p1 << 32)
+
+
+def leave_session_keyring():
+    """Join a new, empty session keyring: the host's (a login's kerberos tickets, say) is no longer
+    possessed, so no candidate can read its keys."""
+    number = SYS_KEYCTL.get(os.uname().machine)
+    if number is not None:
+        # (ENOSYS on a kernel without keys: nothing to leave)
+        libc().syscall(ctypes.c_long(number), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), None)
+
+
+def drop_bounding_set():
+    """Empty the capability bounding set (so no exec can gain a capability) and set no_new_privs.
+    Done once by the runner: it keeps its own capabilities (the bounding set limits only what an
+    exec may gain; the runner never execs) and every test child inherits both."""
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as fh:
+            last = int(fh.read())
+    except (OSError, ValueError):
+        last = 63
+    for cap in range(last + 1):
+        try:
+            prctl(PR_CAPBSET_DROP, cap)
+        except OSError:
+            pass  # no CAP_SETPCAP (an unprivileged runner without namespaces): nothing to drop
+
+
+def drop_privileges():
+    """What the candidate runs with: no capability in any set (the bounding set is already empty)."""
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+    try:
+        prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    except OSError:
+        pass
+    set_capabilities(0, 0, 0)
+
+
+def write_file(path, text):
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------------------------------
+# Building the sandbox
+
+def enter_namespaces(job):
+    """Unshare every namespace and map uid/gid 1000 to the outer user; returns the opened bind
+    sources in the new PID namespace's init (the process that called this waits for it and exits
+    with its status)."""
+    lease = job.get("uid")
+    uid, gid = os.geteuid(), os.getegid()
+    helper = None
+    if uid == 0:  # a root host: a helper still privileged outside maps the leased uid onto ours
+        if lease is None:
+            raise SetupError("a root host must lease an unprivileged uid for the sandbox")
+        go_r, go_w = os.pipe()
+        helper = os.fork()
+        if helper == 0:
+            code = 1
+            try:
+                os.close(go_w)
+                if os.read(go_r, 1) == b"x":
+                    target = os.getppid()
+                    write_file("/proc/%d/uid_map" % target, "%d %d 1\n" % (INSIDE_UID, lease))
+                    write_file("/proc/%d/gid_map" % target, "%d %d 1\n" % (INSIDE_UID, lease))
+                    code = 0
+            finally:
+                os._exit(code)
+        os.close(go_r)
+    flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP
+    try:
+        _call("unshare", libc().unshare(flags))
+    except OSError as exc:
+        if helper is not None:
+            os.close(go_w)
+            os.waitpid(helper, 0)
+        raise SetupError("user namespaces are unavailable: %s" % exc)
+    if helper is None:  # unprivileged: a single line mapping our own ids needs no privilege
+        write_file("/proc/self/setgroups", "deny")
+        write_file("/proc/self/uid_map", "%d %d 1\n" % (INSIDE_UID, uid))
+        write_file("/proc/self/gid_map", "%d %d 1\n" % (INSIDE_UID, gid))
+    else:
+        os.write(go_w, b"x")
+        os.close(go_w)
+        if os.waitpid(helper, 0)[1] != 0:
+            raise SetupError("could not map the leased uid %s into the user namespace" % lease)
+    sources = open_sources(job)  # in the new mount namespace (binds need that), still as the user who started us
+    if helper is not None:  # now the leased uid (caps of the new namespace kept, none outside it)
+        prctl(PR_SET_KEEPCAPS, 1)
+        os.setgroups([])
+        os.setresgid(INSIDE_UID, INSIDE_UID, INSIDE_UID)
+        os.setresuid(INSIDE_UID, INSIDE_UID, INSIDE_UID)
+        prctl(PR_SET_KEEPCAPS, 0)
+        caps = permitted_capabilities()
+        set_capabilities(caps, caps, 0)
+    sys.stdout.flush()
+    init = os.fork()
+    if init:  # outside the PID namespace: wait for init, pass its status on
+        os.close(0)
+        while True:
+            try:
+                _, status = os.waitpid(init, 0)
+                break
+            except InterruptedError:
+                continue
+        os._exit(os.waitstatus_to_exitcode(status) & 0xFF if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    return sources
+
+
+def _locked_flags(path):
+    """Mount flags a bind of ``path`` has to keep (a user namespace may not clear them)."""
+    f = os.statvfs(path).f_flag
+    flags = f & (MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOATIME | MS_NODIRATIME)
+    return flags | (MS_RELATIME if f & 4096 else 0)
+
+
+def bind_readonly(source, target, extra):
+    mount(source, target, None, MS_BIND | MS_REC)
+    mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | _locked_flags(target) | extra)
+    if not os.statvfs(target).f_flag & 1:
+        raise SetupError("%s is still writable after a read-only remount" % target)
+
+
+def open_sources(job):
+    """Every bind source, opened (``O_PATH``) while the runner still has the file access it was started
+    with (a root host: before becoming the leased uid) and before any mount could hide a source."""
+    sources = {}
+    for d in SYSTEM_DIRS:
+        if os.path.islink(d):
+            sources[d] = ("link", os.readlink(d))
+        elif os.path.isdir(d):
+            sources[d] = ("dir", os.open(d, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+    prefix = os.path.realpath(job["prefix"])
+    covered = any(prefix == d or prefix.startswith(d + "/") for d in sources if sources[d][0] == "dir")
+    if not covered and prefix != "/":
+        sources[prefix] = ("dir", os.open(prefix, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+    for name in DEVICES:
+        if os.path.exists("/dev/" + name):
+            sources["/dev/" + name] = ("device", os.open("/dev/" + name, os.O_PATH | os.O_CLOEXEC))
+    return sources
+
+
+def build_root(job, sources):
+    """The new root (see the module docstring) from the opened ``sources``; ends with this process in it, at ``/``."""
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    new = "/tmp" if os.path.isdir("/tmp") and not os.path.islink("/tmp") else "/mnt"
+    mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=4096,mode=0755")
+    os.chdir(new)
+    os.mkdir("dev", 0o755)
+    for path, (kind, what) in sorted(sources.items()):
+        rel = path.lstrip("/")
+        if kind == "link":
+            os.symlink(what, rel)
+        elif kind == "dir":
+            os.makedirs(rel, 0o755, exist_ok=True)
+            bind_readonly("/proc/self/fd/%d" % what, rel, MS_NOSUID | MS_NODEV)
+        else:  # a device node: a mount point file of our own, the host's node bound read-only over it
+            os.close(os.open(rel, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o666))
+            bind_readonly("/proc/self/fd/%d" % what, rel, MS_NOSUID | MS_NOEXEC)
+        if kind != "link":
+            os.close(what)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2"), ("shm", "/sandbox")):
+        os.symlink(target, "dev/" + name)
+    for d in ("proc", "sandbox", "tmp"):
+        os.mkdir(d, 0o755)
+    proc = True
+    try:
+        mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    except OSError:
+        proc = False  # a host /proc with parts covered refuses a new one in a user namespace: go without
+    pivot_root(".", ".")
+    umount(".")  # the host's tree, stacked on top by pivot_root, goes away
+    os.chdir("/")
+    mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    libc().sethostname(b"sandbox", 7)
+    if proc:
+        for kind in ("user", "mnt", "pid", "net", "ipc", "uts", "cgroup", "time"):
+            try:  # no namespace of any kind can be made inside (the runner owns the user namespace)
+                write_file("/proc/sys/user/max_%s_namespaces" % kind, "0")
+            except OSError:
+                pass
+    return {"proc": proc}
+
+
+_BOX = []  # (statvfs, stat) of /sandbox as it was mounted
+
+
+def _box_state():
+    v, st = os.statvfs("/sandbox"), os.stat("/sandbox")
+    return (v.f_bfree, v.f_ffree, st.st_mode, st.st_uid, st.st_gid, st.st_nlink, st.st_size)
+
+
+def fresh_box(job):
+    """An empty ``/sandbox`` (and ``/tmp``, the same tmpfs) for the next test: the last test's when it
+    left it exactly as mounted (no file, same mode and owner; its processes are all dead by now), else
+    a new tmpfs (a remount costs an RCU grace period, milliseconds)."""
+    if _BOX and _box_state() == _BOX[0]:
+        return
+    for d in ("/tmp", "/sandbox"):
+        try:
+            umount(d)
+        except OSError:
+            pass
+    mount("tmpfs", "/sandbox", "tmpfs", MS_NOSUID | MS_NODEV,
+          "size=%dm,nr_inodes=%d,mode=0700,uid=%d,gid=%d" % (job["disk_mb"], job.get("inodes", 16384), INSIDE_UID, INSIDE_UID))
+    mount("/sandbox", "/tmp", None, MS_BIND)
+    _BOX[:] = [_box_state()]
+
+
+def drop_to_lease(job):
+    """``isolation: none`` on a root host: give the host's fresh box folder to the leased uid (by a
+    descriptor, before any candidate code ran), then become that uid (no capabilities left)."""
+    lease = job.get("uid")
+    if os.geteuid() == 0:
+        if lease is None:
+            raise SetupError("a root host must lease an unprivileged uid for the sandbox")
+        fd = os.open(job["box"], os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fchown(fd, lease, lease)
+        finally:
+            os.close(fd)
+        for cap in range(64):
+            try:
+                prctl(PR_CAPBSET_DROP, cap)
+            except OSError:
+                pass
+        os.setgroups([])
+        os.setresgid(lease, lease, lease)
+        os.setresuid(lease, lease, lease)
+
+
+def limit_runner(job):
+    """The runner's own limits (children may only lower theirs further)."""
+    child = job["limits"]
+    for name, value in (("RLIMIT_CORE", 0), ("RLIMIT_AS", max(int(child.get("RLIMIT_AS", 0)), 1 << 30)),
+                        ("RLIMIT_CPU", int(job["candidate_timeout_s"]) + 30)):
         res = getattr(resource, name)
+        hard = resource.getrlimit(res)[1]
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(res, (value, value))
 
 
-def run_test(job, test, uid):
+# ---------------------------------------------------------------------------------------------
+# Running the tests
+
+def limit(limits):
+    for name, value in limits.items():
+        res = getattr(resource, name)
+        hard = resource.getrlimit(res)[1]
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(res, (value, value))
+
+
+def _depth_ok(node, limit_depth):
+    stack = [(node, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit_depth:
+            return False
+        if isinstance(item, list):
+            stack.extend((x, depth + 1) for x in item)
+        elif isinstance(item, dict):
+            stack.extend((x, depth + 1) for x in item.values())
+    return True
+
+
+def parse_message(data):
+    """The child's bytes -> a clean message, or None when they are not one."""
+    try:
+        msg = json.loads(data.decode("utf-8"))
+    except Exception:  # noqa: BLE001 - malformed, too deep, not UTF-8: the child sent no message
+        return None
+    if not isinstance(msg, dict) or msg.get("status") not in ("value", "error"):
+        return None
+    if msg["status"] == "error":
+        return {"status": "error", "reason": str(msg.get("reason", ""))[:MAX_REASON]}
+    if "value" not in msg or not _depth_ok(msg["value"], 3 * MAX_DEPTH + 8):  # a dict level is three JSON levels
+        return None
+    return {"status": "value", "value": msg["value"]}
+
+
+def child(job, test, out, result_fd, box):
+    """The test child: never returns."""
+    try:
+        os.setpgid(0, 0)
+        os.dup2(out, 1)  # first: ``out`` may be fd 3
+        os.dup2(out, 2)
+        if result_fd != 3:
+            os.dup2(result_fd, 3)
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        os.closerange(4, 1 << 20)  # the runner's pipes to the host included (close_range(2) where Python has it)
+        os.chdir(box)
+        try:
+            write_file("/proc/self/oom_score_adj", "1000")  # the first to go when the sandbox runs out of memory
+        except OSError:
+            pass
+        cpu = max(int(job["limits"].get("RLIMIT_CPU", 0)), int(float(test.get("timeout_s", job["timeout_s"]))) + 2)
+        limit(dict(job["limits"], RLIMIT_CORE=0, RLIMIT_CPU=cpu))  # CPU time: never below the test's own wall-clock limit
+        drop_privileges()
+        msg = evaluate(job, test)
+        for stream in (sys.stdout, sys.stderr):  # what the candidate printed, into the output file
+            try:
+                stream.flush()
+            except BaseException:  # noqa: BLE001
+                pass
+        try:
+            data = json.dumps(msg).encode()
+        except BaseException as exc:  # noqa: BLE001
+            data = json.dumps({"status": "error", "reason": "unsendable result: %s" % type(exc).__name__}).encode()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(3, view):]
+    finally:
+        os._exit(0)
+
+
+def wait_result(read_fd, pid, deadline, cap, reaped):
+    """Read the child's message until it ends (EOF or the child's exit), the deadline or the size cap.
+    Returns (bytes, status) with status None, "timeout" or "result_too_large". Without pidfds (Linux
+    before 5.3) the child is polled, and its wait status, once reaped, goes into ``reaped``."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    chunks, size, status = [], 0, None
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                status = "timeout"
+                break
+            watch = [read_fd] + ([pidfd] if pidfd is not None else [])
+            ready = select.select(watch, [], [], left if pidfd is not None else min(left, 0.02))[0]
+            if pidfd is not None:
+                exited = pidfd in ready
+            else:
+                if not reaped:
+                    got, st = os.waitpid(pid, os.WNOHANG)
+                    if got == pid:
+                        reaped.append(st)
+                exited = bool(reaped)
+            if read_fd in ready or exited:
+                if exited:
+                    os.set_blocking(read_fd, False)
+                try:
+                    chunk = os.read(read_fd, 65536)
+                except BlockingIOError:
+                    chunk = b""
+                if chunk:
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if size > cap:
+                        status = "result_too_large"
+                        break
+                    continue
+                break
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+    return b"".join(chunks), status
+
+
+def end_test(pid, isolated, leased, reaped):
+    """Kill everything the test started and reap it; returns the test child's wait status (or None)."""
+    status = reaped[0] if reaped else None
+    for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        try:
+            target()
+        except OSError:
+            pass
+    if isolated or leased:  # every other process of the PID namespace, or of the leased uid, but this one
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+    give_up = time.monotonic() + (3600.0 if isolated or leased else 2.0)  # all are dead then: waiting ends
+    while time.monotonic() < give_up:
+        if not (isolated or leased):
+            _kill_children()
+        try:
+            got, st = os.waitpid(-1, 0 if isolated or leased else os.WNOHANG)
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        if got == pid:
+            status = st
+        elif got == 0:
+            time.sleep(0.01)
+    return status
+
+
+def _kill_children():
+    """Unisolated and unprivileged: kill the orphans this subreaper adopted (best effort)."""
+    me = str(os.getpid())
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return
+    for name in names:
+        try:
+            with open("/proc/%s/stat" % name, "rb") as fh:
+                if fh.read().rsplit(b")", 1)[1].split()[1].decode() == me:
+                    os.kill(int(name), signal.SIGKILL)
+        except (OSError, IndexError, ValueError):
+            continue
+
+
+def describe_death(wstatus):
+    if wstatus is not None and os.WIFSIGNALED(wstatus):
+        sig = os.WTERMSIG(wstatus)
+        names = {signal.SIGXCPU: "CPU time limit", signal.SIGXFSZ: "output size limit", signal.SIGKILL: "killed",
+                 signal.SIGSEGV: "segmentation fault"}
+        try:
+            name = names.get(sig) or signal.Signals(sig).name
+        except ValueError:
+            name = "signal %d" % sig
+        return "terminated by signal %d (%s)" % (sig, name)
+    if wstatus is not None and os.WIFEXITED(wstatus):
+        return "exited (code %d) without reporting a result" % os.WEXITSTATUS(wstatus)
+    return "ended without reporting a result"
+
+
+def run_test(job, test, isolated, leased, box):
     """Fork one test child; return its result dict."""
+    timeout = float(test.get("timeout_s", job["timeout_s"]))
+    if isolated:
+        fresh_box(job)
+    out = os.memfd_create("output", os.MFD_CLOEXEC)
     read_fd, write_fd = os.pipe()
-    out_path = "/sandbox/out-%d.txt" % test["index"] if os.path.isdir("/sandbox") else os.path.join(os.getcwd(), "out-%d.txt" % test["index"])
+    sys.stdout.flush()
     start = time.monotonic()
     pid = os.fork()
-    if pid == 0:  # test child
-        try:
-            os.close(read_fd)
-            os.setpgid(0, 0)
-            out = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            if uid is not None:
-                os.fchown(out, uid, uid)
-                os.setgroups([])
-                os.setgid(uid)
-                os.setuid(uid)
-            null = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(null, 0)
-            os.dup2(out, 1)
-            os.dup2(out, 2)
-            os.closerange(3, write_fd)
-            os.closerange(write_fd + 1, 1024)
-            limit(job["limits"])
-            env = {"__name__": "__candidate__", "__builtins__": __builtins__}
-            try:
-                exec(compile(job["code"], "<candidate>", "exec"), env)
-                if job.get("setup"):  # MBPP's test setup runs after the code it tests (it may use its classes)
-                    exec(compile(job["setup"], "<setup>", "exec"), env)
-                if "expr" in test:
-                    value = eval(compile(test["expr"], "<test>", "eval"), env)
-                else:
-                    fn = env.get(test["entry_point"])
-                    if not callable(fn):
-                        raise NameError("function %r is not defined" % test["entry_point"])
-                    value = fn(*test["args"])
-                msg = {"status": "value", "value": encode(value)}
-            except Unsupported as exc:
-                msg = {"status": "error", "reason": "unsupported result: %s" % exc}
-            except BaseException as exc:  # SystemExit and KeyboardInterrupt included: no value, no pass
-                msg = {"status": "error", "reason": "%s: %s" % (type(exc).__name__, str(exc)[:300])}
-            data = json.dumps(msg).encode()
-            view = memoryview(data)
-            while view:
-                view = view[os.write(write_fd, view):]
-        finally:
-            os._exit(0)
+    if pid == 0:
+        os.close(read_fd)
+        child(job, test, out, write_fd, box)
     os.close(write_fd)
-    chunks, deadline, status = [], start + job["timeout_s"], None
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            status = "timeout"
-            break
-        ready, _, _ = select.select([read_fd], [], [], left)
-        if not ready:
-            continue
-        chunk = os.read(read_fd, 65536)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        if sum(len(c) for c in chunks) > job["max_result_bytes"]:
-            status = "result_too_large"
-            break
+    reaped = []
     try:
-        os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
-    _, wstatus = os.waitpid(pid, 0)
-    os.close(read_fd)
+        data, status = wait_result(read_fd, pid, start + timeout, int(job["max_result_bytes"]), reaped)
+    finally:
+        wstatus = end_test(pid, isolated, leased, reaped)
+        os.close(read_fd)
     seconds = time.monotonic() - start
     try:
-        with open(out_path, "rb") as fh:
-            output = fh.read(job["max_output_bytes"]).decode("utf-8", "replace")
-        os.unlink(out_path)
+        output = os.pread(out, int(job["max_output_bytes"]), 0).decode("utf-8", "replace")
     except OSError:
         output = ""
+    os.close(out)
+    common = {"seconds": seconds, "output": output}
     if status == "timeout":
-        return {"status": "timeout", "reason": "exceeded %.1fs wall clock" % job["timeout_s"], "seconds": seconds, "output": output}
+        return dict(common, status="timeout", reason="exceeded %.1fs wall clock" % timeout)
     if status == "result_too_large":
-        return {"status": "error", "reason": "result larger than %d bytes" % job["max_result_bytes"], "seconds": seconds, "output": output}
-    try:
-        msg = json.loads(b"".join(chunks).decode()) if chunks else None
-    except ValueError:
-        msg = None
-    if not isinstance(msg, dict) or msg.get("status") not in ("value", "error"):
-        if os.WIFSIGNALED(wstatus):
-            sig = os.WTERMSIG(wstatus)
-            names = {signal.SIGXCPU: "CPU time limit", signal.SIGXFSZ: "output size limit", signal.SIGKILL: "killed",
-                     signal.SIGSEGV: "segmentation fault"}
-            reason = "terminated by signal %d (%s)" % (sig, names.get(sig, signal.Signals(sig).name))
-        else:
-            reason = "exited (code %d) without reporting a result" % os.WEXITSTATUS(wstatus)
-        return {"status": "error", "reason": reason, "seconds": seconds, "output": output}
-    msg.update(seconds=seconds, output=output)
-    return msg
+        return dict(common, status="error", reason="result larger than %d bytes" % job["max_result_bytes"])
+    msg = parse_message(data) if data else None
+    if msg is None:
+        reason = describe_death(wstatus) if not data else "malformed result message"
+        return dict(common, status="error", reason=reason)
+    return dict(msg, **common)
 
 
-def main():
-    with open(sys.argv[1]) as fh:
-        job = json.load(fh)
-    uid = job.get("uid")
-    sys.stdout.write("READY\n")
-    sys.stdout.flush()
+def run_tests(job, isolated, leased, box):
     results = []
     deadline = time.monotonic() + job["candidate_timeout_s"]
     for test in job["tests"]:
         if time.monotonic() > deadline:
             results.append({"status": "timeout", "reason": "candidate wall-clock budget exhausted", "seconds": 0.0, "output": ""})
             continue
-        results.append(run_test(job, test, uid))
+        try:
+            results.append(run_test(job, test, isolated, leased, box))
+        except Exception as exc:  # noqa: BLE001 - a test that breaks the runner's bookkeeping fails alone
+            results.append({"status": "error", "reason": "runner: %s: %s" % (type(exc).__name__, str(exc)[:200]),
+                            "seconds": 0.0, "output": ""})
+    return results
+
+
+def main():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # as the PID namespace's init: no handler, so nothing inside can signal it
+    job = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+    isolated = job.get("isolation") == "namespaces"
+    leased = job.get("uid") is not None
+    try:
+        if isolated:
+            sources = enter_namespaces(job)
+            report = build_root(job, sources)
+            box = "/sandbox"
+        else:
+            drop_to_lease(job)
+            prctl(PR_SET_NO_NEW_PRIVS, 1)
+            prctl(PR_SET_CHILD_SUBREAPER, 1)
+            report, box = {}, job["box"]
+            os.chdir(box)
+        limit_runner(job)
+        leave_session_keyring()
+        drop_bounding_set()
+        prctl(PR_SET_DUMPABLE, 0)  # nothing inside may trace this process or read its /proc files
+    except BaseException as exc:  # noqa: BLE001
+        sys.stderr.write("sandbox setup failed: %s: %s\n" % (type(exc).__name__, exc))
+        sys.stderr.flush()
+        os._exit(3)
+    sys.stdout.write("READY\n")
+    sys.stdout.flush()
+    if job.get("probe"):
+        results = report
+    else:
+        results = run_tests(job, isolated, leased, box)
     sys.stdout.write(json.dumps(results) + "\n")
     sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

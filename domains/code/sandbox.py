@@ -1,60 +1,56 @@
 """Running untrusted model-written code: one fresh sandbox per candidate.
 
-Each candidate gets a fresh temporary directory (its working directory, HOME and TMPDIR),
-a scrubbed environment and a closed stdin, and runs under ``runner.py``:
+The threat model and what is and is not guaranteed: ``domains/code/README.md``. In short, each
+candidate runs under ``runner.py`` (started isolated, fed its job on stdin):
 
-* isolation, where the kernel allows it (``unshare``): new mount, network and PID
-  namespaces; a chroot holding only read-only system directories, the Python installation
-  and the candidate's directory, so the project, the datasets and the host's ``/proc`` are
-  invisible; no network interface; nothing outside the namespace to signal;
-* when running as root, every test runs as an unprivileged uid (one per pool slot), so it
-  cannot touch the runner, other sandboxes or root-owned files;
-* resource limits per test: CPU seconds, address space, file size, open files, processes;
-  a wall-clock timeout per test and per candidate; the whole namespace is killed at the end;
-  test output is captured to a capped file.
+* isolation (``isolation: namespaces``, the default): new user, mount, PID, network, IPC, UTS
+  and cgroup namespaces; the candidate is uid 1000 with no capability and ``no_new_privs``,
+  mapped to the host user or, on a root host, to a uid leased for this sandbox alone
+  (``uids.py``); its root is a ``pivot_root``-ed tmpfs holding read-only system folders and the
+  Python installation, a fresh ``/proc`` of its own processes, and a size-capped tmpfs box;
+  no network interface; nothing outside to signal, trace or escape to. When the kernel cannot
+  build this the pool refuses to run candidates, unless ``isolation: none`` was asked for
+  explicitly (then it warns loudly and uses resource limits only);
+* limits on the whole sandbox (``cgroups.py``: memory and process count, where the host offers
+  cgroups) and per test (CPU seconds, address space, file size, open files, processes, wall
+  clock), and a cap on the result and the captured output;
+* nothing of the sandbox is on the host's disk (``isolation: none``: a private folder, removed
+  without following links), so there is nothing for the host to clean up but the cgroup.
 
-Tests pass only when the runner observed the call return a value that, decoded from plain
-builtin data, equals the expected value type-strictly in the host. A failure of the
-machinery itself (the sandbox never became ready) raises :class:`SandboxError`: it is an
-infrastructure error, never the model's failure.
+Tests pass only when the host, from plain builtin data the runner returned (decoded with
+bounds, :func:`values.decode`), finds the test's assertion true (``assertions.py``): the sandbox
+computes values, never verdicts, and never sees an expected value; any decoding or evaluation
+error fails that test. A failure of the machinery itself (the
+sandbox never became ready) raises :class:`SandboxError`: an infrastructure error, never the
+model's failure.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
-import queue
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from . import cgroups, uids
+from .assertions import Assertion, CheckError, compile_assertion
+from .runner import encode
 from .values import decode, equal
 
 RUNNER = Path(__file__).with_name("runner.py")
-BASE_UID = 61000  # unprivileged uids used for test processes when running as root (one per pool slot)
-_MOUNT_SCRIPT = r"""
-set -e
-R="$1"; PREFIX="$2"; BOX="$3"; PY="$4"; JOB="$5"
-mount --make-rprivate / 2>/dev/null || true
-mount -t tmpfs -o size=16m,mode=755 none "$R"
-for d in /usr /lib /lib64 /lib32 /libx32 /bin /sbin /etc; do
-  if [ -L "$d" ]; then ln -s "$(readlink "$d")" "$R$d";
-  elif [ -d "$d" ]; then mkdir -p "$R$d"; mount --rbind "$d" "$R$d"; mount -o remount,bind,ro "$R$d" 2>/dev/null || true; fi
-done
-mkdir -p "$R$PREFIX"; mount --bind "$PREFIX" "$R$PREFIX"; mount -o remount,bind,ro "$R$PREFIX" 2>/dev/null || true
-mkdir -p "$R/sandbox" "$R/tmp" "$R/dev"; chmod 1777 "$R/tmp"
-mount --bind "$BOX" "$R/sandbox"
-for n in null zero urandom random; do touch "$R/dev/$n"; mount --bind "/dev/$n" "$R/dev/$n"; done
-cd /
-exec chroot "$R" "$PY" -B -S /sandbox/runner.py "/sandbox/$JOB"
-"""
+ISOLATIONS = ("namespaces", "none")
+LOG = logging.getLogger(__name__)
+UNSAFE = ("isolation: none: model-written code runs WITHOUT namespaces, with resource limits only; it can read "
+          "and write whatever the host user can (a root host drops it to a leased uid first)")
 
 
 class SandboxError(RuntimeError):
@@ -67,9 +63,12 @@ class Limits:
     memory_mb: int = 1024  # RLIMIT_AS per test process
     file_mb: int = 8  # RLIMIT_FSIZE: largest file (and captured output) a test may write
     open_files: int = 64  # RLIMIT_NOFILE
-    processes: int = 32  # RLIMIT_NPROC for the test's uid
+    processes: int = 32  # RLIMIT_NPROC for the sandbox's uid
     max_output_bytes: int = 2000  # captured test output kept for the report
     max_result_bytes: int = 4 << 20  # largest encoded return value accepted
+    box_memory_mb: int = 1536  # the whole sandbox's memory, its tmpfs included (cgroup memory.max, where available)
+    box_processes: int = 128  # the whole sandbox's processes and threads (cgroup pids.max, where available)
+    disk_mb: int = 64  # size of the tmpfs a test may write (/sandbox, /tmp)
 
 
 @dataclass
@@ -83,49 +82,243 @@ class TestResult:
 
 @dataclass
 class Test:
-    """One hidden test: evaluate ``expr`` (or call ``entry_point(*args)``) and compare with ``expected``."""
+    """One hidden test, judged in the host. Either an assertion (``assertion``: its probes run in the
+    sandbox, its check here) or a value test: evaluate ``expr`` (or call ``entry_point(*args)``) in the
+    sandbox, report it in ``mode`` and compare it with ``expected`` type-strictly (floats within
+    ``atol + rtol * |expected|``). ``expected`` never enters the sandbox."""
 
     __test__ = False  # not a pytest class
-    expected: Any  # decoded builtin data (never sent into the sandbox)
+    expected: Any = None  # decoded builtin data
     expr: str | None = None
     entry_point: str | None = None
     args: list = field(default_factory=list)
     atol: float = 0.0  # absolute tolerance for floats (MBPP+); 0: exact
-    truthy: bool = False  # assert-style test: the value only has to be truthy
+    rtol: float = 0.0  # relative tolerance for floats (MBPP+, as EvalPlus)
+    mode: str = "value"  # how the sandbox reports a value test's value (see assertions.MODES)
+    assertion: Assertion | None = None
+    timeout_s: float | None = None  # this test's wall-clock limit; None: the limit the run is given
 
-    def payload(self, index: int) -> dict:
+    @classmethod
+    def from_assert(cls, source: str, defined: Sequence[str] = (), timeout_s: float | None = None) -> "Test":
+        """A test from an ``assert`` statement whose constants the host evaluates itself (raises
+        AssertionFormError otherwise; see ``domains.code.execute`` for the general case)."""
+        assertion = compile_assertion(source, defined)
+        if assertion.pending:
+            raise ValueError(f"{source!r}: constants {assertion.pending} need a sandbox to evaluate")
+        return cls(assertion=assertion, timeout_s=timeout_s)
+
+    @property
+    def source(self) -> str:
+        """The test as a line of Python (for feedback and reports)."""
+        if self.assertion is not None:
+            return self.assertion.source
+        return self.expr or f"{self.entry_point}(*{self.args!r})"
+
+    def probes(self) -> list[dict]:
+        if self.assertion is not None:
+            return [{"expr": p.source, "mode": p.mode} for p in self.assertion.probes]
         if self.expr is not None:
-            return {"index": index, "expr": self.expr}
-        return {"index": index, "entry_point": self.entry_point, "args": self.args}
+            return [{"expr": self.expr, "mode": self.mode}]
+        return [{"call": self.entry_point, "args": encode(list(self.args), 0, [1 << 22]), "mode": self.mode}]
+
+    def payload(self, index: int, timeout_s: float = 5.0) -> dict:
+        """What the sandbox gets: the probes (the candidate's inputs) and this test's time limit."""
+        return {"index": index, "probes": self.probes(), "timeout_s": float(self.timeout_s or timeout_s)}
+
+    def judge(self, values: Sequence[Any]) -> bool:
+        """Whether the probe values the sandbox returned pass this test (host-side, plain data only)."""
+        if self.assertion is not None:
+            return self.assertion.judge(values)
+        if len(values) != 1:
+            raise CheckError(f"expected one value, got {len(values)}")
+        return equal(values[0], self.expected, self.atol, self.rtol)
+
+
+_PROBE: dict | None = None
+_PROBE_LOCK = threading.Lock()
+_SOURCE: list[str] = []
+
+
+def _runner_source() -> str:
+    if not _SOURCE:
+        _SOURCE.append(RUNNER.read_text())
+    return _SOURCE[0]
+
+
+def isolation_probe() -> dict:
+    """What this host can build, found once by starting a runner in probe mode:
+    ``{"namespaces": bool, "reason": str, "proc": bool, "box_limits": "cgroup v1" | "cgroup v2" | "rlimits only"}``."""
+    global _PROBE
+    with _PROBE_LOCK:
+        if _PROBE is None:
+            report = {"namespaces": False, "reason": "", "proc": False, "box_limits": cgroups.available() or "rlimits only"}
+            job = {"probe": True, "isolation": "namespaces", "prefix": os.path.realpath(sys.base_prefix),
+                   "tests": [], "timeout_s": 1.0, "candidate_timeout_s": 1.0, "limits": {}}
+            try:
+                out, err, rc = _launch(os.path.realpath(sys.executable), job, 20.0)
+                lines = out.split(b"\n")
+                if lines[0] == b"READY":
+                    report.update(namespaces=True, proc=bool(json.loads(lines[1]).get("proc")))
+                else:
+                    report["reason"] = err.decode("utf-8", "replace").strip()[-300:] or f"runner exited with {rc}"
+            except (OSError, ValueError, IndexError, subprocess.SubprocessError, uids.LeaseError) as exc:
+                report["reason"] = f"{type(exc).__name__}: {exc}"
+            _PROBE = report
+    return dict(_PROBE)
 
 
 def namespaces_available() -> bool:
-    """Whether this kernel lets us build the isolated view (checked once)."""
-    global _NS
-    if _NS is None:
-        cmd = ["unshare", "--mount", "--net", "--pid", "--fork", "--kill-child"]
-        if os.geteuid() != 0:
-            cmd[1:1] = ["--user", "--map-root-user"]
+    """Whether this host can build the isolated sandbox (checked once)."""
+    return isolation_probe()["namespaces"]
+
+
+def _launch(python: str, job: dict, timeout_s: float, cgroup: "cgroups.BoxCgroup | None" = None,
+            env: dict | None = None) -> tuple[bytes, bytes, int | None]:
+    """Start a runner (a root host: with a uid leased for it), give it ``job``, wait for it:
+    (stdout, stderr, exit code); exit code None when it ran out of time and was killed."""
+    lease = proc = None
+    try:
+        lease = uids.lease_uid() if os.geteuid() == 0 else None
+        job = dict(job, uid=lease.uid if lease else None)
+        env = env or {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
+        proc = subprocess.Popen([python, "-P", "-s", "-S", "-B", "-c", _runner_source()], cwd="/", env=env,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        if cgroup is not None:
+            cgroup.add(proc.pid)  # before the runner has its job, so before it starts anything
         try:
-            _NS = subprocess.run(cmd + ["true"], capture_output=True, timeout=10).returncode == 0
-        except (OSError, subprocess.SubprocessError):
-            _NS = False
-    return _NS
+            out, err = proc.communicate(json.dumps(job).encode(), timeout=timeout_s)
+            return out, err, proc.returncode
+        except subprocess.TimeoutExpired:
+            _kill(proc, cgroup, lease)
+            out, err = proc.communicate()
+            return out, err, None
+    finally:
+        if proc is not None and proc.poll() is None:
+            _kill(proc, cgroup, lease)
+            proc.wait()
+        if cgroup is not None:
+            cgroup.remove()
+        if lease is not None:
+            lease.release()
 
 
-_NS: bool | None = None
+def _kill(proc: subprocess.Popen, cgroup: "cgroups.BoxCgroup | None", lease: "uids.UidLease | None") -> None:
+    """Kill a runner and everything it started: its process group (whose PID namespace init dies with
+    it, taking the namespace down), its cgroup, and (a root host) every process of its leased uid."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    if cgroup is not None:
+        cgroup.remove()
+    if lease is not None:  # kill(-1) as the leased uid: every process that uid runs (none but the sandbox's)
+        subprocess.run(["/bin/sh", "-c", "kill -9 -1"], user=lease.uid, group=lease.uid, extra_groups=[],
+                       stdin=subprocess.DEVNULL, capture_output=True, timeout=10, check=False)
+
+
+_MAX_OPEN = 64  # descriptors remove_tree keeps open at once
+
+
+def remove_tree(path: str) -> None:
+    """Remove a folder a candidate wrote into (``isolation: none``), as the host, never raising: every
+    step is relative to a descriptor opened with ``O_NOFOLLOW`` (no link is ever followed), there is
+    no recursion (an explicit stack of at most ``_MAX_OPEN`` descriptors; deeper folders are first
+    moved up to the top) and a budget of steps ends it whatever the tree holds."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        top = os.open(path, flags)
+    except OSError:
+        return
+    stack, steps, moved, given_up = [(top, "")], 0, 0, set()
+    try:
+        while stack and steps < 10_000_000:
+            fd = stack[-1][0]
+            deeper = None
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    steps += 1
+                    try:
+                        if not entry.is_dir(follow_symlinks=False):
+                            os.unlink(entry.name, dir_fd=fd)
+                            continue
+                        key = entry.inode()
+                        if key in given_up:
+                            continue
+                        if len(stack) >= _MAX_OPEN:
+                            os.rename(entry.name, f".flat-{moved}", src_dir_fd=fd, dst_dir_fd=top)
+                            moved += 1
+                            continue
+                        try:
+                            sub = os.open(entry.name, flags, dir_fd=fd)
+                        except PermissionError:
+                            os.chmod(entry.name, 0o700, dir_fd=fd)
+                            sub = os.open(entry.name, flags, dir_fd=fd)
+                        deeper = (sub, entry.name, key)
+                        break
+                    except OSError:
+                        given_up.add(entry.inode() if entry.is_dir(follow_symlinks=False) else None)
+            if deeper is not None:
+                stack.append(deeper[:2])
+                given_up.add(deeper[2])  # removed below, or left: either way never entered twice
+                continue
+            fd, name = stack.pop()
+            os.close(fd)
+            if stack:
+                try:
+                    os.rmdir(name, dir_fd=stack[-1][0])
+                except OSError:
+                    pass
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
+    except OSError:
+        pass
+    finally:
+        for fd, _ in stack:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+_ISOLATION = ["namespaces"]  # what default_sandbox() builds; configure() sets it from the config
+
+
+def configure(isolation: str) -> None:
+    """The isolation of the default sandbox (the config's ``code.isolation``)."""
+    global _DEFAULT
+    if isolation not in ISOLATIONS:
+        raise ValueError(f"code.isolation must be one of {', '.join(ISOLATIONS)}, not {isolation!r}")
+    with _LOCK:
+        _ISOLATION[0] = isolation
+        if _DEFAULT is not None and _DEFAULT.isolation != isolation:
+            _DEFAULT.close()
+            _DEFAULT = None
 
 
 class Sandbox:
-    """A pool that evaluates many candidates at once, each in its own sandbox."""
+    """A pool that evaluates many candidates at once, each in its own sandbox.
 
-    def __init__(self, workers: int | None = None, limits: Limits | None = None, isolate: bool | None = None):
+    ``isolation``: ``"namespaces"`` (refuses, with :class:`SandboxError`, where the host cannot
+    build them) or ``"none"`` (explicit; unsafe; warned about loudly); None: the configured default."""
+
+    def __init__(self, workers: int | None = None, limits: Limits | None = None, isolation: str | None = None):
         self.workers = workers or max(1, os.cpu_count() or 1)
         self.limits = limits or Limits()
-        self.isolate = namespaces_available() if isolate is None else isolate
-        self._slots: queue.Queue[int] = queue.Queue()
-        for s in range(self.workers):
-            self._slots.put(s)
+        self.isolation = isolation or _ISOLATION[0]
+        if self.isolation not in ISOLATIONS:
+            raise ValueError(f"isolation must be one of {', '.join(ISOLATIONS)}, not {self.isolation!r}")
+        probe = isolation_probe()
+        if self.isolation == "namespaces" and not probe["namespaces"]:
+            raise SandboxError("refusing to run model-written code: this host cannot build the sandbox's namespaces "
+                               f"({probe['reason'] or 'unknown reason'}). Enable user namespaces, or set "
+                               "`code: {isolation: none}` in the config to run candidates with resource limits only (unsafe).")
+        if self.isolation == "none":
+            warnings.warn(UNSAFE, RuntimeWarning, stacklevel=2)
+            LOG.warning("code sandbox: %s", UNSAFE)
+        self.box_limits = probe["box_limits"]  # "cgroup v1", "cgroup v2" or "rlimits only"
+        self._slots = threading.BoundedSemaphore(self.workers)
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="sandbox")
         self.python = os.path.realpath(sys.executable)
         self.prefix = os.path.realpath(sys.base_prefix)
@@ -139,82 +332,102 @@ class Sandbox:
         return [f.result() for f in futures]
 
     def run(self, code: str, tests: Sequence[Test], setup: str = "", timeout_s: float = 5.0) -> list[TestResult]:
-        """Judge ``code`` on ``tests``: one result per test."""
-        raw = self.raw(code, [t.payload(i) for i, t in enumerate(tests)], setup, timeout_s)
+        """Judge ``code`` on ``tests``: one result per test. ``timeout_s``: the wall-clock limit of each
+        test that has none of its own."""
+        raw = self.raw(code, [t.payload(i, timeout_s) for i, t in enumerate(tests)], setup, timeout_s)
+        if not isinstance(raw, str) and (type(raw) is not list or len(raw) != len(tests)):
+            raw = "sandbox runner sent a malformed report"  # one result per test, or none counts
         if isinstance(raw, str):
             return [TestResult(False, "timeout" if "budget" in raw else "error", raw) for _ in tests]
-        return [self._judge(t, r) for t, r in zip(tests, raw)]
+        return [_judged(self._judge, t, r) for t, r in zip(tests, raw)]
 
     def raw(self, code: str, payloads: Sequence[dict], setup: str = "", timeout_s: float = 5.0) -> list[dict] | str:
-        """The runner's unjudged results (encoded values) for test payloads, or a reason string
-        when the candidate killed its own sandbox. Raises SandboxError on infrastructure failure."""
+        """The runner's unjudged results (encoded values) for test payloads, one per payload, or a reason
+        string when the candidate killed its own sandbox or its report is unusable. Raises SandboxError
+        on infrastructure failure."""
         if not payloads:
             return []
-        slot = self._slots.get()
-        try:
-            return self._run(slot, code, payloads, setup, timeout_s)
-        finally:
-            self._slots.put(slot)
+        with self._slots:
+            return self._run(code, payloads, setup, timeout_s)
 
-    def _run(self, slot: int, code: str, payloads: Sequence[dict], setup: str, timeout_s: float) -> list[dict] | str:
-        box = Path(tempfile.mkdtemp(prefix="c3sbx-"))
-        root = Path(tempfile.mkdtemp(prefix="c3sbx-root-"))
-        as_root = os.geteuid() == 0
-        uid = BASE_UID + slot if as_root else None
+    def _run(self, code: str, payloads: Sequence[dict], setup: str, timeout_s: float) -> list[dict] | str:
         lim = self.limits
-        job = {"code": str(code), "setup": setup or "", "tests": list(payloads), "uid": uid,
-               "timeout_s": float(timeout_s), "candidate_timeout_s": float(timeout_s) * len(payloads) + 2.0,
+        budget = sum(float(p.get("timeout_s", timeout_s)) for p in payloads) + 2.0
+        job = {"code": str(code), "setup": setup or "", "tests": list(payloads), "isolation": self.isolation,
+               "timeout_s": float(timeout_s), "candidate_timeout_s": budget, "prefix": self.prefix, "disk_mb": lim.disk_mb,
                "max_output_bytes": lim.max_output_bytes, "max_result_bytes": lim.max_result_bytes,
                "limits": {"RLIMIT_CPU": lim.cpu_s, "RLIMIT_AS": lim.memory_mb << 20, "RLIMIT_FSIZE": lim.file_mb << 20,
                           "RLIMIT_NOFILE": lim.open_files, "RLIMIT_NPROC": lim.processes}}
+        outer = None
         try:
-            (box / "job.json").write_text(json.dumps(job))
-            shutil.copy(RUNNER, box / "runner.py")
-            if uid is not None:
-                os.chown(box, uid, uid)
-            os.chmod(box, 0o755 if uid is None else 0o700)
-            env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/sandbox" if self.isolate else str(box), "LANG": "C.UTF-8",
-                   "TMPDIR": "/sandbox" if self.isolate else str(box), "PYTHONHASHSEED": "0",
-                   "PYTHONNOUSERSITE": "1"}  # a fixed hash seed: set and dict orders repeat between reference and candidate
-            if self.isolate:
-                ns = ["unshare", "--mount", "--net", "--pid", "--fork", "--kill-child"]
-                if not as_root:
-                    ns[1:1] = ["--user", "--map-root-user"]
-                cmd = ns + ["/bin/sh", "-c", _MOUNT_SCRIPT, "sandbox", str(root), self.prefix, str(box), self.python, "job.json"]
-            else:
-                cmd = [self.python, "-B", "-S", str(box / "runner.py"), str(box / "job.json")]
-            proc = subprocess.Popen(cmd, cwd=str(box), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, start_new_session=True)
+            if self.isolation == "none":  # the box in a folder of the host's, so the candidate cannot rename or replace it
+                outer = tempfile.mkdtemp(prefix="c3sbx-")
+                os.chmod(outer, 0o711)
+                job["box"] = os.path.join(outer, "box")
+                os.mkdir(job["box"], 0o700)  # the runner makes it its leased uid's (root host) before any candidate code
+            home = job.get("box") or "/sandbox"
+            env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8",
+                   "PYTHONHASHSEED": "0"}  # a fixed hash seed: set and dict orders repeat between reference and candidate
             try:
-                out, err = proc.communicate(timeout=job["candidate_timeout_s"] + 10.0)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                out, err = proc.communicate()
+                cgroup = cgroups.BoxCgroup.create(lim.box_memory_mb << 20, lim.box_processes)
+                out, err, rc = _launch(self.python, job, budget + 10.0, cgroup, env)
+            except (OSError, subprocess.SubprocessError, uids.LeaseError) as exc:
+                raise SandboxError(f"sandbox did not start: {type(exc).__name__}: {exc}") from exc
+            if rc is None:
                 return "candidate exceeded its wall-clock budget"
-            finally:
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGKILL)
-            lines = out.decode("utf-8", "replace").splitlines()
-            if not lines or lines[0] != "READY":
-                raise SandboxError(f"sandbox did not start (exit {proc.returncode}): {err.decode('utf-8', 'replace')[-500:]}")
-            if len(lines) < 2:
-                return f"sandbox runner terminated (exit {proc.returncode}) before reporting"
-            return json.loads(lines[1])
+            lines = out.split(b"\n", 2)
+            if lines[0] != b"READY":
+                raise SandboxError(f"sandbox did not start (exit {rc}): {err.decode('utf-8', 'replace')[-500:]}")
+            if len(lines) < 2 or not lines[1]:
+                return f"sandbox runner terminated (exit {rc}) before reporting"
+            try:
+                results = json.loads(lines[1])
+            except (ValueError, RecursionError):
+                return "sandbox runner sent a malformed report"
+            if type(results) is not list or len(results) != len(payloads) or any(type(r) is not dict for r in results):
+                return "sandbox runner sent a malformed report"
+            return results
         finally:
-            shutil.rmtree(box, ignore_errors=True)
-            shutil.rmtree(root, ignore_errors=True)
+            if outer is not None:
+                remove_tree(outer)
 
     @staticmethod
     def _judge(test: Test, r: dict) -> TestResult:
-        common = {"seconds": float(r.get("seconds", 0.0)), "output": str(r.get("output", ""))}
-        if r.get("status") != "value":
-            return TestResult(False, "timeout" if r.get("status") == "timeout" else "error", str(r.get("reason", "")), **common)
+        """A test's result from the runner's report. Anything the candidate sent that is not plain data
+        of the right shape, or on which the assertion cannot be evaluated, fails the test; nothing raises."""
         try:
-            value = decode(r["value"])
-        except (ValueError, TypeError, KeyError) as exc:
-            return TestResult(False, "error", f"undecodable result: {exc}", **common)
-        ok = bool(value) if test.truthy and type(value) in (bool, int) else equal(value, test.expected, test.atol)
-        return TestResult(ok, "passed" if ok else "failed", "" if ok else f"got {_short(value)}", **common)
+            common = {"seconds": float(r.get("seconds", 0.0)), "output": str(r.get("output", ""))}
+            if r.get("status") != "value":
+                return TestResult(False, "timeout" if r.get("status") == "timeout" else "error", str(r.get("reason", "")), **common)
+        except Exception as exc:  # noqa: BLE001 - a malformed report is a failed test
+            return TestResult(False, "error", f"malformed result: {type(exc).__name__}")
+        try:
+            values = decode(r["value"])
+            if type(values) is not tuple:
+                raise ValueError("not a tuple of probe values")
+        except Exception as exc:  # noqa: BLE001 - values.decode's ResultError and anything else a hostile result causes
+            return TestResult(False, "error", f"undecodable result: {str(exc)[:200]}", **common)
+        try:
+            ok = test.judge(values)
+        except CheckError as exc:
+            return TestResult(False, "error", f"the assertion raised {exc}", **common)
+        except Exception as exc:  # noqa: BLE001 - the host evaluator on unusual plain data: the assert did not hold
+            return TestResult(False, "error", f"the assertion raised {type(exc).__name__}: {str(exc)[:200]}", **common)
+        return TestResult(ok, "passed" if ok else "failed", "" if ok else _got(test, values), **common)
+
+
+def _got(test: Test, values: Sequence[Any]) -> str:
+    sources = [p.source for p in test.assertion.probes] if test.assertion is not None else [test.expr or test.entry_point or "value"]
+    return "got " + ", ".join(f"{s} = {_short(v)}" if len(values) > 1 or test.assertion is not None else _short(v)
+                              for s, v in zip(sources, values))
+
+
+def _judged(judge, test: Test, r: Any) -> TestResult:
+    """``judge(test, r)``; any error while decoding or comparing a candidate's result fails that test."""
+    try:
+        return judge(test, r)
+    except Exception as exc:  # noqa: BLE001 - a hostile result must never make a reward call fail
+        return TestResult(False, "error", f"result could not be judged: {type(exc).__name__}: {str(exc)[:200]}")
 
 
 def _short(value: Any) -> str:
@@ -230,5 +443,5 @@ def default_sandbox() -> Sandbox:
     global _DEFAULT
     with _LOCK:
         if _DEFAULT is None:
-            _DEFAULT = Sandbox()
+            _DEFAULT = Sandbox(isolation=_ISOLATION[0])
         return _DEFAULT
