@@ -144,3 +144,25 @@ def test_training_runs_on_mbpp_with_tiny_models(tmp_path, algorithm, workflow):
     leaves = 8 if plan != "independent 4" else 4
     assert summary["env_steps"] == 4 * (4 if workflow == "multi_turn" else leaves)
     assert "eval/mbpp/pass@1" in summary["eval_after"] and "eval/mbpp/syntax_valid_rate" in summary["eval_after"]
+
+
+def test_code_timeout_s_from_the_config_reaches_the_reward():
+    """``code.timeout_s`` limits every test without a limit of its own, in the reward and the eval logger."""
+    import json as _json
+    from types import SimpleNamespace
+
+    from domains.code import DEFAULTS, DOMAIN, CodeConfig, configure_from, encode
+
+    item = {"tests": _json.dumps([{"expr": "f()", "expected": encode(1)}])}  # no limit of its own
+    slow = "import time\ndef f():\n    time.sleep(2.5)\n    return 1"
+    try:
+        configure_from(SimpleNamespace(domain_cfg=CodeConfig(timeout_s=1.0)))
+        assert DOMAIN.reward(["plan"], [slow], batch_items=[item]) == [0.0]
+        row = DOMAIN.eval_logger([[["plan"]], [[slow]]], batch_items=[item])[0]  # [agent][item][turn]
+        assert row["timeout"] == 1.0 and row["pass_rate"] == 0.0
+        configure_from(SimpleNamespace(domain_cfg=CodeConfig(timeout_s=10.0)))
+        assert DOMAIN.reward(["plan"], [slow], batch_items=[item]) == [1.0]
+        with pytest.raises(ValueError, match="code.timeout_s must be positive"):
+            configure_from(SimpleNamespace(domain_cfg=CodeConfig(timeout_s=0)))
+    finally:
+        DEFAULTS["timeout_s"] = 5.0

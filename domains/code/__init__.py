@@ -14,7 +14,7 @@ from .prompts import multi_turn, reasoner_actor, reasoner_coder_reviewer, workfl
 from .runner import encode
 from .sandbox import (UNSAFE, Limits, Sandbox, SandboxError, Test, TestResult, configure, default_sandbox,
                       namespaces_available)
-from .tasks import eval_aggregator, extract_code, make_eval_logger, make_outcome, make_reward, run_visible_tests, syntax_valid
+from .tasks import DEFAULTS, eval_aggregator, extract_code, make_eval_logger, make_outcome, make_reward, run_visible_tests, syntax_valid
 from .values import decode, equal
 
 
@@ -31,6 +31,10 @@ def configure_from(cfg, workflow=None) -> None:
     ``--override code.isolation=none`` arrives as None (the override syntax's null): that is "none"."""
     isolation = getattr(cfg.domain_cfg, "isolation", "namespaces")
     configure("none" if isolation is None else isolation)
+    timeout = float(getattr(cfg.domain_cfg, "timeout_s", 5.0))
+    if not timeout > 0:
+        raise ValueError(f"code.timeout_s must be positive, got {timeout}")
+    DEFAULTS["timeout_s"] = timeout
 
 
 def _as_tests(tests: Sequence[Any], setup: str, sandbox: Sandbox) -> list[Test]:

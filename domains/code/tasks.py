@@ -31,11 +31,16 @@ def syntax_valid(code: str) -> bool:
         return False
 
 
+DEFAULTS = {"timeout_s": 5.0}  # the limit of a test without its own; the config's code.timeout_s sets it (configure_from)
+
+
 def judge_batch(codes: Sequence[str], items: Sequence[Mapping[str, Any]], field: str = "tests",
-                sandbox: Sandbox | None = None, timeout_s: float = 5.0) -> list[list[TestResult]]:
-    """Per-test results of each candidate on its item's tests (evaluated concurrently)."""
+                sandbox: Sandbox | None = None, timeout_s: float | None = None) -> list[list[TestResult]]:
+    """Per-test results of each candidate on its item's tests (evaluated concurrently); ``timeout_s``
+    (default ``DEFAULTS["timeout_s"]``) limits each test that has no limit of its own."""
     sb = sandbox or default_sandbox()
-    return sb.run_many([(c, decode_tests(it[field]), str(it.get("setup") or "")) for c, it in zip(codes, items)], timeout_s)
+    limit = DEFAULTS["timeout_s"] if timeout_s is None else timeout_s
+    return sb.run_many([(c, decode_tests(it[field]), str(it.get("setup") or "")) for c, it in zip(codes, items)], limit)
 
 
 def rate(results: Sequence[TestResult]) -> float:
@@ -67,7 +72,7 @@ class ResultCache:
             self._data.popitem(last=False)
 
 
-def make_reward(timeout_s: float = 5.0, sandbox: Sandbox | None = None):
+def make_reward(timeout_s: float | None = None, sandbox: Sandbox | None = None):
     cache = ResultCache()
 
     def reward(*agent_completions: Sequence[str], batch_items: Sequence[Mapping[str, Any]] | None = None,
@@ -129,11 +134,11 @@ def run_visible_tests(item: Mapping[str, Any], outputs: Mapping[str, str], sandb
     tests = decode_tests(item["visible_tests"])
     if not syntax_valid(code):
         return "Execution feedback:\nThe code does not compile."
-    results = (sandbox or default_sandbox()).run(code, tests, str(item.get("setup") or ""), timeout_s=5.0)
+    results = (sandbox or default_sandbox()).run(code, tests, str(item.get("setup") or ""), timeout_s=DEFAULTS["timeout_s"])
     return feedback_text(results, tests, str(item.get("example", "")))
 
 
-def _logger(final_agent: int | None, timeout_s: float):
+def _logger(final_agent: int | None, timeout_s: float | None):
     def eval_logger(agent_completions_turns, batch_items=None, prompts=None) -> list[dict]:
         items = list(batch_items or [])
         agent = len(agent_completions_turns) - 1 if final_agent is None else final_agent
@@ -161,9 +166,9 @@ def eval_aggregator(rows: Sequence[Mapping[str, Any]], num_turns: int = 1) -> di
     return out
 
 
-default_eval_logger = _logger(None, 5.0)
+default_eval_logger = _logger(None, None)
 
 
-def make_eval_logger(workflow, timeout_s: float = 5.0):
+def make_eval_logger(workflow, timeout_s: float | None = None):
     final = workflow.final or workflow.decision_points()[-1]
     return _logger(workflow.roles[final].agent, timeout_s)
