@@ -771,19 +771,20 @@ def test_an_unisolated_box_is_removed_without_following_links(tmp_path, host_sec
 
 def _exposing_script(paths):
     """sh lines that, in a private mount namespace, make ``paths`` reachable for every user: each
-    ancestor folder others may not enter is covered by a tmpfs through which the path is bound back."""
-    lines, staged = ["set -e"], 0
-    for path in paths:
+    ancestor folder others may not enter is covered by a tmpfs through which the path is bound back.
+    Every path is staged before any ancestor is covered, so paths under one closed folder (a clone,
+    its venv and the Python installation all under /root) all come back."""
+    stage, cover = ["set -e"], []
+    for k, path in enumerate(paths):
         parts = Path(path).parts
         for i in range(2, len(parts)):
             top = Path(*parts[:i])
             if os.stat(top).st_mode & 0o001 == 0:
-                lines += [f'S{staged}=$(mktemp -d)', f'mount --bind "{path}" "$S{staged}"',
-                          f'mountpoint -q "{top}" || mount -t tmpfs -o mode=0755 none "{top}"',
-                          f'mkdir -p "{path}"', f'mount --move "$S{staged}" "{path}"']
-                staged += 1
+                stage += [f'S{k}=$(mktemp -d)', f'mount --bind "{path}" "$S{k}"']
+                cover += [f'mountpoint -q "{top}" || mount -t tmpfs -o mode=0755 none "{top}"',
+                          f'mkdir -p "{path}"', f'mount --move "$S{k}" "{path}"']
                 break
-    return lines
+    return stage + cover
 
 
 def test_the_attacks_fail_as_an_unprivileged_user_too():
