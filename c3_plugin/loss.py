@@ -87,9 +87,11 @@ class LossStats:
 
 def ppo_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
              clip: float = 0.2, aggregation: str = "token_mean", ref_logp: torch.Tensor | None = None,
-             kl_coef: float = 0.0, clip_high: float | None = None) -> tuple[torch.Tensor, LossStats]:
-    """Clipped surrogate ``-min(r A, clip(r, 1-eps, 1+eps_high) A)`` per token, plus ``kl_coef`` times the
-    k3 estimate of KL to a reference; aggregated over valid tokens (``token_mean`` by default)."""
+             kl_coef: float = 0.0, clip_high: float | None = None,
+             token_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, LossStats]:
+    """Clipped surrogate ``-min(r A, clip(r, 1-eps, 1+eps_high) A)`` per token, times ``token_weights``
+    when given (truncated importance weights), plus ``kl_coef`` times the k3 estimate of KL to a
+    reference; aggregated over valid tokens (``token_mean`` by default)."""
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"unknown loss aggregation {aggregation!r}; use one of {AGGREGATIONS}")
     high = clip if clip_high is None else clip_high
@@ -97,6 +99,8 @@ def ppo_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.T
     log_ratio = (new_logp - old_logp) * mask
     ratio = torch.exp(log_ratio)
     per_token = -torch.minimum(ratio * adv, torch.clamp(ratio, 1.0 - clip, 1.0 + high) * adv)
+    if token_weights is not None:
+        per_token = per_token * token_weights.to(per_token.dtype)
     ref_kl = torch.zeros_like(per_token)
     if ref_logp is not None and kl_coef:
         d = (ref_logp - new_logp) * mask

@@ -49,6 +49,7 @@ class Generation:
     token_ids: list[int]
     logprobs: list[float]
     loss_mask: list[int] | None = None  # 1 for tokens the policy chose (trained on), 0 for forced schema tokens; None: all 1
+    trainer_logprobs: list[float] | None = None  # the trainer's recomputation when ``logprobs`` are another engine's (vLLM); None: they are the trainer's
 
 
 class GenerationBackend(Protocol):
@@ -176,6 +177,7 @@ def _expand_decision(workflow: Workflow, step: Step, b: int, items: Sequence[Map
                                       context=context, prefix=role.prefix, message=gen.text, token_ids=list(gen.token_ids),
                                       logprobs=[float(x) for x in gen.logprobs],
                                       loss_mask=None if gen.loss_mask is None else [int(x) for x in gen.loss_mask],
+                                      trainer_logprobs=None if gen.trainer_logprobs is None else [float(x) for x in gen.trainer_logprobs],
                                       prompt_ids=None if prompt_ids[int(cls)] is None else list(prompt_ids[int(cls)])))
             next_node[f.item] += 1
             nodes.append(node)

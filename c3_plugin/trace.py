@@ -52,6 +52,7 @@ class TraceEntry:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)  # behaviour log-probs, one per token
     loss_mask: list[int] | None = None  # per token: 1 chosen by the policy, 0 forced by a grammar (None: all chosen)
+    trainer_logprobs: list[float] | None = None  # per token: the trainer's recomputation when the behaviour log-probs are a vLLM engine's (None: they are the trainer's)
     reward: float | None = None  # terminal reward (leaves only)
     item: dict[str, Any] | None = None  # the task item (root only)
     prompt_ids: list[int] | None = None  # decision points: token ids the policy conditioned on (chat template, system prompt, context, prefix); None: materialised without tokenizers

@@ -68,6 +68,15 @@ class WorkflowConfig(MAGRPOConfig):
     curriculum: list[dict[str, Any]] | None = None  # phases [{epochs, where: {field: [values]}, eval_every: env steps}]; epochs sum to num_train_epochs
     wandb_keys: list[str] | None = None  # glob patterns of the metric keys published to W&B (None: all); metrics.jsonl keeps everything
     json_stop: bool = False  # stop free-text generation once the message is one complete JSON object
+    generation_backend: str = "hf"  # "hf" (transformers generate) or "vllm" (a colocated vLLM engine, weights pushed after every update; needs the vLLM environment, make setup-vllm)
+    vllm_gpu_memory_utilization: float = 0.5  # vLLM: share of GPU memory the engine may take (weights + KV cache)
+    vllm_kv_cache_gb: float | None = None  # vLLM: KV cache size in GiB (None: 1 GiB on CPU, where vLLM would otherwise reserve vllm_gpu_memory_utilization of the RAM; on a GPU what the utilization leaves)
+    vllm_tensor_parallel_size: int = 1  # vLLM: GPUs the engine shards the model over
+    vllm_enable_sleep_mode: bool = False  # vLLM: free the engine's GPU memory during each update (sleep/wake_up; skipped on CPU)
+    vllm_max_model_len: int | None = None  # vLLM: longest prompt + message the engine serves (None: the model's maximum)
+    vllm_enforce_eager: bool = True  # vLLM: no graph capture (faster start-up, slower GPU decoding)
+    logprob_mismatch: bool = True  # vLLM: recompute the trainer's log-probs of every sample and log the sampler/trainer mismatch
+    importance_sampling_cap: float | None = None  # vLLM: truncated importance-sampling correction, weight min(pi_trainer / pi_vllm, cap) per token (None: off; needs logprob_mismatch)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -84,6 +93,13 @@ class WorkflowConfig(MAGRPOConfig):
             raise ValueError(f"minibatch_size must be >= 1 or None, got {self.minibatch_size}")
         if not 0 < self.clip_eps < 1:
             raise ValueError(f"clip_eps must be in (0, 1), got {self.clip_eps}")
+        if self.generation_backend not in ("hf", "vllm"):
+            raise ValueError(f"generation_backend must be 'hf' or 'vllm', got {self.generation_backend!r}")
+        if self.importance_sampling_cap is not None and not (self.generation_backend == "vllm" and self.logprob_mismatch
+                                                             and self.importance_sampling_cap >= 1.0):
+            raise ValueError("importance_sampling_cap needs generation_backend: vllm, logprob_mismatch: true and a cap >= 1, "
+                             f"got backend {self.generation_backend!r}, logprob_mismatch {self.logprob_mismatch}, "
+                             f"cap {self.importance_sampling_cap}")
         parse_plan(self.plan)
         from ..curriculum import parse_curriculum
 
@@ -245,13 +261,17 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
                                            encode_prompt(tok, Prompt(e.context, e.role, agent, e.prefix, self.workflow.roles[e.role].system),
                                                          self.args.use_chat_template),
                                            completion_ids=list(e.token_ids), old_logprobs=list(e.logprobs), advantage=float(a),
-                                           loss_mask=e.loss_mask)
+                                           loss_mask=e.loss_mask, trainer_logprobs=e.trainer_logprobs)
                               for (e, _, _), a in zip(rows, adv)]
         return samples, (np.concatenate(all_adv) if all_adv else np.zeros(0))
 
     def update_policies(self, samples: Mapping[int, list[PolicySample]]) -> dict[str, float]:
+        """One PPO update per agent; then a vLLM engine gets the new weights (``time/sync_s``)."""
         metrics: dict[str, float] = {}
         agg: dict[str, list[float]] = {}
+        engine = getattr(self.backend, "sync", None) is not None
+        if engine:
+            self.backend.sleep()
         for agent, batch in sorted(samples.items()):
             if not batch:
                 continue
@@ -262,6 +282,11 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
                 metrics[f"train/agent{agent}/{k}"] = v
                 agg.setdefault(k, []).append(v)
         metrics.update({f"train/{k}": float(np.mean(v)) for k, v in agg.items()})
+        if engine:
+            t0 = time.perf_counter()
+            self.backend.wake_up()
+            self.backend.sync()
+            metrics["time/sync_s"] = time.perf_counter() - t0
         return metrics
 
     def _pad_id(self, agent: int) -> int:

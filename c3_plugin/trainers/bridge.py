@@ -20,7 +20,8 @@ so bf16 models train without their updates rounding away.
 
 Attributes set here: ``workflow``, ``grammar``, ``backend``, ``run_dir``, ``totals``,
 ``update_step``, ``history``, ``compute_dtypes``. Config fields read (with defaults when a config lacks them):
-``use_chat_template``, ``generation_batch_size``, ``json_stop``, ``wandb_keys``,
+``use_chat_template``, ``generation_batch_size``, ``json_stop``, ``wandb_keys``, ``generation_backend`` and the
+``vllm_*`` options (:class:`~c3_plugin.vllm_backend.VLLMBackend`, which wraps the HF backend),
 ``temperature``/``top_p``/``top_k``/``max_new_tokens``, ``eval_num_samples``, ``eval_batch_size``.
 """
 
@@ -72,6 +73,14 @@ class WorkflowBridge:
                                  micro_batch_size=int(getattr(args, "micro_batch_size", 8)), grammar=grammar,
                                  json_stop=getattr(args, "json_stop", False))
         self.compute_dtypes = [keep_fp32_masters(self.agents[a], self._trainable_parameters(a)) for a in range(self.num_agents)]
+        if getattr(args, "generation_backend", "hf") == "vllm":
+            from ..vllm_backend import VLLMBackend, VLLMOptions
+
+            self.backend = VLLMBackend(self.backend, VLLMOptions(
+                gpu_memory_utilization=args.vllm_gpu_memory_utilization, kv_cache_gb=args.vllm_kv_cache_gb,
+                tensor_parallel_size=args.vllm_tensor_parallel_size,
+                enable_sleep_mode=args.vllm_enable_sleep_mode, max_model_len=args.vllm_max_model_len,
+                enforce_eager=args.vllm_enforce_eager, measure_mismatch=args.logprob_mismatch, seed=int(args.seed)))
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.update_step = 0
         self.totals = {"env_steps": 0, "messages": 0, "tokens_generated": 0}

@@ -3,6 +3,12 @@
 A sample's ``loss_mask`` (0 on tokens a grammar forced) multiplies the completion mask:
 forced tokens get no loss and do not count in token means, micro-batch weights or stats;
 samples with no trained token are dropped.
+
+Samples drawn by another engine (vLLM) carry the trainer's recomputation of their log-probs
+(``trainer_logprobs``) beside the engine's (``old_logprobs``, the behaviour). The update logs
+their per-token mismatch (:func:`logprob_mismatch`). With ``importance_sampling_cap`` set, it
+corrects for it by truncated importance sampling: the PPO ratio is taken against the trainer's
+log-probs and every token's loss is weighted by ``min(pi_trainer / pi_engine, cap)``.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ class PolicySample:
     old_logprobs: list[float]  # behaviour log-probs recorded at sampling time
     advantage: float
     loss_mask: list[int] | None = None  # per completion token: 1 trained on, 0 forced schema token (None: all 1)
+    trainer_logprobs: list[float] | None = None  # the trainer's log-probs at sampling time when old_logprobs are another engine's (None: the same)
 
 
 def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples: Sequence[PolicySample], args: Any,
@@ -41,6 +48,7 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples
     micro = int(args.micro_batch_size)
     temperature = float(args.temperature)
     kl_coef = float(getattr(args, "reference_kl_coef", 0.0)) if ref_model is not None else 0.0
+    cap = getattr(args, "importance_sampling_cap", None)
     totals: dict[str, float] = {"loss": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "ref_kl": 0.0, "grad_norm": 0.0}
     steps = 0
     model.train()
@@ -60,13 +68,16 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples
                 old = torch.zeros_like(new_logp)
                 for r, s in enumerate(chunk):
                     old[r, : len(s.old_logprobs)] = torch.as_tensor(s.old_logprobs, dtype=old.dtype)
+                weights = None
+                if cap is not None and any(s.trainer_logprobs is not None for s in chunk):
+                    old, weights = _truncated_is(chunk, old, float(cap))
                 adv = torch.tensor([s.advantage for s in chunk], dtype=new_logp.dtype, device=device)
                 ref_logp = None
                 if ref_model is not None and kl_coef:
                     with torch.no_grad():
                         ref_logp, _ = sequence_logprobs(ref_model, prompts, comps, pad_id, temperature)
                 loss, stats = ppo_loss(new_logp, old, adv, mask, clip=args.clip_eps, aggregation=args.loss_aggregation,
-                                       ref_logp=ref_logp, kl_coef=kl_coef, clip_high=args.clip_eps_high)
+                                       ref_logp=ref_logp, kl_coef=kl_coef, clip_high=args.clip_eps_high, token_weights=weights)
                 weight = _chunk_weight(args.loss_aggregation, stats.tokens, n_tokens, stats.sequences, len(batch))
                 (loss * weight).backward()
                 for k in step_stats:
@@ -84,7 +95,32 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples
     out = {k: v / steps for k, v in totals.items()}
     out["optimizer_steps"] = float(steps)
     out["samples"] = float(len(samples))
+    out.update(logprob_mismatch(samples))
     return out
+
+
+def logprob_mismatch(samples: Sequence[PolicySample]) -> dict[str, float]:
+    """Sampler/trainer log-prob mismatch over every token of the samples that carry both:
+    ``logprob_mismatch_kl``, the mean k3 estimate of KL(sampler || trainer) per token (the tokens
+    are the sampler's draws), and ``logprob_mismatch_max``, the largest absolute difference.
+    Empty when no sample carries the trainer's log-probs (the HF backend)."""
+    pairs = [(s.old_logprobs, s.trainer_logprobs) for s in samples if s.trainer_logprobs is not None]
+    if not pairs:
+        return {}
+    engine = torch.as_tensor([x for e, _ in pairs for x in e], dtype=torch.float64)
+    trainer = torch.as_tensor([x for _, t in pairs for x in t], dtype=torch.float64)
+    d = trainer - engine
+    return {"logprob_mismatch_kl": float((torch.exp(d) - d - 1.0).mean()), "logprob_mismatch_max": float(d.abs().max())}
+
+
+def _truncated_is(chunk: Sequence[PolicySample], engine: torch.Tensor, cap: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(old, weights)`` ``[B, T]``: the trainer's log-probs (the engine's where a sample has none) and the
+    truncated importance weights ``min(exp(trainer - engine), cap)`` (1 where a sample has none)."""
+    old = engine.clone()
+    for r, s in enumerate(chunk):
+        if s.trainer_logprobs is not None:
+            old[r, : len(s.trainer_logprobs)] = torch.as_tensor(s.trainer_logprobs, dtype=old.dtype)
+    return old, torch.exp(old - engine).clamp(max=cap)
 
 
 def trained_tokens(sample: PolicySample) -> int:

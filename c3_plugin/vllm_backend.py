@@ -1,0 +1,303 @@
+"""The vLLM generation backend (``generation_backend: vllm``) behind :class:`~c3_plugin.rollout.GenerationBackend`.
+
+One engine colocated in the training process, started from the trainer's own policy (its
+weights and tokenizer are written once to a temporary folder, so whatever the trainer loaded,
+a GGUF file or a tiny test model, the engine serves the same function). It follows the HF
+backend's rules (:mod:`c3_plugin.generation`):
+
+* prompts go in as :func:`~c3_plugin.generation.encode_prompt`'s token ids, ``n`` samples per
+  prompt, each prompt's own ``max_new_tokens``, stopping at every id of
+  :func:`~c3_plugin.generation.stop_ids` (the stop token is kept); the checkpoint's shipped
+  generation config is ignored (``generation_config="vllm"``), so only temperature, top-p and
+  top-k shape the samples; greedy decoding samples once and repeats the message ``n`` times;
+* behaviour log-probs are the engine's own, of the sampled tokens under the temperature-scaled
+  softmax (``logprobs_mode="processed_logprobs"``; vLLM's default ``raw_logprobs`` ignores the
+  temperature). Under top-p or top-k truncation vLLM reports log-probs of the truncated
+  distribution, so then they are recomputed on the trainer side, as the HF backend does;
+* the trainer's recomputation is also made when the engine's values are recorded
+  (``measure_mismatch``) and carried as :attr:`Generation.trainer_logprobs`: the update logs the
+  sampler/trainer mismatch (``logprob_mismatch_kl`` / ``_max``) and can correct for it by
+  truncated importance sampling (``importance_sampling_cap``, :mod:`c3_plugin.trainers.update`);
+* prompts with a forced JSON skeleton, and every prompt when ``json_stop`` is on, are generated
+  by the HF backend (``fallback``), so their loss masks and stops are exactly the HF ones.
+
+Weights. :meth:`sync` pushes the policy's current weights into the engine (``load_weights``
+of the engine's model through vLLM's in-place reload: tied output embeddings follow the input embeddings they share) and
+resets its prefix cache: a cached prefix would otherwise reuse keys and values computed with
+the old weights. The trainer calls it after every optimizer update. The engine holds one set
+of weights: agents that are different modules (``per_agent``) are swapped in when their turn
+comes (a push each time); LoRA agents (``agents.policy: lora``) are pushed as the base with the
+agent's adapter merged in. The weight push runs in the engine's process, which is this one in
+vLLM's in-process mode (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set here unless already set):
+the mode whose weight sync works on CPU. The weight file the engine started from is deleted once
+loaded. ``sleep``/``wake_up`` (``enable_sleep_mode``) free the
+engine's GPU memory around the update; they are skipped on CPU, where vLLM does nothing.
+
+vLLM is imported only when the first engine starts; nothing else in the package imports it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from .generation import HFBackend, encode_prompt, stop_ids
+from .precision import compute_dtype_of, compute_module
+from .rollout import Generation, Prompt, Sampling
+
+
+@dataclass(frozen=True)
+class VLLMOptions:
+    gpu_memory_utilization: float = 0.5  # share of GPU memory the engine may take (weights + KV cache)
+    kv_cache_gb: float | None = None  # KV cache size in GiB (None: 1 GiB on CPU, where vLLM would otherwise reserve gpu_memory_utilization of the RAM; on a GPU what gpu_memory_utilization leaves)
+    tensor_parallel_size: int = 1  # GPUs the engine shards each model over
+    enable_sleep_mode: bool = False  # free the engine's GPU memory during the update (GPU only)
+    max_model_len: int | None = None  # longest prompt + message (None: the model's maximum)
+    enforce_eager: bool = True  # no graph capture / compilation (faster start-up; slower decoding on a GPU)
+    measure_mismatch: bool = True  # recompute the trainer's log-probs of every sample to log the mismatch
+    seed: int = 0  # engine seed; each request also gets its own seed from it
+
+
+def _weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(name, tensor)`` in the checkpoint's naming for the module that computes: a peft model's
+    LoRA layers are given as base weight plus the active adapter's delta (merged)."""
+    inner = compute_module(model)
+    merged: dict[str, torch.Tensor] = {}
+    for name, module in inner.named_modules():
+        if hasattr(module, "lora_A") and hasattr(module, "base_layer") and hasattr(module, "get_delta_weight"):
+            weight = module.base_layer.weight.detach()
+            for adapter in getattr(module, "active_adapters", []):
+                if adapter in module.lora_A:
+                    weight = weight + module.get_delta_weight(adapter).detach().to(weight.dtype)
+            merged[f"{name}.weight"] = weight
+    for name, p in inner.named_parameters():
+        if "lora_" in name:
+            continue
+        clean = name.replace(".base_layer.", ".")
+        if clean in merged:
+            continue
+        yield clean, p.detach()
+    yield from merged.items()
+
+
+class VLLMBackend:
+    """Batched sampling from one colocated vLLM engine, the HF backend's contract and settings.
+
+    ``policy(agent)`` and ``tokenizers`` are the trainer's (as for :class:`HFBackend`); ``fallback``
+    is the HF backend that serves structured prompts and recomputes trainer-side log-probs."""
+
+    def __init__(self, fallback: HFBackend, options: VLLMOptions = VLLMOptions()):
+        self.fallback = fallback
+        self.options = options
+        self.llm: Any = None
+        self.loaded: int | None = None  # the agent whose weights the engine holds
+        self.stale = False  # the policy changed since the last push
+        self.rng = np.random.default_rng(options.seed)
+        self.timings = {"engine_start_s": 0.0, "sync_s": 0.0, "syncs": 0}
+        self._dir: str | None = None
+
+    # the HF backend's settings, read through
+    @property
+    def policy(self) -> Callable[[int], torch.nn.Module]:
+        return self.fallback.policy
+
+    @property
+    def tokenizers(self) -> list[Any]:
+        return self.fallback.tokenizers
+
+    @property
+    def use_chat_template(self) -> bool:
+        return self.fallback.use_chat_template
+
+    def for_policy(self, policy: Callable[[int], torch.nn.Module]) -> HFBackend:
+        """Another policy (a frozen comparator) samples through the HF backend: the engine holds the trained one."""
+        return self.fallback.for_policy(policy)
+
+    # ----- engine ---------------------------------------------------------------------------------
+    def _start(self, agent: int) -> None:
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        from vllm import LLM
+
+        t0 = time.perf_counter()
+        model = self.policy(agent)
+        inner = compute_module(model)
+        self._dir = tempfile.mkdtemp(prefix="c3-vllm-")
+        inner.config.save_pretrained(self._dir)
+        self.tokenizers[agent].save_pretrained(self._dir)
+        from safetensors.torch import save_file
+
+        dtype = compute_dtype_of(model) or next(inner.parameters()).dtype
+        tensors = {n: t.to(dtype).contiguous().clone() for n, t in _weights(model)}
+        if getattr(inner.config, "tie_word_embeddings", False):
+            tensors.pop("lm_head.weight", None)
+        save_file(tensors, os.path.join(self._dir, "model.safetensors"))
+        o = self.options
+        cuda = next(inner.parameters()).device.type == "cuda"
+        kwargs: dict[str, Any] = {"gpu_memory_utilization": o.gpu_memory_utilization,
+                                  "tensor_parallel_size": o.tensor_parallel_size,
+                                  "enable_sleep_mode": bool(o.enable_sleep_mode and cuda)}
+        if o.max_model_len is not None:
+            kwargs["max_model_len"] = int(o.max_model_len)
+        kv_gb = o.kv_cache_gb if o.kv_cache_gb is not None else (None if cuda else 1.0)
+        if kv_gb is not None:
+            kwargs["kv_cache_memory_bytes"] = int(kv_gb * 2**30)
+        self.llm = LLM(model=self._dir, tokenizer=self._dir, dtype=str(dtype).replace("torch.", ""), seed=o.seed,
+                       logprobs_mode="processed_logprobs", generation_config="vllm", enable_prefix_caching=True,
+                       enforce_eager=o.enforce_eager, **kwargs)
+        os.remove(os.path.join(self._dir, "model.safetensors"))  # loaded: later weights come by sync, not from disk
+        weakref.finalize(self, shutil.rmtree, self._dir, True)
+        self.loaded = agent
+        self.stale = False
+        self.timings["engine_start_s"] += time.perf_counter() - t0
+
+    def load_weights(self, weights: Sequence[tuple[str, torch.Tensor]]) -> None:
+        """Load checkpoint-format ``(name, tensor)`` pairs into the engine's model, in place. vLLM's
+        in-place reload runs each layer's post-load processing again (the CPU backend repacks its
+        linear weights), which a bare ``model.load_weights`` would skip. The prefix cache is not touched."""
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(list(weights))})
+        self.llm.apply_model(_retie)
+
+
+    def _push(self, agent: int) -> None:
+        """Load ``policy(agent)``'s current weights into the engine and drop its prefix cache."""
+        t0 = time.perf_counter()
+        model = self.policy(agent)
+        dtype = compute_dtype_of(model) or next(compute_module(model).parameters()).dtype
+        self.load_weights([(n, t.to(dtype)) for n, t in _weights(model)])
+        if not self.llm.reset_prefix_cache():
+            raise RuntimeError("vLLM refused to reset its prefix cache after a weight sync (requests still running?)")
+        self.loaded = agent
+        self.stale = False
+        self.timings["sync_s"] += time.perf_counter() - t0
+        self.timings["syncs"] += 1
+
+    def _same_weights(self, a: int, b: int | None) -> bool:
+        """Whether agents ``a`` and ``b`` are played by one set of weights (one module, no adapters)."""
+        if b is None:
+            return False
+        if a == b:
+            return True
+        ma, mb = self.fallback.policy(a), self.fallback.policy(b)
+        return ma is mb and not hasattr(ma, "peft_config")
+
+    def _ensure(self, agent: int) -> None:
+        if self.llm is None:
+            self._start(agent)
+        elif self.stale or not self._same_weights(agent, self.loaded):
+            self._push(agent)
+
+    def sync(self) -> None:
+        """After an optimizer update: push the current weights (of the agent the engine holds) and reset
+        the prefix cache. A no-op before the engine has started."""
+        if self.llm is not None:
+            self._push(self.loaded if self.loaded is not None else 0)
+
+    def sleep(self) -> None:
+        """Free the engine's GPU memory before the update (with ``enable_sleep_mode`` on a GPU)."""
+        if self.llm is not None and self.options.enable_sleep_mode and torch.cuda.is_available():
+            self.llm.sleep(level=1)
+
+    def wake_up(self) -> None:
+        if self.llm is not None and self.options.enable_sleep_mode and torch.cuda.is_available():
+            self.llm.wake_up()
+
+    def close(self) -> None:
+        """Shut the engine down and remove its weight folder."""
+        if self.llm is not None:
+            shutdown = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+            if shutdown is not None and hasattr(shutdown, "shutdown"):
+                shutdown.shutdown()
+            self.llm = None
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    # ----- sampling ---------------------------------------------------------------------------------
+    def generate(self, prompts: Sequence[Prompt], n: int, sampling: Sampling) -> list[list[Generation]]:
+        out: list[list[Generation] | None] = [None] * len(prompts)
+        mine: dict[int, list[int]] = {}
+        hf: list[int] = []
+        for i, p in enumerate(prompts):
+            if self.fallback.json_stop or self.fallback._skeleton(p) is not None:
+                hf.append(i)
+            else:
+                mine.setdefault(p.agent, []).append(i)
+        if hf:
+            for i, g in zip(hf, self.fallback.generate([prompts[i] for i in hf], n, sampling)):
+                out[i] = g
+        for agent, idx in mine.items():
+            for i, g in zip(idx, self._generate_agent(agent, [prompts[i] for i in idx], n, sampling)):
+                out[i] = g
+        return out  # type: ignore[return-value]
+
+    def sampling_params(self, sampling: Sampling, n: int, max_tokens: int, stops: Sequence[int]) -> Any:
+        """vLLM's sampling parameters for one prompt: the explicit knobs only (no penalties, no min-p)."""
+        from vllm import SamplingParams
+
+        common = dict(max_tokens=int(max_tokens), stop_token_ids=list(stops), logprobs=0, skip_special_tokens=True,
+                      repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0, min_p=0.0, min_tokens=0,
+                      seed=int(self.rng.integers(2**31 - 1)))
+        if sampling.greedy:
+            return SamplingParams(n=1, temperature=0.0, **common)
+        return SamplingParams(n=int(n), temperature=float(sampling.temperature), top_p=float(sampling.top_p),
+                              top_k=int(sampling.top_k or 0), **common)
+
+    def _generate_agent(self, agent: int, prompts: Sequence[Prompt], n: int, sampling: Sampling) -> list[list[Generation]]:
+        from vllm.inputs import TokensPrompt
+
+        self._ensure(agent)
+        tok = self.tokenizers[agent]
+        stops = stop_ids(self.policy(agent), tok)
+        encoded = [encode_prompt(tok, p, self.use_chat_template) for p in prompts]
+        caps = [p.max_new_tokens or sampling.max_new_tokens for p in prompts]
+        params = [self.sampling_params(sampling, n, c, stops) for c in caps]
+        results = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in encoded], params, use_tqdm=False)
+        stop_set = set(stops)
+        rows: list[tuple[int, list[int], list[float]]] = []
+        for k, res in enumerate(results):
+            outs = list(res.outputs)
+            if sampling.greedy:
+                outs = outs * n
+            for o in outs:
+                ids = list(o.token_ids)[: caps[k]]
+                end = next((i + 1 for i, t in enumerate(ids) if t in stop_set), len(ids))
+                ids = ids[:end]
+                lps = [float(d[t].logprob) for d, t in zip(o.logprobs, ids)]
+                rows.append((k, ids, lps))
+        truncated = not sampling.greedy and (float(sampling.top_p) < 1.0 or bool(sampling.top_k))
+        temperature = 1.0 if sampling.greedy else float(sampling.temperature)
+        trainer = None
+        if truncated or (self.options.measure_mismatch and not sampling.greedy):
+            trainer = self.fallback.behaviour_logprobs(agent, [encoded[k] for k, _, _ in rows], [ids for _, ids, _ in rows],
+                                                       temperature)
+        gens = []
+        for r, (k, ids, lps) in enumerate(rows):
+            if truncated:  # vLLM's values are of the truncated distribution: the trainer's are the behaviour
+                gens.append(Generation(text=tok.decode(ids, skip_special_tokens=True), token_ids=ids, logprobs=trainer[r]))
+            else:
+                gens.append(Generation(text=tok.decode(ids, skip_special_tokens=True), token_ids=ids, logprobs=lps,
+                                       trainer_logprobs=None if trainer is None else trainer[r]))
+        return [gens[k * n:(k + 1) * n] for k in range(len(prompts))]
+
+
+def _retie(model: torch.nn.Module) -> None:
+    """After an in-place reload: a tied output head shares the (new) input embedding again. The reload
+    gives the embedding a fresh tensor and puts the head's old kernel tensors back, so without this the
+    head would score with stale (or freed) weights. Its post-load processing (CPU GEMM dispatch) reruns."""
+    config = getattr(model, "config", None)
+    head, body = getattr(model, "lm_head", None), getattr(model, "model", None)
+    embed = getattr(body, "embed_tokens", None)
+    if not getattr(config, "tie_word_embeddings", False) or head is None or embed is None:
+        return
+    head.weight = embed.weight
+    method = getattr(head, "quant_method", None)
+    if method is not None and hasattr(method, "process_weights_after_loading"):
+        method.process_weights_after_loading(head)
