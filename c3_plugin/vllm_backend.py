@@ -18,8 +18,12 @@ backend's rules (:mod:`c3_plugin.generation`):
   (``measure_mismatch``) and carried as :attr:`Generation.trainer_logprobs`: the update logs the
   sampler/trainer mismatch (``logprob_mismatch_kl`` / ``_max``) and can correct for it by
   truncated importance sampling (``importance_sampling_cap``, :mod:`c3_plugin.trainers.update`);
-* prompts with a forced JSON skeleton, and every prompt when ``json_stop`` is on, are generated
-  by the HF backend (``fallback``), so their loss masks and stops are exactly the HF ones.
+* prompts with a forced JSON skeleton (``grammar``) are sampled under a vLLM logits processor
+  (:class:`SkeletonRequest`, the state machine of :mod:`c3_plugin.structured`: schema tokens forced,
+  values sampled), their cap raised to the skeleton's worst case, their ``loss_mask`` 0 on forced
+  tokens; their behaviour log-probs are the raw policy's, recomputed on the trainer side (vLLM's
+  would be of the masked distribution), as under HF. With ``json_stop`` every prompt is generated
+  by the HF backend (``fallback``).
 
 Weights. :meth:`sync` pushes the policy's current weights into the engine (``load_weights``
 of the engine's model through vLLM's in-place reload: tied output embeddings follow the input embeddings they share) and
@@ -38,6 +42,7 @@ vLLM is imported only when the first engine starts; nothing else in the package 
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import tempfile
@@ -52,6 +57,48 @@ import torch
 from .generation import HFBackend, encode_prompt, stop_ids
 from .precision import compute_dtype_of, compute_module
 from .rollout import Generation, Prompt, Sampling
+from .structured import Skeleton, _Row, _tables, loss_mask_for, max_completion_tokens
+
+_SKELETONS: dict[int, tuple[Any, Skeleton]] = {}  # request key -> (tokenizer, skeleton), read by the engine's logits processor
+_KEYS = itertools.count(1)
+
+
+class SkeletonRequest:
+    """vLLM's per-request logits processor for one skeleton: called with the request's output ids so
+    far and its logits row; advances the skeleton's state machine over the new ids and masks the row
+    to the forced id, or to the value vocabulary while the policy chooses."""
+
+    def __init__(self, tokenizer: Any, skeleton: Skeleton):
+        self.tables = _tables(tokenizer)
+        self.row = _Row(self.tables.compile(skeleton), self.tables)
+        self.seen = 0
+
+    def __call__(self, output_ids: list[int], logits: torch.Tensor) -> torch.Tensor:
+        for token in output_ids[self.seen:]:
+            self.row.advance(int(token))
+        self.seen = len(output_ids)
+        forced = self.row.forced()
+        if forced is not None:
+            keep = torch.full_like(logits, float("-inf"))
+            keep[forced] = logits[forced]
+            return keep
+        return logits.masked_fill(~self.tables.mask(logits.shape[-1], logits.device), float("-inf"))
+
+
+def _skeleton_processor() -> type:
+    """The engine-wide logits processor class: a :class:`SkeletonRequest` for requests whose sampling
+    parameters carry ``extra_args["c3_skeleton"]``, nothing for the others."""
+    from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
+
+    class SkeletonProcessor(AdapterLogitsProcessor):
+        def is_argmax_invariant(self) -> bool:
+            return False
+
+        def new_req_logits_processor(self, params: Any) -> SkeletonRequest | None:
+            key = (params.extra_args or {}).get("c3_skeleton")
+            return None if key is None else SkeletonRequest(*_SKELETONS[key])
+
+    return SkeletonProcessor
 
 
 @dataclass(frozen=True)
@@ -149,6 +196,8 @@ class VLLMBackend:
         kv_gb = o.kv_cache_gb if o.kv_cache_gb is not None else (None if cuda else 1.0)
         if kv_gb is not None:
             kwargs["kv_cache_memory_bytes"] = int(kv_gb * 2**30)
+        if self.fallback.grammar is not None:
+            kwargs["logits_processors"] = [_skeleton_processor()]
         self.llm = LLM(model=self._dir, tokenizer=self._dir, dtype=str(dtype).replace("torch.", ""), seed=o.seed,
                        logprobs_mode="processed_logprobs", generation_config="vllm", enable_prefix_caching=True,
                        enforce_eager=o.enforce_eager, **kwargs)
@@ -226,7 +275,7 @@ class VLLMBackend:
         mine: dict[int, list[int]] = {}
         hf: list[int] = []
         for i, p in enumerate(prompts):
-            if self.fallback.json_stop or self.fallback._skeleton(p) is not None:
+            if self.fallback.json_stop:
                 hf.append(i)
             else:
                 mine.setdefault(p.agent, []).append(i)
@@ -238,13 +287,15 @@ class VLLMBackend:
                 out[i] = g
         return out  # type: ignore[return-value]
 
-    def sampling_params(self, sampling: Sampling, n: int, max_tokens: int, stops: Sequence[int]) -> Any:
-        """vLLM's sampling parameters for one prompt: the explicit knobs only (no penalties, no min-p)."""
+    def sampling_params(self, sampling: Sampling, n: int, max_tokens: int, stops: Sequence[int], skeleton_key: int | None = None) -> Any:
+        """vLLM's sampling parameters for one prompt: the explicit knobs only (no penalties, no min-p);
+        ``skeleton_key`` names the prompt's skeleton for the logits processor."""
         from vllm import SamplingParams
 
         common = dict(max_tokens=int(max_tokens), stop_token_ids=list(stops), logprobs=0, skip_special_tokens=True,
                       repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0, min_p=0.0, min_tokens=0,
-                      seed=int(self.rng.integers(2**31 - 1)))
+                      seed=int(self.rng.integers(2**31 - 1)),
+                      extra_args=None if skeleton_key is None else {"c3_skeleton": int(skeleton_key)})
         if sampling.greedy:
             return SamplingParams(n=1, temperature=0.0, **common)
         return SamplingParams(n=int(n), temperature=float(sampling.temperature), top_p=float(sampling.top_p),
@@ -257,9 +308,20 @@ class VLLMBackend:
         tok = self.tokenizers[agent]
         stops = stop_ids(self.policy(agent), tok)
         encoded = [encode_prompt(tok, p, self.use_chat_template) for p in prompts]
+        skeletons = [self.fallback._skeleton(p) for p in prompts]
         caps = [p.max_new_tokens or sampling.max_new_tokens for p in prompts]
-        params = [self.sampling_params(sampling, n, c, stops) for c in caps]
-        results = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in encoded], params, use_tqdm=False)
+        caps = [c if s is None else max(c, max_completion_tokens(tok, s)) for c, s in zip(caps, skeletons)]
+        keys = []
+        for s in skeletons:
+            keys.append(None if s is None else next(_KEYS))
+            if s is not None:
+                _SKELETONS[keys[-1]] = (tok, s)
+        params = [self.sampling_params(sampling, n, c, stops, k) for c, k in zip(caps, keys)]
+        try:
+            results = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in encoded], params, use_tqdm=False)
+        finally:
+            for k in keys:
+                _SKELETONS.pop(k, None)
         stop_set = set(stops)
         rows: list[tuple[int, list[int], list[float]]] = []
         for k, res in enumerate(results):
@@ -275,13 +337,16 @@ class VLLMBackend:
         truncated = not sampling.greedy and (float(sampling.top_p) < 1.0 or bool(sampling.top_k))
         temperature = 1.0 if sampling.greedy else float(sampling.temperature)
         trainer = None
-        if truncated or (self.options.measure_mismatch and not sampling.greedy):
+        if truncated or any(s is not None for s in skeletons) or (self.options.measure_mismatch and not sampling.greedy):
             trainer = self.fallback.behaviour_logprobs(agent, [encoded[k] for k, _, _ in rows], [ids for _, ids, _ in rows],
                                                        temperature)
         gens = []
         for r, (k, ids, lps) in enumerate(rows):
-            if truncated:  # vLLM's values are of the truncated distribution: the trainer's are the behaviour
-                gens.append(Generation(text=tok.decode(ids, skip_special_tokens=True), token_ids=ids, logprobs=trainer[r]))
+            text = tok.decode(ids, skip_special_tokens=True)
+            if skeletons[k] is not None:  # the raw policy's log-probs; forced tokens out of the loss
+                gens.append(Generation(text=text, token_ids=ids, logprobs=trainer[r], loss_mask=loss_mask_for(tok, skeletons[k], ids)))
+            elif truncated:  # vLLM's values are of the truncated distribution: the trainer's are the behaviour
+                gens.append(Generation(text=text, token_ids=ids, logprobs=trainer[r]))
             else:
                 gens.append(Generation(text=tok.decode(ids, skip_special_tokens=True), token_ids=ids, logprobs=lps,
                                        trainer_logprobs=None if trainer is None else trainer[r]))

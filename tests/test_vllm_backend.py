@@ -15,11 +15,13 @@ import torch
 from c3_plugin.generation import HFBackend, encode_prompt
 from c3_plugin.loss import token_logprobs
 from c3_plugin.rollout import Prompt, Sampling
+from c3_plugin.structured import Skeleton, loss_mask_for
 from c3_plugin.testing import tiny_model, tiny_tokenizer
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+SKELETON = Skeleton([(1, "current_city"), (1, "transportation"), (2, "current_city")], max_value_tokens=4)
 
 
 def _close(a: list[list[float]], b: list[list[float]], tol: float = 1e-3) -> float:
@@ -46,7 +48,7 @@ def team():
     tok = tiny_tokenizer()
     model = _fresh(tok)
     models = {0: model, 1: model}
-    hf = HFBackend(lambda a: models[a], [tok, tok], micro_batch_size=4)
+    hf = HFBackend(lambda a: models[a], [tok, tok], micro_batch_size=4, grammar=lambda p: SKELETON if p.role == "S" else None)
     backend = VLLMBackend(hf, VLLMOptions(seed=0, max_model_len=1024))
     yield tok, models, backend
     backend.close()
@@ -87,6 +89,21 @@ def test_truncation_records_the_trainers_full_vocabulary_logprobs(team):
     flat = [x for g in gens for x in g]
     assert all(x.trainer_logprobs is None for x in flat)
     _close([x.logprobs for x in flat], _hf_logprobs(tok, models[0], prompts, gens, 0.7), tol=1e-5)
+
+
+def test_forced_json_skeletons_are_followed_with_the_raw_policys_logprobs(team):
+    tok, models, backend = team
+    prompts = [Prompt(text="Plan day 1.", role="S", agent=0, prefix=SKELETON.prefill(), max_new_tokens=2),
+               Prompt(text="Say something.", role="R", agent=0, max_new_tokens=6)]
+    gens = backend.generate(prompts, 3, Sampling(temperature=0.7, max_new_tokens=6))
+    for g in gens[0]:  # the whole skeleton despite a 2-token role cap: the cap is raised to its worst case
+        assert g.token_ids[-1] == tok.eos_token_id
+        assert g.loss_mask == loss_mask_for(tok, SKELETON, g.token_ids)  # raises if a token broke the skeleton
+        assert 0 in g.loss_mask and 1 in g.loss_mask
+        assert (SKELETON.prefill() + g.text).endswith(SKELETON.closing())
+        assert all(SKELETON.between(k) in g.text for k in range(len(SKELETON.slots) - 1))
+    assert all(g.loss_mask is None and len(g.token_ids) <= 6 for g in gens[1])
+    _close([x.logprobs for g in gens for x in g], _hf_logprobs(tok, models[0], prompts, gens, 0.7))
 
 
 def _greedy(backend, prompts, n=1):
