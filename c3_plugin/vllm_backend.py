@@ -30,8 +30,10 @@ of the engine's model through vLLM's in-place reload: tied output embeddings fol
 resets its prefix cache: a cached prefix would otherwise reuse keys and values computed with
 the old weights. The trainer calls it after every optimizer update. The engine holds one set
 of weights: agents that are different modules (``per_agent``) are swapped in when their turn
-comes (a push each time); LoRA agents (``agents.policy: lora``) are pushed as the base with the
-agent's adapter merged in. The weight push runs in the engine's process, which is this one in
+comes (a push each time). LoRA agents (``agents.policy: lora``) are served as vLLM LoRA adapters
+over the frozen base (``lora_adapters``): each agent's adapter is saved from the policy on first use
+after a sync and rides on its requests under a fresh id (the old one is removed); with
+``lora_adapters=False`` the base with the agent's adapter merged in is pushed instead. The weight push runs in the engine's process, which is this one in
 vLLM's in-process mode (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set here unless already set):
 the mode whose weight sync works on CPU. The weight file the engine started from is deleted once
 loaded. ``sleep``/``wake_up`` (``enable_sleep_mode``) free the
@@ -110,15 +112,16 @@ class VLLMOptions:
     max_model_len: int | None = None  # longest prompt + message (None: the model's maximum)
     enforce_eager: bool = True  # no graph capture / compilation (faster start-up; slower decoding on a GPU)
     measure_mismatch: bool = True  # recompute the trainer's log-probs of every sample to log the mismatch
+    lora_adapters: bool = True  # serve a peft policy's per-agent adapters as vLLM LoRA adapters (False: push merged weights per agent)
     seed: int = 0  # engine seed; each request also gets its own seed from it
 
 
-def _weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+def _weights(model: torch.nn.Module, merge: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
     """``(name, tensor)`` in the checkpoint's naming for the module that computes: a peft model's
-    LoRA layers are given as base weight plus the active adapter's delta (merged)."""
+    LoRA layers are given as base weight plus the active adapter's delta (``merge``), else the base alone."""
     inner = compute_module(model)
     merged: dict[str, torch.Tensor] = {}
-    for name, module in inner.named_modules():
+    for name, module in inner.named_modules() if merge else ():
         if hasattr(module, "lora_A") and hasattr(module, "base_layer") and hasattr(module, "get_delta_weight"):
             weight = module.base_layer.weight.detach()
             for adapter in getattr(module, "active_adapters", []):
@@ -145,11 +148,14 @@ class VLLMBackend:
         self.fallback = fallback
         self.options = options
         self.llm: Any = None
+        self.serve_lora = False  # the engine serves the base with per-agent LoRA adapters (set at start)
         self.loaded: int | None = None  # the agent whose weights the engine holds
         self.stale = False  # the policy changed since the last push
         self.rng = np.random.default_rng(options.seed)
         self.timings = {"engine_start_s": 0.0, "sync_s": 0.0, "syncs": 0}
         self._dir: str | None = None
+        self.adapters: dict[int, Any] = {}  # agent -> its current vLLM LoRARequest (LoRA serving)
+        self._lora_ids = itertools.count(1)
 
     # the HF backend's settings, read through
     @property
@@ -182,7 +188,8 @@ class VLLMBackend:
         from safetensors.torch import save_file
 
         dtype = compute_dtype_of(model) or next(inner.parameters()).dtype
-        tensors = {n: t.to(dtype).contiguous().clone() for n, t in _weights(model)}
+        self.serve_lora = bool(self.options.lora_adapters and hasattr(model, "peft_config"))
+        tensors = {n: t.to(dtype).contiguous().clone() for n, t in _weights(model, merge=not self.serve_lora)}
         if getattr(inner.config, "tie_word_embeddings", False):
             tensors.pop("lm_head.weight", None)
         save_file(tensors, os.path.join(self._dir, "model.safetensors"))
@@ -198,6 +205,11 @@ class VLLMBackend:
             kwargs["kv_cache_memory_bytes"] = int(kv_gb * 2**30)
         if self.fallback.grammar is not None:
             kwargs["logits_processors"] = [_skeleton_processor()]
+        if self.serve_lora:
+            configs = list(model.peft_config.values())
+            rank = max(int(c.r) for c in configs)
+            rank = next((r for r in (1, 8, 16, 32, 64, 128, 256, 320, 512) if r >= rank), rank)  # vLLM's allowed caps
+            kwargs.update(enable_lora=True, max_loras=len(configs), max_lora_rank=rank)
         self.llm = LLM(model=self._dir, tokenizer=self._dir, dtype=str(dtype).replace("torch.", ""), seed=o.seed,
                        logprobs_mode="processed_logprobs", generation_config="vllm", enable_prefix_caching=True,
                        enforce_eager=o.enforce_eager, **kwargs)
@@ -240,14 +252,44 @@ class VLLMBackend:
     def _ensure(self, agent: int) -> None:
         if self.llm is None:
             self._start(agent)
+        elif self.serve_lora:
+            return  # the engine holds the frozen base; the agent's adapter rides on each request
         elif self.stale or not self._same_weights(agent, self.loaded):
             self._push(agent)
 
+    def _adapter(self, agent: int) -> Any:
+        """The agent's LoRA adapter as a vLLM ``LoRARequest``: saved from the policy on first use after each
+        sync, under a new id (the engine caches adapters by id, and its prefix cache keys on it)."""
+        if agent in self.adapters:
+            return self.adapters[agent]
+        from vllm.lora.request import LoRARequest
+
+        model = self.policy(agent)
+        name = f"agent{agent}"
+        path = os.path.join(self._dir, f"adapters-{len(self.adapters)}-{time.monotonic_ns()}")
+        model.save_pretrained(path, selected_adapters=[name])
+        found = os.path.join(path, name) if os.path.isdir(os.path.join(path, name)) else path
+        key = next(self._lora_ids)
+        self.adapters[agent] = LoRARequest(lora_name=f"{name}-v{key}", lora_int_id=key, lora_path=found)
+        return self.adapters[agent]
+
     def sync(self) -> None:
-        """After an optimizer update: push the current weights (of the agent the engine holds) and reset
-        the prefix cache. A no-op before the engine has started."""
-        if self.llm is not None:
+        """After an optimizer update: push the current weights (of the agent the engine holds), or drop the
+        served LoRA adapters so that each is saved afresh, and reset the prefix cache. A no-op before the
+        engine has started."""
+        if self.llm is None:
+            return
+        if not self.serve_lora:
             self._push(self.loaded if self.loaded is not None else 0)
+            return
+        t0 = time.perf_counter()
+        for request in self.adapters.values():
+            self.llm.llm_engine.remove_lora(request.lora_int_id)
+        self.adapters = {}
+        if not self.llm.reset_prefix_cache():
+            raise RuntimeError("vLLM refused to reset its prefix cache after a weight sync (requests still running?)")
+        self.timings["sync_s"] += time.perf_counter() - t0
+        self.timings["syncs"] += 1
 
     def sleep(self) -> None:
         """Free the engine's GPU memory before the update (with ``enable_sleep_mode`` on a GPU)."""
@@ -317,8 +359,10 @@ class VLLMBackend:
             if s is not None:
                 _SKELETONS[keys[-1]] = (tok, s)
         params = [self.sampling_params(sampling, n, c, stops, k) for c, k in zip(caps, keys)]
+        lora = [self._adapter(agent)] * len(prompts) if self.serve_lora else None
         try:
-            results = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in encoded], params, use_tqdm=False)
+            results = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in encoded], params, use_tqdm=False,
+                                        lora_request=lora)
         finally:
             for k in keys:
                 _SKELETONS.pop(k, None)

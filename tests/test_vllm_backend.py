@@ -173,29 +173,41 @@ def test_per_agent_models_are_swapped_in(team):
         models[1] = models[0]
 
 
-def test_lora_agents_are_served_with_their_adapter_merged(team):
+@pytest.mark.parametrize("serve", ["merged", "vllm_lora"])
+def test_lora_agents_are_served_with_their_adapters(team, serve):
+    """Per-agent adapters over one base: as vLLM LoRA adapters (a LoRA-enabled engine), or merged into
+    the pushed weights; before and after an adapter update and a sync."""
     from peft import LoraConfig, get_peft_model
 
-    tok, models, backend = team
+    from c3_plugin.vllm_backend import VLLMBackend, VLLMOptions
+
+    tok, models, _ = team
     base = copy.deepcopy(models[0])
-    peft = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
-                          adapter_name="agent0")
-    peft.add_adapter("agent1", LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
-    own = backend.fallback.policy
+    cfg = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    peft = get_peft_model(base, cfg, adapter_name="agent0")
+    peft.add_adapter("agent1", cfg)
 
     def play(a):
         peft.set_adapter(f"agent{a}")
         return peft
 
-    backend.fallback.policy = play
+    backend = VLLMBackend(HFBackend(play, [tok, tok], micro_batch_size=4),
+                          VLLMOptions(seed=1, max_model_len=1024, lora_adapters=serve == "vllm_lora"))
+    prompts = _prompts(agent=0, cap=8) + _prompts(agent=1, cap=8)
+    sampling = Sampling(temperature=0.7, max_new_tokens=8)
     try:
-        prompts = _prompts(agent=0, cap=8) + _prompts(agent=1, cap=8)
-        gens = backend.generate(prompts, 2, Sampling(temperature=0.7, max_new_tokens=8))
-        for a, sl in ((0, slice(0, 2)), (1, slice(2, 4))):
-            _close([x.logprobs for g in gens[sl] for x in g], _hf_logprobs(tok, play(a), prompts[sl], gens[sl], 0.7))
+        for round in range(2):
+            gens = backend.generate(prompts, 2, sampling)
+            assert backend.serve_lora == (serve == "vllm_lora")
+            for a, sl in ((0, slice(0, 2)), (1, slice(2, 4))):
+                _close([x.logprobs for g in gens[sl] for x in g], _hf_logprobs(tok, play(a), prompts[sl], gens[sl], 0.7))
+            with torch.no_grad():  # an adapter update, then the sync the trainer makes
+                for name, p in peft.named_parameters():
+                    if "lora_B.agent1" in name:
+                        p.add_(0.5 * torch.randn_like(p))
+            backend.sync()
     finally:
-        backend.fallback.policy = own
-        backend.stale = True
+        backend.close()
 
 
 def test_a_short_c3_run_on_smollm2_trains_through_vllm_and_logs_the_mismatch(tmp_path):

@@ -74,6 +74,7 @@ class WorkflowConfig(MAGRPOConfig):
     vllm_tensor_parallel_size: int = 1  # vLLM: GPUs the engine shards the model over
     vllm_enable_sleep_mode: bool = False  # vLLM: free the engine's GPU memory during each update (sleep/wake_up; skipped on CPU)
     vllm_max_model_len: int | None = None  # vLLM: longest prompt + message the engine serves (None: the model's maximum)
+    vllm_lora_adapters: bool = True  # vLLM: serve agents.policy: lora adapters as vLLM LoRA adapters (False: push the base with each agent's adapter merged in)
     vllm_enforce_eager: bool = True  # vLLM: no graph capture (faster start-up, slower GPU decoding)
     logprob_mismatch: bool = True  # vLLM: recompute the trainer's log-probs of every sample and log the sampler/trainer mismatch
     importance_sampling_cap: float | None = None  # vLLM: truncated importance-sampling correction, weight min(pi_trainer / pi_vllm, cap) per token (None: off; needs logprob_mismatch)

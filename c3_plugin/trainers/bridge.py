@@ -80,7 +80,7 @@ class WorkflowBridge:
                 gpu_memory_utilization=args.vllm_gpu_memory_utilization, kv_cache_gb=args.vllm_kv_cache_gb,
                 tensor_parallel_size=args.vllm_tensor_parallel_size,
                 enable_sleep_mode=args.vllm_enable_sleep_mode, max_model_len=args.vllm_max_model_len,
-                enforce_eager=args.vllm_enforce_eager, measure_mismatch=args.logprob_mismatch, seed=int(args.seed)))
+                enforce_eager=args.vllm_enforce_eager, lora_adapters=args.vllm_lora_adapters, measure_mismatch=args.logprob_mismatch, seed=int(args.seed)))
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.update_step = 0
         self.totals = {"env_steps": 0, "messages": 0, "tokens_generated": 0}
