@@ -22,8 +22,10 @@ backend's rules (:mod:`c3_plugin.generation`):
   (:class:`SkeletonRequest`, the state machine of :mod:`c3_plugin.structured`: schema tokens forced,
   values sampled), their cap raised to the skeleton's worst case, their ``loss_mask`` 0 on forced
   tokens; their behaviour log-probs are the raw policy's, recomputed on the trainer side (vLLM's
-  would be of the masked distribution), as under HF. With ``json_stop`` every prompt is generated
-  by the HF backend (``fallback``).
+  would be of the masked distribution), as under HF. With ``json_stop`` a free-text message is cut
+  after the token that closes its JSON object (:func:`json_stop_length`, the rule of
+  :class:`~c3_plugin.structured.JsonStop` applied after sampling: the tokens up to the cut are the
+  ones a stopping criterion would have produced).
 
 Weights. :meth:`sync` pushes the policy's current weights into the engine (``load_weights``
 of the engine's model through vLLM's in-place reload: tied output embeddings follow the input embeddings they share) and
@@ -59,7 +61,20 @@ import torch
 from .generation import HFBackend, encode_prompt, stop_ids
 from .precision import compute_dtype_of, compute_module
 from .rollout import Generation, Prompt, Sampling
-from .structured import Skeleton, _Row, _tables, loss_mask_for, max_completion_tokens
+from .structured import Skeleton, _JsonScan, _Row, _tables, loss_mask_for, max_completion_tokens
+
+
+def json_stop_length(tokenizer: Any, prefill: str, token_ids: Sequence[int]) -> int | None:
+    """Tokens up to and including the one after which ``prefill`` + the decoded tokens close one JSON
+    object (0 when the prefill already does; None when they never do): :class:`~c3_plugin.structured.JsonStop`'s
+    ``stop_lengths``, each token decoded on its own as there."""
+    scan = _JsonScan().feed(prefill)
+    if scan.closed:
+        return 0
+    for i, text in enumerate(tokenizer.batch_decode([[int(t)] for t in token_ids], skip_special_tokens=True)):
+        if scan.feed(text).closed:
+            return i + 1
+    return None
 
 _SKELETONS: dict[int, tuple[Any, Skeleton]] = {}  # request key -> (tokenizer, skeleton), read by the engine's logits processor
 _KEYS = itertools.count(1)
@@ -315,15 +330,8 @@ class VLLMBackend:
     def generate(self, prompts: Sequence[Prompt], n: int, sampling: Sampling) -> list[list[Generation]]:
         out: list[list[Generation] | None] = [None] * len(prompts)
         mine: dict[int, list[int]] = {}
-        hf: list[int] = []
         for i, p in enumerate(prompts):
-            if self.fallback.json_stop:
-                hf.append(i)
-            else:
-                mine.setdefault(p.agent, []).append(i)
-        if hf:
-            for i, g in zip(hf, self.fallback.generate([prompts[i] for i in hf], n, sampling)):
-                out[i] = g
+            mine.setdefault(p.agent, []).append(i)
         for agent, idx in mine.items():
             for i, g in zip(idx, self._generate_agent(agent, [prompts[i] for i in idx], n, sampling)):
                 out[i] = g
@@ -374,6 +382,9 @@ class VLLMBackend:
                 outs = outs * n
             for o in outs:
                 ids = list(o.token_ids)[: caps[k]]
+                if self.fallback.json_stop and skeletons[k] is None:
+                    cut = json_stop_length(tok, prompts[k].prefix, ids)
+                    ids = ids if cut is None else ids[:cut]
                 end = next((i + 1 for i, t in enumerate(ids) if t in stop_set), len(ids))
                 ids = ids[:end]
                 lps = [float(d[t].logprob) for d, t in zip(o.logprobs, ids)]

@@ -106,6 +106,24 @@ def test_forced_json_skeletons_are_followed_with_the_raw_policys_logprobs(team):
     _close([x.logprobs for g in gens for x in g], _hf_logprobs(tok, models[0], prompts, gens, 0.7))
 
 
+def test_json_stop_cuts_a_free_text_message_after_its_object_closes(team):
+    from c3_plugin.vllm_backend import json_stop_length
+
+    tok, models, backend = team
+    prompts = [Prompt(text="JSON please.", role="R", agent=0, prefix='{"a": [1', max_new_tokens=48)]
+    backend.fallback.json_stop = True
+    try:
+        gens = backend.generate(prompts, 16, Sampling(temperature=1.5, max_new_tokens=48))
+    finally:
+        backend.fallback.json_stop = False
+    for g in gens[0]:
+        cut = json_stop_length(tok, prompts[0].prefix, g.token_ids)
+        assert cut is None or cut == len(g.token_ids)  # nothing after the closing token
+        if cut is None:  # never closed: it ran to its first stop token or the cap
+            assert g.token_ids[-1] == tok.eos_token_id or len(g.token_ids) == 48
+    _close([x.logprobs for x in gens[0]], _hf_logprobs(tok, models[0], prompts, gens, 1.5))
+
+
 def _greedy(backend, prompts, n=1):
     return [[tuple(x.token_ids) for x in g] for g in backend.generate(prompts, n, Sampling(greedy=True, max_new_tokens=16))]
 

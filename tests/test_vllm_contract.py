@@ -79,3 +79,27 @@ print("ok")
 """
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+def test_json_stop_after_sampling_cuts_where_the_stopping_criterion_stops():
+    from c3_plugin.structured import JsonStop
+    from c3_plugin.testing import tiny_tokenizer
+    from c3_plugin.vllm_backend import json_stop_length
+
+    tok = tiny_tokenizer()
+    rng = np.random.default_rng(0)
+    pieces = ['{"a": ', '"x}"', "1", "}", " ", "]", "{", '"', "\\"]
+    rows, prefills = [], []
+    for _ in range(40):
+        text = "".join(rng.choice(pieces) for _ in range(int(rng.integers(1, 12))))
+        rows.append(tok(text, add_special_tokens=False)["input_ids"])
+        prefills.append(str(rng.choice(["", "{", '{"k": [', "{}"])))
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([r + [tok.pad_token_id] * (width - len(r)) for r in rows])
+    stop = JsonStop(tok, 0, prefills)
+    for t in range(1, width + 1):
+        stop(ids[:, :t], None)
+    want = [s if s is None or s <= len(r) else None for s, r in zip(stop.stop_lengths, rows)]
+    got = [json_stop_length(tok, p, r) for p, r in zip(prefills, rows)]
+    assert got == want
+    assert any(g is None for g in got) and any(g not in (None, 0) for g in got) and 0 in got
