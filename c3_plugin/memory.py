@@ -25,6 +25,12 @@ last role's context holds all earlier messages): an upper bound. The total is th
 larger of the two phases (generation: ``compute_copy + kv_cache_generation``; update:
 ``gradients_fp32 + compute_copy + logits_micro_batch + activations_micro_batch``). Framework overhead
 (CUDA context, allocator fragmentation, a few GiB) is not included: keep headroom.
+
+With ``generation_backend: vllm`` the engine generates instead of ``generate``: it takes
+``vllm_gpu_memory_utilization`` of each device (weights and KV cache), or ``b P + vllm_kv_cache_gb``
+when a KV cache size is given, and the HF generation phase is gone. Per device class the total is
+``held + max(engine, update + engine)``, the engine's share dropping out of the update phase when it
+sleeps (``vllm_enable_sleep_mode``): ``held + max(engine, update)``.
 """
 
 from __future__ import annotations
@@ -122,8 +128,9 @@ def device_budgets(device_memory_gb: float | str | None) -> dict[str, float]:
 def estimate_memory(shape: ModelShape, compute_dtype: str, policy: str, agents: int, micro_batch_size: int,
                     completion_tokens: int, seq_tokens: int, generation_sequences: int, lora_params: float = 0.0,
                     reference: bool = False, critic: ModelShape | None = None,
-                    device_memory_gb: float | str | None = None) -> dict[str, Any]:
-    """Memory on one device holding every agent (see the module docstring for each term), in GiB."""
+                    device_memory_gb: float | str | None = None, engine: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Memory on one device holding every agent (see the module docstring for each term), in GiB.
+    ``engine``: a colocated vLLM engine, ``{"fraction", "kv_cache_gib" (or None), "sleeps"}``."""
     if compute_dtype not in DTYPE_BYTES:
         raise ValueError(f"compute dtype must be one of {sorted(DTYPE_BYTES)}, got {compute_dtype!r}")
     b = DTYPE_BYTES[compute_dtype]
@@ -146,16 +153,26 @@ def estimate_memory(shape: ModelShape, compute_dtype: str, policy: str, agents: 
     update = sum(v for k, v in transient.items() if k != "kv_cache_generation")
     total = (held + max(generation, update)) / GIB
     budgets = device_budgets(device_memory_gb)
+    totals = {label: total for label in budgets}
+    engine_gib: dict[str, float] = {}
+    if engine is not None:
+        for label, gib in budgets.items():
+            kv = engine.get("kv_cache_gib")
+            engine_gib[label] = (b * p / GIB + float(kv)) if kv is not None else float(engine["fraction"]) * gib
+            during_update = update / GIB + (0.0 if engine.get("sleeps") else engine_gib[label])
+            totals[label] = held / GIB + max(engine_gib[label], during_update)
     out: dict[str, Any] = {
         "params_per_agent": p, "compute_dtype": compute_dtype, "policy": policy, "agents_on_device": agents,
         "per_agent_gib": {k: v / GIB for k, v in per_agent.items()},
         "shared_gib": {k: v / GIB for k, v in shared.items()},
         "transient_gib": {k: v / GIB for k, v in transient.items()},
         "phase_gib": {"generation": generation / GIB, "update": update / GIB},
-        "total_gib": total,
-        "fits": {label: total <= gib for label, gib in budgets.items()},
+        "total_gib": max(totals.values()),
+        "fits": {label: totals[label] <= gib for label, gib in budgets.items()},
         "note": "excludes framework overhead (CUDA context, fragmentation): keep a few GiB of headroom",
     }
+    if engine is not None:
+        out.update(engine_gib=engine_gib, total_gib_by_device=totals, phase_gib={"generation": None, "update": update / GIB})
     return out
 
 
@@ -195,7 +212,10 @@ def memory_report(cfg: Any, workflow: Any) -> dict[str, Any]:
                           micro_batch_size=int(getattr(a, "micro_batch_size", 1)), completion_tokens=max(caps),
                           seq_tokens=int(m.prompt_tokens) + sum(caps), generation_sequences=sequences,
                           lora_params=lora_parameter_estimate(shape, cfg.agents.lora_r, len(cfg.agents.lora_target_modules)) if lora else 0.0,
-                          reference=reference_kl_enabled(a), critic=critic, device_memory_gb=m.device_memory_gb)
+                          reference=reference_kl_enabled(a), critic=critic, device_memory_gb=m.device_memory_gb,
+                          engine=({"fraction": a.vllm_gpu_memory_utilization, "kv_cache_gib": a.vllm_kv_cache_gb,
+                                   "sleeps": a.vllm_enable_sleep_mode}
+                                  if getattr(a, "generation_backend", "hf") == "vllm" else None))
     return {"status": "ok", "model": m.name, "generation_sequences_per_call": sequences, "assumed_prompt_tokens": int(m.prompt_tokens),
             **est}
 

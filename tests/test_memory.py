@@ -50,3 +50,34 @@ def test_known_shapes_count_qwen3_4b_parameters():
     assert model_shape("Qwen/Qwen3-8B").params == pytest.approx(8.19e9, rel=0.01)
     with pytest.raises(LookupError, match="not available locally"):
         model_shape("no-such-org/no-such-model")
+
+
+def test_the_vllm_engine_takes_its_share_of_each_device():
+    from c3_plugin.memory import ModelShape, estimate_memory
+
+    shape = ModelShape(params=4.02e9, layers=36, hidden=2560, kv_heads=8, head_dim=128, vocab=151936)
+    kw = dict(compute_dtype="bfloat16", policy="lora", agents=2, micro_batch_size=8, completion_tokens=512, seq_tokens=1536,
+              generation_sequences=256, lora_params=2e7, device_memory_gb="h200")
+    hf = estimate_memory(shape, **kw)
+    awake = estimate_memory(shape, **kw, engine={"fraction": 0.4, "kv_cache_gib": None, "sleeps": False})
+    asleep = estimate_memory(shape, **kw, engine={"fraction": 0.4, "kv_cache_gib": None, "sleeps": True})
+    held = 2 * 12 * 2e7 / 2**30 + 2 * 4.02e9 / 2**30  # adapters' masters and Adam, the shared bf16 base
+    update = hf["phase_gib"]["update"]
+    assert awake["engine_gib"] == {"h200-141": pytest.approx(0.4 * 141)}
+    assert awake["total_gib"] == pytest.approx(held + update + 0.4 * 141)  # the engine stays resident through the update
+    assert asleep["total_gib"] == pytest.approx(held + max(0.4 * 141, update))
+    sized = estimate_memory(shape, **kw, engine={"fraction": 0.4, "kv_cache_gib": 10.0, "sleeps": False})
+    assert sized["engine_gib"]["h200-141"] == pytest.approx(2 * 4.02e9 / 2**30 + 10.0)  # bf16 weights + the given KV cache
+
+
+def test_dry_run_memory_counts_the_engine_when_vllm_generates():
+    from pathlib import Path
+
+    from c3_plugin.config import load_config
+    from c3_plugin.run import dry_run_report
+
+    cfg = Path(__file__).resolve().parents[1] / "configs" / "math" / "c3.yaml"
+    hf = dry_run_report(load_config(cfg))["memory"]
+    vllm = dry_run_report(load_config(cfg, overrides=["c3.generation_backend=vllm", "c3.vllm_gpu_memory_utilization=0.3"]))["memory"]
+    assert "engine_gib" not in hf and vllm["engine_gib"] == {"h100-80": pytest.approx(24.0), "h200-141": pytest.approx(42.3)}
+    assert vllm["total_gib_by_device"]["h200-141"] > vllm["total_gib_by_device"]["h100-80"]
