@@ -293,6 +293,10 @@ def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool 
     """Run the job; returns the summary (also written to ``<run>/summary.json``)."""
     from .report import plot_history, summary_table
 
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if world > 1:  # every rank would run the whole job on its own and write the same run folder
+        raise ConfigError(f"WORLD_SIZE={world}: data-parallel training across processes (torchrun --nproc_per_node > 1) "
+                          "is not supported yet; launch one process (python single_turn/train_<algorithm>.py ...)")
     domain, workflow, train_ds, evals = prepare(cfg)
     run_dir = run_dir_for(cfg, workflow)
     run_dir.mkdir(parents=True, exist_ok=True)

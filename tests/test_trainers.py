@@ -301,3 +301,11 @@ def test_comlrl_magrpo_trains_with_the_math_domain():
     assert trainer.env_step == 2
     assert DOMAIN.formatters(wf)[1](ds[0]).startswith("Problem:\nWhat is 1+1?")
     assert all(p.grad is not None or torch.equal(p, b) for p, b in zip(models[0].parameters(), before))
+
+
+def test_more_than_one_process_is_refused_before_anything_loads(tmp_path, monkeypatch):
+    """Under torchrun with several processes every rank would run the whole job into the same folder."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="WORLD_SIZE=2: data-parallel training .* not supported yet"):
+        train(run_config(tmp_path))
+    assert not (tmp_path / "c3-run").exists()
