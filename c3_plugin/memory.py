@@ -31,6 +31,10 @@ With ``generation_backend: vllm`` the engine generates instead of ``generate``: 
 when a KV cache size is given, and the HF generation phase is gone. Per device class the total is
 ``held + max(engine, update + engine)``, the engine's share dropping out of the update phase when it
 sleeps (``vllm_enable_sleep_mode``): ``held + max(engine, update)``.
+
+Under DeepSpeed ZeRO (data parallelism, :mod:`c3_plugin.cluster`) the per-agent model states and the
+gradients are sharded over the ranks: :func:`estimate_memory` takes them as ``model_states`` (computed
+there) and keeps every other term above.
 """
 
 from __future__ import annotations
@@ -128,9 +132,13 @@ def device_budgets(device_memory_gb: float | str | None) -> dict[str, float]:
 def estimate_memory(shape: ModelShape, compute_dtype: str, policy: str, agents: int, micro_batch_size: int,
                     completion_tokens: int, seq_tokens: int, generation_sequences: int, lora_params: float = 0.0,
                     reference: bool = False, critic: ModelShape | None = None,
-                    device_memory_gb: float | str | None = None, engine: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                    device_memory_gb: float | str | None = None, engine: Mapping[str, Any] | None = None,
+                    model_states: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Any]:
     """Memory on one device holding every agent (see the module docstring for each term), in GiB.
-    ``engine``: a colocated vLLM engine, ``{"fraction", "kv_cache_gib" (or None), "sleeps"}``."""
+    ``engine``: a colocated vLLM engine, ``{"fraction", "kv_cache_gib" (or None), "sleeps"}``.
+    ``model_states``: bytes that replace the unsharded model states, ``{"per_agent": held per agent,
+    "update": transient during one agent's update (instead of ``gradients_fp32``), "generation": transient
+    while sampling}`` (DeepSpeed ZeRO: :func:`c3_plugin.cluster.zero_model_states`)."""
     if compute_dtype not in DTYPE_BYTES:
         raise ValueError(f"compute dtype must be one of {sorted(DTYPE_BYTES)}, got {compute_dtype!r}")
     b = DTYPE_BYTES[compute_dtype]
@@ -138,19 +146,27 @@ def estimate_memory(shape: ModelShape, compute_dtype: str, policy: str, agents: 
     lora = policy == "lora"
     trained = lora_params if lora else p
     per_agent = {"weights_fp32_master": 4 * trained, "optimizer_states": 8 * trained}
+    in_update: dict[str, float] = {"gradients_fp32": 4 * trained}
+    in_generation: dict[str, float] = {}
+    if model_states is not None:
+        per_agent = dict(model_states["per_agent"])
+        in_update = dict(model_states.get("update", {}))
+        in_generation = dict(model_states.get("generation", {}))
     shared = {"lora_base": b * p if lora else 0.0, "reference": b * p * agents if reference else 0.0,
               "critic": 16 * critic.params if critic is not None else 0.0}
     copy = 2 * p if b == 2 and not lora else 0.0
     transient = {
-        "gradients_fp32": 4 * trained,
+        **in_update,
         "compute_copy": copy,
         "logits_micro_batch": micro_batch_size * (completion_tokens + 1) * shape.vocab * (b + (4 if b == 2 else 0) + 4),
         "activations_micro_batch": 17 * b * micro_batch_size * seq_tokens * shape.hidden * shape.layers,
         "kv_cache_generation": 2 * shape.layers * shape.kv_heads * shape.head_dim * b * generation_sequences * seq_tokens,
+        **in_generation,
     }
     held = agents * sum(per_agent.values()) + sum(shared.values())
-    generation = transient["compute_copy"] + transient["kv_cache_generation"]
-    update = sum(v for k, v in transient.items() if k != "kv_cache_generation")
+    gathered = sum(in_generation.values())
+    generation = transient["compute_copy"] + transient["kv_cache_generation"] + gathered
+    update = sum(v for k, v in transient.items() if k != "kv_cache_generation" and k not in in_generation)
     total = (held + max(generation, update)) / GIB
     budgets = device_budgets(device_memory_gb)
     totals = {label: total for label in budgets}
@@ -160,7 +176,7 @@ def estimate_memory(shape: ModelShape, compute_dtype: str, policy: str, agents: 
             kv = engine.get("kv_cache_gib")
             engine_gib[label] = (b * p / GIB + float(kv)) if kv is not None else float(engine["fraction"]) * gib
             during_update = update / GIB + (0.0 if engine.get("sleeps") else engine_gib[label])
-            totals[label] = held / GIB + max(engine_gib[label], during_update)
+            totals[label] = held / GIB + max(engine_gib[label] + gathered / GIB, during_update)
     out: dict[str, Any] = {
         "params_per_agent": p, "compute_dtype": compute_dtype, "policy": policy, "agents_on_device": agents,
         "per_agent_gib": {k: v / GIB for k, v in per_agent.items()},
@@ -183,41 +199,48 @@ def lora_parameter_estimate(shape: ModelShape, rank: int, target_modules: int) -
 
 def memory_report(cfg: Any, workflow: Any) -> dict[str, Any]:
     """The dry-run's memory estimate for a run config (see the module docstring), or why there is none."""
+    try:
+        inputs = memory_inputs(cfg, workflow)
+    except LookupError as exc:
+        return {"status": "unknown", "reason": str(exc)}
+    est = estimate_memory(**inputs)
+    return {"status": "ok", "model": cfg.agent_model.name, "generation_sequences_per_call": inputs["generation_sequences"],
+            "assumed_prompt_tokens": int(cfg.agent_model.prompt_tokens), **est}
+
+
+def memory_inputs(cfg: Any, workflow: Any, ranks: int = 1) -> dict[str, Any]:
+    """The keyword arguments of :func:`estimate_memory` for a run config; ``ranks`` data-parallel ranks
+    share each rollout batch, so one ``generate`` call holds one rank's share of the instances.
+    Raises ``LookupError`` when the model's shape is not available offline."""
     from comlrl.utils.reference_kl import reference_kl_enabled
 
     from .plan import parse_plan
     from .trainers.mappo import MAPPOConfig
 
     m, a = cfg.agent_model, cfg.algo
-    try:
-        shape = model_shape(m.name, m.revision, m.gguf_file)
-        critic = None
-        if isinstance(a, MAPPOConfig):  # MAPPO's critic: its own model, or a copy of agent 0's
-            critic = model_shape(a.critic_model) if a.critic_model else shape
-    except LookupError as exc:
-        return {"status": "unknown", "reason": str(exc)}
+    shape = model_shape(m.name, m.revision, m.gguf_file)
+    critic = None
+    if isinstance(a, MAPPOConfig):  # MAPPO's critic: its own model, or a copy of agent 0's
+        critic = model_shape(a.critic_model) if a.critic_model else shape
     default_cap = int(getattr(a, "max_new_tokens", 256))
     caps = [int(workflow.roles[s.name].max_new_tokens or default_cap) for s in workflow.decision_steps]
     if hasattr(a, "plan"):
         widths = parse_plan(a.plan).branching(workflow.num_decisions)
         per_instance = max(int(_prod(widths[: u + 1])) for u in range(len(widths)))
-        sequences = int(a.instances_per_update) * per_instance
+        sequences = -(-int(a.instances_per_update) // int(ranks)) * per_instance
     else:  # CoMLRL's own sampling loops: one item at a time, num_generations samples
         sequences = int(getattr(a, "num_generations", 1))
     if getattr(a, "generation_batch_size", None):
         sequences = min(sequences, int(a.generation_batch_size))
     lora = cfg.agents.policy == "lora"
-    agents = workflow.num_agents
-    est = estimate_memory(shape, compute_dtype=m.dtype, policy=cfg.agents.policy, agents=agents,
-                          micro_batch_size=int(getattr(a, "micro_batch_size", 1)), completion_tokens=max(caps),
-                          seq_tokens=int(m.prompt_tokens) + sum(caps), generation_sequences=sequences,
-                          lora_params=lora_parameter_estimate(shape, cfg.agents.lora_r, len(cfg.agents.lora_target_modules)) if lora else 0.0,
-                          reference=reference_kl_enabled(a), critic=critic, device_memory_gb=m.device_memory_gb,
-                          engine=({"fraction": a.vllm_gpu_memory_utilization, "kv_cache_gib": a.vllm_kv_cache_gb,
-                                   "sleeps": a.vllm_enable_sleep_mode}
-                                  if getattr(a, "generation_backend", "hf") == "vllm" else None))
-    return {"status": "ok", "model": m.name, "generation_sequences_per_call": sequences, "assumed_prompt_tokens": int(m.prompt_tokens),
-            **est}
+    return dict(shape=shape, compute_dtype=m.dtype, policy=cfg.agents.policy, agents=workflow.num_agents,
+                micro_batch_size=int(getattr(a, "micro_batch_size", 1)), completion_tokens=max(caps),
+                seq_tokens=int(m.prompt_tokens) + sum(caps), generation_sequences=sequences,
+                lora_params=lora_parameter_estimate(shape, cfg.agents.lora_r, len(cfg.agents.lora_target_modules)) if lora else 0.0,
+                reference=reference_kl_enabled(a), critic=critic, device_memory_gb=m.device_memory_gb,
+                engine=({"fraction": a.vllm_gpu_memory_utilization, "kv_cache_gib": a.vllm_kv_cache_gb,
+                         "sleeps": a.vllm_enable_sleep_mode}
+                        if getattr(a, "generation_backend", "hf") == "vllm" else None))
 
 
 def _prod(values: Any) -> float:

@@ -220,6 +220,9 @@ def dry_run_report(cfg: RunConfig) -> dict[str, Any]:
     from .memory import memory_report
 
     report["memory"] = memory_report(cfg, workflow)
+    from .cluster import cluster_plan
+
+    report["cluster"] = cluster_plan(cfg, workflow, train)
     report["optimisation"] = optimisation_settings(cfg, workflow, train)
     if is_centralized(cfg.algorithm):
         from .trainers.centralized import centralized_api_report
@@ -276,11 +279,21 @@ def build_trainer(cfg: RunConfig, domain: Domain, workflow: Workflow, train: Any
     if grammar is not None:
         grammar = grammar(cfg.domain_cfg)  # the domain's forced-skeleton grammar for this config (None: free text)
     device = cfg.agent_model.device
-    cfg.algo.agent_devices = None if device == "auto" else device
+    from .distributed import context
+
+    ctx = context()
+    if ctx.enabled:  # every rank's replica on its own device (CoMLRL's agent_devices place agents of one process)
+        if getattr(cfg.algo, "agent_devices", None) or getattr(cfg.algo, "parallel_training", "none") not in ("none", None):
+            raise ConfigError("agent_devices / parallel_training: mp place the agents of one process on several devices; "
+                              f"under torchrun ({ctx.world} processes) every rank holds the team on its own device: remove them")
+        device = ctx.device
+        if not ctx.is_main:
+            wandb_config = None  # rank 0 logs
+    cfg.algo.agent_devices = getattr(cfg.algo, "agent_devices", None) or (None if device == "auto" else device)
     logger = domain.make_eval_logger(workflow) if domain.make_eval_logger else domain.eval_logger
     from .trainers.base import WorkflowTrainer
 
-    extra = {"outcome": domain.outcome} if issubclass(trainer_cls, WorkflowTrainer) else {}  # the influence diagnostic's outcome
+    extra = {"outcome": domain.outcome, "deepspeed": cfg.deepspeed} if issubclass(trainer_cls, WorkflowTrainer) else {}
     trainer = trainer_cls(agents=models, tokenizer=tokenizer, train_dataset=train, eval_dataset=evals, reward_func=domain.reward,
                           reward_processor=(lambda r: scale * r + shift), eval_logger=logger, eval_aggregator=domain.eval_aggregator,
                           wandb_config=wandb_config, args=cfg.algo, workflow=workflow, run_dir=run_dir, lora_adapters=lora,
@@ -293,26 +306,40 @@ def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool 
     """Run the job; returns the summary (also written to ``<run>/summary.json``)."""
     from .report import plot_history, summary_table
 
-    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
-    if world > 1:  # every rank would run the whole job on its own and write the same run folder
-        raise ConfigError(f"WORLD_SIZE={world}: data-parallel training across processes (torchrun --nproc_per_node > 1) "
-                          "is not supported yet; launch one process (python single_turn/train_<algorithm>.py ...)")
+    from . import distributed as dp
+
+    ctx = dp.context()
+    if dp.launched_world() > 1:  # torchrun: data-parallel replicas of the team, one per process
+        from .cluster import divisibility_errors
+
+        if not hasattr(cfg.algo, "plan") or hasattr(cfg.algo, "preference_num_candidates"):
+            raise ConfigError(f"torchrun launched {dp.launched_world()} processes, but data parallelism covers the workflow "
+                              f"trainers (c3, magrpo, mappo), not {cfg.algorithm}; launch one process")
+        errors = divisibility_errors(cfg.algo, dp.launched_world())
+        if errors:
+            raise ConfigError("; ".join(errors))
+        dp.use_deepspeed(cfg.deepspeed.enabled)
+        ctx = dp.init(cfg.deepspeed.dist_backend, cfg.deepspeed.timeout_minutes)
     domain, workflow, train_ds, evals = prepare(cfg)
     run_dir = run_dir_for(cfg, workflow)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps(cfg.resolved(), indent=2, default=str))
-    _seed_everything(cfg.seed)
+    if ctx.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.json").write_text(json.dumps(cfg.resolved(), indent=2, default=str))
+    _seed_everything(cfg.seed)  # the same initial weights on every rank (DeepSpeed also broadcasts rank 0's)
     trainer = build_trainer(cfg, domain, workflow, train_ds, evals, run_dir, models, tokenizer, lora)
+    if ctx.enabled:
+        _seed_everything(cfg.seed + 1000 * ctx.rank)  # then each rank samples its own stream
     ckpt_dir = run_dir / "checkpoints"
     resume = cfg.output.resume
     if resume == "auto":
-        resume = latest_checkpoint(ckpt_dir)
+        resume = dp.broadcast(latest_checkpoint(ckpt_dir) if ctx.is_main else None)
     before_path = run_dir / "eval_before.json"
-    if resume and before_path.exists():
+    if dp.broadcast(bool(resume) and before_path.exists() if ctx.is_main else None):
         before = json.loads(before_path.read_text())
     else:
         before = trainer.evaluate(cfg.algo.final_eval_num_samples)
-        before_path.write_text(json.dumps(before))
+        if ctx.is_main:
+            before_path.write_text(json.dumps(before))
     kwargs: dict[str, Any] = {}
     if cfg.output.checkpoint_interval > 0:
         kwargs = {"checkpoint_dir": str(ckpt_dir), "checkpoint_interval": int(cfg.output.checkpoint_interval)}
@@ -321,7 +348,12 @@ def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool 
     trainer.train(**kwargs)
     after = trainer.evaluate(cfg.algo.final_eval_num_samples)
     summary = {"run_dir": str(run_dir), "algorithm": cfg.algorithm, "workflow": workflow.name, "env_steps": trainer.env_step,
-               "totals": dict(trainer.totals), "updates": trainer.update_step, "eval_before": before, "eval_after": after}
+               "totals": dict(trainer.totals), "updates": trainer.update_step, "eval_before": before, "eval_after": after,
+               "world_size": ctx.world}
+    if not ctx.is_main:  # rank 0 writes the summary, plots and the final model (ZeRO-3 gathers on every rank)
+        if cfg.output.save_model:
+            trainer.save_model(str(run_dir / "final"))
+        return summary
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     history = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     if cfg.output.plot:

@@ -303,9 +303,13 @@ def test_comlrl_magrpo_trains_with_the_math_domain():
     assert all(p.grad is not None or torch.equal(p, b) for p, b in zip(models[0].parameters(), before))
 
 
-def test_more_than_one_process_is_refused_before_anything_loads(tmp_path, monkeypatch):
-    """Under torchrun with several processes every rank would run the whole job into the same folder."""
+def test_torchrun_world_that_cannot_split_the_batch_is_refused_before_anything_loads(tmp_path, monkeypatch):
+    """Under torchrun a rollout batch is split evenly over the ranks: 3 instances per update on 2 ranks is
+    refused with the fix named, and a non-workflow trainer (no data parallelism) is refused, before any
+    process group, model or folder exists (tests/test_distributed.py runs the real multi-process jobs)."""
     monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(ValueError, match="WORLD_SIZE=2: data-parallel training .* not supported yet"):
+    with pytest.raises(ValueError, match="instances_per_update.*multiple of 2"):
         train(run_config(tmp_path))
+    with pytest.raises(ValueError, match="minibatch_size=12 is not a multiple of ranks x micro_batch_size = 2 x 8"):
+        train(run_config(tmp_path, instances_per_update=4, minibatch_size=12))
     assert not (tmp_path / "c3-run").exists()

@@ -16,6 +16,7 @@ the hooks that must change for a workflow of roles that read each other:
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +108,9 @@ class WorkflowConfig(MAGRPOConfig):
         parse_curriculum(self.curriculum, int(self.num_train_epochs))
 
 
+RANK_COUNTS = ("/groups", "/split_half_groups", "/split_half_excluded")  # per-rank diagnostic counts, summed over ranks
+
+
 class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
     """Shared machinery; algorithms override :meth:`compute_advantages` (and MAPPO its update)."""
 
@@ -119,7 +123,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
                  external_transition: Any = None, wandb_config: Mapping[str, Any] | None = None, eval_logger: Any = None,
                  eval_aggregator: Any = None, args: WorkflowConfig | None = None, *, workflow: Workflow | str | Mapping | None = None,
                  plan: Any = None, run_dir: str | Path | None = None, lora_adapters: bool = False, grammar: Any = None,
-                 outcome: Any = None):
+                 outcome: Any = None, deepspeed: Any = None):
         args = args or self.default_config_cls()
         n = self._bridge_workflow(workflow, args, num_agents, agents)
         self.plan = parse_plan(plan if plan is not None else args.plan)
@@ -138,9 +142,47 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         self.phases = parse_curriculum(args.curriculum, int(args.num_train_epochs))
         if self.phases and train_dataset is not None:
             check_rows(self.phases, train_dataset)
-        self.rng = np.random.default_rng(args.seed)
+        self._setup_data_parallel(deepspeed)
+        self.rng = np.random.default_rng([args.seed, self.dist.rank] if self.dist.enabled else args.seed)
         self._pending: list[dict] = []
         self._epoch = 0
+        self._rank_state: dict[str, Any] | None = None
+
+    # ----- data parallelism -------------------------------------------------------------------------
+    def _setup_data_parallel(self, section: Any) -> None:
+        """Under ``torchrun`` (or ``deepspeed.enabled: true``): one DeepSpeed engine per agent
+        (:mod:`c3_plugin.distributed`), which then owns the optimizer states; ``self.optimizers`` is None."""
+        from .. import distributed as dp
+        from ..config import DeepSpeedSection
+
+        self.deepspeed = section if section is not None else DeepSpeedSection()
+        world = dp.launched_world()
+        self.dist = dp.init(self.deepspeed.dist_backend, self.deepspeed.timeout_minutes) if world > 1 else dp.context()
+        self.engines: list[Any] | None = None
+        if not dp.use_deepspeed(self.deepspeed.enabled, world):
+            return
+        if world <= 1:  # deepspeed.enabled: true on one process: a process group of one
+            self.dist = dp.init(self.deepspeed.dist_backend, self.deepspeed.timeout_minutes, single=True)
+        from ..cluster import divisibility_errors
+
+        errors = divisibility_errors(self.args, world)
+        if errors:
+            raise ValueError("; ".join(errors))
+        if self.lora_adapters and world > 1:
+            raise ValueError("agents.policy: lora shares one model between the agents' adapters, which one DeepSpeed engine "
+                             "per agent cannot shard; under torchrun use agents.policy: per_agent")
+        adam = {"weight_decay": 0.01, "betas": (0.9, 0.999), "eps": 1e-8}  # torch AdamW's defaults, as CoMLRL's optimizers
+        self.engines = [dp.make_engine(self.agents[a], self._trainable_parameters(a), self.args.agent_learning_rate,
+                                       self.deepspeed, self.args.max_grad_norm, adam) for a in range(self.num_agents)]
+        self.optimizers = None  # the engines hold the (sharded) optimizer states; DeepSpeed checkpoints them
+
+    def gathered_modules(self) -> list[torch.nn.Module]:
+        """What ZeRO-3 gathers for a rollout batch's generation and credit (MAPPO adds its critic)."""
+        return list(self.agents)
+
+    @property
+    def zero3(self) -> bool:
+        return self.engines is not None and int(self.deepspeed.zero_stage) == 3
 
     # ----- policies -------------------------------------------------------------------------
     def _trainable_parameters(self, agent: int) -> list[torch.nn.Parameter]:
@@ -181,41 +223,69 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         return torch.utils.data.DataLoader(torch.utils.data.Subset(self.train_dataset, [rows[i] for i in order]), batch_size=1,
                                            collate_fn=lambda examples: examples, shuffle=False)
 
-    def _on_checkpoint_train_start(self, start_epoch: int, total_epochs: int) -> None:
-        self._epoch = start_epoch
-
     def _flush(self) -> None:
+        """One rollout batch: this rank's share of the queued instances (all of them on one process)
+        is materialised, credited and trained on; budgets are summed and metrics combined over ranks."""
+        from ..distributed import all_sum, gather, gathered, shard
+
         items = [{**it, "id": str(it.get("id", f"item{k}"))} for k, it in enumerate(self._pending)]
         self._pending = []
+        local = shard(items, self.dist)
         t0 = time.perf_counter()
-        rollout = self.collect(items)
+        with gathered(self.gathered_modules(), self.zero3):  # ZeRO-3: whole weights while generating and crediting
+            rollout = self.collect(local) if local else None  # a short last batch may leave a rank without instances
+            credited = self.compute_advantages(rollout) if rollout is not None else []
         t1 = time.perf_counter()
         before = self.env_step
-        self.env_step += int(rollout.budget.leaves.sum())
-        for k, v in rollout.budget.totals().items():
-            self.totals[k] += v
-        credited = self.compute_advantages(rollout)
-        samples, adv_all = self.build_samples(rollout, credited)
+        budget = rollout.budget.totals() if rollout is not None else {}
+        keys = sorted(self.totals)
+        for k, v in zip(keys, all_sum([budget.get(k, 0) for k in keys])):
+            self.totals[k] += int(v)
+        self.env_step += int(all_sum([rollout.budget.leaves.sum() if rollout is not None else 0])[0])
+        samples, adv_all = ({}, np.zeros(0)) if rollout is None else self.build_samples(rollout, credited)
         stats = self.update_policies(samples)
         t2 = time.perf_counter()
         self.update_step += 1
+        rewards = np.concatenate([np.asarray(r, dtype=float) for r in gather(
+            rollout.rewards.reshape(-1).tolist() if rollout is not None else [])])
         metrics = {"env_step": float(self.env_step), "train/update_step": float(self.update_step),
-                   "train/reward_mean": float(rollout.rewards.mean()), "train/reward_std": float(rollout.rewards.std()),
+                   "train/reward_mean": float(rewards.mean()), "train/reward_std": float(rewards.std()),
                    **{f"budget/total_{k}": float(v) for k, v in self.totals.items()}, **stats,
                    "time/rollout_s": t1 - t0, "time/update_s": t2 - t1}
+        adv_all = np.concatenate([np.asarray(a, dtype=float) for a in gather(adv_all.tolist())])
         if len(adv_all):
             metrics.update({"train/advantage_mean": float(adv_all.mean()), "train/advantage_std": float(adv_all.std()),
                             "train/advantage_abs_mean": float(np.abs(adv_all).mean())})
-        metrics.update(self.rollout_metrics(rollout))
+        if rollout is not None:
+            metrics.update({k: v for k, v in self.rollout_metrics(rollout).items() if k not in metrics})
         if self.update_step % max(1, int(self.args.logging_steps)) == 0 or self.update_step == 1:
-            metrics.update({"turn_1/reward_mean": float(rollout.rewards.mean()),
-                            "turn_1/expected_return": float(rollout.rewards.reshape(len(items), -1).mean(1).mean())})
-        if self.args.save_traces and self.run_dir is not None:
+            metrics.update({"turn_1/reward_mean": float(rewards.mean()),
+                            "turn_1/expected_return": float(rewards.reshape(len(items), -1).mean(1).mean())})
+        if self.args.save_traces and self.run_dir is not None and rollout is not None:
             self._append_trace(rollout)
-        self.log_metrics(metrics)
+        self.log_metrics(self._combine_ranks(metrics))
         every = getattr(getattr(self, "_phase", None), "eval_every", 0)
         if every and self.env_step // every > before // every:
             self.evaluate()
+
+    def _combine_ranks(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        """Under data parallelism: per-rank counts (this batch's ``budget/env_steps``, ``budget/messages``,
+        ``budget/tokens_generated``, and the diagnostics' group counts) are summed over the ranks, every other
+        key is its mean over the ranks that report it (budget totals, rewards and advantages are already
+        global, the same on every rank; per-rank diagnostics become their mean)."""
+        if not self.dist.enabled:
+            return metrics
+        from ..distributed import gather
+
+        numeric = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float, np.number)) and np.isfinite(float(v))}
+        merged: dict[str, list[float]] = {}
+        for row in gather(numeric):
+            for k, v in row.items():
+                merged.setdefault(k, []).append(v)
+        media = {k: v for k, v in metrics.items() if k not in numeric and self.dist.is_main}  # W&B media: rank 0's
+        summed = ("budget/env_steps", "budget/messages", "budget/tokens_generated")
+        out = {k: float(np.sum(v) if k in summed or k.endswith(RANK_COUNTS) else np.mean(v)) for k, v in merged.items()}
+        return {**out, **media}
 
     def rollout_metrics(self, rollout: Rollout) -> dict[str, float]:
         from ..diagnostics import rollout_diagnostics
@@ -223,7 +293,8 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         return rollout_diagnostics(rollout, outcome=self.outcome)
 
     def _append_trace(self, rollout: Rollout) -> None:
-        path = self.run_dir / "traces.jsonl"
+        """Append the batch's trace to ``traces.jsonl`` (``traces.rank<r>.jsonl`` per rank under data parallelism)."""
+        path = self.run_dir / ("traces.jsonl" if not self.dist.enabled else f"traces.rank{self.dist.rank}.jsonl")
         tmp = path.with_suffix(".batch.jsonl")
         write_jsonl(rollout.entries, tmp)
         with path.open("a", encoding="utf-8") as out:
@@ -273,12 +344,15 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         engine = getattr(self.backend, "sync", None) is not None
         if engine:
             self.backend.sleep()
-        for agent, batch in sorted(samples.items()):
-            if not batch:
+        agents = range(self.num_agents) if self.engines is not None else sorted(samples)  # every rank joins every agent's step
+        for agent in agents:
+            batch = samples.get(agent, [])
+            if not batch and self.engines is None:
                 continue
             ref = self.reference_models[agent] if getattr(self.args, "reference_kl_enabled", False) and self.reference_models else None
-            stats = ppo_update(self.policy(agent), self.optimizers[agent], batch, self.args, self.rng,
-                               pad_id=self._pad_id(agent), ref_model=ref, params=self._trainable_parameters(agent))
+            stats = ppo_update(self.policy(agent), self.optimizers[agent] if self.engines is None else None, batch, self.args,
+                               self.rng, pad_id=self._pad_id(agent), ref_model=ref, params=self._trainable_parameters(agent),
+                               engine=self.engines[agent] if self.engines is not None else None)
             for k, v in stats.items():
                 metrics[f"train/agent{agent}/{k}"] = v
                 agg.setdefault(k, []).append(v)
@@ -286,7 +360,10 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         if engine:
             t0 = time.perf_counter()
             self.backend.wake_up()
-            self.backend.sync()
+            from ..distributed import gathered
+
+            with gathered(self.agents, self.zero3):  # ZeRO-3: the engine gets whole weights
+                self.backend.sync()
             metrics["time/sync_s"] = time.perf_counter() - t0
         return metrics
 
@@ -295,7 +372,16 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         return tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
 
     def save_model(self, output_dir: str) -> None:
-        """Per-agent models as CoMLRL saves them; shared LoRA adapters once, under ``adapters/``."""
+        """Per-agent models as CoMLRL saves them; shared LoRA adapters once, under ``adapters/``. Under
+        data parallelism rank 0 writes (ZeRO-3 gathers the parameters on every rank first)."""
+        from ..distributed import barrier, gathered
+
+        with gathered(self.agents, self.zero3):
+            if self.dist.is_main:
+                self._save_model(output_dir)
+        barrier()
+
+    def _save_model(self, output_dir: str) -> None:
         if not self.lora_adapters:
             return super().save_model(output_dir)
         out = Path(output_dir) / "adapters"
@@ -315,3 +401,90 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         self.update_step = int(extra["update_step"])
         self.totals = {k: int(v) for k, v in extra["totals"].items()}
         self.rng.bit_generator.state = extra["rng"]
+
+    # Under DeepSpeed, CoMLRL's checkpoint (written by rank 0: models, trainer state, rank 0's RNG) holds
+    # no optimizer; the engines' sharded states go in its ``deepspeed/`` folder, written by every rank,
+    # with each rank's RNG streams, and are restored by every rank (a shared file system, as DeepSpeed's).
+    def save_checkpoint(self, output_dir: Any) -> Any:
+        if self.engines is None:
+            return super().save_checkpoint(output_dir)
+        from ..distributed import barrier, broadcast
+
+        if self.dist.is_main:
+            target = super().save_checkpoint(output_dir)  # calls _checkpoint_save_assets on the staging folder
+        else:
+            self._save_rank_state(Path(broadcast(None)))
+            target = None
+        barrier()
+        return broadcast(target)
+
+    def _truncate_metrics(self) -> None:
+        """On resume: drop the ``metrics.jsonl`` rows an interrupted run logged after its last checkpoint
+        (their rollouts are run again), so every env step appears once."""
+        path = self.run_dir / "metrics.jsonl" if self.run_dir is not None else None
+        if path is None or not self.dist.is_main or not path.exists():
+            return
+        rows = path.read_text(encoding="utf-8").splitlines()
+        kept = [r for r in rows if r.strip() and json.loads(r).get("env_step", 0) <= self.env_step]
+        if len(kept) != len(rows):
+            path.write_text("".join(r + "\n" for r in kept), encoding="utf-8")
+
+    def _checkpoint_save_assets(self, staging: Path) -> dict[str, Any] | None:
+        if self.engines is None:
+            return None
+        from ..distributed import broadcast
+
+        broadcast(str(staging))
+        self._save_rank_state(staging)
+        return {"deepspeed": {"world_size": self.dist.world, "zero_stage": int(self.deepspeed.zero_stage),
+                              "agents": len(self.engines)}}
+
+    def _save_rank_state(self, staging: Path) -> None:
+        """Every rank: the engines' shards, then this rank's RNG streams (sampling differs per rank)."""
+        import random
+
+        from ..distributed import barrier
+
+        for a, engine in enumerate(self.engines):
+            engine.save_checkpoint(str(staging / "deepspeed"), tag=f"agent{a}")
+        state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
+                 "trainer": self.rng.bit_generator.state,
+                 "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None}
+        torch.save(state, staging / "deepspeed" / f"rng_rank{self.dist.rank}.pt")
+        barrier()
+
+    def _checkpoint_validate_assets(self, checkpoint_dir: Any, assets: Mapping[str, Any]) -> None:
+        saved = (assets or {}).get("deepspeed")
+        if saved is None and self.engines is None:
+            return
+        if saved is None or self.engines is None:
+            raise ValueError(f"checkpoint {checkpoint_dir} was written {'with' if saved else 'without'} DeepSpeed; resume it "
+                             f"the same way ({'torchrun with ' + str(saved['world_size']) + ' processes' if saved else 'one process, deepspeed.enabled: auto'})")
+        if int(saved["world_size"]) != self.dist.world or int(saved["zero_stage"]) != int(self.deepspeed.zero_stage):
+            raise ValueError(f"checkpoint {checkpoint_dir} holds ZeRO-{saved['zero_stage']} shards of {saved['world_size']} ranks; "
+                             f"this run has ZeRO-{self.deepspeed.zero_stage} on {self.dist.world}: resume with the same "
+                             "--nproc_per_node/--nnodes and deepspeed.zero_stage")
+
+    def _checkpoint_load_assets(self, checkpoint_dir: Any, assets: Mapping[str, Any]) -> None:
+        if self.engines is None:
+            return
+        folder = Path(checkpoint_dir) / "deepspeed"
+        for a, engine in enumerate(self.engines):
+            engine.load_checkpoint(str(folder), tag=f"agent{a}", load_module_strict=True, load_optimizer_states=True,
+                                   load_lr_scheduler_states=False)
+        self._rank_state = torch.load(folder / f"rng_rank{self.dist.rank}.pt", weights_only=False)
+
+    def _on_checkpoint_train_start(self, start_epoch: int, total_epochs: int) -> None:
+        self._epoch = start_epoch
+        if start_epoch > 0:
+            self._truncate_metrics()
+        if self._rank_state is not None:  # after CoMLRL restored rank 0's streams everywhere: this rank's own
+            import random
+
+            st, self._rank_state = self._rank_state, None
+            torch.set_rng_state(st["torch"])
+            np.random.set_state(st["numpy"])
+            random.setstate(st["python"])
+            self.rng.bit_generator.state = st["trainer"]
+            if st["cuda"] is not None and torch.cuda.is_available():
+                torch.cuda.set_rng_state(st["cuda"])

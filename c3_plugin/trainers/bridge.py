@@ -223,21 +223,35 @@ class WorkflowBridge:
         return {**full, "env_step": float(self.env_step)}
 
     def _evaluate_items(self, limit: int, outputs: tuple[list, list] | None = None) -> dict[str, Any]:
-        """Metrics of the first ``limit`` eval items (reusing ``outputs`` = (rewards, path outputs) when given)."""
+        """Metrics of the first ``limit`` eval items (reusing ``outputs`` = (rewards, path outputs) when given).
+        Under data parallelism each rank decodes its share of the items, rank 0 gathers and scores them, and
+        every rank returns rank 0's metrics."""
+        from ..distributed import broadcast, context, gather, gathered
+
+        dist = getattr(self, "dist", context())
         items = [dict(self.eval_dataset[i]) for i in range(limit)]
         items = [{**it, "id": str(it.get("id", f"eval{k}"))} for k, it in enumerate(items)]
         greedy = parse_plan({"tree": [1] * self.workflow.num_decisions})
         size = max(1, int(self.args.eval_batch_size))
         rewards, outputs = ([], []) if outputs is None else (outputs[0][:limit], outputs[1][:limit])
         start = len(rewards)
-        # a bar over the eval items on stderr; output.verbose: false (or TQDM_DISABLE=1) hides it
-        quiet = {} if getattr(self, "verbose", True) and start < len(items) else {"disable": True}
-        with tqdm(total=len(items) - start, desc=f"eval @ env_step {self.env_step}", unit="item", **quiet) as bar:
-            for s in range(start, len(items), size):
-                ro = self.collect(items[s:s + size], plan=greedy, greedy=True)
-                rewards.extend(ro.rewards.reshape(-1).tolist())
-                outputs.extend(self._path_outputs(ro))
-                bar.update(len(items[s:s + size]))
+        mine = list(range(start + dist.rank, len(items), dist.world))
+        # a bar over this rank's eval items on stderr; output.verbose: false (or TQDM_DISABLE=1) hides it
+        quiet = {} if getattr(self, "verbose", True) and mine and dist.is_main else {"disable": True}
+        done: list[tuple[int, float, list[str]]] = []
+        # ZeRO-3: whole weights for generate, gathered once (ranks decode different numbers of batches)
+        with tqdm(total=len(mine), desc=f"eval @ env_step {self.env_step}", unit="item", **quiet) as bar, \
+                gathered(self.agents, getattr(self, "zero3", False)):
+            for s in range(0, len(mine), size):
+                idx = mine[s:s + size]
+                ro = self.collect([items[i] for i in idx], plan=greedy, greedy=True)
+                done.extend(zip(idx, ro.rewards.reshape(-1).tolist(), self._path_outputs(ro)))
+                bar.update(len(idx))
+        for _, reward, out in sorted(x for part in gather(done) for x in part):
+            rewards.append(reward)
+            outputs.append(out)
+        if not dist.is_main:
+            return {**broadcast(None), "_outputs": (rewards, outputs)}
         metrics = {"eval/reward_mean": float(np.mean(rewards)) if rewards else float("nan")}
         if self.eval_logger is not None and self.eval_aggregator is not None and items:
             turns = [[[o[s.index] for s in self.workflow.decision_steps if self.workflow.roles[s.name].agent == a] for o in outputs]
@@ -245,6 +259,7 @@ class WorkflowBridge:
             detailed = self.eval_logger(agent_completions_turns=turns, batch_items=items,
                                         prompts=[str(it.get("prompt", it.get("question", ""))) for it in items])
             metrics.update({f"eval/{k}": float(v) for k, v in self.eval_aggregator(detailed, num_turns=1).items()})
+        broadcast(metrics)
         metrics["_outputs"] = (rewards, outputs)
         return metrics
 
@@ -266,6 +281,10 @@ class WorkflowBridge:
     def log_metrics(self, metrics: Mapping[str, Any]) -> None:
         """Append ``metrics`` to ``history`` and ``<run_dir>/metrics.jsonl``; publish the ``wandb_keys`` ones.
         Non-numeric values (W&B media such as distribution plots) go to W&B only."""
+        from ..distributed import context
+
+        if not getattr(self, "dist", context()).is_main:  # under data parallelism rank 0 logs (metrics already combined)
+            return
         media = {k: v for k, v in metrics.items() if v is not None and not isinstance(v, (int, float, np.number))}
         clean = {k: (float(v) if v is not None and math.isfinite(float(v)) else None) for k, v in metrics.items() if k not in media}
         self.history.append(dict(clean))

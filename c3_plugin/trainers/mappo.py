@@ -16,6 +16,7 @@ in the agents' compute dtype (:mod:`c3_plugin.precision`).
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -136,6 +137,13 @@ class MAPPOTrainer(WorkflowTrainer):
         keep_fp32_masters(critic, compute_dtype=next((d for d in self.compute_dtypes if d is not None), None))
         self.critics = [critic]
         self.critic_optimizer = torch.optim.AdamW(self.critics[0].parameters(), lr=self.args.critic_learning_rate)
+        self.critic_engine = None
+        if self.engines is not None:  # data parallelism: the critic's update under DeepSpeed as well
+            from ..distributed import make_engine
+
+            self.critic_engine = make_engine(critic, list(critic.parameters()), self.args.critic_learning_rate, self.deepspeed,
+                                             self.args.max_grad_norm, {"weight_decay": 0.01})
+            self.critic_optimizer = None
         self._critic_batch: tuple[list[list[int]], np.ndarray] | None = None
 
     def critic_states(self, rollout: Rollout) -> list[list[int]]:
@@ -201,26 +209,51 @@ class MAPPOTrainer(WorkflowTrainer):
             adv = np.array([s.advantage for batch in samples.values() for s in batch])
         return samples, adv
 
+    def gathered_modules(self) -> list[torch.nn.Module]:
+        return [*self.agents, *self.critics]
+
     def update_critic(self) -> dict[str, float]:
-        states, returns = self._critic_batch
-        critic = self.critics[0]
+        """Regress the critic on the GAE returns: one step per ``critic_epochs`` pass, mean squared error over
+        every state of the batch (of every rank under data parallelism, where a rank without states joins
+        with zero-weight passes)."""
+        from ..distributed import all_sum
+
+        states, returns = self._critic_batch or ([], np.zeros(0))
+        self._critic_batch = None
+        critic, engine = self.critics[0], self.critic_engine
         critic.train()
-        losses = []
+        world = self.dist.world if engine is not None else 1
         mb = self.args.micro_batch_size
+        total = int(all_sum([len(states)])[0]) if world > 1 else len(states)
+        passes = int(all_sum([math.ceil(len(states) / mb)], op="max")[0]) if world > 1 else math.ceil(len(states) / mb)
+        losses = []
         for _ in range(int(self.args.critic_epochs)):
             order = self.rng.permutation(len(states))
-            self.critic_optimizer.zero_grad(set_to_none=True)
-            for s in range(0, len(order), mb):
-                idx = order[s:s + mb]
-                pred = self._critic_forward([states[i] for i in idx])
-                target = torch.as_tensor(returns[idx], dtype=pred.dtype, device=pred.device)
-                loss = torch.nn.functional.mse_loss(pred, target, reduction="sum") / len(states)
-                loss.backward()
-                losses.append(float(loss.detach()) * len(states) / len(idx))
-            torch.nn.utils.clip_grad_norm_(critic.parameters(), self.args.max_grad_norm or float("inf"))
-            self.critic_optimizer.step()
-        return {"critic/value_loss": float(np.mean(losses)), "critic/value_mean": float(self._last_values.mean()),
-                "critic/return_mean": float(returns.mean())}
+            if engine is None:
+                self.critic_optimizer.zero_grad(set_to_none=True)
+            for m in range(passes):
+                idx = order[m * mb:(m + 1) * mb]
+                batch, target = ([states[i] for i in idx], returns[idx]) if len(idx) else ([[self._critic_pad()]], np.zeros(1))
+                pred = self._critic_forward(batch)
+                target = torch.as_tensor(target, dtype=pred.dtype, device=pred.device)
+                loss = torch.nn.functional.mse_loss(pred, target, reduction="sum") / max(total, 1) * float(len(idx) > 0)
+                if engine is None:
+                    loss.backward()
+                else:  # DeepSpeed averages over the ranks: scale back to the global sum
+                    engine.set_gradient_accumulation_boundary(m == passes - 1)
+                    engine.backward(loss * world)
+                if len(idx):
+                    losses.append(float(loss.detach()) * max(total, 1) / len(idx))
+            if engine is None:
+                torch.nn.utils.clip_grad_norm_(critic.parameters(), self.args.max_grad_norm or float("inf"))
+                self.critic_optimizer.step()
+            else:
+                engine.step()
+        values = self._last_values if states else np.zeros(0)
+        out = {"critic/value_loss": float(np.mean(losses)) if losses else float("nan"),
+               "critic/value_mean": float(values.mean()) if values.size else float("nan"),
+               "critic/return_mean": float(returns.mean()) if len(returns) else float("nan")}
+        return out
 
     def update_policies(self, samples: Mapping[int, list[PolicySample]]) -> dict[str, float]:
         metrics = self.update_critic()

@@ -13,6 +13,7 @@ log-probs and every token's loss is weighted by ``min(pi_trainer / pi_engine, ca
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -33,37 +34,57 @@ class PolicySample:
     trainer_logprobs: list[float] | None = None  # the trainer's log-probs at sampling time when old_logprobs are another engine's (None: the same)
 
 
-def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples: Sequence[PolicySample], args: Any,
+def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, samples: Sequence[PolicySample], args: Any,
                rng: np.random.Generator, pad_id: int, ref_model: torch.nn.Module | None = None,
-               params: Sequence[torch.nn.Parameter] | None = None) -> dict[str, float]:
+               params: Sequence[torch.nn.Parameter] | None = None, engine: Any = None) -> dict[str, float]:
     """``args.ppo_epochs`` passes over ``samples``; one optimizer step per minibatch, gradients
-    accumulated over micro-batches with token-count weights so the step equals one big batch."""
+    accumulated over micro-batches with token-count weights so the step equals one big batch.
+
+    With a DeepSpeed ``engine`` (data parallelism, :mod:`c3_plugin.distributed`) ``samples`` are this
+    rank's share: each optimizer step takes ``minibatch_size / world`` of every rank's messages (all of
+    them when ``minibatch_size`` is None), the token counts that weight the loss are global, and every
+    rank runs the same number of steps and micro-batches (a rank short of messages runs zero-weight
+    passes), so the step equals the one-process step on the combined minibatch."""
+    from ..distributed import all_sum, context
+
     samples = [s for s in samples if s.completion_ids and trained_tokens(s) > 0]
-    if not samples:
+    world = context().world if engine is not None else 1
+    if engine is not None and all_sum([len(samples)])[0] == 0 or engine is None and not samples:
         return {}
+    runner = engine if engine is not None else model
     device = next(model.parameters()).device
     params = list(params) if params is not None else [p for p in model.parameters() if p.requires_grad]
     check_trainable_fp32(params, "ppo_update")
-    mb = int(args.minibatch_size or len(samples))
+    mb = int(args.minibatch_size) // world if args.minibatch_size else max(len(samples), 1)
+    steps_per_epoch = int(all_sum([math.ceil(len(samples) / mb)], op="max")[0]) if world > 1 else math.ceil(len(samples) / mb)
+    if args.minibatch_size is None and world > 1:
+        steps_per_epoch = 1
     micro = int(args.micro_batch_size)
     temperature = float(args.temperature)
     kl_coef = float(getattr(args, "reference_kl_coef", 0.0)) if ref_model is not None else 0.0
     cap = getattr(args, "importance_sampling_cap", None)
     totals: dict[str, float] = {"loss": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "ref_kl": 0.0, "grad_norm": 0.0}
     steps = 0
-    model.train()
+    runner.train()
+    filler = samples[:1] or [PolicySample([pad_id], [pad_id], [0.0], 0.0)]  # a zero-weight pass for a rank short of messages
     for _ in range(int(args.ppo_epochs)):
         order = rng.permutation(len(samples))
-        for start in range(0, len(order), mb):
-            batch = [samples[i] for i in order[start:start + mb]]
-            n_tokens = sum(trained_tokens(s) for s in batch)
-            optimizer.zero_grad(set_to_none=True)
+        for j in range(steps_per_epoch):
+            batch = [samples[i] for i in order[j * mb:(j + 1) * mb]]
+            n_tokens, n_seqs = sum(trained_tokens(s) for s in batch), len(batch)
+            passes = math.ceil(len(batch) / micro)
+            if world > 1:
+                n_tokens, n_seqs, passes = (int(x) for x in (*all_sum([n_tokens, n_seqs]), all_sum([passes], op="max")[0]))
+            if engine is None:
+                optimizer.zero_grad(set_to_none=True)
             step_stats = {k: 0.0 for k in ("loss", "clip_fraction", "approx_kl", "ref_kl")}
-            for m in range(0, len(batch), micro):
-                chunk = batch[m:m + micro]
+            for m in range(passes):
+                chunk = batch[m * micro:(m + 1) * micro]
+                real = bool(chunk)
+                chunk = chunk or filler
                 prompts = [s.prompt_ids for s in chunk]
                 comps = [s.completion_ids for s in chunk]
-                new_logp, mask = sequence_logprobs(model, prompts, comps, pad_id, temperature)
+                new_logp, mask = sequence_logprobs(runner, prompts, comps, pad_id, temperature)
                 mask = mask * _loss_masks(chunk, mask)
                 old = torch.zeros_like(new_logp)
                 for r, s in enumerate(chunk):
@@ -78,23 +99,36 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples
                         ref_logp, _ = sequence_logprobs(ref_model, prompts, comps, pad_id, temperature)
                 loss, stats = ppo_loss(new_logp, old, adv, mask, clip=args.clip_eps, aggregation=args.loss_aggregation,
                                        ref_logp=ref_logp, kl_coef=kl_coef, clip_high=args.clip_eps_high, token_weights=weights)
-                weight = _chunk_weight(args.loss_aggregation, stats.tokens, n_tokens, stats.sequences, len(batch))
-                (loss * weight).backward()
-                for k in step_stats:
-                    step_stats[k] += getattr(stats, k) * stats.tokens / max(n_tokens, 1)
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm) if args.max_grad_norm else _norm(params)
-            if torch.isfinite(grad_norm):
+                weight = _chunk_weight(args.loss_aggregation, stats.tokens, n_tokens, stats.sequences, n_seqs) if real else 0.0
+                if engine is None:
+                    (loss * weight).backward()
+                else:  # DeepSpeed averages gradients over the ranks: scale back to the global sum
+                    engine.set_gradient_accumulation_boundary(m == passes - 1)
+                    engine.backward(loss * (weight * world))
+                if real:
+                    for k in step_stats:
+                        step_stats[k] += getattr(stats, k) * stats.tokens / max(n_tokens, 1)
+            if engine is None:
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm) if args.max_grad_norm else _norm(params)
+                if not torch.isfinite(grad_norm):
+                    raise FloatingPointError(f"non-finite gradient norm ({float(grad_norm)}); lower the learning rate or check the inputs")
                 optimizer.step()
+                optimizer.zero_grad(set_to_none=True)  # free the gradients before the next agent's update
             else:
-                raise FloatingPointError(f"non-finite gradient norm ({float(grad_norm)}); lower the learning rate or check the inputs")
-            optimizer.zero_grad(set_to_none=True)  # free the gradients before the next agent's update
+                engine.step()  # clips by the global norm (gradient_clipping) and zeroes the gradients
+                grad_norm = torch.as_tensor(float(engine.get_global_grad_norm() or 0.0))
+                if not torch.isfinite(grad_norm):
+                    raise FloatingPointError(f"non-finite gradient norm ({float(grad_norm)}); lower the learning rate or check the inputs")
             for k, v in step_stats.items():
                 totals[k] += v
             totals["grad_norm"] += float(grad_norm)
             steps += 1
+    if world > 1:  # the stats are token-weighted shares of the global step: sum them
+        keys = [k for k in totals if k != "grad_norm"]
+        totals.update(zip(keys, all_sum([totals[k] for k in keys])))
     out = {k: v / steps for k, v in totals.items()}
     out["optimizer_steps"] = float(steps)
-    out["samples"] = float(len(samples))
+    out["samples"] = float(all_sum([len(samples)])[0] if world > 1 else len(samples))
     out.update(logprob_mismatch(samples))
     return out
 

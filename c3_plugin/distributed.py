@@ -1,0 +1,202 @@
+"""Data parallelism across processes launched by ``torchrun``: the process group, instance
+sharding, the few cross-rank reductions a rollout batch needs, and DeepSpeed ZeRO engines.
+
+Every rank holds a replica of the whole team. A rollout batch of ``instances_per_update``
+instances (the same on every rank: the epoch's order is seeded) is split by position,
+rank ``r`` taking instances ``r, r + N, ...``, so an instance's whole C3 group (its
+alternatives and their continuations) lives on one rank and leave-one-out credit needs no
+communication. Each agent's update runs under a DeepSpeed engine (:func:`make_engine`):
+ZeRO shards the optimizer states (stage 1), the gradients (2) and the parameters (3);
+gradients are averaged across ranks. The trainable parameters stay fp32 masters and the
+forward runs under the compute dtype's autocast (:mod:`c3_plugin.precision`), so the engine
+runs in fp32 mode. Nothing here launches processes: ``torchrun`` sets ``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK`` and the rendezvous, one node or many.
+
+On a CPU the backend is gloo (DeepSpeed's CPU accelerator; without oneCCL it falls back
+to gloo) and DeepSpeed compiles a small C++ op on first use (``make setup`` builds it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Iterator, Sequence
+
+import torch
+
+_CONTEXT: "DistContext | None" = None
+
+
+@dataclass(frozen=True)
+class DistContext:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    backend: str | None = None  # None: no process group (one process)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world > 1
+
+    @property
+    def device(self) -> str:
+        """This rank's device: its local GPU, or the CPU."""
+        return f"cuda:{self.local_rank}" if torch.cuda.is_available() else "cpu"
+
+
+def launched_world() -> int:
+    """The world size the launcher set (1 without torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+
+def context() -> DistContext:
+    """The current process's place in the job (rank 0 of 1 until :func:`init` ran under torchrun)."""
+    return _CONTEXT or DistContext()
+
+
+def init(dist_backend: str | None = None, timeout_minutes: int = 60, single: bool = False) -> DistContext:
+    """Join the job ``torchrun`` launched (idempotent): the process group through DeepSpeed, which
+    picks its accelerator; nccl with GPUs, gloo on CPU unless ``dist_backend`` says otherwise. One
+    process without torchrun gets a group of one when ``single`` (DeepSpeed needs one, e.g. for CPU
+    optimizer offload on a single GPU)."""
+    global _CONTEXT
+    world = launched_world()
+    if world <= 1 and not single:
+        _CONTEXT = DistContext()
+        return _CONTEXT
+    import torch.distributed as dist
+
+    if world <= 1 and "MASTER_PORT" not in os.environ:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+
+    if not dist.is_initialized():
+        import deepspeed
+
+        backend = dist_backend or ("nccl" if torch.cuda.is_available() else "gloo")
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        deepspeed.init_distributed(dist_backend=backend, timeout=timedelta(minutes=int(timeout_minutes)))
+    _CONTEXT = DistContext(rank=dist.get_rank(), world=dist.get_world_size(),
+                           local_rank=int(os.environ.get("LOCAL_RANK", "0")), backend=dist.get_backend())
+    return _CONTEXT
+
+
+def shard(items: Sequence[Any], ctx: DistContext | None = None) -> list[Any]:
+    """This rank's share of a batch: positions ``rank, rank + world, ...`` (all of it on one process)."""
+    ctx = ctx or context()
+    return list(items[ctx.rank::ctx.world])
+
+
+def all_sum(values: Sequence[float], op: str = "sum") -> list[float]:
+    """Element-wise sum (or ``op="max"``) of ``values`` over the ranks (unchanged on one process)."""
+    if not context().enabled:
+        return [float(v) for v in values]
+    import torch.distributed as dist
+
+    t = torch.tensor([float(v) for v in values], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+    return t.tolist()
+
+
+def gather(obj: Any) -> list[Any]:
+    """Every rank's ``obj``, in rank order, on every rank (``[obj]`` on one process)."""
+    if not context().enabled:
+        return [obj]
+    import torch.distributed as dist
+
+    out: list[Any] = [None] * context().world
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def broadcast(obj: Any) -> Any:
+    """Rank 0's ``obj`` on every rank."""
+    if not context().enabled:
+        return obj
+    import torch.distributed as dist
+
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def barrier() -> None:
+    if context().enabled:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def use_deepspeed(enabled: str | bool, world: int | None = None) -> bool:
+    """Whether the updates run under DeepSpeed: ``enabled`` true, or ``"auto"`` with more than one process."""
+    world = launched_world() if world is None else world
+    if enabled is False and world > 1:
+        from .config import ConfigError
+
+        raise ConfigError(f"deepspeed.enabled: false but torchrun launched {world} processes: data parallelism runs on "
+                          "DeepSpeed ZeRO; set deepspeed.enabled: auto (or launch one process)")
+    return enabled is True or (enabled == "auto" and world > 1)
+
+
+def engine_config(section: Any, max_grad_norm: float) -> dict[str, Any]:
+    """The DeepSpeed config of one agent's engine. Batch sizes are nominal (the update loop sets the
+    accumulation boundary itself); fp32 mode, because the masters are fp32 and the compute dtype is
+    applied by autocast."""
+    zero: dict[str, Any] = {"stage": int(section.zero_stage), "reduce_bucket_size": int(section.reduce_bucket_size),
+                            "overlap_comm": False, "contiguous_gradients": True}
+    if section.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": torch.cuda.is_available()}
+    if section.offload_params:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": torch.cuda.is_available()}
+    if int(section.zero_stage) == 3:
+        zero.update({"stage3_gather_16bit_weights_on_model_save": False, "stage3_param_persistence_threshold": 0})
+    return {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+            "gradient_clipping": float(max_grad_norm or 0.0), "zero_optimization": zero,
+            "zero_allow_untested_optimizer": True, "wall_clock_breakdown": False, "steps_per_print": 10**12}
+
+
+def make_engine(model: torch.nn.Module, params: Sequence[torch.nn.Parameter], lr: float, section: Any,
+                max_grad_norm: float, optimizer_kwargs: dict[str, Any] | None = None):
+    """A DeepSpeed engine over ``model`` that optimises ``params`` with AdamW (torch's, or DeepSpeed's
+    CPU Adam when the optimizer is offloaded), the same hyper-parameters as the one-process run."""
+    import deepspeed
+
+    kwargs = {"lr": float(lr), **(optimizer_kwargs or {})}
+    params = list(params)
+    if section.offload_optimizer:
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+        optimizer = DeepSpeedCPUAdam(params, adamw_mode=True, **kwargs)
+    else:
+        optimizer = torch.optim.AdamW(params, **kwargs)
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=engine_config(section, max_grad_norm))
+    return engine
+
+
+@contextlib.contextmanager
+def gathered(modules: Sequence[torch.nn.Module], enabled: bool) -> Iterator[None]:
+    """ZeRO-3: the whole parameters of ``modules`` on this rank for the duration (generation and
+    evaluation call ``generate`` a rank-dependent number of times, so no per-layer collective may
+    run inside); a no-op otherwise."""
+    if not enabled:
+        yield
+        return
+    import deepspeed
+
+    seen: dict[int, torch.nn.Parameter] = {}
+    for m in modules:
+        for p in m.parameters():
+            seen.setdefault(id(p), p)
+    with deepspeed.zero.GatheredParameters(list(seen.values()), modifier_rank=None):
+        yield

@@ -1,0 +1,39 @@
+"""A short training run of tiny random models on the template domain, through the run path
+(``c3_plugin.run.train``), under torchrun or as one process.
+
+    torchrun --nproc_per_node 2 tests/distributed/train_tiny.py '<config JSON>' [KILL_RANK:KILL_AT_UPDATE]
+
+With the second argument, that rank SIGKILLs itself when it reaches that update (a crash mid-epoch).
+"""
+
+import json
+import os
+import signal
+import sys
+
+from c3_plugin.config import load_config
+from c3_plugin.run import train
+from c3_plugin.testing import tiny_model, tiny_tokenizer
+
+
+def main() -> None:
+    cfg = load_config(data=json.loads(sys.argv[1]))
+    if len(sys.argv) > 2:
+        from c3_plugin.trainers.base import WorkflowTrainer
+
+        rank, at = (int(x) for x in sys.argv[2].split(":"))
+        flush = WorkflowTrainer._flush
+
+        def crashing_flush(self):
+            if self.dist.rank == rank and self.update_step == at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            flush(self)
+
+        WorkflowTrainer._flush = crashing_flush
+    tok = tiny_tokenizer()
+    models = [tiny_model(tok, seed=a) for a in range(2)]
+    train(cfg, models=models, tokenizer=tok)
+
+
+if __name__ == "__main__":
+    main()
