@@ -61,6 +61,7 @@ import os
 from typing import Any, Mapping
 
 from .config import ConfigError
+from .distributed import divisibility_errors, placement_errors  # noqa: F401 (the split rules, checked at run time too)
 from .memory import DTYPE_BYTES, GIB, device_budgets, estimate_memory, memory_inputs
 
 WORKFLOW_ALGORITHMS = "c3, magrpo and mappo"
@@ -89,49 +90,6 @@ def world_layout(cluster: Any, env: Mapping[str, str] | None = None) -> dict[str
 def deepspeed_used(section: Any, world: int) -> bool:
     """Whether the updates run under DeepSpeed: ``enabled: true``, or ``"auto"`` with more than one rank."""
     return section.enabled is True or (section.enabled == "auto" and world > 1)
-
-
-def _multiples(value: int, step: int) -> str:
-    lower, upper = value // step * step, -(-value // step) * step
-    return f"{lower} or {upper}" if 0 < lower < upper else str(upper)
-
-
-def divisibility_errors(algo_cfg: Any, world: int) -> list[str]:
-    """Every rule of the split over ``world`` ranks that ``algo_cfg`` breaks, each naming its fix (empty: none)."""
-    errors: list[str] = []
-    if world <= 1 or not hasattr(algo_cfg, "instances_per_update"):
-        return errors
-    ipu = int(algo_cfg.instances_per_update)
-    if ipu % world:
-        errors.append(f"instances_per_update={ipu} does not split evenly over {world} ranks: set instances_per_update "
-                      f"to a multiple of {world}, e.g. {_multiples(ipu, world)}")
-    mb, micro = getattr(algo_cfg, "minibatch_size", None), int(getattr(algo_cfg, "micro_batch_size", 1))
-    if mb is not None and int(mb) % (world * micro):
-        step = world * micro
-        fix = f"set minibatch_size to a multiple of {step}, e.g. {_multiples(int(mb), step)}"
-        if int(mb) % world == 0:
-            per_rank = int(mb) // world
-            divisors = [d for d in range(1, micro + 1) if per_rank % d == 0]
-            fix += f", or micro_batch_size to a divisor of {per_rank}, e.g. {divisors[-1]}"
-        errors.append(f"minibatch_size={mb} is not a multiple of ranks x micro_batch_size = {world} x {micro} = {step} "
-                      f"(each rank takes minibatch_size / {world} messages per optimizer step in micro-batches of "
-                      f"{micro}): {fix}")
-    return errors
-
-
-def placement_errors(algo_cfg: Any, world: int) -> list[str]:
-    """CoMLRL's own placement keys, which spread one process's agents over devices, refused with ``world > 1``."""
-    if world <= 1:
-        return []
-    errors = []
-    devices = getattr(algo_cfg, "agent_devices", None)
-    if devices is not None and devices != "auto":
-        errors.append(f"agent_devices={devices!r} places one process's agents on several devices; with {world} ranks every "
-                      "rank holds the whole team on its own GPU (cuda:LOCAL_RANK): remove agent_devices")
-    if str(getattr(algo_cfg, "parallel_training", "none")).lower() == "mp":
-        errors.append(f"parallel_training: mp is CoMLRL's one-process model parallelism; with {world} ranks the team is "
-                      "data-parallel: set parallel_training: none")
-    return errors
 
 
 def zero_model_states(trained: float, stage: int, world: int, offload_optimizer: bool = False,
@@ -300,6 +258,9 @@ def cluster_plan(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
     if cfg.deepspeed.enabled is False and world > 1:
         errors.append(f"deepspeed.enabled: false with {world} ranks: data parallelism runs on DeepSpeed ZeRO; set "
                       "deepspeed.enabled: auto")
+    if workflow_algo and deepspeed_used(cfg.deepspeed, world) and cfg.agents.policy == "lora":
+        errors.append("agents.policy: lora shares one model between the agents' adapters, which one DeepSpeed engine per "
+                      "agent cannot shard: use agents.policy: per_agent under DeepSpeed")
     if errors:
         raise ConfigError(f"{world} ranks: " + "; ".join(errors))
     ds = workflow_algo and deepspeed_used(cfg.deepspeed, world)

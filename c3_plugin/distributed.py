@@ -104,9 +104,10 @@ def all_sum(values: Sequence[float], op: str = "sum") -> list[float]:
         return [float(v) for v in values]
     import torch.distributed as dist
 
-    t = torch.tensor([float(v) for v in values], dtype=torch.float64)
+    device = context().device if context().backend == "nccl" else "cpu"  # nccl reduces GPU tensors only
+    t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
-    return t.tolist()
+    return t.cpu().tolist()
 
 
 def gather(obj: Any) -> list[Any]:
@@ -136,6 +137,53 @@ def barrier() -> None:
         import torch.distributed as dist
 
         dist.barrier()
+
+
+# ----- the rules a data-parallel split must satisfy (the dry-run's cluster plan reports them too) ----------
+def divisibility_errors(algo_cfg: Any, world: int) -> list[str]:
+    """Every rule of the split over ``world`` ranks that ``algo_cfg`` breaks, each naming its fix (empty: none)."""
+    errors: list[str] = []
+    if world <= 1 or not hasattr(algo_cfg, "instances_per_update"):
+        return errors
+    ipu = int(algo_cfg.instances_per_update)
+    if ipu % world:
+        errors.append(f"instances_per_update={ipu} does not split evenly over {world} ranks: set instances_per_update "
+                      f"to a multiple of {world}, e.g. {_multiples(ipu, world)}")
+    mb, micro = getattr(algo_cfg, "minibatch_size", None), int(getattr(algo_cfg, "micro_batch_size", 1))
+    if mb is not None and int(mb) % (world * micro):
+        step = world * micro
+        fix = f"set minibatch_size to a multiple of {step}, e.g. {_multiples(int(mb), step)}"
+        if int(mb) % world == 0:
+            per_rank = int(mb) // world
+            divisors = [d for d in range(1, micro + 1) if per_rank % d == 0]
+            fix += f", or micro_batch_size to a divisor of {per_rank}, e.g. {divisors[-1]}"
+        errors.append(f"minibatch_size={mb} is not a multiple of ranks x micro_batch_size = {world} x {micro} = {step} "
+                      f"(each rank takes minibatch_size / {world} messages per optimizer step in micro-batches of "
+                      f"{micro}): {fix}")
+    return errors
+
+
+def placement_errors(algo_cfg: Any, world: int) -> list[str]:
+    """CoMLRL's own placement keys, which spread one process's agents over devices, refused with ``world > 1``."""
+    if world <= 1:
+        return []
+    errors = []
+    devices = getattr(algo_cfg, "agent_devices", None)
+    if devices is not None and devices != "auto":
+        errors.append(f"agent_devices={devices!r} places one process's agents on several devices; with {world} ranks every "
+                      "rank holds the whole team on its own GPU (cuda:LOCAL_RANK): remove agent_devices")
+    if str(getattr(algo_cfg, "parallel_training", "none")).lower() == "mp":
+        errors.append(f"parallel_training: mp is CoMLRL's one-process model parallelism; with {world} ranks the team is "
+                      "data-parallel: set parallel_training: none")
+    if getattr(algo_cfg, "generation_backend", "hf") == "vllm":
+        errors.append(f"generation_backend: vllm with {world} ranks is not supported yet (each rank's engine would be placed "
+                      "on the first GPU): use generation_backend: hf with several ranks, or vllm on one process")
+    return errors
+
+
+def _multiples(value: int, step: int) -> str:
+    lower, upper = value // step * step, -(-value // step) * step
+    return f"{lower} or {upper}" if 0 < lower < upper else str(upper)
 
 
 def use_deepspeed(enabled: str | bool, world: int | None = None) -> bool:
@@ -185,18 +233,17 @@ def make_engine(model: torch.nn.Module, params: Sequence[torch.nn.Parameter], lr
 
 
 @contextlib.contextmanager
-def gathered(modules: Sequence[torch.nn.Module], enabled: bool) -> Iterator[None]:
-    """ZeRO-3: the whole parameters of ``modules`` on this rank for the duration (generation and
-    evaluation call ``generate`` a rank-dependent number of times, so no per-layer collective may
-    run inside); a no-op otherwise."""
-    if not enabled:
+def gathered(engines: Sequence[Any] | None, enabled: bool) -> Iterator[None]:
+    """ZeRO-3: the whole parameters of the ``engines``' modules on this rank, with ZeRO-3's per-module
+    hooks removed for the duration (DeepSpeed's ``unwrap_model_for_generation``): generation and
+    evaluation call ``generate`` a rank-dependent number of times, so no per-layer collective may run
+    inside. Entering and leaving are collectives: every rank must pass through. A no-op otherwise."""
+    if not enabled or not engines:
         yield
         return
-    import deepspeed
+    from deepspeed.runtime.zero.stage3 import unwrap_model_for_generation
 
-    seen: dict[int, torch.nn.Parameter] = {}
-    for m in modules:
-        for p in m.parameters():
-            seen.setdefault(id(p), p)
-    with deepspeed.zero.GatheredParameters(list(seen.values()), modifier_rank=None):
+    with contextlib.ExitStack() as stack:
+        for engine in engines:
+            stack.enter_context(unwrap_model_for_generation(engine))
         yield

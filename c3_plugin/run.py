@@ -282,10 +282,7 @@ def build_trainer(cfg: RunConfig, domain: Domain, workflow: Workflow, train: Any
     from .distributed import context
 
     ctx = context()
-    if ctx.enabled:  # every rank's replica on its own device (CoMLRL's agent_devices place agents of one process)
-        if getattr(cfg.algo, "agent_devices", None) or getattr(cfg.algo, "parallel_training", "none") not in ("none", None):
-            raise ConfigError("agent_devices / parallel_training: mp place the agents of one process on several devices; "
-                              f"under torchrun ({ctx.world} processes) every rank holds the team on its own device: remove them")
+    if ctx.enabled:  # every rank's replica on its own device (train() refused CoMLRL's one-process placement keys)
         device = ctx.device
         if not ctx.is_main:
             wandb_config = None  # rank 0 logs
@@ -310,12 +307,12 @@ def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool 
 
     ctx = dp.context()
     if dp.launched_world() > 1:  # torchrun: data-parallel replicas of the team, one per process
-        from .cluster import divisibility_errors
+        from .distributed import divisibility_errors, placement_errors
 
         if not hasattr(cfg.algo, "plan") or hasattr(cfg.algo, "preference_num_candidates"):
             raise ConfigError(f"torchrun launched {dp.launched_world()} processes, but data parallelism covers the workflow "
                               f"trainers (c3, magrpo, mappo), not {cfg.algorithm}; launch one process")
-        errors = divisibility_errors(cfg.algo, dp.launched_world())
+        errors = divisibility_errors(cfg.algo, dp.launched_world()) + placement_errors(cfg.algo, dp.launched_world())
         if errors:
             raise ConfigError("; ".join(errors))
         dp.use_deepspeed(cfg.deepspeed.enabled)

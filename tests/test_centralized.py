@@ -367,3 +367,11 @@ def test_model_free_joint_checks_for_the_dry_run(tmp_path):
     assert check_replay_dir(tmp_path, joint=True) == 1 and check_replay_dir(tmp_path / "absent", joint=True) == 0
     with pytest.raises(ValueError, match="iteration_0001.json: record 0 is a centralized"):
         check_replay_dir(tmp_path, joint=False)
+
+
+def test_centralized_magrpo_trains_through_a_checkpointed_run(tmp_path):
+    """The run path checkpoints every epoch: the joint actor's checkpoint loop (the workflow trainers' start hook,
+    shared with data parallelism) trains and writes its checkpoint."""
+    trainer, model, _ = joint_trainer(tmp_path)
+    trainer.train(checkpoint_dir=str(tmp_path / "checkpoints"), checkpoint_interval=1)
+    assert trainer.update_step == 1 and (tmp_path / "checkpoints" / "checkpoint-1").is_dir()

@@ -155,14 +155,18 @@ def test_generator_and_weight_sync_volume(workflow):
     zero = hf["weight_sync"]["zero"]
     assert zero["param_allgather_per_step_per_agent_gib"] == pytest.approx(4 * P * 3 / 4 / GIB, abs=0.01)
     assert zero["optimizer_steps_per_update_per_agent"] == [1, 1]  # 64 and 256 messages, minibatch 256
-    v = plan(workflow, "cluster.nproc_per_node=4", "c3.generation_backend=vllm", "c3.vllm_enable_sleep_mode=true")
+    v = plan(workflow, "c3.generation_backend=vllm", "c3.vllm_enable_sleep_mode=true")  # one process: one engine
     g = v["generator"]
-    assert (g["engines_per_rank"], g["engines_total"], g["tensor_parallel_size"], g["sleep_mode"]) == (1, 4, 1, True)
+    assert (g["engines_per_rank"], g["engines_total"], g["tensor_parallel_size"], g["sleep_mode"]) == (1, 1, 1, True)
     assert v["weight_sync"]["engine_push_per_update_per_rank_gib"] == pytest.approx(2 * 2 * P / GIB, abs=0.01)  # bf16, both agents
-    lora = plan(workflow, "cluster.nproc_per_node=4", "c3.generation_backend=vllm", "agents.policy=lora")
+    lora = plan(workflow, "c3.generation_backend=vllm", "agents.policy=lora")
     adapters = lora["memory_per_gpu"]["trainable_params_per_agent"]
     assert lora["weight_sync"]["engine_push_per_update_per_rank_gib"] == pytest.approx(2 * 4 * adapters / GIB, abs=0.01)
     assert lora["memory_per_gpu"]["model_states_per_agent_gib"]["total"] < 1  # the adapters only; the base is shared
+    with pytest.raises(ConfigError, match="generation_backend: vllm with 4 ranks is not supported yet"):
+        plan(workflow, "cluster.nproc_per_node=4", "c3.generation_backend=vllm")  # refused at run time too
+    with pytest.raises(ConfigError, match="agents.policy: lora .* per_agent under DeepSpeed"):
+        plan(workflow, "cluster.nproc_per_node=4", "agents.policy=lora")
 
 
 def test_dry_run_report_carries_the_cluster_plan():

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -37,13 +38,13 @@ def torchrun(script: str, *args: str, nproc: int = 2, check: bool = True, extra:
     return proc
 
 
-def tiny_config(out: Path, algorithm: str = "c3", epochs: int = 2, rows: int = 8, **algo) -> str:
+def tiny_config(out: Path, algorithm: str = "c3", epochs: int = 2, rows: int = 8, deepspeed: dict | None = None, **algo) -> str:
     section = {"num_train_epochs": epochs, "max_new_tokens": 3, "instances_per_update": 2, "eval_num_samples": 0,
                "temperature": 1.0, **({"plan": "tree [2, 2]"} if algorithm == "c3" else {}), **algo}
     return json.dumps({"algorithm": algorithm, "domain": "template", "workflow": {"name": "echo_pair"},
                        "dataset": {"train": {"size": rows}, "eval": [{"name": "echo", "size": 5}]},
                        "output": {"base_dir": str(out), "run_name": "run", "verbose": False, "plot": False, "resume": "auto"},
-                       algorithm: section})
+                       "deepspeed": deepspeed or {}, algorithm: section})
 
 
 def final_weights(run: Path) -> dict[str, torch.Tensor]:
@@ -77,16 +78,23 @@ def test_two_ranks_update_equals_one_process_on_the_combined_batch(tmp_path, mon
     assert moved > 1e-3  # the updates did change the weights
     diff = max(float((a["state"][k] - b["state"][k]).abs().max()) for k in a["state"])
     assert diff < 1e-5, diff
+    assert b["scaled"] == pytest.approx(a["scaled"], abs=1e-9)  # batch_zscore over both ranks = over the whole batch
+    from c3_plugin.credit import normalize_advantages
+
+    assert a["scaled"] == pytest.approx(normalize_advantages(np.array(a["advantages"]), "batch_zscore").tolist())
     for sa, sb in zip(a["stats"], b["stats"]):  # the logged statistics are the global ones
         assert sb["samples"] == sa["samples"] == 8 and sb["optimizer_steps"] == sa["optimizer_steps"]
         assert sb["loss"] == pytest.approx(sa["loss"], abs=1e-5) and sb["grad_norm"] == pytest.approx(sa["grad_norm"], rel=1e-4)
 
 
-def test_two_ranks_train_the_same_budget_and_log_once(tmp_path):
+@pytest.mark.parametrize("stage,scaling", [(2, "none"), (3, "batch_zscore")], ids=["zero2", "zero3-batch_zscore"])
+def test_two_ranks_train_the_same_budget_and_log_once(tmp_path, stage, scaling):
+    """A whole C3 run on 2 ranks: the one-process budget, one log row per update, gathered evaluation; under ZeRO-3
+    generation runs on gathered weights (ranks decode different numbers of tokens) and batch z-scoring is global."""
     from c3_plugin.config import load_config
     from c3_plugin.run import expected_budget, prepare
 
-    cfg_json = tiny_config(tmp_path)
+    cfg_json = tiny_config(tmp_path, deepspeed={"zero_stage": stage}, advantage_scaling=scaling)
     torchrun("train_tiny.py", cfg_json)
     run = tmp_path / "run"
     summary = json.loads((run / "summary.json").read_text())

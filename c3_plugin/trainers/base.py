@@ -108,6 +108,19 @@ class WorkflowConfig(MAGRPOConfig):
         parse_curriculum(self.curriculum, int(self.num_train_epochs))
 
 
+def _global_batch_scaling(adv: np.ndarray, mode: str, eps: float = 1e-6) -> np.ndarray:
+    """``batch_scale`` / ``batch_zscore`` (:func:`c3_plugin.credit.normalize_advantages`) with the mean and
+    population std of every rank's advantages (a collective: every rank calls it, with or without rows)."""
+    from ..distributed import all_sum
+
+    n, total, squares = all_sum([adv.size, float(adv.sum()), float((adv ** 2).sum())])
+    if n == 0:
+        return adv.copy()
+    mean = total / n
+    std = max(float(np.sqrt(max(squares / n - mean ** 2, 0.0))), eps)
+    return (adv - mean) / std if mode == "batch_zscore" else adv / std
+
+
 RANK_COUNTS = ("/groups", "/split_half_groups", "/split_half_excluded")  # per-rank diagnostic counts, summed over ranks
 
 
@@ -163,22 +176,25 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
             return
         if world <= 1:  # deepspeed.enabled: true on one process: a process group of one
             self.dist = dp.init(self.deepspeed.dist_backend, self.deepspeed.timeout_minutes, single=True)
-        from ..cluster import divisibility_errors
+        from ..distributed import divisibility_errors
 
         errors = divisibility_errors(self.args, world)
         if errors:
             raise ValueError("; ".join(errors))
-        if self.lora_adapters and world > 1:
+        if self.lora_adapters:
             raise ValueError("agents.policy: lora shares one model between the agents' adapters, which one DeepSpeed engine "
-                             "per agent cannot shard; under torchrun use agents.policy: per_agent")
+                             "per agent cannot shard; under DeepSpeed (torchrun, deepspeed.enabled) use agents.policy: per_agent")
+        if getattr(self.args, "generation_backend", "hf") == "vllm" and world > 1:
+            raise ValueError("generation_backend: vllm under torchrun is not supported yet (each rank's engine would be "
+                             "placed on the first GPU); use generation_backend: hf with several processes, or vllm on one")
         adam = {"weight_decay": 0.01, "betas": (0.9, 0.999), "eps": 1e-8}  # torch AdamW's defaults, as CoMLRL's optimizers
         self.engines = [dp.make_engine(self.agents[a], self._trainable_parameters(a), self.args.agent_learning_rate,
                                        self.deepspeed, self.args.max_grad_norm, adam) for a in range(self.num_agents)]
         self.optimizers = None  # the engines hold the (sharded) optimizer states; DeepSpeed checkpoints them
 
-    def gathered_modules(self) -> list[torch.nn.Module]:
-        """What ZeRO-3 gathers for a rollout batch's generation and credit (MAPPO adds its critic)."""
-        return list(self.agents)
+    def ds_engines(self) -> dict[str, Any]:
+        """Every DeepSpeed engine by checkpoint tag (``agent<a>``; MAPPO adds its critic); empty without DeepSpeed."""
+        return {f"agent{a}": e for a, e in enumerate(self.engines)} if self.engines is not None else {}
 
     @property
     def zero3(self) -> bool:
@@ -232,17 +248,17 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         self._pending = []
         local = shard(items, self.dist)
         t0 = time.perf_counter()
-        with gathered(self.gathered_modules(), self.zero3):  # ZeRO-3: whole weights while generating and crediting
+        with gathered(list(self.ds_engines().values()), self.zero3):  # ZeRO-3: whole weights, no per-layer collectives
             rollout = self.collect(local) if local else None  # a short last batch may leave a rank without instances
+            t1 = time.perf_counter()
             credited = self.compute_advantages(rollout) if rollout is not None else []
-        t1 = time.perf_counter()
         before = self.env_step
         budget = rollout.budget.totals() if rollout is not None else {}
         keys = sorted(self.totals)
         for k, v in zip(keys, all_sum([budget.get(k, 0) for k in keys])):
             self.totals[k] += int(v)
         self.env_step += int(all_sum([rollout.budget.leaves.sum() if rollout is not None else 0])[0])
-        samples, adv_all = ({}, np.zeros(0)) if rollout is None else self.build_samples(rollout, credited)
+        samples, adv_all = self.build_samples(rollout, credited)  # every rank: batch scaling sums over the ranks
         stats = self.update_policies(samples)
         t2 = time.perf_counter()
         self.update_step += 1
@@ -316,7 +332,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         entry, with the mean of its copies' advantages; its group (:meth:`_group_key`) is the original's."""
         per_agent: dict[int, list[tuple[Any, float, int]]] = {}
         sibling_groups: dict[tuple, int] = {}  # group key -> group id
-        for indices, adv in credited:
+        for indices, adv in credited:  # empty when this rank had no instances in the batch (rollout None)
             indices, adv = rollout.unique_credit(indices, adv)
             for i, a in zip(indices, adv):
                 e = rollout.entries[int(i)]
@@ -324,9 +340,16 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
                 per_agent.setdefault(int(e.agent), []).append((e, float(a), gid))
         samples: dict[int, list[PolicySample]] = {}
         all_adv = []
-        for agent, rows in per_agent.items():
-            adv = normalize_advantages(np.array([r[1] for r in rows]), self.args.advantage_scaling,
-                                       groups=np.array([r[2] for r in rows]))
+        mode = self.args.advantage_scaling
+        for agent in (range(self.num_agents) if self.dist.enabled else list(per_agent)):
+            rows = per_agent.get(agent, [])
+            raw = np.array([r[1] for r in rows], dtype=np.float64)
+            if self.dist.enabled and mode in ("batch_scale", "batch_zscore"):
+                adv = _global_batch_scaling(raw, mode)  # the batch is every rank's share: its mean and std are global
+            else:
+                adv = normalize_advantages(raw, mode, groups=np.array([r[2] for r in rows]))  # a group stays on one rank
+            if not rows:
+                continue
             all_adv.append(adv)
             tok = self.tokenizers[agent]
             samples[agent] = [PolicySample(prompt_ids=list(e.prompt_ids) if e.prompt_ids is not None else
@@ -362,7 +385,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
             self.backend.wake_up()
             from ..distributed import gathered
 
-            with gathered(self.agents, self.zero3):  # ZeRO-3: the engine gets whole weights
+            with gathered(self.engines, self.zero3):  # ZeRO-3: the engine gets whole weights
                 self.backend.sync()
             metrics["time/sync_s"] = time.perf_counter() - t0
         return metrics
@@ -376,7 +399,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         data parallelism rank 0 writes (ZeRO-3 gathers the parameters on every rank first)."""
         from ..distributed import barrier, gathered
 
-        with gathered(self.agents, self.zero3):
+        with gathered(self.engines, self.zero3):
             if self.dist.is_main:
                 self._save_model(output_dir)
         barrier()
@@ -425,7 +448,14 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         if path is None or not self.dist.is_main or not path.exists():
             return
         rows = path.read_text(encoding="utf-8").splitlines()
-        kept = [r for r in rows if r.strip() and json.loads(r).get("env_step", 0) <= self.env_step]
+
+        def kept_row(row: str) -> bool:
+            try:
+                return json.loads(row).get("env_step", 0) <= self.env_step
+            except ValueError:  # a line cut short by the crash
+                return False
+
+        kept = [r for r in rows if r.strip() and kept_row(r)]
         if len(kept) != len(rows):
             path.write_text("".join(r + "\n" for r in kept), encoding="utf-8")
 
@@ -437,7 +467,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         broadcast(str(staging))
         self._save_rank_state(staging)
         return {"deepspeed": {"world_size": self.dist.world, "zero_stage": int(self.deepspeed.zero_stage),
-                              "agents": len(self.engines)}}
+                              "engines": sorted(self.ds_engines())}}
 
     def _save_rank_state(self, staging: Path) -> None:
         """Every rank: the engines' shards, then this rank's RNG streams (sampling differs per rank)."""
@@ -445,8 +475,8 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
 
         from ..distributed import barrier
 
-        for a, engine in enumerate(self.engines):
-            engine.save_checkpoint(str(staging / "deepspeed"), tag=f"agent{a}")
+        for tag, engine in self.ds_engines().items():
+            engine.save_checkpoint(str(staging / "deepspeed"), tag=tag)
         state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
                  "trainer": self.rng.bit_generator.state,
                  "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None}
@@ -469,16 +499,16 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         if self.engines is None:
             return
         folder = Path(checkpoint_dir) / "deepspeed"
-        for a, engine in enumerate(self.engines):
-            engine.load_checkpoint(str(folder), tag=f"agent{a}", load_module_strict=True, load_optimizer_states=True,
+        for tag, engine in self.ds_engines().items():
+            engine.load_checkpoint(str(folder), tag=tag, load_module_strict=True, load_optimizer_states=True,
                                    load_lr_scheduler_states=False)
         self._rank_state = torch.load(folder / f"rng_rank{self.dist.rank}.pt", weights_only=False)
 
     def _on_checkpoint_train_start(self, start_epoch: int, total_epochs: int) -> None:
         self._epoch = start_epoch
-        if start_epoch > 0:
+        if start_epoch > 0 and hasattr(self, "dist"):
             self._truncate_metrics()
-        if self._rank_state is not None:  # after CoMLRL restored rank 0's streams everywhere: this rank's own
+        if getattr(self, "_rank_state", None) is not None:  # after CoMLRL restored rank 0's streams everywhere: this rank's own
             import random
 
             st, self._rank_state = self._rank_state, None

@@ -241,7 +241,7 @@ class WorkflowBridge:
         done: list[tuple[int, float, list[str]]] = []
         # ZeRO-3: whole weights for generate, gathered once (ranks decode different numbers of batches)
         with tqdm(total=len(mine), desc=f"eval @ env_step {self.env_step}", unit="item", **quiet) as bar, \
-                gathered(self.agents, getattr(self, "zero3", False)):
+                gathered(getattr(self, "engines", None), getattr(self, "zero3", False)):
             for s in range(0, len(mine), size):
                 idx = mine[s:s + size]
                 ro = self.collect([items[i] for i in idx], plan=greedy, greedy=True)

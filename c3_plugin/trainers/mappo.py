@@ -128,6 +128,9 @@ class MAPPOTrainer(WorkflowTrainer):
             backbone = AutoModel.from_pretrained(self.args.critic_model)
             self.critic_tokenizer = AutoTokenizer.from_pretrained(self.args.critic_model)
         else:
+            if self.zero3:
+                raise ValueError("MAPPO's critic copies agent 0's backbone, whose parameters ZeRO-3 has already sharded; "
+                                 "with deepspeed.zero_stage: 3 name a separate backbone in mappo.critic_model (or use stage 2)")
             base = self.agents[0]
             backbone = copy.deepcopy(base.get_base_model() if hasattr(base, "get_base_model") else base)
         for p in backbone.parameters():
@@ -200,7 +203,9 @@ class MAPPOTrainer(WorkflowTrainer):
         self._last_values = values
         return [(rollout.depth_nodes[s.index], adv[:, u]) for u, s in enumerate(rollout.workflow.decision_steps)]
 
-    def build_samples(self, rollout: Rollout, credited: list[tuple[np.ndarray, np.ndarray]]):
+    def build_samples(self, rollout: Rollout | None, credited: list[tuple[np.ndarray, np.ndarray]]):
+        if rollout is None:  # a rank without instances in this batch: no critic states either (not the last batch's)
+            self._critic_batch = None
         samples, adv = super().build_samples(rollout, credited)
         if self.args.advantage_per_token:
             for batch in samples.values():
@@ -209,8 +214,9 @@ class MAPPOTrainer(WorkflowTrainer):
             adv = np.array([s.advantage for batch in samples.values() for s in batch])
         return samples, adv
 
-    def gathered_modules(self) -> list[torch.nn.Module]:
-        return [*self.agents, *self.critics]
+    def ds_engines(self) -> dict[str, Any]:
+        engines = super().ds_engines()
+        return {**engines, "critic": self.critic_engine} if getattr(self, "critic_engine", None) is not None else engines
 
     def update_critic(self) -> dict[str, float]:
         """Regress the critic on the GAE returns: one step per ``critic_epochs`` pass, mean squared error over
@@ -219,7 +225,6 @@ class MAPPOTrainer(WorkflowTrainer):
         from ..distributed import all_sum
 
         states, returns = self._critic_batch or ([], np.zeros(0))
-        self._critic_batch = None
         critic, engine = self.critics[0], self.critic_engine
         critic.train()
         world = self.dist.world if engine is not None else 1
