@@ -1,4 +1,5 @@
-"""The one CLI behind every entry point: ``--config``, ``--override a.b=value``, ``--dry-run``."""
+"""The one CLI behind every entry point: ``--config``, ``--override a.b=value``, ``--dry-run``; and the ``c3``
+console script (``c3 train``, ``c3 dry-run``, ``c3 compare``; also ``python -m c3_plugin``)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,40 @@ def main(argv: list[str] | None = None, algorithm: str | None = None, default_co
         print(json.dumps(report, indent=2))
         return 0
     train(cfg)
+    return 0
+
+
+def console(argv: list[str] | None = None) -> int:
+    """``c3 <command>``: train, dry-run or compare."""
+    parser = argparse.ArgumentParser(prog="c3", description="comlrl-c3: train LLM teams with C3, MAGRPO, MAPPO and compare them.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="command")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", required=True, help="run config YAML (configs/<domain>/<algorithm>.yaml)")
+        p.add_argument("--override", action="append", default=[], metavar="a.b=value",
+                       help="override a config value (repeatable); true/false/none, Python literals, else strings")
+
+    common(sub.add_parser("train", help="train one run (the algorithm named in the config); torchrun for several processes"))
+    common(sub.add_parser("dry-run", help="check the config, data, budget, memory and cluster plan without loading a model"))
+    cmp = sub.add_parser("compare", help="run every (algorithm, seed) from one config and compare them with statistics")
+    common(cmp)
+    cmp.add_argument("--algorithms", nargs="+", required=True, help="algorithms to compare, e.g. c3 magrpo mappo")
+    cmp.add_argument("--seeds", nargs="+", type=int, required=True, help="seeds, the same for every algorithm (paired)")
+    cmp.add_argument("--out", default=None, help="comparison folder (default runs/<config name>); its name is the W&B group")
+    cmp.add_argument("--launcher", default=None, help="command that launches each run, e.g. 'torchrun --nproc_per_node 8'")
+    cmp.add_argument("--metric", action="append", default=None, metavar="GLOB",
+                     help="final eval metrics compared (repeatable glob; default eval/*/accuracy, else eval/reward_mean)")
+    cmp.add_argument("--aggregate-only", action="store_true", help="aggregate the finished runs without starting any")
+    args = parser.parse_args(argv)
+    if args.command in ("train", "dry-run"):
+        return main(["--config", args.config, *sum((["--override", o] for o in args.override), []),
+                     *(["--dry-run"] if args.command == "dry-run" else [])])
+    from .compare import compare
+    from .run import validate_or_exit
+
+    out = Path(args.out) if args.out else Path("runs") / Path(args.config).stem
+    validate_or_exit(lambda: compare(args.config, args.algorithms, args.seeds, out, args.override, args.launcher,
+                                     args.metric or ("eval/*/accuracy",), run=not args.aggregate_only))
     return 0
 
 

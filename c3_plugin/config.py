@@ -76,6 +76,8 @@ class WandbSection:
     mode: str = "offline"  # "offline" (no account needed), "online" or "disabled"
     dir: str | None = None  # default: the run folder
     tags: list[str] = field(default_factory=list)  # W&B tags
+    group: str | None = None  # W&B run group: the runs of one comparison share it (c3 compare sets the comparison's name)
+    job_type: str | None = None  # W&B job type (None: the algorithm), so grouped panels split C3 from MAGRPO
 
 
 @dataclass

@@ -272,6 +272,9 @@ def build_trainer(cfg: RunConfig, domain: Domain, workflow: Workflow, train: Any
         wandb_dir.mkdir(parents=True, exist_ok=True)
         wandb_config = {"project": cfg.wandb.project, "entity": cfg.wandb.entity, "name": cfg.wandb.name or run_dir.name,
                         "dir": str(wandb_dir), "tags": list(cfg.wandb.tags), "config_sections": cfg.resolved()}
+        if cfg.wandb.group:  # wandb.init reads these (CoMLRL's init passes no group or job type)
+            os.environ["WANDB_RUN_GROUP"] = cfg.wandb.group
+        os.environ["WANDB_JOB_TYPE"] = cfg.wandb.job_type or cfg.algorithm
     scale, shift = cfg.reward_processor.scale, cfg.reward_processor.shift
     if getattr(cfg.algo, "wandb_keys", None) is None and "wandb_keys" in domain.extras:
         cfg.algo.wandb_keys = domain.extras["wandb_keys"](cfg.domain_cfg)  # the domain's published surface
@@ -303,8 +306,11 @@ def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool 
     """Run the job; returns the summary (also written to ``<run>/summary.json``)."""
     from .report import plot_history, summary_table
 
+    import time
+
     from . import distributed as dp
 
+    started = time.perf_counter()
     ctx = dp.context()
     if dp.launched_world() > 1:  # torchrun: data-parallel replicas of the team, one per process
         from .distributed import divisibility_errors, placement_errors
@@ -346,7 +352,7 @@ def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool 
     after = trainer.evaluate(cfg.algo.final_eval_num_samples)
     summary = {"run_dir": str(run_dir), "algorithm": cfg.algorithm, "workflow": workflow.name, "env_steps": trainer.env_step,
                "totals": dict(trainer.totals), "updates": trainer.update_step, "eval_before": before, "eval_after": after,
-               "world_size": ctx.world}
+               "world_size": ctx.world, "wall_s": time.perf_counter() - started, **_peak_memory()}
     if not ctx.is_main:  # rank 0 writes the summary, plots and the final model (ZeRO-3 gathers on every rank)
         if cfg.output.save_model:
             trainer.save_model(str(run_dir / "final"))
@@ -363,6 +369,18 @@ def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool 
         wandb.finish()
     print(summary_table(summary))
     return summary
+
+
+def _peak_memory() -> dict[str, float]:
+    """This process's peak resident memory and, with CUDA, its peak allocated GPU memory, in GiB."""
+    import resource
+
+    import torch
+
+    out = {"peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}  # ru_maxrss is in KiB on Linux
+    if torch.cuda.is_available():
+        out["peak_gpu_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    return out
 
 
 def validate_or_exit(load: Any) -> Any:

@@ -1,0 +1,230 @@
+"""``c3 compare``: every (algorithm, seed) of one config, run and aggregated with honest statistics.
+
+A comparison lives in one folder (``--out``): one run per (algorithm, seed) under
+``<out>/<algorithm>-s<seed>/`` and the aggregate in ``<out>/summary.json`` and ``summary.md``.
+Each run is the config with only ``algorithm:`` and ``seed:`` changed (its output folder, W&B
+group and job type aside); the runs must share data, evaluation sets and env-step budget, or the
+comparison is refused before anything trains. Runs go one after another, each in its own process
+(``python -m c3_plugin train``, or under ``--launcher``, e.g. ``torchrun --nproc_per_node 8``). A
+run with a ``summary.json`` is finished and never redone; a killed run resumes from its last
+checkpoint (``output.resume: auto``), so a killed comparison continues where it stopped.
+
+Aggregation (:mod:`c3_plugin.stats`): per suite metric (``--metric`` globs over the ``eval/*`` keys
+of the final evaluation), mean +- std and a 95% t-interval over seeds per algorithm; per algorithm
+pair the paired difference by seed with a paired t-test (Wilcoxon signed-rank from 6 seeds), Holm-
+corrected across the suite metrics; the area under each eval curve against env steps (its mean
+level); and the costs from each run's summary (env steps, messages, tokens, wall time, peak memory).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any, Sequence
+
+from .config import ConfigError, RunConfig, load_config
+
+COSTS = (("env_steps", ("env_steps",)), ("messages", ("totals", "messages")), ("tokens", ("totals", "tokens_generated")),
+         ("wall_s", ("wall_s",)), ("peak_rss_gib", ("peak_rss_gib",)), ("peak_gpu_gib", ("peak_gpu_gib",)))
+
+
+def run_name(algorithm: str, seed: int) -> str:
+    return f"{algorithm}-s{seed}"
+
+
+def run_overrides(cfg_path: str | Path, algorithm: str, seed: int, out: Path, name: str, overrides: Sequence[str]) -> list[str]:
+    """The overrides that turn the base config into one run of the comparison."""
+    from dataclasses import fields
+
+    from .registry import resolve, section
+
+    extra = [f"algorithm={algorithm}", f"seed={seed}", f"output.base_dir={out}", f"output.run_name={run_name(algorithm, seed)}",
+             "output.resume=auto", f"wandb.group={name}", f"wandb.job_type={algorithm}"]
+    if "seed" in {f.name for f in fields(resolve(algorithm)[0])}:
+        extra.append(f"{section(algorithm)}.seed={seed}")  # an algorithm section that names its own seed follows too
+    return list(overrides) + extra
+
+
+def plan(cfg_path: str | Path, algorithms: Sequence[str], seeds: Sequence[int], out: Path,
+         overrides: Sequence[str] = ()) -> dict[tuple[str, int], RunConfig]:
+    """Every run's config, checked to share data, evaluation sets and budget (:class:`ConfigError` naming the difference)."""
+    if len(set(algorithms)) < 2 or len(set(seeds)) < 1:
+        raise ConfigError("c3 compare needs at least two algorithms and one seed, e.g. --algorithms c3 magrpo --seeds 0 1 2")
+    name = out.name
+    configs = {(a, s): load_config(cfg_path, run_overrides(cfg_path, a, s, out, name, overrides))
+               for a in algorithms for s in seeds}
+    check_comparable(configs)
+    return configs
+
+
+def fingerprint(cfg: RunConfig) -> dict[str, Any]:
+    """What every run of a comparison must share: data, evaluation sets, workflow and env-step budget."""
+    from .run import expected_budget, prepare
+
+    _, workflow, train, evals = prepare(cfg)
+    suites: dict[str, int] = {}
+    for ds in (evals["datasource"] if evals is not None else []):
+        suites[ds] = suites.get(ds, 0) + 1
+    return {"train": cfg.raw.get("dataset", {}).get("train"), "train_rows": len(train), "eval_suites": suites,
+            "eval_sets": cfg.raw.get("dataset", {}).get("eval"), "domain": cfg.domain, "workflow": workflow.name,
+            "model": cfg.agent_model.name, "expected_env_steps": expected_budget(cfg, workflow, train)["expected_env_steps"]}
+
+
+def check_comparable(configs: dict[tuple[str, int], RunConfig]) -> None:
+    """One fingerprint per algorithm (the seed only reorders the data) compared across algorithms."""
+    prints = {a: fingerprint(cfg) for (a, s), cfg in configs.items() if s == min(s2 for a2, s2 in configs if a2 == a)}
+    first, *rest = prints
+    diffs = []
+    for other in rest:
+        for key, value in prints[first].items():
+            if prints[other][key] != value:
+                diffs.append(f"{key}: {first} has {value!r}, {other} has {prints[other][key]!r}")
+    if diffs:
+        raise ConfigError("these runs would not be comparable: " + "; ".join(diffs) +
+                          "; give every algorithm section the same data, evaluation sets and env-step budget (plan leaves)")
+
+
+def settings_listing(cfg: RunConfig) -> dict[str, Any]:
+    """The dry-run's effective optimisation settings of every compared algorithm and which differ."""
+    from .run import optimisation_settings, prepare
+
+    _, workflow, train, _ = prepare(cfg)
+    return optimisation_settings(cfg, workflow, train)
+
+
+def execute(cfg_path: str | Path, configs: dict[tuple[str, int], RunConfig], out: Path, overrides: Sequence[str],
+            launcher: str | None = None, log=print) -> list[str]:
+    """Run what is not finished yet, one after another; returns the names of the runs started."""
+    started = []
+    for (algorithm, seed), cfg in configs.items():
+        name = run_name(algorithm, seed)
+        if (out / name / "summary.json").exists():
+            log(f"[compare] {name}: finished, kept")
+            continue
+        args = ["train", "--config", str(cfg_path)]
+        for item in run_overrides(cfg_path, algorithm, seed, out, out.name, overrides):
+            args += ["--override", item]
+        prefix = shlex.split(launcher) + ["-m", "c3_plugin"] if launcher else [sys.executable, "-m", "c3_plugin"]
+        log(f"[compare] {name}: {'resuming' if (out / name / 'checkpoints').exists() else 'starting'}")
+        code = subprocess.call(prefix + args)
+        if code != 0:
+            raise RuntimeError(f"run {name} failed (exit code {code}); fix it and run the same c3 compare again: "
+                               "finished runs are kept and this one resumes from its last checkpoint")
+        started.append(name)
+    return started
+
+
+def _dig(summary: dict, path: Sequence[str]) -> Any:
+    for key in path:
+        summary = summary.get(key) if isinstance(summary, dict) else None
+    return summary
+
+
+def load_run(folder: Path) -> dict[str, Any]:
+    summary = json.loads((folder / "summary.json").read_text())
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return {"summary": summary, "rows": rows}
+
+
+def primary_metrics(final: dict[str, float], patterns: Sequence[str]) -> list[str]:
+    keys = sorted(k for k in final if k.startswith("eval/") and any(fnmatchcase(k, p) for p in patterns))
+    return keys or (["eval/reward_mean"] if "eval/reward_mean" in final else [])
+
+
+def aggregate(out: Path, algorithms: Sequence[str], seeds: Sequence[int], patterns: Sequence[str] = ("eval/*/accuracy",)) -> dict:
+    """The comparison's statistics from its finished runs (see the module docstring)."""
+    from .stats import area_under_curve, compare_table, holm, summarize
+
+    runs = {(a, s): load_run(out / run_name(a, s)) for a in algorithms for s in seeds if (out / run_name(a, s) / "summary.json").exists()}
+    missing = [run_name(a, s) for a in algorithms for s in seeds if (a, s) not in runs]
+    if not runs:
+        raise ConfigError(f"no finished run under {out}: run c3 compare with the same arguments first")
+    metrics = primary_metrics(next(iter(runs.values()))["summary"]["eval_after"], patterns)
+    result: dict[str, Any] = {"algorithms": list(algorithms), "seeds": list(seeds), "missing_runs": missing, "metrics": metrics,
+                              "final": {}, "auc": {}, "pairs": {}, "costs": {}}
+    for metric in metrics:
+        final = {a: {s: float(runs[a, s]["summary"]["eval_after"][metric]) for s in seeds if (a, s) in runs} for a in algorithms}
+        result["final"][metric] = compare_table(final)
+        auc = {}
+        for a in algorithms:
+            auc[a] = {}
+            for s in seeds:
+                if (a, s) in runs:
+                    curve = {r["env_step"]: r[metric] for r in runs[a, s]["rows"] if r.get(metric) is not None}  # last per step
+                    steps = sorted(curve)
+                    auc[a][s] = area_under_curve(steps, [curve[x] for x in steps])
+        result["auc"][metric] = {a: summarize(list(v.values())) for a, v in auc.items() if v}
+    pair_names = sorted({p for m in metrics for p in result["final"][m]["pairs"]})
+    for pair in pair_names:  # Holm across the suite metrics, per algorithm pair
+        raw = {m: result["final"][m]["pairs"][pair].get("p") for m in metrics if pair in result["final"][m]["pairs"]}
+        for m, p in holm(raw).items():
+            result["final"][m]["pairs"][pair]["p_holm"] = p
+    for name, path in COSTS:
+        values = {a: [v for s in seeds if (a, s) in runs and (v := _dig(runs[a, s]["summary"], path)) is not None] for a in algorithms}
+        if any(values.values()):
+            result["costs"][name] = {a: summarize(v) for a, v in values.items() if v}
+    return result
+
+
+def _fmt(summary: dict) -> str:
+    low, high = summary["ci95"]
+    return f"{summary['mean']:.3f} +- {summary['std']:.3f} [{low:.3f}, {high:.3f}]"
+
+
+def _p(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def markdown(result: dict) -> str:
+    """``summary.md``: the final metrics, the paired tests and the costs as tables."""
+    algos = result["algorithms"]
+    lines = [f"# Comparison: {', '.join(algos)} over seeds {result['seeds']}", ""]
+    if result["missing_runs"]:
+        lines += [f"Unfinished runs (left out): {', '.join(result['missing_runs'])}", ""]
+    lines += ["## Final evaluation (mean +- std [95% CI] over seeds)", "", "| metric | " + " | ".join(algos) + " |",
+              "| --- |" + " --- |" * len(algos)]
+    for m in result["metrics"]:
+        per = result["final"][m]["algorithms"]
+        lines.append(f"| {m} | " + " | ".join(_fmt(per[a]) if a in per else "-" for a in algos) + " |")
+    lines += ["", "## Paired differences by seed (t-test, Holm-corrected across metrics; Wilcoxon from 6 seeds)", "",
+              "| metric | pair | mean diff [95% CI] | p (t) | p (t, Holm) | p (Wilcoxon) | n |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for m in result["metrics"]:
+        for pair, c in result["final"][m]["pairs"].items():
+            if not c["n"]:
+                lines.append(f"| {m} | {pair} | no seeds in common | - | - | - | 0 |")
+                continue
+            low, high = c["ci95"]
+            lines.append(f"| {m} | {pair} | {c['mean_diff']:+.3f} [{low:+.3f}, {high:+.3f}] | {_p(c.get('p'))} | "
+                         f"{_p(c.get('p_holm'))} | {_p((c.get('wilcoxon') or {}).get('p'))} | {c['n']} |")
+    lines += ["", "## Area under the eval curve (mean level over env steps)", "", "| metric | " + " | ".join(algos) + " |",
+              "| --- |" + " --- |" * len(algos)]
+    for m, per in result["auc"].items():
+        lines.append(f"| {m} | " + " | ".join(_fmt(per[a]) if a in per else "-" for a in algos) + " |")
+    lines += ["", "## Costs per run (mean +- std [95% CI])", "", "| cost | " + " | ".join(algos) + " |", "| --- |" + " --- |" * len(algos)]
+    for name, per in result["costs"].items():
+        lines.append(f"| {name} | " + " | ".join(_fmt(per[a]) if a in per else "-" for a in algos) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def compare(cfg_path: str | Path, algorithms: Sequence[str], seeds: Sequence[int], out: str | Path, overrides: Sequence[str] = (),
+            launcher: str | None = None, patterns: Sequence[str] = ("eval/*/accuracy",), run: bool = True, log=print) -> dict:
+    """Plan (refusing incomparable runs), print the settings that differ, run what is unfinished, aggregate, write
+    ``summary.json`` and ``summary.md``; returns the aggregate."""
+    out = Path(out)
+    configs = plan(cfg_path, algorithms, seeds, out, overrides)
+    listing = settings_listing(next(iter(configs.values())))
+    log(json.dumps({"effective_settings": listing}, indent=2, default=str))
+    out.mkdir(parents=True, exist_ok=True)
+    if run:
+        execute(cfg_path, configs, out, overrides, launcher, log)
+    result = aggregate(out, algorithms, seeds, patterns)
+    result["effective_settings"] = listing
+    (out / "summary.json").write_text(json.dumps(result, indent=2, default=str))
+    text = markdown(result)
+    (out / "summary.md").write_text(text)
+    log(text)
+    return result

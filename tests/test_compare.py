@@ -1,0 +1,83 @@
+"""``c3 compare`` end to end on tiny models saved to a folder (each run is its own ``python -m c3_plugin train``
+process), and the ``c3`` console script."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from c3_plugin.compare import aggregate, compare
+from c3_plugin.config import ConfigError
+from c3_plugin.stats import summarize
+from c3_plugin.testing import tiny_model, tiny_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.fixture(scope="module")
+def base_config(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("compare")
+    tok = tiny_tokenizer()
+    tiny_model(tok, seed=0).save_pretrained(folder / "model")
+    tok.save_pretrained(folder / "model")
+    cfg = {"domain": "template", "workflow": {"name": "echo_pair"}, "agent_model": {"name": str(folder / "model"), "device": "cpu"},
+           "dataset": {"train": {"size": 4}, "eval": [{"name": "echo", "size": 3}, {"name": "copy", "size": 2, "seed": 9}]},
+           "output": {"verbose": False, "plot": False, "save_model": False},
+           "c3": {"num_train_epochs": 1, "max_new_tokens": 3, "instances_per_update": 2, "plan": "tree [2, 4]"},
+           "magrpo": {"num_train_epochs": 1, "max_new_tokens": 3, "instances_per_update": 2, "plan": "independent 8"}}
+    path = folder / "base.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_compare_runs_every_algorithm_and_seed_once_and_aggregates(base_config, tmp_path):
+    out = tmp_path / "h2h"
+    logs: list[str] = []
+    result = compare(base_config, ["c3", "magrpo"], [0, 1], out, log=logs.append)
+    assert "effective_settings" in logs[0] and '"differ"' in logs[0]  # what differs is printed first
+    for run in ("c3-s0", "c3-s1", "magrpo-s0", "magrpo-s1"):
+        summary = json.loads((out / run / "summary.json").read_text())
+        assert summary["env_steps"] == 4 * 8 and summary["wall_s"] > 0 and summary["peak_rss_gib"] > 0
+        assert json.loads((out / run / "config.json").read_text())["wandb"]["group"] == "h2h"
+    assert result["metrics"] == ["eval/copy/accuracy", "eval/echo/accuracy"]
+    for metric in result["metrics"]:
+        finals = {algo: [json.loads((out / f"{algo}-s{s}" / "summary.json").read_text())["eval_after"][metric] for s in (0, 1)]
+                  for algo in ("c3", "magrpo")}
+        for algo, values in finals.items():
+            assert result["final"][metric]["algorithms"][algo] == summarize(values)
+        pair = result["final"][metric]["pairs"]["c3 vs magrpo"]
+        assert pair["n"] == 2 and "p_holm" in pair
+        assert pair["diffs"] == pytest.approx([c - m for c, m in zip(finals["c3"], finals["magrpo"])])  # paired by seed
+    assert result["costs"]["env_steps"]["c3"]["mean"] == 32
+    assert json.loads((out / "summary.json").read_text())["metrics"] == result["metrics"]
+    assert "| eval/echo/accuracy |" in (out / "summary.md").read_text()
+    # a finished comparison is not redone; a run without its summary (killed) runs again, alone
+    (out / "magrpo-s1" / "summary.json").unlink()
+    logs.clear()
+    compare(base_config, ["c3", "magrpo"], [0, 1], out, log=logs.append)
+    assert sum("finished, kept" in line for line in logs) == 3 and any("magrpo-s1: " in line for line in logs)
+    assert (out / "magrpo-s1" / "summary.json").exists()
+
+
+def test_compare_refuses_runs_with_different_budgets(base_config, tmp_path):
+    with pytest.raises(ConfigError, match="expected_env_steps: c3 has 32, magrpo has 16"):
+        compare(base_config, ["c3", "magrpo"], [0], tmp_path / "bad", overrides=["magrpo.plan=independent 4"], run=False)
+    with pytest.raises(ConfigError, match="at least two algorithms"):
+        compare(base_config, ["c3"], [0], tmp_path / "bad")
+
+
+def test_aggregate_without_finished_runs_names_the_fix(tmp_path):
+    with pytest.raises(ConfigError, match="no finished run"):
+        aggregate(tmp_path, ["c3", "magrpo"], [0])
+
+
+def test_console_script_lists_its_commands_and_dry_runs():
+    out = subprocess.run([sys.executable, "-m", "c3_plugin", "--help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert all(cmd in out for cmd in ("train", "dry-run", "compare"))
+    dry = subprocess.run([sys.executable, "-m", "c3_plugin", "dry-run", "--config", "configs/math/demo_cpu.yaml"], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout
+    assert json.loads(dry)["status"] == "ok"
