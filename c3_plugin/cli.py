@@ -52,7 +52,17 @@ def console(argv: list[str] | None = None) -> int:
     cmp.add_argument("--metric", action="append", default=None, metavar="GLOB",
                      help="final eval metrics compared (repeatable glob; default eval/*/accuracy, else eval/reward_mean)")
     cmp.add_argument("--aggregate-only", action="store_true", help="aggregate the finished runs without starting any")
+    dash = sub.add_parser("dashboard", help="an HTML page for a comparison or run folder, or a W&B workspace for a comparison")
+    dash.add_argument("folder", nargs="?", help="a c3 compare folder or a run folder: writes <folder>/dashboard.html")
+    dash.add_argument("--out", default=None, help="where the HTML page goes (default <folder>/dashboard.html)")
+    dash.add_argument("--wandb", default=None, metavar="ENTITY/PROJECT", help="build the W&B workspace of a comparison instead")
+    dash.add_argument("--group", default=None, help="the comparison's W&B group (its folder's name)")
+    dash.add_argument("--metric", action="append", default=None, help="eval metrics of the W&B workspace (default eval/reward_mean)")
+    dash.add_argument("--algorithms", nargs="+", default=["c3", "magrpo", "mappo"], help="the compared algorithms (W&B job types)")
+    dash.add_argument("--online", action="store_true", help="save the workspace to W&B (else write its specification to --out)")
     args = parser.parse_args(argv)
+    if args.command == "dashboard":
+        return dashboard(args, parser)
     if args.command in ("train", "dry-run"):
         return main(["--config", args.config, *sum((["--override", o] for o in args.override), []),
                      *(["--dry-run"] if args.command == "dry-run" else [])])
@@ -62,6 +72,24 @@ def console(argv: list[str] | None = None) -> int:
     out = Path(args.out) if args.out else Path("runs") / Path(args.config).stem
     validate_or_exit(lambda: compare(args.config, args.algorithms, args.seeds, out, args.override, args.launcher,
                                      args.metric or ("eval/*/accuracy",), run=not args.aggregate_only))
+    return 0
+
+
+def dashboard(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.wandb:
+        if not args.group or "/" not in args.wandb:
+            parser.error("--wandb ENTITY/PROJECT needs --group NAME (the comparison folder's name)")
+        from .dashboard_wandb import publish, workspace_spec
+
+        entity, project = args.wandb.split("/", 1)
+        spec = workspace_spec(entity, project, args.group, args.metric or ["eval/reward_mean"], args.algorithms)
+        print(publish(spec, online=args.online, out_path=Path(args.out or f"{args.group}.workspace.json")))
+        return 0
+    if not args.folder:
+        parser.error("give a comparison or run folder, or --wandb ENTITY/PROJECT --group NAME")
+    from .dashboard import write_dashboard
+
+    print(write_dashboard(args.folder, args.out))
     return 0
 
 

@@ -34,10 +34,16 @@ def base_config(tmp_path_factory):
     return path
 
 
-def test_compare_runs_every_algorithm_and_seed_once_and_aggregates(base_config, tmp_path):
-    out = tmp_path / "h2h"
+@pytest.fixture(scope="module")
+def comparison(base_config, tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "h2h"
     logs: list[str] = []
     result = compare(base_config, ["c3", "magrpo"], [0, 1], out, log=logs.append)
+    return out, result, logs
+
+
+def test_compare_runs_every_algorithm_and_seed_once_and_aggregates(base_config, comparison):
+    out, result, logs = comparison
     assert "effective_settings" in logs[0] and '"differ"' in logs[0]  # what differs is printed first
     for run in ("c3-s0", "c3-s1", "magrpo-s0", "magrpo-s1"):
         summary = json.loads((out / run / "summary.json").read_text())
@@ -57,10 +63,54 @@ def test_compare_runs_every_algorithm_and_seed_once_and_aggregates(base_config, 
     assert "| eval/echo/accuracy |" in (out / "summary.md").read_text()
     # a finished comparison is not redone; a run without its summary (killed) runs again, alone
     (out / "magrpo-s1" / "summary.json").unlink()
-    logs.clear()
+    logs = []
     compare(base_config, ["c3", "magrpo"], [0, 1], out, log=logs.append)
     assert sum("finished, kept" in line for line in logs) == 3 and any("magrpo-s1: " in line for line in logs)
     assert (out / "magrpo-s1" / "summary.json").exists()
+
+
+def test_dashboard_is_one_self_contained_page(comparison):
+    from c3_plugin.dashboard import write_dashboard
+
+    out, result, _ = comparison
+    page = write_dashboard(out).read_text()
+    assert page.count("<svg") >= 4  # two suites' eval curves, training curves, cost bars
+    for text in ("eval/echo/accuracy", "c3 vs magrpo", "Credit diagnostics", "Costs per run", "href='c3-s0/'"):
+        assert text in page, text
+    assert "<script" not in page and "http://" not in page.replace("http://www.w3.org", "")  # nothing to fetch or run
+    one_run = write_dashboard(out / "c3-s0")  # a single run folder (make demo writes the demo run's)
+    assert "<svg" in one_run.read_text() and "Results" not in one_run.read_text()
+
+
+@pytest.mark.browser
+def test_dashboard_renders_in_headless_chromium_without_console_errors(comparison, tmp_path):
+    """Chromium from Debian's packages (installed here when missing, with apt and root) loads the page: no console
+    errors, and the screenshot is not blank (the charts are drawn)."""
+    import os
+    import shutil
+
+    import numpy as np
+    from PIL import Image
+
+    from c3_plugin.dashboard import write_dashboard
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        assert shutil.which("apt-get") and os.geteuid() == 0, "no Chromium and no apt/root to install it: apt-get install chromium"
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-qq"], check=True, capture_output=True, env=env)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], check=True, capture_output=True, env=env)
+        browser = shutil.which("chromium")
+    page = write_dashboard(comparison[0])
+    shot = tmp_path / "dashboard.png"
+    proc = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
+                           "--window-size=1280,2400", f"--screenshot={shot}", page.resolve().as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    assert shot.exists(), proc.stderr[-3000:]
+    console = [line for line in proc.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+    assert console == [], console
+    pixels = np.asarray(Image.open(shot).convert("L"), dtype=float)
+    assert pixels.std() > 10 and (pixels < 128).mean() > 0.005  # lines, text and bars drawn on the white page
 
 
 def test_compare_refuses_runs_with_different_budgets(base_config, tmp_path):
@@ -75,9 +125,14 @@ def test_aggregate_without_finished_runs_names_the_fix(tmp_path):
         aggregate(tmp_path, ["c3", "magrpo"], [0])
 
 
-def test_console_script_lists_its_commands_and_dry_runs():
+def test_console_script_lists_its_commands_and_dry_runs(tmp_path):
     out = subprocess.run([sys.executable, "-m", "c3_plugin", "--help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert all(cmd in out for cmd in ("train", "dry-run", "compare"))
+    assert all(cmd in out for cmd in ("train", "dry-run", "compare", "dashboard"))
+    spec = tmp_path / "ws.json"  # offline, the W&B workspace is written as its specification
+    subprocess.run([sys.executable, "-m", "c3_plugin", "dashboard", "--wandb", "me/proj", "--group", "h2h", "--metric",
+                    "eval/math500/accuracy", "--out", str(spec)], cwd=ROOT, capture_output=True, text=True, check=True)
+    written = json.loads(spec.read_text())
+    assert written["entity"] == "me" and "h2h" in json.dumps(written["spec"]) and "eval/math500/accuracy" in json.dumps(written)
     dry = subprocess.run([sys.executable, "-m", "c3_plugin", "dry-run", "--config", "configs/math/demo_cpu.yaml"], cwd=ROOT,
                          capture_output=True, text=True, check=True).stdout
     assert json.loads(dry)["status"] == "ok"
