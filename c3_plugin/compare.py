@@ -56,7 +56,7 @@ def plan(cfg_path: str | Path, algorithms: Sequence[str], seeds: Sequence[int], 
         raise ConfigError("c3 compare needs at least two algorithms and one seed, e.g. --algorithms c3 magrpo --seeds 0 1 2")
     name = out.name
     configs = {(a, s): load_config(cfg_path, run_overrides(cfg_path, a, s, out, name, overrides))
-               for a in algorithms for s in seeds}
+               for s in seeds for a in algorithms}  # seed-major: a stopped comparison holds complete pairs
     check_comparable(configs)
     return configs
 
