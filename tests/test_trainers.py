@@ -313,3 +313,14 @@ def test_torchrun_world_that_cannot_split_the_batch_is_refused_before_anything_l
     with pytest.raises(ValueError, match="minibatch_size=12 is not a multiple of ranks x micro_batch_size = 2 x 8"):
         train(run_config(tmp_path, instances_per_update=4, minibatch_size=12))
     assert not (tmp_path / "c3-run").exists()
+
+
+def test_comlrl_placement_keys_keep_their_meaning_in_one_process(tmp_path):
+    """CoMLRL's agent_devices (one device per agent) with parallel_training: mp reach its trainer unchanged in a
+    one-process run; under torchrun they are refused (tests/test_cluster_plan.py)."""
+    cfg = run_config(tmp_path, agent_devices=["cpu", "cpu"], parallel_training="mp", num_train_epochs=1)
+    domain, wf, train_ds, evals = prepare(cfg)
+    models, tok = tiny_team()
+    trainer = build_trainer(cfg, domain, wf, train_ds, evals, tmp_path, models, tok)
+    assert trainer.parallel_training == "mp" and [str(d) for d in trainer.agent_devices] == ["cpu", "cpu"]
+    assert trainer.engines is None and not trainer.dist.enabled  # no DeepSpeed, no process group
