@@ -136,3 +136,14 @@ def test_console_script_lists_its_commands_and_dry_runs(tmp_path):
     dry = subprocess.run([sys.executable, "-m", "c3_plugin", "dry-run", "--config", "configs/math/demo_cpu.yaml"], cwd=ROOT,
                          capture_output=True, text=True, check=True).stdout
     assert json.loads(dry)["status"] == "ok"
+
+
+def test_compare_hands_each_run_to_the_launcher(base_config, tmp_path):
+    """--launcher: each run is a torchrun job of 2 data-parallel ranks (the same budget, rank 0's summary)."""
+    out = tmp_path / "launched"
+    launcher = f"{sys.executable} -m torch.distributed.run --standalone --nproc_per_node 2"
+    result = compare(base_config, ["c3", "magrpo"], [0], out, launcher=launcher, log=lambda *_: None)
+    for run in ("c3-s0", "magrpo-s0"):
+        summary = json.loads((out / run / "summary.json").read_text())
+        assert summary["world_size"] == 2 and summary["env_steps"] == 32
+    assert result["costs"]["env_steps"]["magrpo"]["mean"] == 32
