@@ -170,15 +170,12 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
 
         self.deepspeed = section if section is not None else DeepSpeedSection()
         world = dp.launched_world()
-        self.dist = dp.init(self.deepspeed.dist_backend, self.deepspeed.timeout_minutes) if world > 1 else dp.context()
+        use = dp.use_deepspeed(self.deepspeed.enabled, world)  # deepspeed.enabled: true on one process: a group of one
+        self.dist = dp.init(self.deepspeed.dist_backend, self.deepspeed.timeout_minutes, single=use) if use or world > 1 else dp.context()
         self.engines: list[Any] | None = None
-        if not dp.use_deepspeed(self.deepspeed.enabled, world):
+        if not use:
             return
-        if world <= 1:  # deepspeed.enabled: true on one process: a process group of one
-            self.dist = dp.init(self.deepspeed.dist_backend, self.deepspeed.timeout_minutes, single=True)
-        from ..distributed import divisibility_errors
-
-        errors = divisibility_errors(self.args, world)
+        errors = dp.divisibility_errors(self.args, world)
         if errors:
             raise ValueError("; ".join(errors))
         if self.lora_adapters:
