@@ -36,7 +36,7 @@ def run_name(algorithm: str, seed: int) -> str:
     return f"{algorithm}-s{seed}"
 
 
-def run_overrides(cfg_path: str | Path, algorithm: str, seed: int, out: Path, name: str, overrides: Sequence[str]) -> list[str]:
+def run_overrides(algorithm: str, seed: int, out: Path, name: str, overrides: Sequence[str]) -> list[str]:
     """The overrides that turn the base config into one run of the comparison."""
     from dataclasses import fields
 
@@ -55,7 +55,7 @@ def plan(cfg_path: str | Path, algorithms: Sequence[str], seeds: Sequence[int], 
     if len(set(algorithms)) < 2 or len(set(seeds)) < 1:
         raise ConfigError("c3 compare needs at least two algorithms and one seed, e.g. --algorithms c3 magrpo --seeds 0 1 2")
     name = out.name
-    configs = {(a, s): load_config(cfg_path, run_overrides(cfg_path, a, s, out, name, overrides))
+    configs = {(a, s): load_config(cfg_path, run_overrides(a, s, out, name, overrides))
                for s in seeds for a in algorithms}  # seed-major: a stopped comparison holds complete pairs
     check_comparable(configs)
     return configs
@@ -106,7 +106,7 @@ def execute(cfg_path: str | Path, configs: dict[tuple[str, int], RunConfig], out
             log(f"[compare] {name}: finished, kept")
             continue
         args = ["train", "--config", str(cfg_path)]
-        for item in run_overrides(cfg_path, algorithm, seed, out, out.name, overrides):
+        for item in run_overrides(algorithm, seed, out, out.name, overrides):
             args += ["--override", item]
         prefix = shlex.split(launcher) + ["-m", "c3_plugin"] if launcher else [sys.executable, "-m", "c3_plugin"]
         log(f"[compare] {name}: {'resuming' if (out / name / 'checkpoints').exists() else 'starting'}")
