@@ -1,5 +1,6 @@
 """The one CLI behind every entry point: ``--config``, ``--override a.b=value``, ``--dry-run``; and the ``c3``
-console script (``c3 train``, ``c3 dry-run``, ``c3 compare``; also ``python -m c3_plugin``)."""
+console script (``c3 train``, ``c3 dry-run``, ``c3 compare``, ``c3 dashboard``, ``c3 diagnose``, ``c3 plan-budget``,
+``c3 audit``; also ``python -m c3_plugin``)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None, algorithm: str | None = None, default_co
 
 
 def console(argv: list[str] | None = None) -> int:
-    """``c3 <command>``: train, dry-run or compare."""
+    """``c3 <command>``: train, dry-run, compare, dashboard, diagnose, plan-budget or audit."""
     parser = argparse.ArgumentParser(prog="c3", description="comlrl-c3: train LLM teams with C3, MAGRPO, MAPPO and compare them.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
 
@@ -60,9 +61,41 @@ def console(argv: list[str] | None = None) -> int:
     dash.add_argument("--metric", action="append", default=None, help="eval metrics of the W&B workspace (default eval/reward_mean)")
     dash.add_argument("--algorithms", nargs="+", default=["c3", "magrpo", "mappo"], help="the compared algorithms (W&B job types)")
     dash.add_argument("--online", action="store_true", help="save the workspace to W&B (else write its specification to --out)")
+    diag = sub.add_parser("diagnose", help="reliability, noise law and influence at every decision point, without training")
+    diag.add_argument("--config", default=None, help="run config YAML (or --run: a trained run's own config)")
+    diag.add_argument("--override", action="append", default=[], metavar="a.b=value", help="override a config value (repeatable)")
+    diag.add_argument("--run", default=None, help="a run folder: its config.json, and --checkpoint final loads its trained models")
+    diag.add_argument("--checkpoint", default="base", help="base (the config's model), final (<run>/final) or a folder of agent_<i>/ models")
+    diag.add_argument("--groups", type=int, default=60, help="contexts (groups) per decision point")
+    diag.add_argument("--n", type=int, default=4, help="alternatives per group (>= 3: split-half ranks them)")
+    diag.add_argument("--c", type=int, default=4, help="continuations per alternative (even; 1 is used at the last decision point)")
+    diag.add_argument("--decisions", default="all", help="'all' or comma-separated decision indices, e.g. 0,2")
+    diag.add_argument("--chunk", type=int, default=8, help="groups per generation batch; each finished chunk is saved (resumable)")
+    diag.add_argument("--seed", type=int, default=0, help="seeds every chunk (a resumed diagnosis gives the same numbers)")
+    diag.add_argument("--out", default=None, help="output folder (default <run>/diagnose or runs/diagnose/<config name>); rerun to resume")
+    diag.add_argument("--quiet", action="store_true", help="no progress bar")
+    plan = sub.add_parser("plan-budget", help="the (n, c) split of B reward calls per decision point that maximises reliability")
+    plan.add_argument("--from", dest="source", required=True, help="a diagnose.json written by c3 diagnose")
+    plan.add_argument("--budget", type=int, required=True, help="reward calls B per decision point (and leaves of the tree plans)")
+    plan.add_argument("--out", default=None, help="also write the result as JSON here")
+    aud = sub.add_parser("audit", help="credit every message of recorded runs by re-entering their decision points")
+    aud.add_argument("--run", required=True, help="a run folder with traces.jsonl (trained with save_traces: true)")
+    aud.add_argument("--override", action="append", default=[], metavar="a.b=value", help="override a value of the run's config (repeatable)")
+    who = aud.add_mutually_exclusive_group()
+    who.add_argument("--instance", default=None, help="audit this instance id's lowest-reward run in its latest batch")
+    who.add_argument("--failed", type=int, default=None, help="audit the N instances with the lowest-reward runs (default 3)")
+    aud.add_argument("--checkpoint", default=None, help="final (default when <run>/final exists), base, or a folder of agent_<i>/ models")
+    aud.add_argument("--n", type=int, default=4, help="fresh alternatives per decision point (the baseline V)")
+    aud.add_argument("--c", type=int, default=4, help="continuations per alternative and of the recorded message (Q)")
+    aud.add_argument("--seed", type=int, default=0, help="sampling seed")
+    aud.add_argument("--out", default=None, help="output folder (default <run>/audit): audit.json and audit.png")
     args = parser.parse_args(argv)
     if args.command == "dashboard":
         return dashboard(args, parser)
+    if args.command in ("diagnose", "plan-budget", "audit"):
+        from .run import validate_or_exit
+
+        return validate_or_exit(lambda: analysis_command(args, parser))
     if args.command in ("train", "dry-run"):
         return main(["--config", args.config, *sum((["--override", o] for o in args.override), []),
                      *(["--dry-run"] if args.command == "dry-run" else [])])
@@ -72,6 +105,47 @@ def console(argv: list[str] | None = None) -> int:
     out = Path(args.out) if args.out else Path("runs") / Path(args.config).stem
     validate_or_exit(lambda: compare(args.config, args.algorithms, args.seeds, out, args.override, args.launcher,
                                      args.metric or ("eval/*/accuracy",), run=not args.aggregate_only))
+    return 0
+
+
+def analysis_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``c3 diagnose``, ``c3 plan-budget`` and ``c3 audit`` (:mod:`c3_plugin.diagnose`, :mod:`~c3_plugin.budget`, :mod:`~c3_plugin.audit`)."""
+    if args.command == "plan-budget":
+        from .budget import plan_budget, print_plan
+
+        source = Path(args.source)
+        if not source.exists():
+            raise FileNotFoundError(f"--from {source}: no such file; run c3 diagnose first (it writes <out>/diagnose.json)")
+        result = plan_budget(json.loads(source.read_text()), args.budget)
+        print_plan(result)
+        if args.out:
+            Path(args.out).write_text(json.dumps(result, indent=2))
+        return 0
+    from .analysis import open_session, run_config, weights_folder
+    from .config import load_config
+
+    if args.command == "audit":
+        from .audit import audit_run, print_audit, trace_files
+
+        trace_files(args.run)  # before loading any model: a run without traces fails at once
+        checkpoint = args.checkpoint or ("final" if (Path(args.run) / "final" / "agent_0").is_dir() else "base")
+        session = open_session(run_config(args.run, args.override), weights_folder(args.run, checkpoint))
+        report = audit_run(session, args.run, args.out or Path(args.run) / "audit", args.instance,
+                           args.failed if args.failed is not None or args.instance else 3, args.n, args.c, args.seed)
+        print_audit(report)
+        print(f"policies: {checkpoint}; wrote {Path(args.out or Path(args.run) / 'audit') / 'audit.json'} and audit.png")
+        return 0
+    from .diagnose import diagnose, print_report
+
+    if bool(args.config) == bool(args.run):
+        parser.error("c3 diagnose needs exactly one of --config and --run")
+    cfg = run_config(args.run, args.override) if args.run else load_config(args.config, args.override)
+    out = Path(args.out) if args.out else (Path(args.run) / "diagnose" if args.run else Path("runs") / "diagnose" / Path(args.config).stem)
+    weights = weights_folder(args.run, args.checkpoint)
+    session = open_session(cfg, weights)
+    print_report(diagnose(session, out, args.groups, args.n, args.c, args.decisions, args.chunk, args.seed,
+                          progress=not args.quiet, weights=str(weights or "base")))
+    print(f"wrote {out / 'diagnose.json'} and {out / 'reliability_by_depth.png'}")
     return 0
 
 

@@ -150,16 +150,12 @@ def _masked_spearman(x: np.ndarray, y: np.ndarray, valid: np.ndarray) -> np.ndar
         return np.where(den > 0, (dx * dy).sum(-1) / np.where(den > 0, den, 1.0), np.nan)
 
 
-def split_half_reliability(groups: Sequence[Sequence[Sequence[float]]] | np.ndarray) -> tuple[float, int]:
-    """Mean Spearman correlation between even- and odd-continuation advantage vectors.
-
-    Groups with fewer than 3 alternatives, an alternative with fewer than 2 continuations,
-    or a half that gives every alternative the same advantage are excluded. Returns
-    ``(mean_rho, groups_used)``; ``mean_rho`` is NaN when no group qualifies.
-    """
+def split_half_per_group(groups: Sequence[Sequence[Sequence[float]]] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per group: the Spearman correlation between its even- and odd-continuation advantage vectors,
+    and whether the group is usable (see :func:`split_half_reliability`). Returns ``(rho [G], used [G])``."""
     values = groups if isinstance(groups, np.ndarray) else _pad(groups)
     if values.size == 0:
-        return float("nan"), 0
+        return np.zeros(0), np.zeros(0, dtype=bool)
     alive = ~np.isnan(values[..., 0])  # [G, n]: the alternative exists
     halves = []
     for part in (values[..., 0::2], values[..., 1::2]):
@@ -175,7 +171,17 @@ def split_half_reliability(groups: Sequence[Sequence[Sequence[float]]] | np.ndar
     (a_even, ok_even), (a_odd, ok_odd) = halves
     usable = (alive.sum(-1) >= 3) & np.all(ok_even == alive, -1) & np.all(ok_odd == alive, -1)
     rho = _masked_spearman(np.where(alive, a_even, 0.0), np.where(alive, a_odd, 0.0), alive)
-    used = usable & np.isfinite(rho)
+    return rho, usable & np.isfinite(rho)
+
+
+def split_half_reliability(groups: Sequence[Sequence[Sequence[float]]] | np.ndarray) -> tuple[float, int]:
+    """Mean Spearman correlation between even- and odd-continuation advantage vectors.
+
+    Groups with fewer than 3 alternatives, an alternative with fewer than 2 continuations,
+    or a half that gives every alternative the same advantage are excluded. Returns
+    ``(mean_rho, groups_used)``; ``mean_rho`` is NaN when no group qualifies.
+    """
+    rho, used = split_half_per_group(groups)
     return (float(rho[used].mean()) if used.any() else float("nan")), int(used.sum())
 
 

@@ -12,6 +12,7 @@ cross product of the two roles' samples).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence
@@ -95,13 +96,14 @@ class Rollout:
     leaves: list[Leaf] = field(default_factory=list, repr=False)  # what the reward scored, row-major like ``rewards``
     budget: Budget = field(init=False)
     owner: np.ndarray = field(init=False, repr=False)  # per entry: index of the entry holding its sample (itself unless a copy)
+    replayed_steps: int = 0  # leading schedule steps copied from a recorded trace (``materialize(given=...)``), not sampled: outside the budget
 
     def __post_init__(self) -> None:
         inst_of = {str(it["id"]): i for i, it in enumerate(self.items)}
         index = {(e.instance, e.node): k for k, e in enumerate(self.entries)}
         self.owner = np.fromiter((k if e.shared is None else index[(e.instance, e.shared)] for k, e in enumerate(self.entries)),
                                  dtype=np.int64, count=len(self.entries))
-        decisions = [e for e in self.entries if e.kind == "decision" and e.shared is None]
+        decisions = [e for e in self.entries if e.kind == "decision" and e.shared is None and e.step >= self.replayed_steps]
         idx = np.fromiter((inst_of[e.instance] for e in decisions), dtype=np.int64, count=len(decisions))
         ntok = np.fromiter((len(e.token_ids) for e in decisions), dtype=np.int64, count=len(decisions))
         num = len(self.items)
@@ -190,7 +192,7 @@ def _expand_decision(workflow: Workflow, step: Step, b: int, items: Sequence[Map
 def materialize(workflow: Workflow, plan: Plan | Any, items: Sequence[Mapping[str, Any]],
                 backend: GenerationBackend, reward_fn: RewardFn, sampling: Sampling = Sampling(), *,
                 share_identical_contexts: bool = False, tokenizers: Sequence[Any] | None = None,
-                use_chat_template: bool = True) -> Rollout:
+                use_chat_template: bool = True, given: Sequence[Sequence[TraceEntry]] | None = None) -> Rollout:
     """Run the plan on every item; every item needs a unique ``id``.
 
     ``share_identical_contexts``: at a decision point, frontier nodes of one instance whose
@@ -205,6 +207,11 @@ def materialize(workflow: Workflow, plan: Plan | Any, items: Sequence[Mapping[st
     ``use_chat_template`` and each agent's chat template hash, and every decision entry records
     its prompt token ids (:func:`~c3_plugin.generation.encode_prompt`), so that
     :func:`~c3_plugin.trace.replay_check` can compare token ids as well as text.
+
+    ``given`` re-enters recorded runs: per item, the recorded entries of the first ``s`` schedule steps
+    of one path (the same ``s`` for every item; replay-checked by the caller). Those steps are copied,
+    not sampled (the plan must branch 1 at their decisions), and are left out of the budget; sampling
+    starts at step ``s`` from the recorded context, as if the run had just reached it.
     """
     plan = parse_plan(plan)
     if share_identical_contexts and plan.kind == "independent":
@@ -227,9 +234,12 @@ def materialize(workflow: Workflow, plan: Plan | Any, items: Sequence[Mapping[st
                                   context=str(it.get("question", it.get("prompt", ""))), item=dict(it),
                                   **{k: copy.copy(v) for k, v in settings.items()}))
         frontier.append(_Node(i, len(entries) - 1, (), 0, False, ()))
+    replayed = _check_given(given, items, branching, workflow)
     depth_nodes = []
     for step in workflow.steps:
-        if step.kind == "feedback":
+        if step.index < replayed:
+            frontier = _copy_step(step, [g[step.index] for g in given], ids, frontier, entries, next_node)
+        elif step.kind == "feedback":
             frontier = _expand_feedback(workflow, step, items, ids, frontier, entries, next_node)
         else:
             frontier = _expand_decision(workflow, step, branching[step.decision], items, ids, frontier, entries, next_node,
@@ -245,7 +255,45 @@ def materialize(workflow: Workflow, plan: Plan | Any, items: Sequence[Mapping[st
     for f, r in zip(frontier, rewards):
         entries[f.entry].reward = float(r)
     return Rollout(workflow=workflow, plan=plan, branching=branching, items=list(items), entries=entries,
-                   depth_nodes=depth_nodes, rewards=rewards.reshape((len(items),) + branching), leaves=leaves)
+                   depth_nodes=depth_nodes, rewards=rewards.reshape((len(items),) + branching), leaves=leaves,
+                   replayed_steps=replayed)
+
+
+def _check_given(given: Sequence[Sequence[TraceEntry]] | None, items: Sequence[Any], branching: Sequence[int],
+                 workflow: Workflow) -> int:
+    """The number of recorded steps ``given`` fixes (0 without it); refuses ragged or branching prefixes."""
+    if given is None:
+        return 0
+    depths = {len(g) for g in given}
+    if len(given) != len(items) or len(depths) != 1:
+        raise ValueError(f"materialize: given needs one recorded prefix per item, all of one length; got lengths "
+                         f"{sorted(depths)} for {len(items)} items")
+    s = depths.pop()
+    if s > len(workflow.steps):
+        raise ValueError(f"materialize: a recorded prefix of {s} steps is longer than the schedule ({len(workflow.steps)} steps)")
+    fixed = [st.decision for st in workflow.steps[:s] if st.kind == "decision"]
+    if any(branching[u] != 1 for u in fixed):
+        raise ValueError(f"materialize: the plan branches at decision points {fixed} that the recorded prefix fixes; "
+                         f"branching must be 1 there, got {[branching[u] for u in fixed]}")
+    for g in given:
+        for k, e in enumerate(g):
+            if e.step != k or e.role != workflow.steps[k].name:
+                raise ValueError(f"materialize: recorded entry {e.instance} node {e.node} is step {e.step} ({e.role}), "
+                                 f"expected step {k} ({workflow.steps[k].name})")
+    return s
+
+
+def _copy_step(step: Step, recorded: Sequence[TraceEntry], ids: Sequence[str], frontier: Sequence[_Node],
+               entries: list[TraceEntry], next_node: list[int]) -> list[_Node]:
+    """Copy one recorded step into every frontier node (one node per item: nothing above it branched)."""
+    new_frontier = []
+    for f, rec in zip(frontier, recorded):
+        entries.append(dataclasses.replace(rec, instance=ids[f.item], node=next_node[f.item], parent=entries[f.entry].node,
+                                           alternative=0, continuation=0, shared=None, reward=None))
+        next_node[f.item] += 1
+        new_frontier.append(f._replace(entry=len(entries) - 1, outputs=f.outputs + (rec.output,),
+                                       choices=f.choices + ((0,) if step.kind == "decision" else ())))
+    return new_frontier
 
 
 def _expand_feedback(workflow: Workflow, step: Step, items: Sequence[Mapping[str, Any]], ids: Sequence[str],

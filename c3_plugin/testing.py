@@ -46,6 +46,19 @@ def tiny_model(tokenizer, seed: int = 0, hidden: int = 32, layers: int = 2, max_
     return model
 
 
+def template_config(folder, **sections) -> dict:
+    """A tiny model and tokenizer saved under ``folder/model`` and a ``template``-domain (``echo_pair``) config
+    that loads them on CPU; ``sections`` add or replace top-level config sections."""
+    from pathlib import Path
+
+    tok = tiny_tokenizer()
+    model_dir = Path(folder) / "model"
+    tiny_model(tok, seed=0).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    return {"domain": "template", "workflow": {"name": "echo_pair"}, "agent_model": {"name": str(model_dir), "device": "cpu"},
+            **sections}
+
+
 def two_eos_team():
     """A Qwen-like tokenizer/model pair: the generation config declares two EOS ids and the pad token is
     the second of them (Qwen3: <|im_end|> and <|endoftext|>, the latter also its pad). A tiny vocabulary

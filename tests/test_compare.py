@@ -12,7 +12,7 @@ import yaml
 from c3_plugin.compare import aggregate, compare
 from c3_plugin.config import ConfigError
 from c3_plugin.stats import summarize
-from c3_plugin.testing import tiny_model, tiny_tokenizer
+from c3_plugin.testing import template_config
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.timeout(900)
@@ -21,14 +21,11 @@ pytestmark = pytest.mark.timeout(900)
 @pytest.fixture(scope="module")
 def base_config(tmp_path_factory):
     folder = tmp_path_factory.mktemp("compare")
-    tok = tiny_tokenizer()
-    tiny_model(tok, seed=0).save_pretrained(folder / "model")
-    tok.save_pretrained(folder / "model")
-    cfg = {"domain": "template", "workflow": {"name": "echo_pair"}, "agent_model": {"name": str(folder / "model"), "device": "cpu"},
-           "dataset": {"train": {"size": 4}, "eval": [{"name": "echo", "size": 3}, {"name": "copy", "size": 2, "seed": 9}]},
-           "output": {"verbose": False, "plot": False, "save_model": False},
-           "c3": {"num_train_epochs": 1, "max_new_tokens": 3, "instances_per_update": 2, "plan": "tree [2, 4]"},
-           "magrpo": {"num_train_epochs": 1, "max_new_tokens": 3, "instances_per_update": 2, "plan": "independent 8"}}
+    cfg = template_config(
+        folder, dataset={"train": {"size": 4}, "eval": [{"name": "echo", "size": 3}, {"name": "copy", "size": 2, "seed": 9}]},
+        output={"verbose": False, "plot": False, "save_model": False},
+        c3={"num_train_epochs": 1, "max_new_tokens": 3, "instances_per_update": 2, "plan": "tree [2, 4]"},
+        magrpo={"num_train_epochs": 1, "max_new_tokens": 3, "instances_per_update": 2, "plan": "independent 8"})
     path = folder / "base.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -127,7 +124,7 @@ def test_aggregate_without_finished_runs_names_the_fix(tmp_path):
 
 def test_console_script_lists_its_commands_and_dry_runs(tmp_path):
     out = subprocess.run([sys.executable, "-m", "c3_plugin", "--help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert all(cmd in out for cmd in ("train", "dry-run", "compare", "dashboard"))
+    assert all(cmd in out for cmd in ("train", "dry-run", "compare", "dashboard", "diagnose", "plan-budget", "audit"))
     spec = tmp_path / "ws.json"  # offline, the W&B workspace is written as its specification
     subprocess.run([sys.executable, "-m", "c3_plugin", "dashboard", "--wandb", "me/proj", "--group", "h2h", "--metric",
                     "eval/math500/accuracy", "--out", str(spec)], cwd=ROOT, capture_output=True, text=True, check=True)

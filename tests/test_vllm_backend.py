@@ -254,3 +254,19 @@ def test_a_short_c3_run_on_smollm2_trains_through_vllm_and_logs_the_mismatch(tmp
             assert math.isfinite(kl) and 0 <= kl < 1e-3 and 0 <= worst < 0.05, (a, kl, worst)
         assert r["time/sync_s"] > 0
     assert any("eval/reward_mean" in r for r in rows)
+
+
+def test_c3_diagnose_samples_through_vllm_on_smollm2(tmp_path):
+    """``c3 diagnose`` with the config's vLLM backend: the diagnostic plan's groups come from the engine."""
+    import json
+
+    from c3_plugin.cli import console
+
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    out = tmp_path / "diag"
+    assert console(["diagnose", "--config", str(root / "configs/math/demo_cpu.yaml"), "--override", "c3.generation_backend=vllm",
+                    "--groups", "4", "--chunk", "4", "--decisions", "0", "--out", str(out), "--quiet"]) == 0
+    report = json.loads((out / "diagnose.json").read_text())
+    assert report["backend"] == "vllm"
+    (point,) = report["decisions"]
+    assert point["u"] == 0 and point["groups"] == 4 and point["env_steps"] == 4 * 4 * 4 and point["messages"] == 4 * (4 + 16)

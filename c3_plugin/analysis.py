@@ -1,0 +1,147 @@
+"""Re-entering a team's decision points without training: the session behind ``c3 diagnose`` and ``c3 audit``.
+
+A :class:`Session` is a run's config with its policies loaded into the config's own workflow
+trainer (never trained): its generation backend (HF or vLLM, as configured), its sampling
+settings and its reward (``reward_leaves``, with the config's reward processor). Every rollout
+goes through :func:`c3_plugin.rollout.materialize`, so the analysis tools sample exactly what
+training would.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .config import ConfigError, RunConfig, load_config
+from .domain import Domain
+from .rollout import Rollout, materialize
+from .trace import TraceEntry
+from .workflow import Workflow
+
+
+@dataclass
+class Session:
+    cfg: RunConfig
+    domain: Domain
+    workflow: Workflow
+    train: Any  # the config's training rows (diagnose draws its contexts from them)
+    trainer: Any  # the config's workflow trainer: backend, sampling, reward
+
+    def collect(self, items: Sequence[Mapping[str, Any]], plan: Any, given: Sequence[Sequence[TraceEntry]] | None = None) -> Rollout:
+        """Materialise ``plan`` on ``items`` with the behaviour policy (``given``: recorded prefixes to re-enter)."""
+        t = self.trainer
+        return materialize(self.workflow, plan, items, t.backend, t.reward_leaves, t.sampling(), tokenizers=t.tokenizers,
+                           use_chat_template=getattr(t.args, "use_chat_template", True), given=given)
+
+    @property
+    def reward_top(self) -> float:
+        """The top of the domain's reward range after the config's reward processor (1.0 when unknown)."""
+        top = (getattr(self.domain.reward, "reward_range", None) or (None, None))[1]
+        p = self.cfg.reward_processor
+        return float(p.scale * top + p.shift) if top is not None else 1.0
+
+
+def run_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
+    """The resolved config a run wrote to ``<run>/config.json``."""
+    path = Path(run_dir) / "config.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{run_dir}: no config.json; give a run folder written by c3 train (outputs/<run>)")
+    return load_config(data=json.loads(path.read_text()), overrides=list(overrides))
+
+
+def weights_folder(run_dir: str | Path | None, checkpoint: str | None) -> Path | None:
+    """Where the policies to load are: ``base`` (or None) the config's model, ``final`` the run's saved
+    models (``<run>/final``), else a folder holding ``agent_<i>/`` model folders."""
+    if checkpoint in (None, "base"):
+        return None
+    folder = Path(run_dir) / "final" if checkpoint == "final" else Path(checkpoint)
+    if checkpoint == "final" and run_dir is None:
+        raise ConfigError("--checkpoint final needs a run folder (--run)")
+    if (folder / "adapters").exists():
+        raise ConfigError(f"{folder} holds LoRA adapters; the analysis tools load per-agent models (agent_<i>/): "
+                          "merge the adapters into per-agent models, or use --checkpoint base")
+    if not (folder / "agent_0").is_dir():
+        raise FileNotFoundError(f"{folder}: no agent_0/ model folder; use --checkpoint final (the run saved its models "
+                                "with output.save_model: true), base, or a folder of agent_<i>/ models")
+    return folder
+
+
+def open_session(cfg: RunConfig, weights: Path | None = None) -> Session:
+    """Load the config's domain, data, workflow and policies (from ``weights`` when given) into its trainer."""
+    from .registry import is_centralized
+    from .run import build_trainer, prepare
+    from .trainers.base import WorkflowTrainer
+
+    if is_centralized(cfg.algorithm) or not hasattr(cfg.algo, "plan"):
+        raise ConfigError(f"{cfg.algorithm} is not a workflow trainer: the analysis tools re-enter decision points of a "
+                          "workflow; use a c3, magrpo or mappo config")
+    cfg.wandb.enabled = False
+    domain, workflow, train, evals = prepare(cfg)
+    if weights is not None:
+        cfg.agents.models = [str(weights / f"agent_{a}") for a in range(workflow.num_agents)]
+        missing = [m for m in cfg.agents.models if not Path(m).is_dir()]
+        if missing:
+            raise FileNotFoundError(f"{weights}: missing {', '.join(missing)} for the workflow's {workflow.num_agents} agents")
+    trainer = build_trainer(cfg, domain, workflow, train, evals, None)
+    if not isinstance(trainer, WorkflowTrainer):
+        raise ConfigError(f"{cfg.algorithm}'s trainer is not a workflow trainer")
+    trainer.verbose = False
+    return Session(cfg, domain, workflow, train, trainer)
+
+
+def seed_all(*parts: Any) -> None:
+    """Seed Python, NumPy and torch from ``parts`` (a chunk of work is reproducible on its own, so resumable)."""
+    import hashlib
+
+    import torch
+
+    seed = int.from_bytes(hashlib.blake2b(repr(parts).encode(), digest_size=4).digest(), "little")
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def mean_ci(values: Sequence[float] | np.ndarray, z: float = 1.96) -> tuple[float, float, float]:
+    """Mean and its normal 95% interval; NaN interval with fewer than 2 values."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    if not len(v):
+        return float("nan"), float("nan"), float("nan")
+    m = float(v.mean())
+    if len(v) < 2:
+        return m, float("nan"), float("nan")
+    h = z * float(v.std(ddof=1)) / math.sqrt(len(v))
+    return m, m - h, m + h
+
+
+def bootstrap_ci(stat: Any, groups: int, resamples: int = 400, seed: int = 0) -> tuple[float, float]:
+    """Percentile 95% interval of ``stat(index array)`` over resamples of ``groups`` groups."""
+    rng = np.random.default_rng(seed)
+    vals = np.array([stat(rng.integers(0, groups, groups)) for _ in range(resamples)], dtype=np.float64)
+    vals = vals[np.isfinite(vals)]
+    if len(vals) < resamples // 2:
+        return float("nan"), float("nan")
+    lo, hi = np.quantile(vals, [0.025, 0.975])
+    return float(lo), float(hi)
+
+
+def fmt(x: Any, digits: int = 3) -> str:
+    """A table cell: numbers rounded, missing values as '-'."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
+
+
+def print_table(rows: Sequence[Mapping[str, Any]], cols: Sequence[str], out: Any = sys.stdout) -> None:
+    cells = [[fmt(r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) if cells else len(c) for i, c in enumerate(cols)]
+    print("  ".join(c.rjust(w) for c, w in zip(cols, widths)), file=out)
+    for row in cells:
+        print("  ".join(x.rjust(w) for x, w in zip(row, widths)), file=out)

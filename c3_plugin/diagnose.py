@@ -1,0 +1,229 @@
+"""``c3 diagnose``: the estimator's reliability, noise and influence at every decision point, without training.
+
+At decision point ``u`` it draws ``groups`` contexts from the current policy (one base run up to
+``u``), samples ``n`` alternatives from each and continues every alternative ``c`` times to the
+terminal reward: the diagnostic plan ``diagnostic n u c`` (``c = 1`` at the last decision point,
+where the alternative's own reward is its return). Per decision point it reports
+
+* split-half reliability (even vs odd continuations, Spearman, over the usable groups) with a 95%
+  interval and the count of usable groups;
+* the implied reliability ``S / (S + 2N)`` of the additive model, from the signal variance ``S`` (the
+  spread of the alternatives' true values: the variance of their c-continuation means minus ``N``) and
+  the noise variance ``N = sigma^2 / c`` of a c-continuation mean, with a bootstrap interval;
+* observed rollout noise (half the variance of the difference between the even- and odd-half
+  advantage vectors) against the law ``sigma^2 n^2 / (B (n-1))`` at ``B = n c / 2``;
+* influence ``I(J; Y)``: the Miller-Madow plug-in mutual information (nats) between the alternative
+  and the domain's outcome (``Domain.outcome``), with its interval; the zero-signal share.
+
+Work is done in chunks of groups, each seeded by (seed, u, chunk) and appended to ``raw.jsonl`` as
+it finishes, so an interrupted diagnosis resumes where it stopped and yields the same numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from tqdm import tqdm
+
+from . import credit
+from .analysis import Session, bootstrap_ci, mean_ci, print_table, seed_all
+from .diagnostics import _PAD, decision_groups, leaf_outcomes
+
+RAW = "raw.jsonl"
+SETTINGS = "settings.json"
+TABLE_COLS = ("u", "role", "groups", "usable", "split_half", "split_half_lo", "split_half_hi", "implied", "implied_lo",
+              "implied_hi", "signal_S", "noise_N", "noise_ratio", "influence", "zero_signal_share")
+
+
+def parse_decisions(spec: str | Sequence[int], num_decisions: int) -> list[int]:
+    """``all`` or comma-separated decision indices, each checked against the workflow."""
+    if isinstance(spec, str):
+        if spec.strip() == "all":
+            return list(range(num_decisions))
+        try:
+            spec = [int(x) for x in spec.split(",") if x.strip()]
+        except ValueError:
+            raise ValueError(f"--decisions must be 'all' or comma-separated decision indices, got {spec!r}") from None
+    bad = [u for u in spec if not 0 <= u < num_decisions]
+    if bad or not spec:
+        raise ValueError(f"--decisions {list(spec)}: the workflow's decision points are 0..{num_decisions - 1}")
+    return sorted(set(int(u) for u in spec))
+
+
+def _outcome_key(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _collect_chunk(session: Session, u: int, n: int, c: int, first: int, size: int, seed: int) -> dict[str, Any]:
+    """One chunk of ``size`` groups at decision ``u`` (groups ``first..first+size-1``)."""
+    seed_all(seed, u, first)
+    rows = session.train
+    items = [{**dict(rows[(first + k) % len(rows)]), "id": f"diagnose-u{u}-g{first + k}"} for k in range(size)]
+    started = time.perf_counter()
+    ro = session.collect(items, f"diagnostic n={n} u={u} c={c}")
+    groups = decision_groups(ro, ro.rewards, u)
+    alternatives = ro.decision_entries(u)
+    out: dict[str, Any] = {"u": u, "first": first, "groups": groups.tolist(), **ro.budget.totals(),
+                           "wall_s": time.perf_counter() - started,
+                           "contexts": [e.context for e in alternatives[::n]],  # what each group's alternatives answer
+                           "alternatives": [[e.message for e in alternatives[g * n:(g + 1) * n]] for g in range(size)]}
+    if session.domain.outcome is not None:
+        keys = np.vectorize(_outcome_key, otypes=[object])(leaf_outcomes(ro, session.domain.outcome))
+        out["outcomes"] = decision_groups(ro, keys, u, _PAD).tolist()
+    return out
+
+
+def decision_report(groups: np.ndarray, outcomes: np.ndarray | None = None, seed: int = 0) -> dict[str, Any]:
+    """Statistics of one decision point from its groups ``[G, n, c]`` (and categorical outcomes of the same shape)."""
+    g, n, c = groups.shape
+    adv = credit.loo_advantages_batch(groups)
+    rep: dict[str, Any] = {"groups": g, "alternatives": n, "continuations": c,
+                           "zero_signal_share": credit.zero_signal_share(groups),
+                           "within_group_variance": credit.within_group_variance(adv),
+                           "reward_mean": float(groups.mean())}
+    if c < 2:
+        rep["note"] = "last decision point: each alternative's return is its own reward (c = 1), so no split-half or noise law"
+        return rep
+    sigma2 = credit.pooled_return_variance(groups)
+    noise = sigma2 / c
+    signal = float(np.mean(groups.mean(-1).var(-1, ddof=1))) - noise
+
+    def implied(idx: np.ndarray) -> float:
+        sub = groups[idx]
+        nn = credit.pooled_return_variance(sub) / c
+        s = float(np.mean(sub.mean(-1).var(-1, ddof=1))) - nn
+        return s / (s + 2 * nn) if s + 2 * nn > 0 else float("nan")
+
+    rho, used = credit.split_half_per_group(groups)
+    sh, sh_lo, sh_hi = mean_ci(rho[used])
+    rep.update({"return_variance": sigma2, "signal_S": signal, "noise_N": noise,
+                "implied": signal / (signal + 2 * noise) if signal + 2 * noise > 0 else float("nan"),
+                "usable": int(used.sum()), "split_half": sh, "split_half_lo": sh_lo, "split_half_hi": sh_hi})
+    rep["implied_lo"], rep["implied_hi"] = bootstrap_ci(implied, g, seed=seed)
+    even, odd = groups[..., 0::2], groups[..., 1::2]
+
+    def ratio(idx: np.ndarray) -> float:
+        s2 = credit.pooled_return_variance(groups[idx])
+        obs = credit.observed_noise_variance(credit.loo_advantages_batch(even[idx]), credit.loo_advantages_batch(odd[idx]))
+        return obs / credit.noise_variance(s2, n, n * (c // 2)) if s2 > 0 else float("nan")
+
+    if c % 2 == 0:
+        observed = credit.observed_noise_variance(credit.loo_advantages_batch(even), credit.loo_advantages_batch(odd))
+        predicted = credit.noise_variance(sigma2, n, n * c // 2)
+        rep.update({"noise_observed": observed, "noise_predicted": predicted,
+                    "noise_ratio": observed / predicted if predicted > 0 else float("nan")})
+        rep["noise_ratio_lo"], rep["noise_ratio_hi"] = bootstrap_ci(ratio, g, seed=seed + 1)
+    if outcomes is not None:
+        per_group = [credit.influence([list(alt) for alt in grp]) for grp in outcomes]
+        rep["influence"], rep["influence_lo"], rep["influence_hi"] = mean_ci(per_group)
+    return rep
+
+
+def summarize(chunks: Sequence[Mapping[str, Any]], roles: Sequence[str], num_decisions: int, seed: int = 0) -> list[dict[str, Any]]:
+    """One report row per decision point from the collected chunks."""
+    rows = []
+    for u in sorted({ch["u"] for ch in chunks}):
+        mine = sorted((ch for ch in chunks if ch["u"] == u), key=lambda ch: ch["first"])
+        groups = np.concatenate([np.asarray(ch["groups"], dtype=np.float64) for ch in mine])
+        outcomes = None
+        if all("outcomes" in ch for ch in mine) and groups.shape[-1] >= 2 and u < num_decisions - 1:
+            outcomes = np.concatenate([np.asarray(ch["outcomes"], dtype=object) for ch in mine])
+        row = {"u": u, "role": roles[u], **decision_report(groups, outcomes, seed=seed + u),
+               **{k: int(sum(ch[k] for ch in mine)) for k in ("env_steps", "messages", "tokens_generated")},
+               "wall_s": float(sum(ch["wall_s"] for ch in mine))}
+        rows.append(row)
+    return rows
+
+
+def diagnose(session: Session, out_dir: str | Path, groups: int = 60, n: int = 4, c: int = 4, decisions: Any = "all",
+             chunk: int = 8, seed: int = 0, progress: bool = True, weights: str = "base") -> dict[str, Any]:
+    """Run (or resume) the diagnosis into ``out_dir``; returns the report also written to ``diagnose.json``.
+    ``weights`` names the policies the session loaded (recorded, and a resumed diagnosis must match it)."""
+    if n < 3:
+        raise ValueError(f"--n {n}: split-half reliability ranks alternatives and needs n >= 3")
+    if c < 2 or c % 2:
+        raise ValueError(f"--c {c}: split-half needs an even number of continuations (>= 2)")
+    if groups < 2 or chunk < 1:
+        raise ValueError(f"--groups {groups} / --chunk {chunk}: need at least 2 groups and chunks of 1 or more")
+    wf = session.workflow
+    k = wf.num_decisions
+    points = parse_decisions(decisions, k)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    settings = {"config": session.cfg.resolved(), "n": n, "c": c, "seed": seed, "chunk": chunk, "weights": weights}
+    known = out / SETTINGS
+    if known.exists():
+        before = json.loads(known.read_text())
+        differ = sorted(key for key in settings if json.dumps(before.get(key), sort_keys=True, default=str)
+                        != json.dumps(settings[key], sort_keys=True, default=str))
+        if differ:
+            raise ValueError(f"{out} holds a diagnosis with different {', '.join(differ)}; give another --out "
+                             "or delete the folder to start over")
+    else:
+        known.write_text(json.dumps(settings, indent=2, default=str))
+    raw = out / RAW
+    chunks = [json.loads(line) for line in raw.read_text().splitlines() if line.strip()] if raw.exists() else []
+    done = {(ch["u"], ch["first"]) for ch in chunks}
+    todo = [(u, first) for u in points for first in range(0, groups, chunk) if (u, first) not in done]
+    with tqdm(total=len(points) * groups, initial=len(points) * groups - sum(min(chunk, groups - f) for _, f in todo),
+              desc="diagnose", unit="group", disable=not progress) as bar:
+        for u, first in todo:
+            size = min(chunk, groups - first)
+            ch = _collect_chunk(session, u, n, 1 if u == k - 1 else c, first, size, seed)
+            with raw.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(ch) + "\n")
+            chunks.append(ch)
+            bar.update(size)
+    chunks = [ch for ch in chunks if ch["u"] in points and ch["first"] < groups]
+    report = {"workflow": wf.name, "decision_points": wf.decision_points(), "n": n, "c": c, "groups": groups,
+              "seed": seed, "model": session.cfg.agent_model.name, "weights": weights, "domain": session.cfg.domain,
+              "backend": getattr(session.trainer.args, "generation_backend", "hf"),
+              "decisions": summarize(chunks, wf.decision_points(), k, seed)}
+    (out / "diagnose.json").write_text(json.dumps(report, indent=2, allow_nan=True))
+    plot_depth([report], out / "reliability_by_depth.png")
+    return report
+
+
+def print_report(report: Mapping[str, Any]) -> None:
+    print(f"== c3 diagnose: {report['workflow']} ({report['domain']}, {report['model']}), n={report['n']} c={report['c']}, "
+          f"{report['groups']} groups per decision point ==")
+    print_table(report["decisions"], TABLE_COLS)
+    print("split_half: Spearman of even vs odd continuations over usable groups [95% CI]; implied: S/(S+2N); "
+          "noise_ratio: observed / law at B = nc/2; influence: I(J;Y) in nats (Miller-Madow)")
+
+
+def plot_depth(reports: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
+    """Split-half reliability (filled, 95% interval) and implied S/(S+2N) (hollow) by decision point, one line per report."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, rep in enumerate(reports):
+        rows = [r for r in rep["decisions"] if r.get("split_half") is not None and math.isfinite(r.get("split_half", float("nan")))]
+        if not rows:
+            continue
+        x = [r["u"] + 0.06 * i for r in rows]
+        y = [r["split_half"] for r in rows]
+        err = [[r["split_half"] - r["split_half_lo"] for r in rows], [r["split_half_hi"] - r["split_half"] for r in rows]]
+        line = ax.errorbar(x, y, yerr=np.nan_to_num(np.asarray(err)), marker="o", capsize=3, label=f"{rep['workflow']} split-half")
+        ax.plot(x, [r["implied"] for r in rows], marker="o", mfc="none", ls="--", color=line[0].get_color(),
+                label=f"{rep['workflow']} implied S/(S+2N)")
+    ax.axhline(0, color="0.8", lw=0.8)
+    ax.set_xlabel("decision point u (0 = opening role)")
+    ax.set_ylabel("reliability")
+    ax.set_title("Reliability by depth")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, "no decision point with a split-half value", ha="center", transform=ax.transAxes)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return Path(path)
