@@ -37,7 +37,7 @@ WORKFLOWS = {
                           "Critic": "Name one possible mistake in one line.", "Reviser": "Fix the working in one line.",
                           "Verifier": ANSWER}},
 }
-DEPTH = {"reasoner_actor": ("all", 160), "reasoner_actor_verifier": ("all", 100), "chain5": ("0,3", 48)}
+DEPTH = {"reasoner_actor": ("all", 160), "reasoner_actor_verifier": ("all", 80), "chain5": ("0,3", 40)}
 NOISE_GRID = [(4, 2), (4, 8), (8, 4)]  # plus (4, 4) from the depth study
 NOISE_GROUPS = 48
 

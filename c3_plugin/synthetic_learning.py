@@ -1,0 +1,395 @@
+"""Estimator to learning: what better credit buys when small policies train on it, exactly.
+
+The fidelity studies (:mod:`c3_plugin.fidelity`) score advantage estimators against the exact
+``Q - V`` of a synthetic environment. This module closes the loop: a team of tabular softmax
+policies (one logit vector per (role, exact context text)) trains on C3, MAGRPO-style and
+critic-based advantages at equal env steps, and after every few updates the *exact* expected
+success of the current policies is enumerated, so the learning curves carry no evaluation noise.
+
+The environment (:class:`DecisiveFirstEnv`) is a :class:`~c3_plugin.synthetic.SyntheticEnv`
+whose policies are the trainable ones and whose reward law makes the first decision point
+decisive: one of its messages gives success probability ``high``, the others ``low``; every
+later message shifts that probability by a small seeded amount that never changes which first
+message is best. Two variants share it (:data:`ENV_VARIANTS`):
+
+* ``decisive first`` (``actor_penalty = 0``): the later agents have nothing to learn beyond that noise;
+* ``masked later mistake`` (``actor_penalty > 0``): the second decision point (the Actor) instead has
+  one harmful message (a seeded index per task, the same in every context) that lowers the success
+  probability by exactly ``actor_penalty`` whatever came before, and no other effect; the agents after
+  it add noise as before. The near-uniform initial Actor writes it about once in ``vocab`` runs; in a
+  run's reward its effect is masked by the first agent's larger one (and by the Bernoulli outcome).
+
+Rollouts go through the real machinery: :func:`~c3_plugin.rollout.materialize`
+with :class:`~c3_plugin.synthetic.SyntheticBackend`, whose behaviour log-probs are the log
+softmax of the current logits because the environment's ``policy`` is the trainable one.
+
+The estimators see the same number of terminal reward calls per update:
+
+* ``c3``: :func:`~c3_plugin.credit.tree_advantages` on the plan ``tree setup.tree``;
+* ``magrpo``: ``independent B`` with ``B`` = the tree's leaves, each run's reward minus its
+  group mean (:func:`~c3_plugin.credit.group_advantages`, mode ``mean``), the same advantage for
+  every message of the run;
+* ``critic``: the same independent runs, advantage = run return - ``V_hat(role, context)`` of a
+  tabular critic that regresses logged returns (MAPPO's state-value critic without bootstrapping:
+  one reward at the end, so the Monte Carlo return is the regression target);
+* ``oracle`` (a reference, not a method one can run): the same independent runs, advantage = the
+  exact ``Q(h, a) - V(h)`` of each message, enumerated. It is the ceiling of what credit can buy on
+  these samples: the learning curve of noise-free per-agent credit.
+
+The update is the exact softmax policy gradient of ``sum_u mean_{messages at u} A * log pi``:
+per decision point a mean over its messages, so every unbiased estimator's expected step is the same
+``lr * sum_u E[(Q - V) grad log pi]`` (the group-mean baseline's is ``(B - 1) / B`` of it, because a run
+is part of its own baseline) and the methods differ in the noise of their advantages.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .credit import group_advantages, tree_advantages
+from .plan import parse_plan
+from .rollout import Rollout, materialize
+from .synthetic import SyntheticBackend, SyntheticEnv, _seeded
+from .trace import path_to
+from .workflow import Workflow, load_workflow
+
+METHODS = ("c3", "magrpo", "critic", "oracle")
+
+
+@dataclass(frozen=True)
+class LearningSetup:
+    """One study's environment, plans and step sizes (shared by every method)."""
+
+    workflow: str = "reasoner_actor_verifier"  # builtin workflow; its first decision point decides the outcome
+    vocab: int = 4  # messages per role (m0..m{vocab-1}); exactly one first message is the good one
+    high: float = 0.7  # success probability after the good first message (before the later agents' noise)
+    low: float = 0.3  # success probability after any other first message
+    noise: float = 0.08  # each later message shifts the success probability by a seeded amount in [-noise, noise]
+    actor_penalty: float = 0.0  # success lost when the second decision point (the Actor) writes its harmful message; 0: none
+    init_scale: float = 0.1  # std of the seeded initial logits: near-uniform policies
+    lr: float = 2.0  # policy-gradient step size on the logits, the same for every method
+    tree: tuple[int, ...] = (2, 2, 2)  # C3's plan: alternatives per decision point
+    group_mode: str = "mean"  # MAGRPO's group baseline (credit.GROUP_MODES); no std scaling, which would change the step size
+    critic_lr: float = 0.3  # critic step: V_hat += critic_lr * (mean logged return at the context - V_hat), once per update
+    critic_init: float = 0.5  # V_hat of a context never seen (the middle of the reward range)
+    copies: int = 1  # instances of the task per update (each runs the whole plan)
+    eval_every: int = 4  # updates between exact evaluations of the success probability
+
+    @property
+    def leaves(self) -> int:
+        """Terminal reward calls per instance and update, for every method (equal env steps)."""
+        return math.prod(self.tree)
+
+    def plan(self, method: str) -> str:
+        """The rollout plan a method samples: C3's tree, or as many independent runs as it has leaves."""
+        if method not in METHODS:
+            raise ValueError(f"unknown method {method!r}; use one of {METHODS}")
+        return f"tree {list(self.tree)}" if method == "c3" else f"independent {self.leaves}"
+
+
+class TabularSoftmaxPolicy:
+    """One logit vector per (role, exact context text), created on first use from a seeded near-uniform law.
+
+    ``version`` counts updates so that cached exact values can tell they are stale.
+    """
+
+    def __init__(self, vocab: int, seed: int = 0, init_scale: float = 0.1):
+        self.vocab, self.seed, self.init_scale = vocab, seed, init_scale
+        self.logits: dict[tuple[str, str], np.ndarray] = {}
+        self.version = 0
+
+    def logit(self, role: str, context: str) -> np.ndarray:
+        key = (role, context)
+        if key not in self.logits:
+            self.logits[key] = self.init_scale * _seeded(self.seed, "logits", role, context).standard_normal(self.vocab)
+        return self.logits[key]
+
+    def log_probs(self, role: str, context: str) -> np.ndarray:
+        z = self.logit(role, context)
+        return z - (z.max() + np.log(np.exp(z - z.max()).sum()))
+
+    def probs(self, role: str, context: str) -> np.ndarray:
+        return np.exp(self.log_probs(role, context))
+
+    def step(self, steps: Mapping[tuple[str, str], np.ndarray]) -> None:
+        """Add ``steps[(role, context)]`` to those logits."""
+        for key, delta in steps.items():
+            self.logits[key] = self.logit(*key) + delta
+        self.version += 1
+
+
+class DecisiveFirstEnv(SyntheticEnv):
+    """A :class:`SyntheticEnv` whose first decision point decides the outcome and whose policies train.
+
+    Success probability of a path: ``high`` if the first message is the task's good one (a seeded
+    index per question), else ``low``, plus one seeded shift in ``[-noise, noise]`` per later
+    message (seeded by the path up to it). With ``actor_penalty > 0`` the second decision point (the
+    Actor) adds no shift; its harmful message (a seeded index per question) subtracts ``actor_penalty``.
+    With ``J`` noisy agents, ``high - low > actor_penalty + 2 J noise`` keeps the good first message
+    best whatever the later policies do, and ``actor_penalty > 2 (J - J_before_actor) noise`` keeps the
+    harmful message the Actor's worst after every first message whatever the agents after it do.
+    ``policy`` is the trainable :class:`TabularSoftmaxPolicy`, so :meth:`value` enumerates the exact
+    success of the current team.
+    """
+
+    def __init__(self, workflow: Workflow, learner: TabularSoftmaxPolicy, seed: int = 0, high: float = 0.7,
+                 low: float = 0.3, noise: float = 0.08, actor_penalty: float = 0.0):
+        decisions = workflow.decision_steps
+        if workflow.steps[0].kind != "decision":
+            raise ValueError("DecisiveFirstEnv: the workflow must open with a decision point (the decisive agent)")
+        if actor_penalty < 0 or (actor_penalty > 0 and len(decisions) < 2):
+            raise ValueError("DecisiveFirstEnv: actor_penalty must be >= 0, and > 0 needs a second decision point")
+        self.actor_step = decisions[1] if actor_penalty > 0 else None  # the decision point that can make the mistake
+        later = [s for s in decisions[1:] if s is not self.actor_step]  # the noisy agents
+        spread = actor_penalty + 2 * len(later) * noise  # the most the later agents can move a first message's value
+        if not high - low > spread:
+            raise ValueError(f"DecisiveFirstEnv: high - low = {high - low:g} must exceed actor_penalty + 2 (noisy agents) noise = "
+                             f"{spread:g}, or a later agent could change which first message is best")
+        after = sum(s.index > self.actor_step.index for s in later) if self.actor_step else 0
+        if actor_penalty > 0 and not actor_penalty > 2 * after * noise:
+            raise ValueError(f"DecisiveFirstEnv: actor_penalty = {actor_penalty:g} must exceed 2 (noisy agents after the Actor) noise"
+                             f" = {2 * after * noise:g}, or the harmful message might not be the Actor's worst")
+        if low - len(later) * noise - actor_penalty < 0 or high + len(later) * noise > 1:
+            raise ValueError("DecisiveFirstEnv: low - (noisy agents) noise - actor_penalty and high + (noisy agents) noise "
+                             "must stay within [0, 1]")
+        super().__init__(workflow, vocab=learner.vocab, seed=seed, reward_low=low, reward_high=high)
+        self.learner, self.noise, self.actor_penalty = learner, noise, actor_penalty
+        self._first_prefix = workflow.roles[workflow.steps[0].name].prefix
+        self._later = [s.index for s in later]  # schedule positions of the noisy agents
+        self._reward_prob: dict[tuple[str, tuple[str, ...]], float] = {}
+        self._cached_version = learner.version
+
+    def policy(self, role: str, context: str) -> np.ndarray:
+        return self.learner.probs(role, context)
+
+    def good_index(self, item: Mapping[str, Any]) -> int:
+        """Index in ``self.messages`` of the first agent's good message for this task (seeded by the question)."""
+        return int(_seeded(self.seed, "good", item["question"]).integers(len(self.messages)))
+
+    def first_good(self, item: Mapping[str, Any]) -> float:
+        """The first agent's probability of writing the good message (the part of success it controls)."""
+        return float(self.policy(*self.context(item, ()))[self.good_index(item)])
+
+    def harmful_index(self, item: Mapping[str, Any]) -> int:
+        """Index in ``self.messages`` of the Actor's harmful message for this task (seeded by the question;
+        it costs ``actor_penalty``, so nothing when that is 0)."""
+        return int(_seeded(self.seed, "harmful", item["question"]).integers(len(self.messages)))
+
+    def harmful(self, item: Mapping[str, Any]) -> float | None:
+        """The team's probability of writing the Actor's harmful message in a run (exact, over the first
+        agent's messages); ``None`` when there is no penalty."""
+        if not self.actor_penalty:
+            return None
+        return self._message_prob(item, (), self.actor_step.index, self.harmful_index(item))
+
+    def _message_prob(self, item: Mapping[str, Any], outputs: tuple[str, ...], position: int, k: int) -> float:
+        """Probability that the decision point at schedule ``position`` writes message ``k``, given ``outputs``."""
+        step = self.workflow.steps[len(outputs)]
+        if step.kind == "feedback":
+            text = self.workflow.feedback[step.name](item, {r: self.workflow.latest_outputs(outputs).get(r, "") for r in step.reads})
+            return self._message_prob(item, outputs + (text,), position, k)
+        p = self.policy(step.name, self.workflow.assemble(step, item, outputs))
+        if step.index == position:
+            return float(p[k])
+        prefix = self.workflow.roles[step.name].prefix
+        return float(sum(p[j] * self._message_prob(item, outputs + (prefix + m,), position, k) for j, m in enumerate(self.messages)))
+
+    def reward_prob(self, item: Mapping[str, Any], outputs: Sequence[str]) -> float:
+        key = (str(item["question"]), tuple(outputs))
+        if key not in self._reward_prob:  # a fixed law: seeding it once per path keeps training cheap
+            good = self._first_prefix + self.messages[self.good_index(item)]
+            p = self.reward_high if outputs[0] == good else self.reward_low
+            shifts = (_seeded(self.seed, "noise", item["question"], *outputs[: s + 1]).uniform(-1.0, 1.0) for s in self._later)
+            p = p + self.noise * sum(shifts)
+            if self.actor_penalty:
+                harmful = self.workflow.roles[self.actor_step.name].prefix + self.messages[self.harmful_index(item)]
+                p -= self.actor_penalty * (outputs[self.actor_step.index] == harmful)
+            self._reward_prob[key] = float(p)
+        return self._reward_prob[key]
+
+    def value(self, item: Mapping[str, Any], outputs: Sequence[str] = ()) -> float:
+        if self._cached_version != self.learner.version:  # the policies moved: every cached V is stale
+            self._value.clear()
+            self._cached_version = self.learner.version
+        return super().value(item, outputs)
+
+
+def variance_decomposition(env: SyntheticEnv, item: Mapping[str, Any]) -> dict[str, Any]:
+    """The variance of a run's reward, split exactly (law of total variance) by who causes it:
+    ``decisions[u] = E[Var_{a ~ pi}(Q(h_u, a))]`` (decision point ``u``'s own choice, given what came before),
+    ``outcome = E[p (1 - p)]`` (the Bernoulli draw of a complete path), ``total = V (1 - V)`` = their sum.
+
+    A later agent's credit signal is its ``decisions[u]``; a broadcast run score hands it every other term as noise."""
+    wf = env.workflow
+    decisions = [0.0] * wf.num_decisions
+    outcome = 0.0
+
+    def walk(outputs: tuple[str, ...], weight: float) -> None:
+        nonlocal outcome
+        if len(outputs) == len(wf.steps):
+            p = env.reward_prob(item, outputs)
+            outcome += weight * p * (1.0 - p)
+            return
+        step = wf.steps[len(outputs)]
+        if step.kind == "feedback":
+            walk(outputs + (wf.feedback[step.name](item, {r: wf.latest_outputs(outputs).get(r, "") for r in step.reads}),), weight)
+            return
+        pi, q = env.policy(*env.context(item, outputs)), env.q_values(item, outputs)
+        decisions[step.decision] += weight * float(pi @ (q - pi @ q) ** 2)
+        prefix = wf.roles[step.name].prefix
+        for k, m in enumerate(env.messages):
+            walk(outputs + (prefix + m,), weight * float(pi[k]))
+
+    walk((), 1.0)
+    v = env.value(item)
+    return {"decisions": decisions, "outcome": outcome, "total": v * (1.0 - v)}
+
+
+class TabularCritic:
+    """``V_hat(role, context)``: a table regressed onto logged returns, one step per update."""
+
+    def __init__(self, lr: float, init: float):
+        self.lr, self.init = lr, init
+        self.values: dict[tuple[str, str], float] = {}
+
+    def predict(self, keys: Sequence[tuple[str, str]]) -> np.ndarray:
+        return np.array([self.values.get(k, self.init) for k in keys])
+
+    def update(self, keys: Sequence[tuple[str, str]], returns: np.ndarray) -> None:
+        """One gradient step on the per-context mean squared error: ``V += lr (mean return - V)``."""
+        uniq, inverse = _index(keys)
+        mean = np.bincount(inverse, weights=returns, minlength=len(uniq)) / np.bincount(inverse, minlength=len(uniq))
+        for key, target in zip(uniq, mean):
+            v = self.values.get(key, self.init)
+            self.values[key] = v + self.lr * (float(target) - v)
+
+
+def _index(keys: Sequence[tuple[str, str]]) -> tuple[list[tuple[str, str]], np.ndarray]:
+    """Distinct keys in order of first appearance and each key's position among them."""
+    ids: dict[tuple[str, str], int] = {}
+    inverse = np.fromiter((ids.setdefault(k, len(ids)) for k in keys), dtype=np.int64, count=len(keys))
+    return list(ids), inverse
+
+
+def _keys(rollout: Rollout, u: int) -> list[tuple[str, str]]:
+    return [(e.role, e.context) for e in rollout.decision_entries(u)]
+
+
+def exact_advantages(env: SyntheticEnv, rollout: Rollout) -> list[np.ndarray]:
+    """Per decision point, the exact ``Q(h, a) - V(h)`` of each of its messages under the current policies."""
+    by_node = {(e.instance, e.node): e for e in rollout.entries}
+    out = []
+    for u in range(rollout.workflow.num_decisions):
+        adv = []
+        for entry in rollout.decision_entries(u):
+            chain = path_to(entry, by_node)
+            item, outputs = chain[0].item, tuple(e.output for e in chain[1:-1])
+            adv.append(env.q(item, outputs, entry.message) - env.value(item, outputs))
+        out.append(np.array(adv))
+    return out
+
+
+def advantages(method: str, rollout: Rollout, setup: LearningSetup, critic: TabularCritic | None = None,
+               env: SyntheticEnv | None = None) -> list[np.ndarray | None]:
+    """Per decision point, the advantage of each of its messages (``rollout.decision_entries(u)`` order)
+    or ``None`` where the method credits nothing. ``critic`` (method ``critic``) is read, then updated;
+    ``env`` (method ``oracle``) supplies the exact values."""
+    k = rollout.workflow.num_decisions
+    if method == "c3":
+        return tree_advantages(rollout.rewards)
+    if method == "oracle":
+        if env is None:
+            raise ValueError("advantages: method 'oracle' needs the environment")
+        return exact_advantages(env, rollout)
+    runs = rollout.rewards.reshape(len(rollout.items), -1)  # [instances, B]: independent plans only
+    if method == "magrpo":
+        return [group_advantages(runs, setup.group_mode).reshape(-1)] * k
+    if method == "critic":
+        if critic is None:
+            raise ValueError("advantages: method 'critic' needs a TabularCritic")
+        returns = runs.reshape(-1)
+        keys = [_keys(rollout, u) for u in range(k)]
+        out = [returns - critic.predict(ks) for ks in keys]
+        for ks in keys:
+            critic.update(ks, returns)
+        return out
+    raise ValueError(f"unknown method {method!r}; use one of {METHODS}")
+
+
+def policy_gradient(learner: TabularSoftmaxPolicy, rollout: Rollout, adv: Sequence[np.ndarray | None]) -> dict[tuple[str, str], np.ndarray]:
+    """Exact gradient of ``sum_u mean_{messages at u} A * log pi(message | context)`` with respect to the
+    logits: ``A (onehot(message) - pi(. | context))`` per message, summed per context."""
+    grads: dict[tuple[str, str], np.ndarray] = {}
+    for u, a in enumerate(adv):
+        if a is None:
+            continue
+        entries = rollout.decision_entries(u)
+        uniq, inverse = _index([(e.role, e.context) for e in entries])
+        chosen = np.array([e.token_ids[0] for e in entries])
+        g = np.zeros((len(uniq), learner.vocab))
+        np.add.at(g, (inverse, chosen), a)
+        g -= np.bincount(inverse, weights=a, minlength=len(uniq))[:, None] * np.array([learner.probs(*k) for k in uniq])
+        for key, row in zip(uniq, g / len(entries)):
+            grads[key] = grads.get(key, 0.0) + row
+    return grads
+
+
+def make_env(setup: LearningSetup, seed: int) -> DecisiveFirstEnv:
+    """The study's environment for one seed, with fresh policies."""
+    learner = TabularSoftmaxPolicy(setup.vocab, seed=seed, init_scale=setup.init_scale)
+    return DecisiveFirstEnv(load_workflow(setup.workflow), learner, seed=seed, high=setup.high, low=setup.low, noise=setup.noise,
+                            actor_penalty=setup.actor_penalty)
+
+
+def train(method: str, seed: int, env_steps: int, setup: LearningSetup = LearningSetup(), question: str = "task") -> list[dict]:
+    """Train one team with ``method`` for ``env_steps`` terminal reward calls. Rows: ``env_step``, ``messages``
+    (written so far), ``seed``, the exact ``success`` probability, ``first_good`` (the first agent's
+    probability of the good message) and ``harmful`` (the team's probability of writing the Actor's harmful
+    message; ``None`` without a penalty), every ``setup.eval_every`` updates and at the start and the end."""
+    env = make_env(setup, seed)
+    plan = parse_plan(setup.plan(method))
+    wf = env.workflow
+    sample_seed, reward_seed = np.random.SeedSequence([seed, 1]).spawn(2)
+    backend = SyntheticBackend(env, seed=int(sample_seed.generate_state(1)[0]))
+    rng = np.random.default_rng(reward_seed)
+    critic = TabularCritic(setup.critic_lr, setup.critic_init) if method == "critic" else None
+    item = {"question": question}
+    per_update = setup.copies * plan.leaves(wf.num_decisions)
+    updates = env_steps // per_update
+
+    def row(step: int, messages: int) -> dict:
+        return {"method": method, "env_step": step, "messages": messages, "seed": seed, "success": env.value(item),
+                "first_good": env.first_good(item), "harmful": env.harmful(item)}
+
+    rows = [row(0, 0)]
+    messages = 0
+    for t in range(1, updates + 1):
+        items = [{"id": f"{t}#{c}", **item} for c in range(setup.copies)]
+        rollout = materialize(wf, plan, items, backend, lambda leaves: env.reward(leaves, rng))
+        spent = rollout.budget.totals()
+        if spent["env_steps"] != per_update:
+            raise RuntimeError(f"{method}: {spent['env_steps']} env steps in an update, expected {per_update}")
+        messages += spent["messages"]
+        grads = policy_gradient(env.learner, rollout, advantages(method, rollout, setup, critic, env))
+        env.learner.step({k: setup.lr * g for k, g in grads.items()})
+        if t % setup.eval_every == 0 or t == updates:
+            rows.append(row(t * per_update, messages))
+    return rows
+
+
+def learning_curves(method: str, seeds: Sequence[int], env_steps: int, setup: LearningSetup = LearningSetup()) -> list[dict]:
+    """:func:`train` for every seed (a seed fixes the environment, the initial policies, the sampling and the
+    rewards; the methods share seeds, so their curves pair by seed)."""
+    return [row for seed in seeds for row in train(method, seed, env_steps, setup)]
+
+
+ENV_VARIANTS: dict[str, dict[str, Any]] = {  # name -> LearningSetup overrides of the environment
+    "decisive first": {},  # only the first agent matters; the later ones add +-noise
+    # the first agent still moves success by high - low = 0.4; the Actor's harmful message costs 0.2 whatever came
+    # before and the Actor adds no noise (0.4 > 0.2 + 2 * 0.08 and 0.2 > 2 * 0.08: both orders hold whatever the others do)
+    "masked later mistake": {"actor_penalty": 0.2},
+}
