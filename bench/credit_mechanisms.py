@@ -95,11 +95,12 @@ def report(out: Path) -> None:
             cells.append({"n": n, "c": c, "groups": d["groups"], "sigma2": d["return_variance"],
                           "observed": d["noise_observed"], "predicted": d["noise_predicted"], "ratio": d["noise_ratio"],
                           "ratio_lo": d["noise_ratio_lo"], "ratio_hi": d["noise_ratio_hi"], "split_half": d["split_half"],
+                          "usable": d["usable"], "implied": d["implied"],
                           "planned": predicted_reliability(d["signal_S"], d["return_variance"], n, c // 2)})
     if cells:
         print("\n== Noise law at the 2-agent Reasoner (B = nc/2 per half) ==")
         print_table(cells, ["n", "c", "groups", "sigma2", "observed", "predicted", "ratio", "ratio_lo", "ratio_hi",
-                            "split_half", "planned"])
+                            "split_half", "usable", "implied", "planned"])
     critic_path = out / "critic" / "critic.json"
     if critic_path.exists():
         res = json.loads(critic_path.read_text())
