@@ -89,34 +89,36 @@ def decision_report(groups: np.ndarray, outcomes: np.ndarray | None = None, seed
     if c < 2:
         rep["note"] = "last decision point: each alternative's return is its own reward (c = 1), so no split-half or noise law"
         return rep
-    sigma2 = credit.pooled_return_variance(groups)
-    noise = sigma2 / c
-    signal = float(np.mean(groups.mean(-1).var(-1, ddof=1))) - noise
+    even, odd = groups[..., 0::2], groups[..., 1::2]
 
-    def implied(idx: np.ndarray) -> float:
+    def signal_noise(idx: np.ndarray) -> tuple[float, float, float]:
+        """(S, N, S / (S + 2N)) of the groups ``idx``: N the noise of a c-continuation mean, S the spread of the
+        alternatives' true values (variance of their c-continuation means minus N)."""
         sub = groups[idx]
         nn = credit.pooled_return_variance(sub) / c
         s = float(np.mean(sub.mean(-1).var(-1, ddof=1))) - nn
-        return s / (s + 2 * nn) if s + 2 * nn > 0 else float("nan")
+        return s, nn, s / (s + 2 * nn) if s + 2 * nn > 0 else float("nan")
 
-    rho, used = credit.split_half_per_group(groups)
-    sh, sh_lo, sh_hi = mean_ci(rho[used])
-    rep.update({"return_variance": sigma2, "signal_S": signal, "noise_N": noise,
-                "implied": signal / (signal + 2 * noise) if signal + 2 * noise > 0 else float("nan"),
-                "usable": int(used.sum()), "split_half": sh, "split_half_lo": sh_lo, "split_half_hi": sh_hi})
-    rep["implied_lo"], rep["implied_hi"] = bootstrap_ci(implied, g, seed=seed)
-    even, odd = groups[..., 0::2], groups[..., 1::2]
-
-    def ratio(idx: np.ndarray) -> float:
+    def noise(idx: np.ndarray) -> tuple[float, float]:
+        """Observed rollout noise (even vs odd halves) of the groups ``idx`` and the law's at B = n c / 2."""
         s2 = credit.pooled_return_variance(groups[idx])
         obs = credit.observed_noise_variance(credit.loo_advantages_batch(even[idx]), credit.loo_advantages_batch(odd[idx]))
-        return obs / credit.noise_variance(s2, n, n * (c // 2)) if s2 > 0 else float("nan")
+        return obs, credit.noise_variance(s2, n, n * (c // 2))
 
+    every = np.arange(g)
+    signal, noise_n, implied = signal_noise(every)
+    rho, used = credit.split_half_per_group(groups)
+    sh, sh_lo, sh_hi = mean_ci(rho[used])
+    rep.update({"return_variance": credit.pooled_return_variance(groups), "signal_S": signal, "noise_N": noise_n,
+                "implied": implied, "usable": int(used.sum()), "split_half": sh, "split_half_lo": sh_lo, "split_half_hi": sh_hi})
+    rep["implied_lo"], rep["implied_hi"] = bootstrap_ci(lambda idx: signal_noise(idx)[2], g, seed=seed)
     if c % 2 == 0:
-        observed = credit.observed_noise_variance(credit.loo_advantages_batch(even), credit.loo_advantages_batch(odd))
-        predicted = credit.noise_variance(sigma2, n, n * c // 2)
-        rep.update({"noise_observed": observed, "noise_predicted": predicted,
-                    "noise_ratio": observed / predicted if predicted > 0 else float("nan")})
+        def ratio(idx: np.ndarray) -> float:
+            obs, law = noise(idx)
+            return obs / law if law > 0 else float("nan")
+
+        observed, predicted = noise(every)
+        rep.update({"noise_observed": observed, "noise_predicted": predicted, "noise_ratio": ratio(every)})
         rep["noise_ratio_lo"], rep["noise_ratio_hi"] = bootstrap_ci(ratio, g, seed=seed + 1)
     if outcomes is not None:
         per_group = [credit.influence([list(alt) for alt in grp]) for grp in outcomes]
