@@ -109,9 +109,15 @@ def logprob_peak_bytes(sequences: int, micro_batch_size: int, vocab: int = 50000
     import sys
     from pathlib import Path
 
+    import os
+
     root = Path(__file__).resolve().parents[1]
+    # a fixed mmap threshold: every large buffer is mapped on allocation and unmapped on free, so the
+    # peak RSS counts live tensors only (glibc's adaptive threshold otherwise leaves freed logits in a
+    # fragmented heap now and then, and the peak would measure the allocator's luck)
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}
     out = subprocess.run([sys.executable, "-c", _PEAK, str(sequences), str(micro_batch_size), str(vocab), str(completion_tokens)],
-                         cwd=root, capture_output=True, text=True, timeout=600)
+                         cwd=root, capture_output=True, text=True, timeout=600, env=env)
     if out.returncode != 0:
         raise RuntimeError(f"log-prob memory probe failed: {out.stderr[-2000:]}")
     return int(out.stdout.strip().splitlines()[-1])
