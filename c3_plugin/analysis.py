@@ -43,7 +43,7 @@ class Session:
     @property
     def reward_top(self) -> float:
         """The top of the domain's reward range after the config's reward processor (1.0 when unknown)."""
-        top = (getattr(self.domain.reward, "reward_range", None) or (None, None))[1]
+        top = (getattr(self.domain.reward_for(self.cfg.domain_cfg), "reward_range", None) or (None, None))[1]
         p = self.cfg.reward_processor
         return float(p.scale * top + p.shift) if top is not None else 1.0
 

@@ -28,7 +28,17 @@ def main(argv: list[str] | None = None, algorithm: str | None = None, default_co
         report = validate_or_exit(lambda: dry_run_report(cfg))
         print(json.dumps(report, indent=2))
         return 0
-    train(cfg)
+    try:
+        train(cfg)
+    except Exception as exc:  # failed before training started (bad model, data, ...): one line, like a config error
+        if not getattr(exc, "before_training", False):
+            raise  # a failure during training keeps its traceback
+
+        def again() -> None:
+            raise exc
+
+        validate_or_exit(again)
+        raise
     return 0
 
 

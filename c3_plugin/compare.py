@@ -10,8 +10,9 @@ run with a ``summary.json`` is finished and never redone; a killed run resumes f
 checkpoint (``output.resume: auto``), so a killed comparison continues where it stopped.
 
 Aggregation (:mod:`c3_plugin.stats`): per suite metric (``--metric`` globs over the ``eval/*`` keys
-of the final evaluation), mean +- std and a 95% t-interval over seeds per algorithm; per algorithm
-pair the paired difference by seed with a paired t-test (Wilcoxon signed-rank from 6 seeds), Holm-
+of the final evaluation; default ``eval/*/accuracy``, the keys of accuracy-like metrics in every domain,
+else ``eval/reward_mean``, which every run logs), mean +- std and a 95% t-interval over seeds per
+algorithm; per algorithm pair the paired difference by seed with a paired t-test (Wilcoxon signed-rank from 6 seeds), Holm-
 corrected across the suite metrics; the area under each eval curve against env steps (its mean
 level); and the costs from each run's summary (env steps, messages, tokens, wall time, peak memory).
 """
@@ -22,11 +23,11 @@ import json
 import shlex
 import subprocess
 import sys
-from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Sequence
 
 from .config import ConfigError, RunConfig, load_config
+from .report import ACCURACY_METRICS, eval_metrics
 
 COSTS = (("env_steps", ("env_steps",)), ("messages", ("totals", "messages")), ("tokens", ("totals", "tokens_generated")),
          ("wall_s", ("wall_s",)), ("peak_rss_gib", ("peak_rss_gib",)), ("peak_gpu_gib", ("peak_gpu_gib",)))
@@ -130,12 +131,13 @@ def load_run(folder: Path) -> dict[str, Any]:
     return {"summary": summary, "rows": rows}
 
 
-def primary_metrics(final: dict[str, float], patterns: Sequence[str]) -> list[str]:
-    keys = sorted(k for k in final if k.startswith("eval/") and any(fnmatchcase(k, p) for p in patterns))
-    return keys or (["eval/reward_mean"] if "eval/reward_mean" in final else [])
+def primary_metrics(final: dict[str, float], patterns: Sequence[str] = ACCURACY_METRICS) -> list[str]:
+    """The compared keys: the ``eval/*`` keys matching ``patterns`` (default ``eval/*/accuracy``: domains log accuracy-like
+    metrics as ``eval/<datasource>/accuracy``), else ``eval/reward_mean``, which every run logs."""
+    return eval_metrics(final, patterns)
 
 
-def aggregate(out: Path, algorithms: Sequence[str], seeds: Sequence[int], patterns: Sequence[str] = ("eval/*/accuracy",)) -> dict:
+def aggregate(out: Path, algorithms: Sequence[str], seeds: Sequence[int], patterns: Sequence[str] = ACCURACY_METRICS) -> dict:
     """The comparison's statistics from its finished runs (see the module docstring)."""
     from .stats import area_under_curve, compare_table, holm, summarize
 
@@ -211,7 +213,7 @@ def markdown(result: dict) -> str:
 
 
 def compare(cfg_path: str | Path, algorithms: Sequence[str], seeds: Sequence[int], out: str | Path, overrides: Sequence[str] = (),
-            launcher: str | None = None, patterns: Sequence[str] = ("eval/*/accuracy",), run: bool = True, log=print) -> dict:
+            launcher: str | None = None, patterns: Sequence[str] = ACCURACY_METRICS, run: bool = True, log=print) -> dict:
     """Plan (refusing incomparable runs), print the settings that differ, run what is unfinished, aggregate, write
     ``summary.json`` and ``summary.md``; returns the aggregate."""
     out = Path(out)

@@ -20,7 +20,7 @@ class ConfigError(ValueError):
 
 @dataclass
 class ModelSection:
-    name: str = "HuggingFaceTB/SmolLM2-135M-Instruct"  # HF name, local folder, or "pkg:<python package>" (a folder inside it)
+    name: str = "HuggingFaceTB/SmolLM2-135M-Instruct"  # HF name, local folder (relative: to the config file's folder), or "pkg:<python package>"
     gguf_file: str | None = None  # GGUF file inside that folder (needs the gguf package)
     dtype: str = "float32"  # compute dtype: "float32" or "bfloat16" (trained weights stay fp32 masters); "float16" only for frozen models
     device: str = "auto"  # "auto" (cuda:0 when available), "cpu" or "cuda:N"
@@ -32,7 +32,7 @@ class ModelSection:
 @dataclass
 class AgentsSection:
     policy: str = "per_agent"  # "per_agent" (one model per agent) or "lora" (one base, one adapter per agent)
-    models: list[str] | None = None  # optional per-agent model names (per_agent only); default: agent_model.name
+    models: list[str] | None = None  # optional per-agent models, each like agent_model.name (per_agent only); default: agent_model.name
     lora_r: int = 16  # LoRA rank
     lora_alpha: int = 32  # LoRA scaling
     lora_dropout: float = 0.0  # LoRA dropout
@@ -49,7 +49,7 @@ class DatasetSection:
 
 @dataclass
 class WorkflowSection:
-    name: str = "reasoner_actor"  # a domain workflow name, a built-in name or a YAML path
+    name: str | None = None  # a workflow of the domain, a built-in name or a YAML path (None: the domain's default workflow)
     prefix: dict[str, str] = field(default_factory=dict)  # per-role response prefix (assistant prefill), e.g. {Actor: "\\boxed{"}
     max_new_tokens: dict[str, int] = field(default_factory=dict)  # per-role generation cap
     templates: dict[str, str] = field(default_factory=dict)  # per-role template overrides
@@ -63,8 +63,13 @@ class OutputSection:
     save_model: bool = True  # save final models/adapters under <run>/final/
     checkpoint_interval: int = 1  # checkpoint every N epochs (0: no checkpoints)
     resume: str | None = None  # "auto" (latest checkpoint of this run), a checkpoint path, or None
+    if_exists: str = "new"  # without resume, when the run folder holds a run: "new" (<name>-2, -3, ...), "overwrite" or "refuse"
     verbose: bool = True  # progress bars
     plot: bool = True  # write a PNG learning curve at the end
+
+    def __post_init__(self) -> None:
+        if self.if_exists not in ("new", "overwrite", "refuse"):
+            raise ValueError(f"if_exists must be new, overwrite or refuse, got {self.if_exists!r}")
 
 
 @dataclass
@@ -171,6 +176,9 @@ def read_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: a config must be a mapping at the top level")
+    from .model_check import resolve_model_paths
+
+    data = resolve_model_paths(data, path.parent)  # in the file that names them, so extends: chains keep their folders
     parent = data.get("extends")
     if parent:
         base = read_yaml(path.parent / parent, _seen + (path,))
@@ -236,9 +244,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     raw = read_yaml(path) if path is not None else dict(data or {})
     raw = apply_overrides(raw, overrides)
     algorithm = raw.get("algorithm") or default_algorithm or SCALARS["algorithm"]
-    if default_algorithm and raw.get("algorithm") and raw["algorithm"] != default_algorithm:
-        raise ConfigError(f"the config says algorithm: {raw['algorithm']} but this entry point trains {default_algorithm}; "
-                          f"use train_{raw['algorithm']}.py or --override algorithm={default_algorithm}")
+    overridden = any(o.partition("=")[0].strip() == "algorithm" for o in overrides or [])
+    if default_algorithm and raw.get("algorithm") and raw["algorithm"] != default_algorithm and not overridden:
+        # an entry point's algorithm is a default: --override algorithm=X always wins, a config's own key must agree
+        raise ConfigError(f"the config says algorithm: {raw['algorithm']} but this entry point trains {default_algorithm} by "
+                          f"default; add --override algorithm={raw['algorithm']} to train it (or use c3 train, which "
+                          f"trains the config's algorithm), or --override algorithm={default_algorithm}")
     names = algorithms()
     if algorithm not in names:
         raise ConfigError(f"unknown algorithm '{algorithm}'{_nearest(algorithm, names)}")

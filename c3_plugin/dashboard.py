@@ -1,12 +1,12 @@
 """``c3 dashboard FOLDER``: one self-contained HTML page (no server, no network, no script) for a
 comparison folder of ``c3 compare`` or a single run folder.
 
-The page holds: eval curves per suite metric against env steps (per algorithm the mean over seeds,
-with a band from the lowest to the highest seed), the results table (mean +- std and 95% interval over
-seeds, paired differences with t-test, Holm-corrected and Wilcoxon p-values) when the folder is a
-comparison, cost bars (tokens, messages, env steps, wall time per run: mean with min-max whiskers),
-the credit diagnostics over training, and a link to each run's folder. Charts are inline SVG drawn
-by matplotlib.
+The page holds: eval curves per suite metric (``eval/*/accuracy``, else ``eval/reward_mean``) against
+env steps (per algorithm the mean over seeds, with a band from the lowest to the highest seed), the
+results table (mean +- std and 95% interval over seeds, paired differences with t-test, Holm-corrected
+and Wilcoxon p-values) when the folder is a comparison, cost bars (tokens, messages, env steps, wall
+time per run: mean with min-max whiskers), the credit diagnostics over training, and a link to each
+run's folder. Charts are inline SVG drawn by matplotlib.
 """
 
 from __future__ import annotations
@@ -168,7 +168,9 @@ def write_dashboard(folder: str | Path, out: str | Path | None = None) -> Path:
     folder = Path(folder)
     runs, comparison = load_runs(folder)
     keys = sorted({k for r in runs for row in r["rows"] for k in row})
-    eval_keys = [k for k in keys if k.startswith("eval/") and (k.endswith("/accuracy") or k == "eval/reward_mean")]
+    from .report import eval_metrics
+
+    eval_keys = eval_metrics(keys)  # every eval/*/accuracy, else eval/reward_mean (any domain)
     credit = [k for k in keys if k.startswith("credit/") and k.rsplit("/", 1)[-1] in CREDIT_KEYS]
     title = (f"Comparison {html.escape(folder.name)}: {', '.join(comparison['algorithms'])}, seeds {comparison['seeds']}"
              if comparison else f"Run {html.escape(folder.name)}")

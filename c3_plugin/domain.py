@@ -2,7 +2,12 @@
 
 A domain package exports ``DOMAIN`` (a :class:`Domain`) and registers it under the
 entry-point group ``c3_plugin.domains``, so another package can add a domain without
-touching this one. ``domains/template`` is a copy-me skeleton.
+touching this one. ``domains/template`` is a copy-me skeleton (its README tables the contract).
+
+The config's ``<domain>:`` section, validated by ``config_cls``, is handed to the domain's code:
+``load_datasets(section, seed, config)``, ``make_reward(config)``, ``dry_run_probe(config)`` and the
+optional hooks (``grammar``, ``wandb_keys``; ``validate_config`` and ``dry_run_extra`` get the whole
+run config). Every hook is a named field; there is no untyped bag of extras.
 
 ``outcome`` (optional) maps a batch of :class:`~c3_plugin.rollout.Leaf` (task item, final
 action, every output on the path) to one hashable outcome per leaf: what the run achieved,
@@ -14,7 +19,7 @@ the constant ``log n``, so a domain without an extractor gets no influence metri
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import import_module
 from importlib.metadata import entry_points
 from typing import Any, Callable, Hashable, Mapping, Sequence
@@ -25,25 +30,41 @@ from .workflow import Workflow
 
 @dataclass(frozen=True)
 class Domain:
+    """What a domain gives the trainers. The config's ``<name>:`` section, validated by ``config_cls``
+    (a dict when ``config_cls`` is None), reaches the domain's code: ``load_datasets``, ``make_reward``,
+    ``dry_run_probe`` and the optional hooks below receive it."""
+
     name: str
-    load_datasets: Callable[[Mapping[str, Any], int], tuple[Any, Any]]  # (dataset section, seed) -> (train, eval)
+    load_datasets: Callable[[Mapping[str, Any], int, Any], tuple[Any, Any]]  # (dataset section, seed, domain config) -> (train, eval)
     workflows: Callable[[], Mapping[str, Workflow]]  # named workflows with this domain's prompts
-    reward: Callable[..., list[float]]  # CoMLRL contract; has a ``reward_range`` attribute
+    reward: Callable[..., list[float]]  # the reward under the default domain config (CoMLRL contract; ``reward_range`` attribute)
     eval_logger: Callable[..., list[dict]]  # CoMLRL 1.4.3 form
-    eval_aggregator: Callable[..., dict[str, float]]
-    dry_run_probe: Callable[[], dict[str, Any]]  # checks that load no model; includes "probe_reward"
+    eval_aggregator: Callable[..., dict[str, float]]  # rows -> metrics; accuracy-like ones named "<datasource>/accuracy" (plots and c3 compare use eval/*/accuracy, else eval/reward_mean)
+    dry_run_probe: Callable[[Any], dict[str, Any]]  # (domain config) -> checks that load no model; includes "probe_reward"
     config_cls: type | None = None  # dataclass validating the config's <domain> section
+    default_workflow: str | None = None  # the workflow a config without workflow.name runs (None: the built-in parallel team)
+    make_reward: Callable[[Any], Callable[..., list[float]]] | None = None  # (domain config) -> reward; None: ``reward`` for every config
     merger: Callable[[Mapping[str, str]], str] | None = None
     formatters: Callable[[Workflow], list[Callable]] | None = None  # CoMLRL formatters for plain MAGRPOTrainer use
     make_eval_logger: Callable[[Workflow], Callable[..., list[dict]]] | None = None  # role-aware eval logger
     outcome: Callable[[Sequence[Leaf]], Sequence[Hashable]] | None = None  # leaves -> one categorical outcome each (the extracted answer, the test results), for the credit/*/influence diagnostic; None: influence is not logged
-    extras: Mapping[str, Any] = field(default_factory=dict)
+    validate_config: Callable[[Any, Workflow], None] | None = None  # (run config, workflow) -> raises ConfigError/ValueError on a config this domain cannot run; also the place to apply domain settings that live outside the reward
+    grammar: Callable[[Any], Any] | None = None  # (domain config) -> forced JSON skeleton grammar (Prompt -> Skeleton | None) or None for free text
+    wandb_keys: Callable[[Any], list[str]] | None = None  # (domain config) -> metric globs published to W&B when the algorithm section sets none
+    dry_run_extra: Callable[[Any, Any, Any], dict[str, Any]] | None = None  # (run config, train, eval) -> more --dry-run report fields
+    joint_probe: Callable[[list], dict[str, Any]] | None = None  # (train rows) -> the centralized joint actor's dry-run probe
 
-    def workflow(self, name: str) -> Workflow:
+    def workflow(self, name: str | None = None) -> Workflow:
+        """The domain's workflow ``name`` (None: ``default_workflow``)."""
         flows = self.workflows()
+        name = name or self.default_workflow
         if name not in flows:
-            raise KeyError(f"domain '{self.name}' has no workflow '{name}'; available: {', '.join(sorted(flows))}")
+            raise KeyError(f"domain '{self.name}' has no workflow '{name}'; its workflows: {', '.join(sorted(flows))}")
         return flows[name]
+
+    def reward_for(self, config: Any) -> Callable[..., list[float]]:
+        """The reward of this domain config (``make_reward(config)``, else ``reward``)."""
+        return self.make_reward(config) if self.make_reward is not None else self.reward
 
 
 def load_domain(name: str) -> Domain:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from .config import AgentsSection, ConfigError, ModelSection
 
@@ -24,12 +25,32 @@ def resolve_model_path(name: str) -> str:
     return str(Path(list(spec.submodule_search_locations)[0]))
 
 
+@contextmanager
+def unloadable(key: str, name: str) -> Iterator[None]:
+    """A model or tokenizer that cannot load (a missing folder, a mistyped or unreachable hub name) as one
+    :class:`ConfigError` naming it and the fix, instead of Hugging Face's traceback."""
+    try:
+        yield
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        from .model_check import local_model_path
+
+        local = local_model_path(name)
+        reason = (f"no folder {local}" if local is not None and not local.is_dir() else
+                  str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+        raise ConfigError(f"{key} '{name}' cannot be loaded ({reason}); give a local folder with config.json, weights and "
+                          "tokenizer files (relative paths resolve against the config file's folder), or a Hugging Face "
+                          "hub name that is reachable online or already in the HF cache") from exc
+
+
 def load_tokenizer(model: ModelSection) -> Any:
     from transformers import AutoTokenizer
 
     path = resolve_model_path(model.name)
     kwargs = {"gguf_file": model.gguf_file} if model.gguf_file else {"revision": model.revision}
-    tok = AutoTokenizer.from_pretrained(path, **kwargs)
+    with unloadable("agent_model.name", model.name):
+        tok = AutoTokenizer.from_pretrained(path, **kwargs)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
@@ -47,7 +68,8 @@ def load_model(model: ModelSection, name: str | None = None) -> Any:
         kwargs["gguf_file"] = model.gguf_file
     elif model.revision:
         kwargs["revision"] = model.revision
-    loaded = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    with unloadable("agents.models entry" if name else "agent_model.name", name or model.name):
+        loaded = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     if "gguf_file" in kwargs:  # GGUF weights are dequantized on load: the result is a plain model that can be saved
         loaded.hf_quantizer = None
         loaded.is_quantized = False

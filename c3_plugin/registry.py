@@ -1,6 +1,12 @@
-"""Algorithm names -> (config class, trainer class). Other packages add algorithms through the
-``comlrl.trainers`` entry-point group (``name = "module:TrainerClass"``; the trainer's
-``default_config_cls`` is its config).
+"""Algorithm names -> (config class, trainer class).
+
+One name per algorithm everywhere: the ``algorithm:`` key of a config, the config section the
+algorithm reads, the ``c3 compare --algorithms`` names and the ``comlrl.trainers`` entry points this
+package declares (pyproject.toml lists exactly the names of ``_BUILTIN``; a test holds them equal).
+The entry-point group is read here, by this registry (so by the configs, the ``c3`` CLI and the
+``train_*.py`` scripts); CoMLRL itself does not read it. Another package adds an algorithm by
+declaring ``name = "module:TrainerClass"`` in that group (the trainer's ``default_config_cls`` is its
+config, read from the config section ``name:``); a built-in name cannot be shadowed.
 
 The preference algorithms (MADPO, MARLHF and their iterative forms, centralized or not) read the
 shared config section ``mapl:``; every other algorithm reads the section named after it. ``centralized_*``

@@ -2,8 +2,22 @@
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
+
+# The metric naming rule every domain follows: accuracy-like metrics are logged as eval/<datasource>/accuracy
+# (eval/all/accuracy over several suites); every run logs eval/reward_mean. Plots, c3 compare and the dashboard
+# use the accuracy keys, and eval/reward_mean when a run logs none (docs/metrics.md).
+ACCURACY_METRICS = ("eval/*/accuracy",)
+FALLBACK_METRIC = "eval/reward_mean"
+
+
+def eval_metrics(keys: Iterable[str], patterns: Sequence[str] = ACCURACY_METRICS) -> list[str]:
+    """The ``eval/`` keys matching ``patterns`` (globs), sorted; else ``[eval/reward_mean]`` when it is among ``keys``."""
+    keys = set(keys)
+    found = sorted(k for k in keys if k.startswith("eval/") and any(fnmatchcase(k, p) for p in patterns))
+    return found or ([FALLBACK_METRIC] if FALLBACK_METRIC in keys else [])
 
 
 def summary_table(summary: Mapping[str, Any]) -> str:
@@ -22,7 +36,7 @@ def summary_table(summary: Mapping[str, Any]) -> str:
 
 
 def plot_history(history: Sequence[Mapping[str, Any]], path: str | Path, title: str = "") -> Path:
-    """Training reward per rollout batch and every eval/*accuracy key, against env steps."""
+    """Training reward per rollout batch and every ``eval/*/accuracy`` key (else ``eval/reward_mean``), against env steps."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -32,12 +46,12 @@ def plot_history(history: Sequence[Mapping[str, Any]], path: str | Path, title: 
     train = [(h["env_step"], h["train/reward_mean"]) for h in history if h.get("train/reward_mean") is not None]
     if train:
         ax.plot(*zip(*train), color="0.6", lw=1, label="train reward (batch mean)")
-    keys = sorted({k for h in history for k in h if k.startswith("eval/") and k.endswith("accuracy")})
+    keys = eval_metrics({k for h in history for k in h})
     for k in keys:
         pts = [(h["env_step"], h[k]) for h in history if h.get(k) is not None]
         ax.plot(*zip(*pts), marker="o", label=k)
     ax.set_xlabel("env steps (terminal reward calls)")
-    ax.set_ylabel("reward / accuracy")
+    ax.set_ylabel("reward / accuracy" if any(k.endswith("accuracy") for k in keys) else "reward")
     ax.set_title(title)
     ax.legend(fontsize=8)
     fig.tight_layout()

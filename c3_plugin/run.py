@@ -19,15 +19,31 @@ from .config import ConfigError, RunConfig, load_config
 from .domain import Domain, load_domain
 from .plan import parse_plan
 from .rollout import unique_samples
-from .workflow import Workflow, WorkflowError, load_workflow
+from .workflow import Workflow, WorkflowError, builtin_workflows, load_workflow
 
 
 def build_workflow(cfg: RunConfig, domain: Domain) -> Workflow:
+    """The config's workflow: ``workflow.name`` among the domain's workflows, the built-ins or a YAML path;
+    without a name, the domain's ``default_workflow`` (or its only workflow); then the per-role overrides."""
     sec = cfg.workflow
-    try:
-        wf = domain.workflow(sec.name)
-    except KeyError:
-        wf = load_workflow(sec.name)
+    flows = domain.workflows()
+    if sec.name is None:
+        if domain.default_workflow is None and len(flows) != 1:
+            raise ConfigError(f"workflow.name is not set and domain '{domain.name}' declares no default workflow; "
+                              f"set workflow.name to one of its workflows ({', '.join(sorted(flows)) or 'none'}), a built-in "
+                              f"({', '.join(builtin_workflows())}) or a YAML path")
+        wf = domain.workflow(domain.default_workflow or next(iter(flows)))
+    elif sec.name in flows:
+        wf = flows[sec.name]
+    else:
+        try:
+            wf = load_workflow(sec.name)
+        except WorkflowError as exc:
+            if Path(str(sec.name)).suffix or Path(str(sec.name)).exists():
+                raise
+            raise ConfigError(f"workflow.name '{sec.name}' is not a workflow of domain '{domain.name}' "
+                              f"({', '.join(sorted(flows)) or 'none'}), a built-in ({', '.join(builtin_workflows())}) "
+                              "or a YAML file") from exc
     fields = {k: v for k, v in (("prefix", sec.prefix), ("max_new_tokens", sec.max_new_tokens), ("system", sec.system)) if v}
     if sec.templates or fields:
         wf = wf.with_templates(sec.templates, **fields)
@@ -186,10 +202,9 @@ def prepare(cfg: RunConfig):
     workflow = build_workflow(cfg, domain)
     section = {"train": cfg.dataset.train, "eval": cfg.dataset.eval, "drop_overlap": cfg.dataset.drop_overlap,
                "base_dir": cfg.dataset.base_dir}
-    validate = domain.extras.get("validate_config")
-    if validate is not None:
-        validate(cfg, workflow)
-    train, evals = domain.load_datasets(section, cfg.seed)
+    if domain.validate_config is not None:
+        domain.validate_config(cfg, workflow)
+    train, evals = domain.load_datasets(section, cfg.seed, cfg.domain_cfg)
     if train is None or len(train) == 0:
         raise ConfigError("dataset.train is empty: give a source (a HF name, a JSONL path or 'synthetic')")
     if hasattr(cfg.algo, "plan"):
@@ -202,8 +217,8 @@ def dry_run_report(cfg: RunConfig) -> dict[str, Any]:
     eval_rows: dict[str, int] = {}
     for ds in (evals["datasource"] if evals is not None else []):
         eval_rows[ds] = eval_rows.get(ds, 0) + 1
-    probe = domain.dry_run_probe()
-    reward_range = list(getattr(domain.reward, "reward_range", (None, None)))
+    probe = domain.dry_run_probe(cfg.domain_cfg)
+    reward_range = list(getattr(domain.reward_for(cfg.domain_cfg), "reward_range", (None, None)))
     report = {"status": "ok", "algorithm": cfg.algorithm, "domain": cfg.domain,
               "workflow": {"name": workflow.name, "decision_points": workflow.decision_points(),
                            "parallel_stages": workflow.parallel_stages(), "agents": workflow.num_agents},
@@ -224,17 +239,19 @@ def dry_run_report(cfg: RunConfig) -> dict[str, Any]:
 
     report["cluster"] = cluster_plan(cfg, workflow, train)
     report["optimisation"] = optimisation_settings(cfg, workflow, train)
+    from .model_check import check_models
+
+    report["model_check"] = check_models(cfg)  # a local model folder holds weights and a tokenizer; a hub name: "hub"
     if is_centralized(cfg.algorithm):
         from .trainers.centralized import centralized_api_report
 
         report.update(centralized_api_report())
-        if "joint_probe" in domain.extras:
-            report["joint_probe"] = domain.extras["joint_probe"](list(train))
+        if domain.joint_probe is not None:
+            report["joint_probe"] = domain.joint_probe(list(train))
         report["c3"] = ("not defined for the centralized joint actor: one model writes the whole joint action at one "
                         "decision point, so no other role's message can be continued counterfactually")
-    extra = domain.extras.get("dry_run_extra")
-    if extra is not None:
-        report.update(extra(cfg, train, evals))
+    if domain.dry_run_extra is not None:
+        report.update(domain.dry_run_extra(cfg, train, evals))
     return report
 
 
@@ -276,11 +293,9 @@ def build_trainer(cfg: RunConfig, domain: Domain, workflow: Workflow, train: Any
             os.environ["WANDB_RUN_GROUP"] = cfg.wandb.group
         os.environ["WANDB_JOB_TYPE"] = cfg.wandb.job_type or cfg.algorithm
     scale, shift = cfg.reward_processor.scale, cfg.reward_processor.shift
-    if getattr(cfg.algo, "wandb_keys", None) is None and "wandb_keys" in domain.extras:
-        cfg.algo.wandb_keys = domain.extras["wandb_keys"](cfg.domain_cfg)  # the domain's published surface
-    grammar = domain.extras.get("grammar")
-    if grammar is not None:
-        grammar = grammar(cfg.domain_cfg)  # the domain's forced-skeleton grammar for this config (None: free text)
+    if getattr(cfg.algo, "wandb_keys", None) is None and domain.wandb_keys is not None:
+        cfg.algo.wandb_keys = domain.wandb_keys(cfg.domain_cfg)  # the domain's published surface
+    grammar = domain.grammar(cfg.domain_cfg) if domain.grammar is not None else None  # forced skeletons (None: free text)
     device = cfg.agent_model.device
     from .distributed import context
 
@@ -294,7 +309,7 @@ def build_trainer(cfg: RunConfig, domain: Domain, workflow: Workflow, train: Any
     from .trainers.base import WorkflowTrainer
 
     extra = {"outcome": domain.outcome, "deepspeed": cfg.deepspeed} if issubclass(trainer_cls, WorkflowTrainer) else {}
-    trainer = trainer_cls(agents=models, tokenizer=tokenizer, train_dataset=train, eval_dataset=evals, reward_func=domain.reward,
+    trainer = trainer_cls(agents=models, tokenizer=tokenizer, train_dataset=train, eval_dataset=evals, reward_func=domain.reward_for(cfg.domain_cfg),
                           reward_processor=(lambda r: scale * r + shift), eval_logger=logger, eval_aggregator=domain.eval_aggregator,
                           wandb_config=wandb_config, args=cfg.algo, workflow=workflow, run_dir=run_dir, lora_adapters=lora,
                           grammar=grammar, **extra)
@@ -311,43 +326,52 @@ def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool 
     from . import distributed as dp
 
     started = time.perf_counter()
-    ctx = dp.context()
-    if dp.launched_world() > 1:  # torchrun: data-parallel replicas of the team, one per process
-        from .distributed import divisibility_errors, placement_errors
+    ctx, run_dir, created, trainer = dp.context(), None, False, None
+    try:  # until training starts; a failure removes the run folder this call made (never a resumed run's) and is re-raised
+        if dp.launched_world() > 1:  # torchrun: data-parallel replicas of the team, one per process
+            from .distributed import divisibility_errors, placement_errors
 
-        if not hasattr(cfg.algo, "plan") or hasattr(cfg.algo, "preference_num_candidates"):
-            raise ConfigError(f"torchrun launched {dp.launched_world()} processes, but data parallelism covers the workflow "
-                              f"trainers (c3, magrpo, mappo), not {cfg.algorithm}; launch one process")
-        errors = divisibility_errors(cfg.algo, dp.launched_world()) + placement_errors(cfg.algo, dp.launched_world())
-        if errors:
-            raise ConfigError("; ".join(errors))
-        dp.use_deepspeed(cfg.deepspeed.enabled)
-        ctx = dp.init(cfg.deepspeed.dist_backend, cfg.deepspeed.timeout_minutes)
-    domain, workflow, train_ds, evals = prepare(cfg)
-    run_dir = run_dir_for(cfg, workflow)
-    if ctx.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.json").write_text(json.dumps(cfg.resolved(), indent=2, default=str))
-    _seed_everything(cfg.seed)  # the same initial weights on every rank (DeepSpeed also broadcasts rank 0's)
-    trainer = build_trainer(cfg, domain, workflow, train_ds, evals, run_dir, models, tokenizer, lora)
-    if ctx.enabled:
-        _seed_everything(cfg.seed + 1000 * ctx.rank)  # then each rank samples its own stream
-    ckpt_dir = run_dir / "checkpoints"
-    resume = cfg.output.resume
-    if resume == "auto":
-        resume = dp.broadcast(latest_checkpoint(ckpt_dir) if ctx.is_main else None)
-    before_path = run_dir / "eval_before.json"
-    if dp.broadcast(bool(resume) and before_path.exists() if ctx.is_main else None):
-        before = json.loads(before_path.read_text())
-    else:
-        before = trainer.evaluate(cfg.algo.final_eval_num_samples)
+            if not hasattr(cfg.algo, "plan") or hasattr(cfg.algo, "preference_num_candidates"):
+                raise ConfigError(f"torchrun launched {dp.launched_world()} processes, but data parallelism covers the workflow "
+                                  f"trainers (c3, magrpo, mappo), not {cfg.algorithm}; launch one process")
+            errors = divisibility_errors(cfg.algo, dp.launched_world()) + placement_errors(cfg.algo, dp.launched_world())
+            if errors:
+                raise ConfigError("; ".join(errors))
+            dp.use_deepspeed(cfg.deepspeed.enabled)
+            ctx = dp.init(cfg.deepspeed.dist_backend, cfg.deepspeed.timeout_minutes)
+        domain, workflow, train_ds, evals = prepare(cfg)
+        run_dir = run_dir_for(cfg, workflow)
         if ctx.is_main:
-            before_path.write_text(json.dumps(before))
-    kwargs: dict[str, Any] = {}
-    if cfg.output.checkpoint_interval > 0:
-        kwargs = {"checkpoint_dir": str(ckpt_dir), "checkpoint_interval": int(cfg.output.checkpoint_interval)}
-    if resume:
-        kwargs["resume_from_checkpoint"] = str(resume)
+            run_dir, created = claim_run_dir(cfg, run_dir)
+            (run_dir / "config.json").write_text(json.dumps(cfg.resolved(), indent=2, default=str))
+        run_dir = Path(dp.broadcast(str(run_dir) if ctx.is_main else None))
+        _seed_everything(cfg.seed)  # the same initial weights on every rank (DeepSpeed also broadcasts rank 0's)
+        trainer = build_trainer(cfg, domain, workflow, train_ds, evals, run_dir, models, tokenizer, lora)
+        if ctx.enabled:
+            _seed_everything(cfg.seed + 1000 * ctx.rank)  # then each rank samples its own stream
+        ckpt_dir = run_dir / "checkpoints"
+        resume = cfg.output.resume
+        if resume == "auto":
+            resume = dp.broadcast(latest_checkpoint(ckpt_dir) if ctx.is_main else None)
+        before_path = run_dir / "eval_before.json"
+        if dp.broadcast(bool(resume) and before_path.exists() if ctx.is_main else None):
+            before = json.loads(before_path.read_text())
+        else:
+            before = trainer.evaluate(cfg.algo.final_eval_num_samples)
+            if ctx.is_main:
+                before_path.write_text(json.dumps(before))
+        kwargs: dict[str, Any] = {}
+        if cfg.output.checkpoint_interval > 0:
+            kwargs = {"checkpoint_dir": str(ckpt_dir), "checkpoint_interval": int(cfg.output.checkpoint_interval)}
+        if resume:
+            kwargs["resume_from_checkpoint"] = str(resume)
+    except BaseException as exc:
+        abandon_run_dir(run_dir if created else None, trainer)
+        try:
+            exc.before_training = True  # the CLI reports it as one line, like a config error
+        except AttributeError:  # an exception type without attributes keeps its traceback
+            pass
+        raise
     trainer.train(**kwargs)
     after = trainer.evaluate(cfg.algo.final_eval_num_samples)
     summary = {"run_dir": str(run_dir), "algorithm": cfg.algorithm, "workflow": workflow.name, "env_steps": trainer.env_step,
@@ -391,3 +415,52 @@ def validate_or_exit(load: Any) -> Any:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         print(json.dumps({"status": "error", "error": f"{type(exc).__name__}: {msg}"}))
         raise SystemExit(2)
+
+
+def holds_run(folder: Path) -> bool:
+    """Whether ``folder`` holds an earlier run's results (metrics, summary or checkpoints)."""
+    return any((folder / name).exists() for name in ("metrics.jsonl", "summary.json", "checkpoints"))
+
+
+def claim_run_dir(cfg: RunConfig, run_dir: Path) -> tuple[Path, bool]:
+    """The folder this run writes to, created, and whether this call made (or emptied) it. With ``output.resume`` the
+    folder is reused as it is; else a folder holding an earlier run follows ``output.if_exists``: ``new`` writes to
+    ``<name>-2``, ``-3``, ... (saying so in one line), ``overwrite`` empties it first, ``refuse`` raises."""
+    import shutil
+
+    if cfg.output.resume or not holds_run(run_dir):
+        created = not run_dir.exists()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return run_dir, created
+    mode = cfg.output.if_exists
+    if mode == "overwrite":
+        for child in run_dir.iterdir():
+            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+        return run_dir, True
+    if mode != "new":
+        raise ConfigError(f"{run_dir} already holds a run (output.if_exists: {mode}); set output.resume: auto to continue it, "
+                          "output.if_exists: new (a fresh <name>-2 folder) or overwrite (replace it), or another output.run_name")
+    n = 2
+    while holds_run(run_dir.with_name(f"{run_dir.name}-{n}")):
+        n += 1
+    fresh = run_dir.with_name(f"{run_dir.name}-{n}")
+    print(f"[c3] {run_dir} holds an earlier run; this run writes to {fresh} "
+          "(output.if_exists: overwrite replaces the old one, output.resume: auto continues it)")
+    created = not fresh.exists()
+    fresh.mkdir(parents=True, exist_ok=True)
+    return fresh, created
+
+
+def abandon_run_dir(run_dir: Path | None, trainer: Any = None) -> None:
+    """After a failure before training: close the trainer's W&B run and remove ``run_dir`` (None: keep the folder)."""
+    import shutil
+
+    if trainer is not None and getattr(trainer, "wandb_initialized", False):
+        try:
+            import wandb
+
+            wandb.finish(exit_code=1)
+        except Exception:  # noqa: BLE001 - the original error matters, not this one
+            pass
+    if run_dir is not None:
+        shutil.rmtree(run_dir, ignore_errors=True)

@@ -92,6 +92,7 @@ class Workflow:
     merge_roles: tuple[str, ...] = ()
     feedback: Mapping[str, Feedback] = field(default_factory=dict)
     inputs: tuple[str, ...] = ()  # task-item fields templates may use
+    formatters: Mapping[str, Callable[[Mapping[str, Any]], str]] = field(default_factory=dict)  # role -> CoMLRL formatter (item -> its whole context); only roles that read nothing
 
     @property
     def decision_steps(self) -> tuple[Step, ...]:
@@ -130,6 +131,8 @@ class Workflow:
         """The exact context text of ``step`` given the outputs of steps ``0..step.index-1``."""
         if len(outputs) < step.index:
             raise WorkflowError(f"{step.name}: needs {step.index} earlier outputs, got {len(outputs)}")
+        if step.name in self.formatters:
+            return str(self.formatters[step.name](item))
         latest: dict[str, str] = {}
         read = []
         for prev, text in zip(self.steps[: step.index], outputs):
@@ -172,7 +175,7 @@ class Workflow:
         for item in spec["schedule"]:
             if isinstance(item, dict) and "role" in item and item["role"] in templates:
                 item.pop("template", None)
-        return workflow_from_dict(spec, feedback=self.feedback, merger=self.merger)
+        return workflow_from_dict(spec, feedback=self.feedback, merger=self.merger, formatters=self.formatters)
 
     def to_dict(self) -> dict[str, Any]:
         roles = {
@@ -308,8 +311,10 @@ def _build_steps(schedule: Sequence[Any], roles: Mapping[str, Role], feedback_na
 
 
 def workflow_from_dict(spec: Mapping[str, Any], *, feedback: Mapping[str, Feedback] | None = None,
-                       merger: Merger | None = None) -> Workflow:
-    """Build and validate a workflow from a plain mapping (the YAML form)."""
+                       merger: Merger | None = None,
+                       formatters: Mapping[str, Callable[[Mapping[str, Any]], str]] | None = None) -> Workflow:
+    """Build and validate a workflow from a plain mapping (the YAML form); ``formatters`` give roles that
+    read nothing their whole context from the task item (CoMLRL's formatters)."""
     if not isinstance(spec, Mapping):
         raise WorkflowError(f"workflow: expected a mapping, got {type(spec).__name__}")
     unknown = set(spec) - _TOP_KEYS
@@ -355,8 +360,32 @@ def workflow_from_dict(spec: Mapping[str, Any], *, feedback: Mapping[str, Feedba
                             "declare 'final:' or a merger")
     else:
         final = decisions[-1].name
+    for r in formatters or {}:
+        if r not in roles or any(s.reads for s in steps if s.name == r):
+            raise WorkflowError(f"{r}: a formatter gives the whole context from the task item, so its role must exist "
+                                "and read nothing")
     return Workflow(name=name, roles=roles, steps=steps, num_agents=int(num_agents), final=final,
-                    merger=merger, merge_roles=merge_roles, feedback=fb, inputs=inputs)
+                    merger=merger, merge_roles=merge_roles, feedback=fb, inputs=inputs, formatters=dict(formatters or {}))
+
+
+def join_messages(outputs: Mapping[str, str]) -> str:
+    """The parallel team's joint action as one text: each role's message under its name."""
+    return "\n\n".join(f"[{role}]\n{text}" for role, text in outputs.items())
+
+
+def parallel_workflow(num_agents: int, formatters: Sequence[Callable[..., str]] | None = None) -> Workflow:
+    """CoMLRL's team: ``num_agents`` independent agents (roles ``Agent0``, ``Agent1``, ...) in one parallel
+    stage, each reading only the task: the item's ``prompt`` (CoMLRL's default formatter) or its own
+    formatter's text. The joint reward sees every agent's message; the recorded action joins them
+    (:func:`join_messages`). The default of a trainer built without a workflow."""
+    if int(num_agents) < 1:
+        raise WorkflowError(f"parallel workflow: num_agents must be >= 1, got {num_agents}")
+    if formatters is not None and len(formatters) != num_agents:
+        raise WorkflowError(f"parallel workflow: {len(formatters)} formatters for {num_agents} agents; give one per agent")
+    roles = {f"Agent{a}": {"agent": a, "template": "{prompt}"} for a in range(int(num_agents))}
+    spec = {"name": "parallel", "agents": int(num_agents), "roles": roles, "inputs": ["prompt"]}
+    fmt = {f"Agent{a}": f for a, f in enumerate(formatters)} if formatters is not None else None
+    return workflow_from_dict(spec, merger=join_messages, formatters=fmt)
 
 
 BUILTIN_DIR = Path(__file__).with_name("workflows")

@@ -67,8 +67,8 @@ def synthetic_session(env, seed=0):
     rng = np.random.default_rng(seed)
     trainer = SimpleNamespace(backend=SyntheticBackend(env, seed=seed), reward_leaves=lambda leaves: env.reward(leaves, rng),
                               sampling=lambda: Sampling(), tokenizers=None, args=SimpleNamespace())
-    domain = SimpleNamespace(reward=SimpleNamespace(reward_range=(0.0, 1.0)), outcome=None)
-    return Session(cfg=SimpleNamespace(reward_processor=SimpleNamespace(scale=1.0, shift=0.0)), domain=domain,
+    domain = SimpleNamespace(reward_for=lambda config: SimpleNamespace(reward_range=(0.0, 1.0)), outcome=None)
+    return Session(cfg=SimpleNamespace(reward_processor=SimpleNamespace(scale=1.0, shift=0.0), domain_cfg=None), domain=domain,
                    workflow=env.workflow, train=None, trainer=trainer)
 
 

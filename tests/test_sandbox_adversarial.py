@@ -408,15 +408,15 @@ def test_the_config_chooses_the_isolation(tmp_path, monkeypatch):
     monkeypatch.setattr(sbx, "_ISOLATION", ["namespaces"])
     base = {"algorithm": "c3", "domain": "code", "dataset": {"train": {"name": "mbpp_train", "source": "x.jsonl"}}}
     cfg = load_config(data=dict(base, code={"isolation": "none"}))
-    dc.DOMAIN.extras["validate_config"](cfg, None)
+    dc.DOMAIN.validate_config(cfg, None)
     assert sbx._ISOLATION == ["none"]
-    dc.DOMAIN.extras["validate_config"](load_config(data=base), None)
+    dc.DOMAIN.validate_config(load_config(data=base), None)
     assert sbx._ISOLATION == ["namespaces"]
-    dc.DOMAIN.extras["validate_config"](load_config(data=base, overrides=["code.isolation=none"]), None)  # the override's null
+    dc.DOMAIN.validate_config(load_config(data=base, overrides=["code.isolation=none"]), None)  # the override's null
     assert sbx._ISOLATION == ["none"]
     dc.configure("namespaces")
     with pytest.raises((ValueError, ConfigError), match="isolation"):
-        dc.DOMAIN.extras["validate_config"](load_config(data=dict(base, code={"isolation": "chroot"})), None)
+        dc.DOMAIN.validate_config(load_config(data=dict(base, code={"isolation": "chroot"})), None)
 
 
 # --- Resources -------------------------------------------------------------------------------

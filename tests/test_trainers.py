@@ -12,6 +12,7 @@ from datasets import Dataset
 from c3_plugin import registry
 from c3_plugin.config import load_config
 from c3_plugin.credit import group_advantages, tree_advantages
+from c3_plugin.rewards import batched
 from c3_plugin.run import build_trainer, expected_budget, latest_checkpoint, prepare, train
 from c3_plugin.testing import tiny_model, tiny_tokenizer
 from c3_plugin.trainers import C3Config, C3Trainer, MAPPOConfig, MAPPOTrainer, WorkflowMAGRPOTrainer
@@ -67,7 +68,9 @@ def test_trainers_extend_comlrl_and_keep_its_constructor():
     for name in ("c3", "magrpo", "mappo"):
         cfg_cls, trainer_cls = registry.resolve(name)
         assert issubclass(trainer_cls, MAGRPOTrainer) and cfg_cls is trainer_cls.default_config_cls
-    assert {"c3", "magrpo_workflow", "mappo_workflow"} <= {ep.name for ep in entry_points(group="comlrl.trainers")}
+    # one name per algorithm: the entry points this package declares are exactly the registry's names and classes
+    ours = {ep.name: ep.value for ep in entry_points(group="comlrl.trainers") if ep.value.startswith("c3_plugin.")}
+    assert ours == registry._BUILTIN
     assert tuple(entry_points(group="comlrl.trainers", name="c3"))[0].load() is C3Trainer
     with pytest.raises(KeyError, match="unknown algorithm 'ppo2'"):
         registry.resolve("ppo2")
@@ -109,11 +112,11 @@ def test_each_algorithm_trains_through_the_run_path(tmp_path, algorithm):
     assert (run / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def make_trainer(cls, plan=None, **cfg):
+def make_trainer(cls, plan=None, workflow="reasoner_actor", **cfg):
     models, tok = tiny_team()
     ds = Dataset.from_list([{"id": f"p{i}", "prompt": f"q{i}", "question": f"q{i}", "answer": "1"} for i in range(4)])
     args = cls.default_config_cls(num_train_epochs=1, max_new_tokens=5, instances_per_update=4, agent_devices="cpu", **cfg)
-    tr = cls(agents=models, tokenizer=tok, reward_func=parity_reward, train_dataset=ds, args=args, plan=plan)
+    tr = cls(agents=models, tokenizer=tok, reward_func=parity_reward, train_dataset=ds, args=args, plan=plan, workflow=workflow)
     tr.verbose = False
     return tr, ds
 
@@ -184,7 +187,7 @@ def test_lora_adapters_one_per_role(tmp_path):
     ds = Dataset.from_list([{"id": f"p{i}", "prompt": f"q{i}", "question": f"q{i}", "answer": "1"} for i in range(4)])
     args = C3Config(num_train_epochs=1, max_new_tokens=4, instances_per_update=4, agent_devices="cpu", agent_learning_rate=1e-2)
     tr = C3Trainer(agents=[peft_model, peft_model], tokenizer=tok, reward_func=parity_reward, train_dataset=ds, args=args,
-                   lora_adapters=True)
+                   lora_adapters=True, workflow="reasoner_actor")
     tr.verbose = False
     ids0 = {id(p) for g in tr.optimizers[0].param_groups for p in g["params"]}
     ids1 = {id(p) for g in tr.optimizers[1].param_groups for p in g["params"]}
@@ -223,6 +226,7 @@ def test_interrupted_run_resumes_to_the_same_budget(tmp_path):
     victim = build_trainer(cfg, domain, wf, train_ds, evals, killed_dir, *tiny_team(), False)
     calls = {"n": 0}
 
+    @batched  # one call per rollout batch
     def dies_in_epoch_two(*c, **kw):
         calls["n"] += 1
         if calls["n"] > 2:  # two rollout batches per epoch

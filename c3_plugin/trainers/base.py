@@ -16,8 +16,10 @@ the hooks that must change for a workflow of roles that read each other:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -83,7 +85,9 @@ class WorkflowConfig(MAGRPOConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.num_turns != 1:
-            raise ValueError("num_turns must be 1 for workflow trainers: the workflow's schedule sets the turns")
+            raise ValueError(f"num_turns={self.num_turns}: the workflow trainers take turns from the workflow's schedule "
+                             "(a role may act several times, reading feedback steps in between), so num_turns must stay 1; "
+                             "see the code domain's 'multi_turn' workflow")
         if self.advantage_normalization:
             raise ValueError("advantage_normalization=True is CoMLRL's z-score; set advantage_scaling: batch_zscore instead")
         if self.advantage_scaling not in NORMALIZATIONS:
@@ -138,7 +142,8 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
                  plan: Any = None, run_dir: str | Path | None = None, lora_adapters: bool = False, grammar: Any = None,
                  outcome: Any = None, deepspeed: Any = None):
         args = args or self.default_config_cls()
-        n = self._bridge_workflow(workflow, args, num_agents, agents)
+        self._refuse_unused(args, workflow, formatters, external_transition)
+        n = self._bridge_workflow(workflow, args, num_agents, agents, formatters)
         self.plan = parse_plan(plan if plan is not None else args.plan)
         self.branching = self.plan.branching(self.workflow.num_decisions)
         self.lora_adapters = lora_adapters  # agents share one PeftModel with adapters "agent0", "agent1", ...
@@ -160,6 +165,24 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         self._pending: list[dict] = []
         self._epoch = 0
         self._rank_state: dict[str, Any] | None = None
+
+    def _refuse_unused(self, args: Any, workflow: Any, formatters: Any, external_transition: Any) -> None:
+        """CoMLRL's arguments are honoured or refused, never dropped: ``formatters`` shape the default parallel
+        workflow's contexts (a given workflow has its own templates); turns and transitions are a workflow's
+        schedule and feedback steps; the plan, not ``num_generations``, sets the branching (a warning)."""
+        if formatters is not None and workflow is not None:
+            raise ValueError("formatters and a workflow were both given: formatters set the contexts of the default parallel "
+                             "workflow (CoMLRL's independent agents); a workflow builds each role's context from its "
+                             "templates. Drop formatters, or change the role templates (workflow.templates in a config)")
+        if external_transition is not None:
+            raise ValueError("external_transition is not used by the workflow trainers: a multi-turn team is a workflow "
+                             "whose later steps read earlier messages and environment feedback steps (a feedback function "
+                             "of the trace), e.g. the code domain's 'multi_turn' workflow (multi_turn/train_c3.py)")
+        defaults = {f.name: f.default for f in dataclasses.fields(type(args))}
+        if int(getattr(args, "num_generations", 2)) != defaults.get("num_generations", 2):
+            warnings.warn(f"num_generations={args.num_generations} is not used by {type(self).__name__}: the rollout plan "
+                          f"sets the branching (plan: '{args.plan}'; e.g. plan: 'tree [2, 4]' for C3, plan: "
+                          f"'independent {args.num_generations}' for MAGRPO's {args.num_generations} joint samples)", stacklevel=3)
 
     # ----- data parallelism -------------------------------------------------------------------------
     def _setup_data_parallel(self, section: Any) -> None:

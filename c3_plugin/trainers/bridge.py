@@ -40,9 +40,10 @@ from tqdm import tqdm
 from ..generation import HFBackend, encode_prompt
 from ..plan import parse_plan
 from ..precision import keep_fp32_masters
+from ..rewards import leaf_rewards
 from ..rollout import Leaf, Prompt, Rollout, Sampling, materialize
 from ..trace import path_to
-from ..workflow import Step, Workflow, load_workflow
+from ..workflow import Step, Workflow, load_workflow, parallel_workflow
 
 
 class WorkflowBridge:
@@ -50,10 +51,18 @@ class WorkflowBridge:
 
     # ----- construction ---------------------------------------------------------------------------
     def _bridge_workflow(self, workflow: Workflow | str | Mapping | None, args: Any, num_agents: int | None = None,
-                         agents: Sequence[Any] | None = None) -> int:
+                         agents: Sequence[Any] | None = None, formatters: Any = None) -> int:
         """Set ``self.workflow`` and ``args.num_agents`` (call before the CoMLRL constructor); returns
-        the agent count, checked against ``num_agents`` and ``agents``."""
-        self.workflow = workflow if isinstance(workflow, Workflow) else load_workflow(workflow or "reasoner_actor")
+        the agent count, checked against ``num_agents`` and ``agents``. Without a workflow, CoMLRL's team:
+        :func:`~c3_plugin.workflow.parallel_workflow` of ``len(agents)`` (else ``num_agents``, else
+        ``args.num_agents``) independent agents, each reading the task through its formatter when
+        ``formatters`` are given (CoMLRL's default: the item's ``prompt``)."""
+        if workflow is None:
+            n = len(agents) if agents is not None else int(num_agents or getattr(args, "num_agents", 2))
+            fmts = formatters if formatters is None or not callable(formatters) else [formatters] * n  # one callable: every agent
+            self.workflow = parallel_workflow(n, fmts)
+        else:
+            self.workflow = workflow if isinstance(workflow, Workflow) else load_workflow(workflow)
         n = self.workflow.num_agents
         if num_agents is not None and num_agents != n:
             raise ValueError(f"num_agents={num_agents} but workflow '{self.workflow.name}' has {n} agents")
@@ -105,19 +114,19 @@ class WorkflowBridge:
 
     # ----- workflow rollouts ------------------------------------------------------------------------
     def reward_leaves(self, leaves: Sequence[Leaf]) -> list[float]:
-        """CoMLRL's reward contract over a batch of leaves: ``reward_func(*per_agent_completions,
-        batch_items=..., prompts=...)`` with each agent's latest output on the path."""
+        """CoMLRL's reward contract (:mod:`c3_plugin.rewards`): each agent's latest message on the path,
+        ``batch_items`` = the task item, ``prompts`` = the first decision point's context (CoMLRL's
+        formatted prompt); once per joint action, or once per batch for a ``@batched`` reward."""
         per_agent: list[list[str]] = [[] for _ in range(self.num_agents)]
+        first = self.workflow.decision_steps[0]
+        prompts = []
         for leaf in leaves:
             latest = self.workflow.latest_outputs(leaf.outputs)
             for a in range(self.num_agents):
                 roles = [s.name for s in self.workflow.decision_steps if self.workflow.roles[s.name].agent == a]
                 per_agent[a].append(latest.get(roles[-1], "") if roles else "")
-        items = [dict(leaf.item) for leaf in leaves]
-        raw = self.reward_func(*per_agent, batch_items=items, prompts=[str(it.get("prompt", it.get("question", ""))) for it in items])
-        raw = [float(x) for x in (raw.tolist() if hasattr(raw, "tolist") else raw)]
-        if len(raw) != len(leaves):
-            raise ValueError(f"reward_func returned {len(raw)} rewards for {len(leaves)} leaves")
+            prompts.append(self.workflow.assemble(first, leaf.item, list(leaf.outputs[:first.index])))
+        raw = leaf_rewards(self.reward_func, per_agent, [dict(leaf.item) for leaf in leaves], prompts)
         return [float(self.reward_processor(x)) for x in raw]
 
     @property

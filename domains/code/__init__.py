@@ -65,7 +65,7 @@ def pass_rate(code: str, tests: Sequence[Any], setup: str = "", timeout_s: float
     return sum(r.passed for r in results) / len(results) if results else 0.0
 
 
-def load_datasets(section: Mapping[str, Any], seed: int = 0):
+def load_datasets(section: Mapping[str, Any], seed: int = 0, config: Any = None):
     import datasets
 
     from domains.math.data import check_overlap
@@ -82,8 +82,8 @@ reward = make_reward()
 outcome = make_outcome(reward)  # per leaf: pass/fail on each hidden test, reusing the reward's sandbox results
 
 
-def dry_run_probe() -> dict[str, Any]:
-    """Score fixed candidates in the real sandbox: a correct function, a wrong one, an early exit."""
+def dry_run_probe(config: CodeConfig | None = None) -> dict[str, Any]:
+    """Score fixed candidates in the real sandbox (``config`` was applied to it by ``configure_from``): a correct function, a wrong one, an early exit."""
     item = {"tests": '[{"expr": "add(2, 3)", "expected": ["int", "5"]}, {"expr": "add(-1, 1)", "expected": ["int", "0"]}]', "setup": ""}
     right = reward(["plan"], ["```python\ndef add(a, b):\n    return a + b\n```"], batch_items=[item])[0]
     wrong = reward(["plan"], ["def add(a, b):\n    return a + b if a > 0 else 7"], batch_items=[item])[0]
@@ -101,8 +101,8 @@ def dry_run_probe() -> dict[str, Any]:
 
 DOMAIN = Domain(name="code", load_datasets=load_datasets, workflows=workflows, reward=reward,
                 eval_logger=make_eval_logger(reasoner_actor()), eval_aggregator=eval_aggregator, dry_run_probe=dry_run_probe,
-                config_cls=CodeConfig, make_eval_logger=make_eval_logger, outcome=outcome,
-                extras={"validate_config": configure_from})
+                config_cls=CodeConfig, default_workflow="reasoner_actor", make_eval_logger=make_eval_logger, outcome=outcome,
+                validate_config=configure_from)
 
 __all__ = ["Assertion", "AssertionFormError", "CodeConfig", "CodeDatasetError", "DOMAIN", "Limits", "Sandbox", "SandboxError", "Test",
            "TestResult", "compile_assertion", "configure", "decode", "decode_tests", "encode", "equal", "execute", "extract_code",

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from c3_plugin.domain import Domain
+from c3_plugin.rewards import batched
 from c3_plugin.workflow import Workflow
 
 from .answer import _normalise, last_boxed, score
@@ -19,23 +20,35 @@ from .prompts import math_workflow, workflows
 class MathConfig:
     """The config's ``math:`` section."""
 
-    answer_timeout_s: float = 5.0  # wall-clock bound on one math-verify equivalence check
+    answer_timeout_s: float = 5.0  # wall-clock bound on one math-verify equivalence check (an overrun scores 0)
+
+    def __post_init__(self) -> None:
+        if not float(self.answer_timeout_s) > 0:
+            raise ValueError(f"answer_timeout_s must be > 0 seconds, got {self.answer_timeout_s!r}")
 
 
-def reward(*agent_completions: Sequence[str], batch_items: Sequence[Mapping[str, Any]] | None = None,
-           prompts: Sequence[str] | None = None) -> list[float]:
-    """1.0 when the final agent's boxed answer matches the item's ``answer``, else 0.0 (CoMLRL contract:
-    one list of completions per agent; the last agent answers)."""
-    if not agent_completions:
-        raise ValueError("math reward: no agent completions given")
-    finals = agent_completions[-1]
-    finals = [finals] if isinstance(finals, str) else list(finals)
-    if batch_items is None or len(batch_items) != len(finals):
-        raise ValueError("math reward: batch_items must give one item with an 'answer' per completion")
-    return [score(c, str(item.get("answer", ""))) for c, item in zip(finals, batch_items)]
+def make_reward(config: MathConfig | None = None):
+    """The math reward of a ``math:`` section: 1.0 when the final agent's boxed answer matches the item's
+    ``answer`` (each equivalence check bounded by ``answer_timeout_s``), else 0.0. CoMLRL contract, batched:
+    one list of completions per agent, the last agent answers."""
+    timeout_s = float((config or MathConfig()).answer_timeout_s)
+
+    @batched
+    def reward(*agent_completions: Sequence[str], batch_items: Sequence[Mapping[str, Any]] | None = None,
+               prompts: Sequence[str] | None = None) -> list[float]:
+        if not agent_completions:
+            raise ValueError("math reward: no agent completions given")
+        finals = agent_completions[-1]
+        finals = [finals] if isinstance(finals, str) else list(finals)
+        if batch_items is None or len(batch_items) != len(finals):
+            raise ValueError("math reward: batch_items must give one item with an 'answer' per completion")
+        return [score(c, str(item.get("answer", "")), timeout_s) for c, item in zip(finals, batch_items)]
+
+    reward.reward_range = (0.0, 1.0)
+    return reward
 
 
-reward.reward_range = (0.0, 1.0)
+reward = make_reward()
 
 
 def formatters(workflow: Workflow) -> list:
@@ -61,8 +74,10 @@ def outcome(leaves: Sequence[Any]) -> list[str | None]:
     return out
 
 
-def dry_run_probe() -> dict[str, Any]:
-    """Score fixed probe actions without a model: a correct boxed answer, an unboxed one, a malformed one."""
+def dry_run_probe(config: MathConfig | None = None) -> dict[str, Any]:
+    """Score fixed probe actions with the config's reward, without a model: a correct boxed answer, an
+    unboxed one, a malformed one."""
+    reward = make_reward(config)
     item = {"answer": "\\frac{1}{2}"}
     right = reward(["plan"], ["so the answer is \\boxed{0.5}"], batch_items=[item])[0]
     unboxed = reward(["plan"], ["the answer is 1/2"], batch_items=[item])[0]
@@ -73,8 +88,8 @@ def dry_run_probe() -> dict[str, Any]:
 
 DOMAIN = Domain(name="math", load_datasets=load_datasets, workflows=workflows, reward=reward,
                 eval_logger=default_eval_logger, eval_aggregator=eval_aggregator, dry_run_probe=dry_run_probe,
-                config_cls=MathConfig, formatters=formatters, make_eval_logger=make_eval_logger, outcome=outcome)
+                config_cls=MathConfig, default_workflow="reasoner_actor", make_reward=make_reward, formatters=formatters, make_eval_logger=make_eval_logger, outcome=outcome)
 
 __all__ = ["DOMAIN", "MathConfig", "SUITES", "check_overlap", "dry_run_probe", "eval_aggregator", "formatters",
-           "last_boxed", "load_datasets", "load_split", "make_eval_logger", "math_workflow", "outcome", "reward", "score",
+           "last_boxed", "load_datasets", "load_split", "make_eval_logger", "make_reward", "math_workflow", "outcome", "reward", "score",
            "synthetic_rows", "workflows"]

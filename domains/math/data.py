@@ -140,7 +140,7 @@ def check_overlap(train: Sequence[Mapping[str, Any]], evals: Sequence[Mapping[st
     return [r for r in train if _key(r["question"]) not in eval_keys]
 
 
-def load_datasets(section: Mapping[str, Any], seed: int = 0):
+def load_datasets(section: Mapping[str, Any], seed: int = 0, config: Any = None):
     """``(train, eval)`` as ``datasets.Dataset`` from the config's dataset section."""
     import datasets
 

@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from c3_plugin.domain import Domain
+from c3_plugin.rewards import batched
 from c3_plugin.workflow import Workflow, workflow_from_dict
 
 WORDS = ("apple", "river", "stone", "cloud", "maple", "ember", "quartz", "meadow")
@@ -26,7 +27,7 @@ class TemplateConfig:
     case_sensitive: bool = False  # whether the repeated word must match its case
 
 
-def load_datasets(section: Mapping[str, Any], seed: int = 0):
+def load_datasets(section: Mapping[str, Any], seed: int = 0, config: Any = None):
     """Synthetic rows ``{id, prompt, question, answer, datasource}``; sizes from the dataset section."""
     import datasets
 
@@ -49,15 +50,25 @@ def workflows() -> dict[str, Workflow]:
     return {"echo_pair": workflow_from_dict(spec)}
 
 
-def reward(*agent_completions: Sequence[str], batch_items: Sequence[Mapping[str, Any]] | None = None,
-           prompts: Sequence[str] | None = None) -> list[float]:
-    """1.0 when the last agent's message, stripped, is the word; never raises on model output."""
-    if batch_items is None:
-        raise ValueError("template reward: batch_items with an 'answer' per completion are required")
-    return [float(str(c).strip().strip(".").lower() == str(it["answer"]).lower()) for c, it in zip(agent_completions[-1], batch_items)]
+def make_reward(config: TemplateConfig | None = None):
+    """The reward of a ``template:`` section (the domain config reaches the reward through this factory):
+    1.0 when the last agent's message, stripped, is the word (``case_sensitive``: with its case). CoMLRL
+    contract, batched (one call scores a batch of joint actions); never raises on model output."""
+    exact = bool((config or TemplateConfig()).case_sensitive)
+
+    @batched
+    def reward(*agent_completions: Sequence[str], batch_items: Sequence[Mapping[str, Any]] | None = None,
+               prompts: Sequence[str] | None = None) -> list[float]:
+        if batch_items is None:
+            raise ValueError("template reward: batch_items with an 'answer' per completion are required")
+        fold = (lambda t: t) if exact else str.lower
+        return [float(fold(str(c).strip().strip(".")) == fold(str(it["answer"]))) for c, it in zip(agent_completions[-1], batch_items)]
+
+    reward.reward_range = (0.0, 1.0)
+    return reward
 
 
-reward.reward_range = (0.0, 1.0)
+reward = make_reward()
 
 
 def outcome(leaves: Sequence[Any]) -> list[str]:
@@ -67,6 +78,7 @@ def outcome(leaves: Sequence[Any]) -> list[str]:
 
 
 def eval_logger(agent_completions_turns, batch_items=None, prompts=None) -> list[dict]:
+    """Per eval item: its datasource and whether the final message is right (under the default config)."""
     final = agent_completions_turns[-1]
     return [{"datasource": it.get("datasource", "eval"), "correct": reward([t[-1] if t else ""], batch_items=[it])[0]}
             for t, it in zip(final, batch_items or [])]
@@ -80,9 +92,14 @@ def eval_aggregator(rows: Sequence[Mapping[str, Any]], num_turns: int = 1) -> di
     return out
 
 
-def dry_run_probe() -> dict[str, Any]:
-    return {"probe_reward": reward(["x"], ["apple"], batch_items=[{"answer": "apple"}])[0]}
+def dry_run_probe(config: TemplateConfig | None = None) -> dict[str, Any]:
+    """Model-free checks of the config's reward: the right word scores 1, another word 0."""
+    score = make_reward(config)
+    right = score(["x"], ["apple"], batch_items=[{"answer": "apple"}])[0]
+    wrong = score(["x"], ["river"], batch_items=[{"answer": "apple"}])[0]
+    return {"probe_reward": right, "probe_wrong_reward": wrong, "probe_ok": right == 1.0 and wrong == 0.0}
 
 
 DOMAIN = Domain(name="template", load_datasets=load_datasets, workflows=workflows, reward=reward, eval_logger=eval_logger,
-                eval_aggregator=eval_aggregator, dry_run_probe=dry_run_probe, config_cls=TemplateConfig, outcome=outcome)
+                eval_aggregator=eval_aggregator, dry_run_probe=dry_run_probe, config_cls=TemplateConfig,
+                default_workflow="echo_pair", make_reward=make_reward, outcome=outcome)

@@ -37,7 +37,7 @@ class TravelConfig:
     wandb_keys: list[str] = field(default_factory=lambda: [f"eval/{m}" for m in METRICS] + ["turn_1/*", "iter/*"])  # the compact W&B surface (used when the algorithm section sets no wandb_keys)
 
 
-def load_datasets(section: Mapping[str, Any], seed: int):
+def load_datasets(section: Mapping[str, Any], seed: int = 0, config: Any = None):
     """``(train, eval)`` datasets: the curriculum split of ``dataset.train`` (eval rows in panel order, P1 first)."""
     import datasets
 
@@ -157,7 +157,7 @@ def probe(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "probe_ok": abs(dash - 0.08) < 1e-9 and broken <= 0.05}
 
 
-def dry_run_probe() -> dict[str, Any]:
+def dry_run_probe(config: TravelConfig | None = None) -> dict[str, Any]:
     """The probe on the bundled fixture row (the dry run re-runs it on the configured data)."""
     from pathlib import Path
     import json
@@ -199,9 +199,10 @@ def make_eval_logger(workflow: Workflow):
 
 
 DOMAIN = Domain(name="travel", load_datasets=load_datasets, workflows=workflows, reward=reward, eval_logger=eval_logger,
-                eval_aggregator=eval_aggregator, dry_run_probe=dry_run_probe, config_cls=TravelConfig, merger=merger,
-                make_eval_logger=make_eval_logger, outcome=outcome, extras={"grammar": make_grammar, "joint_adapter": TravelJointAdapter, "joint_probe": joint_probe, "wandb_keys": lambda cfg: list(cfg.wandb_keys), "validate_config": validate_config, "dry_run_extra": dry_run_extra,
-                        "metrics": METRICS})
+                eval_aggregator=eval_aggregator, dry_run_probe=dry_run_probe, config_cls=TravelConfig,
+                default_workflow="travel_planners", merger=merger, make_eval_logger=make_eval_logger, outcome=outcome,
+                validate_config=validate_config, grammar=make_grammar, wandb_keys=lambda cfg: list(cfg.wandb_keys),
+                dry_run_extra=dry_run_extra, joint_probe=joint_probe)
 
 __all__ = ["DOMAIN", "JOINT_ROLE", "METRICS", "REWARD_BACKEND", "REWARD_RANGE", "TravelConfig", "TravelJointAdapter", "all_dash", "catalog_report", "eval_aggregator",
            "eval_logger", "evaluate_joint", "grammar", "is_joint", "joint_eval_logger", "joint_grammar", "joint_reward", "joint_workflow",

@@ -46,7 +46,7 @@ class PreferenceBridge(WorkflowBridge):
                 kwargs["centralized_comparator_adapter"] = TravelJointAdapter()
             if not hasattr(kwargs["centralized_comparator_adapter"], "workflow"):
                 raise ValueError("comparator_generation_mode=centralized needs a joint adapter with a one-role joint "
-                                 "workflow (the domain's extras['joint_adapter'], e.g. TravelJointAdapter)")
+                                 "workflow (e.g. domains.travel.TravelJointAdapter)")
         if formatters is None:  # the role contexts: what the reward model reads as each agent's prompt
             formatters = [partial(_role_context, self, a) for a in range(n)]
         super().__init__(agent_model=agent_model, agents=agents, num_agents=n, tokenizer=tokenizer, model_config=model_config,

@@ -1,0 +1,66 @@
+"""CoMLRL's reward contract, as the workflow trainers call it.
+
+CoMLRL calls ``reward_func`` once per joint action through
+:func:`comlrl.utils.reward_utils.call_reward_function`: each agent's completion as a one-item list,
+with ``prompts`` and ``batch_items`` when the signature takes them (positionally or by keyword, or
+the completions as one list), and takes a list, a scalar or a tensor back. Every such reward works
+here unchanged: :func:`leaf_rewards` makes the same call per leaf.
+
+The fast path: a reward marked with :func:`batched` is called once per batch of leaves as
+``reward_func(*per_agent_completions, batch_items=items, prompts=prompts)`` and must return one value
+per leaf. The shipped domains' rewards are batched (the code domain runs a batch's sandboxes together).
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from typing import Any, Callable, Sequence, TypeVar
+
+from comlrl.utils.reward_utils import call_reward_function
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def batched(fn: F) -> F:
+    """Mark ``fn`` as a batched reward: one call scores many joint actions (see the module docstring)."""
+    fn.batched = True  # type: ignore[attr-defined]
+    return fn
+
+
+def is_batched(fn: Any) -> bool:
+    return bool(getattr(fn, "batched", False))
+
+
+def _signature(fn: Any) -> inspect.Signature | None:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+
+
+def leaf_rewards(reward_func: Callable[..., Any], per_agent: Sequence[Sequence[str]], items: Sequence[dict],
+                 prompts: Sequence[str]) -> list[float]:
+    """Raw rewards of ``len(items)`` joint actions; ``per_agent[a][i]`` is agent ``a``'s completion in
+    joint action ``i``. A batched reward is called once; any other once per joint action, as CoMLRL does."""
+    n = len(items)
+    if is_batched(reward_func):
+        raw = reward_func(*per_agent, batch_items=list(items), prompts=list(prompts))
+        values = [float(x) for x in (raw.tolist() if hasattr(raw, "tolist") else raw)]
+        if len(values) != n:
+            raise ValueError(f"batched reward_func {getattr(reward_func, '__name__', reward_func)!r} returned {len(values)} "
+                             f"rewards for {n} joint actions; a @batched reward returns one value per joint action "
+                             "(drop @batched to be called once per joint action, as CoMLRL does)")
+        return values
+    signature = _signature(reward_func)
+    out = []
+    for i in range(n):
+        values = call_reward_function(reward_func, [prompts[i]], [[completions[i]] for completions in per_agent],
+                                      num_agents=len(per_agent), batch_items=[items[i]], signature=signature)
+        if not values:
+            raise ValueError(f"reward_func returned no value for joint action {i} (item {items[i].get('id', i)!r})")
+        if len(values) > 1 and len(set(values)) > 1:  # CoMLRL's MAGRPO keeps the first value; say so once
+            warnings.warn(f"reward_func returned {len(values)} different values for one joint action ({values}); the "
+                          "workflow trainers, like CoMLRL's MAGRPO, use the first as the team's joint reward", stacklevel=3)
+        out.append(values[0])
+    return out
