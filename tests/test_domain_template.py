@@ -99,3 +99,15 @@ def test_without_workflow_name_the_domain_workflow_runs_and_unknown_names_list_i
     assert math_cfg.workflow.name is None and build_workflow(math_cfg, load_domain("math")).name == "reasoner_actor"
     with pytest.raises(ConfigError, match=r"'echo_par' is not a workflow of domain 'template' \(echo_pair\), a built-in \(.*chain5"):
         prepare(template_cfg("workflow.name=echo_par"))
+
+
+def test_the_travel_config_chooses_its_reward_variant():
+    from domains.travel import DOMAIN
+
+    specified = load_config(ROOT / "configs" / "travel" / "c3.yaml")
+    strict = load_config(ROOT / "configs" / "travel" / "c3.yaml", ["travel.reward=strict"])
+    assert DOMAIN.reward_for(specified.domain_cfg).variant == "specified"
+    chosen = DOMAIN.reward_for(strict.domain_cfg)
+    assert chosen.variant == "strict" and chosen.backend == "reference_constraint_strict_dense" and chosen.batched
+    with pytest.raises(ConfigError, match="reward must be one of specified, strict"):
+        load_config(ROOT / "configs" / "travel" / "c3.yaml", ["travel.reward=lenient"])

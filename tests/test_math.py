@@ -23,6 +23,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "math"
     ("\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}", "\\left( 3, \\frac{\\pi}{2} \\right)"),
     ("\\boxed{5", None),
     ("\\boxed{2} and \\boxed{3", "2"),
+    ("\\boxed{\\boxed{40} 12345}", "\\boxed{40} 12345"),  # the outer box (the screen refuses its content), never the inner one
     ("no box at all", None),
 ])
 def test_last_balanced_box(text, expected):
@@ -41,6 +42,71 @@ def test_last_balanced_box(text, expected):
 ])
 def test_score(completion, gold, expected):
     assert dm.score(completion, gold) == expected
+
+
+@pytest.mark.parametrize("completion, gold", [
+    ("\\boxed{12345 = 40}", "40"),
+    ("\\boxed{40 \\approx 12345}", "40"),
+    ("\\boxed{\\boxed{40} 12345}", "40"),
+    ("\\boxed{40 \\text{ (wrong, actually 12345)}}", "40"),
+    ("\\boxed{12345 $ or $ 40}", "40"),
+    ("\\boxed{12345 \\text{ or } $40}", "40"),
+    ("\\boxed{0, 1, 2, \\dots}", "2"),
+    ("\\boxed{-(x=5)}", "x=5"),
+    ("\\boxed{1800\\%}", "18"),
+    ("\\boxed{52_80}", "52_8"),
+    ("\\boxed{5 \\text{ m}}", "5 \\text{ cm}"),
+    ("\\boxed{3.14159265}", "\\pi"),
+    ("\\boxed{3.14159265358979323846}", "\\pi"),
+    ("\\boxed{1.4142136}", "\\sqrt{2}"),
+    ("\\boxed{0.333333}", "\\frac{1}{3}"),
+    ("\\boxed{x = 12345 = 40}", "40"),
+    ("\\boxed{12345 \\implies 40}", "40"),
+    ("\\boxed{\\cancel{12345} 40}", "40"),
+    ("\\boxed{\\tag{12345} 40}", "40"),
+    ("\\boxed{12345 \\\\ 40}", "40"),
+    ("\\boxed{40 \\mathrm{12345}}", "40"),
+    ("\\boxed{\\left. 40 \\right|_{12345}}", "40"),
+    ("\\boxed{\\text{Answer: }12345 = 40}", "40"),
+    ("\\boxed{12345 \\lor 40}", "40"),
+])
+def test_a_box_with_the_gold_next_to_a_contradiction_scores_zero(completion, gold):
+    """Each of these scored 1 before the integrity screen (bench/reward_hunt.py, bench/RESULTS.md)."""
+    assert dm.score(completion, gold) == 0.0
+
+
+@pytest.mark.parametrize("completion, gold", [
+    ("\\boxed{x = 5}", "5"),
+    ("\\boxed{\\frac{10}{2} = 5}", "5"),
+    ("\\boxed{5}", "x=5"),
+    ("\\boxed{\\$18.00}", "18"),
+    ("\\boxed{\\$18}", "18"),
+    ("\\boxed{18\\%}", "18"),
+    ("\\boxed{10}", "10\\%"),
+    ("\\boxed{1{,}000}", "1000"),
+    ("\\boxed{1,000}", "1000"),
+    ("\\boxed{70\\,000}", "70000"),  # thin-space thousands: a false negative before
+    ("\\boxed{18 \\text{ dollars}}", "18"),
+    ("\\boxed{5}", "5 \\text{ cm}"),
+    ("\\boxed{5\\text{ cm}}", "5 \\text{ cm}"),
+    ("\\boxed{52}", "52_8"),
+    ("\\boxed{\\boxed{40}}", "40"),
+    ("\\boxed{\\textbf{40}}", "40"),
+    ("\\boxed{x \\in [1,3]}", "[1,3]"),
+    ("\\boxed{\\text{(C)}}", "\\text{(C)}"),
+])
+def test_right_forms_still_score_one(completion, gold):
+    assert dm.score(completion, gold) == 1.0
+
+
+def test_the_screen_names_why_an_answer_is_refused():
+    from domains.math.integrity import screen
+
+    assert screen("12345 = 40", "40").claims == ("12345", "40")  # every non-variable side must equal the gold
+    assert screen("x = 40", "40").claims == ("40",)
+    assert "command" in screen("40 \\approx 12345", "40").reason
+    assert screen("52_80", "52_8").reason.startswith("subscript")
+    assert screen("1800\\%", "18") == screen("1800", "18")  # percent dropped on both sides, never divided by 100
 
 
 @pytest.mark.parametrize("garbage", [None, 42, b"\\boxed{1}", "\\boxed{" * 5000, "}" * 10000, "\x00\\boxed{\x00}",
@@ -162,7 +228,7 @@ c3: {{num_train_epochs: 1, instances_per_update: 8}}
     ("c3.lerning_rate=1", "did you mean 'c3.agent_learning_rate'"),
     ("workflow.name=chain5", "2 levels but the workflow has 5"),
     ("dataset.train.source=missing.jsonl", "does not exist"),
-    ("algorithm=ppo", "this entry point trains c3"),
+    ("algorithm=ppo", "unknown algorithm 'ppo'"),
     ("c3.clip_eps=2", "clip_eps must be in (0, 1)"),
 ])
 def test_wrong_config_exits_nonzero_without_traceback(override, fragment):

@@ -353,3 +353,90 @@ def test_preference_and_centralized_entry_points_dry_run_with_their_default_conf
         assert report["algorithm"] == "centralized_marlhf_iter" and report["centralized_api"] == "ok"
         assert report["joint_probe"]["joint_all_dash_reward"] == 0.08 and "not defined" in report["c3"]
         assert report["comparator"]["generation_mode"] == "centralized"
+
+
+# ----- reward integrity (bench/reward_hunt.py runs the full catalogue) ---------------------------------
+
+
+def _respelled_duplicates(i, field_names, spell):
+    """Row ``i``'s human plan with one entity per city written into every slot of ``field_names``, the k-th
+    written as ``spell(name, city, k)``."""
+    k = 0
+    first = {}
+    plan = [dict(d) for d in PLANS[i]]
+    for day in plan:
+        for f in field_names:
+            v = day[f].split(";")[0] if day[f] != "-" else "-"
+            if v == "-":
+                continue
+            name, city = v.rsplit(",", 1)
+            name, city = first.setdefault(city.strip(), (name.strip(), city.strip()))
+            k += 1
+            day[f] = spell(name, city, k) + (";" if f == "attraction" else "")
+    return plan_to_actions(plan, ROWS[i]["days"])
+
+
+@pytest.mark.parametrize("field_names, check", [(("attraction",), "attraction_diversity"),
+                                                (("breakfast", "lunch", "dinner"), "restaurant_diversity")])
+@pytest.mark.parametrize("spell", [lambda n, c, k: f"{n}, {c}({k})", lambda n, c, k: [f"{n},{c}", f"{n} ,{c}", n, f"{n}, {c}"][k % 4]],
+                         ids=["numbered-suffix", "respelled"])
+def test_duplicates_are_found_on_catalogue_entries_however_spelled(field_names, check, spell):
+    """One attraction every day as ``Name, City(5)``, ``Name, City(6)``... (or ``Name,City``, bare names): before,
+    raw strings differed, so it passed the evaluator on 44 of 45 rows and scored 0.995."""
+    for i in (10, 20, 25):  # trips with several days in one city
+        texts = _respelled_duplicates(i, field_names, spell)
+        j = evaluate_joint(task_of(ROWS[i]), list(texts))
+        assert not j.strict.commonsense[check] and j.metrics["reference_plan_success"] == 0.0
+        assert reward([texts[0]], [texts[1]], batch_items=[ROWS[i]])[0] < 0.9
+
+
+def test_grounding_takes_only_the_catalogue_spelling():
+    from domains.travel.evaluate import slot_of
+
+    task = task_of(ROWS[0])
+    dp = task.scaffold[1]
+    entry = task.catalog.restaurants[dp.city.casefold()][0]
+    name, city = entry.name, entry.city
+    assert task.catalog.resolve("restaurants", f"{name}, {city}") is entry
+    assert task.catalog.resolve("restaurants", f"{name}, {city}(Illinois)") is entry  # TravelPlanner's City(State)
+    for wrong in (f"{name}, {city}(5)", f"{name},{city}", f"{name} ,{city}", name, f"{name.upper()}, {city}", f"{name},  {city}"):
+        assert task.catalog.resolve("restaurants", wrong) is None, wrong
+        assert not slot_of(task, 2, "lunch", wrong).grounded, wrong
+        assert task.catalog.identify("restaurants", wrong) is entry, wrong  # still the same place for duplicates
+    assert slot_of(task, 2, "lunch", f"{name}, {city}").grounded
+
+
+def test_plan_success_needs_a_valid_joint_action():
+    """A duplicated assignment or a wrong-role write makes the action invalid: the merged plan of its first
+    accepted assignments is not a delivered plan (before, reference_plan_success said 1)."""
+    i = 0
+    a, b = actions_of(i)
+    dup = json.loads(a)
+    dup["assignments"].append(dict(dup["assignments"][0]))
+    wrong_role = json.loads(a)
+    wrong_role["assignments"].append(next(x for x in json.loads(b)["assignments"] if x["value"] != "-"))
+    assert evaluate_joint(task_of(ROWS[i]), [a, b]).metrics["reference_plan_success"] == 1.0
+    for texts in ([json.dumps(dup), b], [json.dumps(wrong_role), b]):
+        j = evaluate_joint(task_of(ROWS[i]), texts)
+        assert j.strict.metrics["reference_plan_success"] == 1.0  # the merged plan alone would pass
+        assert j.metrics["reference_plan_success"] == 0.0 and j.metrics["collaboration_success"] == 0.0
+
+
+def test_reward_variants_specified_by_default_and_strict_on_request():
+    from domains.travel.reward import NAME, STRICT_NAME, make_reward, reward as module_reward
+
+    strict, specified = make_reward("strict"), make_reward()
+    assert module_reward.backend == specified.backend == NAME and strict.backend == STRICT_NAME
+    assert strict.reward_range == specified.reward_range == (-0.25, 1.0)
+    with pytest.raises(ValueError, match="specified, strict"):
+        make_reward("lenient")
+    i = 15
+    good, dash = actions_of(i), all_dash(ROWS[i]["days"])
+    other = plan_to_actions(_swap_restaurant(i), ROWS[i]["days"])
+    for fn in (strict, specified):
+        assert fn([good[0], dash[0], other[0]], [good[1], dash[1], other[1]], batch_items=[ROWS[i]] * 3) == \
+            [pytest.approx(1.0), pytest.approx(0.08, abs=1e-12), pytest.approx(1.0)]
+    # a fully grounded plan that breaks the diversity rules, with one restaurant for every meal of a city
+    texts = _respelled_duplicates(i, ("breakfast", "lunch", "dinner"), lambda n, c, k: f"{n}, {c}")
+    t_spec, t_strict = terms(task_of(ROWS[i]), list(texts)), terms(task_of(ROWS[i]), list(texts), variant="strict")
+    assert t_strict["K"] < 1.0 and t_strict["reward"] < t_spec["reward"] - 0.05

@@ -9,6 +9,10 @@ one JSON value per line:
 * then, for each request ``[answer, gold]`` read from stdin, it writes ``true`` or ``false``.
   Model output never ends the worker: a parse or verify error is ``false``.
 
+A decimal answer to a gold written without decimals must be *exactly* equal to it (its decimals read as
+exact fractions): math-verify alone accepts anything within 6 rounded digits, so ``3.14159265`` would
+pass for ``\\pi`` and ``0.333333`` for ``\\frac13``; ``0.5`` for ``\\frac12`` and ``18.00`` for 18 still pass.
+
 It exits when stdin closes (the parent went away). Anything else printed (library
 warnings) goes to stderr, never onto the protocol channel.
 """
@@ -17,7 +21,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
+
+DECIMAL = re.compile(r"\d*\.\d+")
 
 
 def main() -> int:
@@ -29,12 +36,24 @@ def main() -> int:
     sys.stdout = sys.stderr
 
     from math_verify import parse, verify
+    from sympy import Expr, Float, Rational, simplify
+
+    def exact(a, g) -> bool:
+        """``a`` (its floats made exact fractions) equals ``g`` exactly."""
+        a = a.xreplace({f: Rational(str(f)) for f in a.atoms(Float)})
+        if isinstance(a, Expr) and isinstance(g, Expr):
+            return simplify(a - g) == 0
+        return bool(verify([g], [a]))
 
     def equivalent(answer: str, gold: str) -> bool:
         try:
             g = parse(f"${gold}$")
             a = parse(f"${answer}$")
-            return bool(g) and bool(a) and bool(verify(g, a))
+            if not (g and a and verify(g, a)):
+                return False
+            if DECIMAL.search(answer) and not DECIMAL.search(gold):
+                return exact(a[0], g[0])
+            return True
         except Exception:  # noqa: BLE001 - model output must never end the worker
             return False
 

@@ -1,5 +1,7 @@
 """Answer extraction and checking for math: the last balanced ``\\boxed{}`` / ``\\fbox{}``,
-compared with the gold answer by math-verify in a worker process under a wall-clock bound.
+read by the integrity screen (:mod:`domains.math.integrity`: a box that holds the gold next to a
+contradiction, a comment or a second value scores 0) and compared with the gold answer by math-verify
+in a worker process under a wall-clock bound.
 
 The worker (``_checker.py``) is a plain subprocess speaking one JSON line per request over
 pipes, so checking works the same from a guarded or unguarded script, a notebook or a REPL
@@ -28,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from .integrity import screen
+
 _BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _BRACE = re.compile(r"[{}]")
 DEFAULT_TIMEOUT_S = 5.0
@@ -42,7 +46,8 @@ class MathCheckerError(RuntimeError):
 
 
 def last_boxed(text: str) -> str | None:
-    """Content of the last balanced ``\\boxed{...}`` or ``\\fbox{...}``; None if there is none.
+    """Content of the last balanced ``\\boxed{...}`` or ``\\fbox{...}`` (the one that closes last, so
+    ``\\boxed{\\boxed{40} 12345}`` gives the outer content, which the screen refuses); None if there is none.
 
     Linear in the text: one pass over its braces pairs every ``{`` with its ``}``."""
     if not isinstance(text, str):
@@ -57,10 +62,11 @@ def last_boxed(text: str) -> str | None:
             stack.append(m.start())
         elif stack:
             close_of[stack.pop()] = m.start()
-    for start in reversed(opens):
-        if start in close_of:
-            return text[start + 1:close_of[start]]
-    return None
+    closed = [(close_of[start], start) for start in opens if start in close_of]
+    if not closed:
+        return None
+    end, start = max(closed)  # the box that closes last: an outer box, never one nested inside it
+    return text[start + 1:end]
 
 
 def _normalise(s: str) -> str:
@@ -221,6 +227,9 @@ _CHECKER = _Checker()
 def score(completion: str, gold: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> float:
     """1.0 if the last balanced box of ``completion`` is equivalent to ``gold``, else 0.0.
 
+    An answer identical to the gold (spaces, ``$`` and a final period aside) scores 1.0 at once; any
+    other passes the integrity screen first (:func:`domains.math.integrity.screen`), then each of its
+    claims (the answer, or the non-variable sides of an equation chain) must be equivalent to the gold.
     Never raises on model output (an answer whose check overruns ``timeout_s`` scores 0.0);
     raises :class:`MathCheckerError` when the checker process cannot start or answer."""
     try:
@@ -229,9 +238,12 @@ def score(completion: str, gold: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> f
             return 0.0
         if _normalise(answer) == _normalise(str(gold)):
             return 1.0
+        verdict = screen(answer, str(gold))
     except Exception:  # noqa: BLE001 - malformed model output scores 0
         return 0.0
-    return 1.0 if _CHECKER.equivalent(answer, str(gold), timeout_s) else 0.0
+    if verdict.reason is not None or not verdict.claims or not verdict.gold:
+        return 0.0
+    return 1.0 if all(_CHECKER.equivalent(c, verdict.gold, timeout_s) for c in verdict.claims) else 0.0
 
 
 def score_batch(completions: Sequence[str], golds: Sequence[str], timeout_s: float = DEFAULT_TIMEOUT_S) -> list[float]:

@@ -19,7 +19,9 @@ from .evaluate import evaluate_joint, task_of
 from .joint import (JOINT_ROLE, TravelJointAdapter, is_joint, item_days, joint_eval_logger, joint_grammar, joint_prefill,
                     joint_probe, joint_reward, joint_workflow, plan_to_joint, split_joint)
 from .prompts import prefill, prompt_fields, skeleton_days, travel_workflow, workflows as role_workflows
-from .reward import NAME as REWARD_BACKEND, RANGE as REWARD_RANGE, reward, terms
+from c3_plugin.rewards import batched
+
+from .reward import NAME as REWARD_BACKEND, RANGE as REWARD_RANGE, VARIANTS as REWARD_VARIANTS, make_reward, reward, terms
 
 METRICS = ("reward", "action_validity", "team_action_success", "required_cooperative_contribution",
            "required_grounded_recall", "entity_grounding_precision", "grounding_f1", "required_cost_completeness",
@@ -35,6 +37,11 @@ class TravelConfig:
     max_value_tokens: int = 64  # token cap of one JSON value under the forced skeleton
     structured_generation: bool = True  # force the role-owned JSON skeleton; the policy writes only value text
     wandb_keys: list[str] = field(default_factory=lambda: [f"eval/{m}" for m in METRICS] + ["turn_1/*", "iter/*"])  # the compact W&B surface (used when the algorithm section sets no wandb_keys)
+    reward: str = "specified"  # the training reward: "specified" (the published dense formula) or "strict" (constraint passes carry partial credit; README.md); eval/reward stays the specified formula for comparability
+
+    def __post_init__(self) -> None:
+        if self.reward not in REWARD_VARIANTS:
+            raise ValueError(f"reward must be one of {', '.join(REWARD_VARIANTS)}, got {self.reward!r}")
 
 
 def load_datasets(section: Mapping[str, Any], seed: int = 0, config: Any = None):
@@ -190,7 +197,7 @@ def dry_run_extra(cfg: Any, train: Any, evals: Any) -> dict[str, Any]:
                       "split": split, "source_rows": len(rows),
                       "train_rows": len(train_idx), "eval_rows": sum(len(p) for p in panels), "train_source_indices": train_idx,
                       "eval_panels": {f"P{k + 1}": p for k, p in enumerate(panels)}, "anchor": "P1"},
-            "reward_backend": REWARD_BACKEND, "catalog_parse": catalog_report(rows), **probe(list(train))}
+            "reward_backend": make_reward(cfg.domain_cfg.reward).backend, "catalog_parse": catalog_report(rows), **probe(list(train))}
 
 
 def make_eval_logger(workflow: Workflow):
@@ -200,7 +207,7 @@ def make_eval_logger(workflow: Workflow):
 
 DOMAIN = Domain(name="travel", load_datasets=load_datasets, workflows=workflows, reward=reward, eval_logger=eval_logger,
                 eval_aggregator=eval_aggregator, dry_run_probe=dry_run_probe, config_cls=TravelConfig,
-                default_workflow="travel_planners", merger=merger, make_eval_logger=make_eval_logger, outcome=outcome,
+                default_workflow="travel_planners", make_reward=lambda cfg: batched(make_reward(cfg.reward)), merger=merger, make_eval_logger=make_eval_logger, outcome=outcome,
                 validate_config=validate_config, grammar=make_grammar, wandb_keys=lambda cfg: list(cfg.wandb_keys),
                 dry_run_extra=dry_run_extra, joint_probe=joint_probe)
 

@@ -34,9 +34,23 @@ class CatalogError(ValueError):
     """A reference slice that cannot be parsed; the message names the table."""
 
 
+US_STATES = ("Alabama", "Alaska", "Arizona", "Arkansas", "California", "Colorado", "Connecticut", "Delaware",
+             "District of Columbia", "Florida", "Georgia", "Hawaii", "Idaho", "Illinois", "Indiana", "Iowa", "Kansas",
+             "Kentucky", "Louisiana", "Maine", "Maryland", "Massachusetts", "Michigan", "Minnesota", "Mississippi",
+             "Missouri", "Montana", "Nebraska", "Nevada", "New Hampshire", "New Jersey", "New Mexico", "New York",
+             "North Carolina", "North Dakota", "Ohio", "Oklahoma", "Oregon", "Pennsylvania", "Rhode Island",
+             "South Carolina", "South Dakota", "Tennessee", "Texas", "Utah", "Vermont", "Virginia", "Washington",
+             "West Virginia", "Wisconsin", "Wyoming", "Puerto Rico", "Virgin Islands", "Guam")
+_STATE_SUFFIX = re.compile(r"\s*\((%s)\)\s*$" % "|".join(US_STATES), re.I)
+_STATE_SUFFIX_EXACT = re.compile(r"\((%s)\)$" % "|".join(US_STATES))
+
+
 def norm_city(name: str) -> str:
-    """Case-folded city without a ``(State)`` suffix: ``Pittsburgh(Pennsylvania)`` -> ``pittsburgh``."""
-    return re.sub(r"\(.*?\)", "", str(name)).strip().casefold()
+    """Case-folded city without a ``(State)`` suffix: ``Pittsburgh(Pennsylvania)`` -> ``pittsburgh``.
+
+    Only a US state's name is dropped: any other parenthesised suffix (``Pensacola(5)``) stays part of
+    the name, so it names no city of the catalogue."""
+    return _STATE_SUFFIX.sub("", str(name)).strip().casefold()
 
 
 def norm_name(name: str) -> str:
@@ -139,6 +153,7 @@ class Catalog:
     ground: dict[tuple[str, str, str], Ground] = field(default_factory=dict)  # (mode, origin, dest) normalised
     legs: list[Leg] = field(default_factory=list)  # dated routes, in date order
     cities: dict[str, str] = field(default_factory=dict)  # normalised -> display name
+    _index: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False, compare=False)  # table -> spelling -> entry
 
     def find(self, table: str, name: str, city: str) -> Any | None:
         """The entry of ``table`` named ``name`` in ``city`` (case and whitespace insensitive)."""
@@ -146,6 +161,37 @@ class Catalog:
             if norm_name(entry.name) == norm_name(name):
                 return entry
         return None
+
+    def resolve(self, table: str, value: str) -> Any | None:
+        """The entry of ``table`` whose exact spelling ``value`` is (``Name, City`` as the catalogue writes
+        them, optionally with the city's US state appended, ``Name, City(State)``, as TravelPlanner's own
+        plans write it); None for any other spelling (case, spacing, another suffix, a bare name)."""
+        index = self._index.get(table)
+        if index is None:
+            index = self._index[table] = {e.value: e for entries in getattr(self, table).values() for e in entries}
+        value = str(value)
+        entry = index.get(value)
+        if entry is None:
+            m = _STATE_SUFFIX_EXACT.search(value)
+            entry = index.get(value[:m.start()]) if m else None
+        return entry
+
+    def identify(self, table: str, value: str) -> Any | None:
+        """The catalogue entry ``value`` means, however it is spelled (for duplicate detection, never for
+        grounding): the exact spelling first, else the entry of that name (case and spacing aside, a
+        ``Name, City`` or a bare ``Name``), preferring one in the named city; None when no entry has the name."""
+        entry = self.resolve(table, value)
+        if entry is not None:
+            return entry
+        name, sep, city = str(value).rpartition(",")
+        candidates = []
+        for n, c in ((name, city), (str(value), "")) if sep else ((str(value), ""),):
+            candidates = [e for entries in getattr(self, table).values() for e in entries if norm_name(e.name) == norm_name(n)]
+            if candidates:
+                city = c
+                break
+        city = norm_city(re.sub(r"\(.*?\)\s*$", "", city))
+        return next((e for e in candidates if norm_city(e.city) == city), candidates[0] if candidates else None)
 
     def flights_for(self, origin: str, dest: str, date: str) -> list[Flight]:
         return self.flights.get((norm_city(origin), norm_city(dest), date), [])
@@ -182,7 +228,9 @@ def parse_table(content: str, table: str) -> list[dict[str, str]]:
         cells = {}
         for name, (a, b) in zip(names, spans):
             a = max(a, index_width)
-            cells[name] = ln[a:b].strip() if name != names[-1] else ln[a:].strip()
+            cell = ln[a:b] if name != names[-1] else ln[a:]
+            # a right-aligned name keeps its own trailing space (``Peaceful, beautiful home away ``): that is its spelling
+            cells[name] = cell.lstrip() if name == names[0] and table != "Flight" and cell.strip() else cell.strip()
         rows.append(cells)
     return rows
 

@@ -100,17 +100,19 @@ def _split_entity(value: str) -> tuple[str, str]:
     return (name.strip(), city.strip()) if sep else (value.strip(), "")
 
 
-def _find_any(cat: Catalog, table: str, name: str, city: str, cities: Sequence[str]) -> tuple[Any, bool]:
-    """(entry, in the day's cities): the entry named ``name`` in ``city``, else anywhere in the catalog."""
-    entry = cat.find(table, name, city) if city else None
-    if entry is None:
-        for entries in getattr(cat, table).values():
-            entry = next((e for e in entries if norm_name(e.name) == norm_name(name)), None)
-            if entry is not None:
-                break
-    if entry is None:
-        return None, False
-    return entry, norm_city(entry.city) in {norm_city(c) for c in cities} and (not city or norm_city(city) == norm_city(entry.city))
+def entity_key(cat: Catalog, table: str, value: str) -> tuple[str, ...]:
+    """What a value *means*, for duplicate detection and stay runs: its catalogue entry however it is spelled
+    (``Name, City(5)``, ``Name,City``, ``NAME, city`` and a bare ``Name`` are one place), else its name
+    without city or suffix. Grounding never uses this: it takes exact spellings only (:meth:`Catalog.resolve`)."""
+    entry = cat.identify(table, value)
+    if entry is not None:
+        return (table, norm_name(entry.name), norm_city(entry.city))
+    return (table, norm_name(_split_entity(re.sub(r"\(.*?\)\s*$", "", value))[0]))
+
+
+def _parts(value: str) -> list[str]:
+    """The entities of an attraction list ``A, City;B, City;`` (spaces around ``;`` dropped)."""
+    return [p.strip() for p in value.split(";") if p.strip() and p.strip() != EMPTY]
 
 
 def slot_of(task: Task, day: int, field_name: str, value: str, current: str | None = None) -> Slot:
@@ -123,9 +125,10 @@ def slot_of(task: Task, day: int, field_name: str, value: str, current: str | No
         return _transport(task, dp, value)
     table = {"accommodation": "accommodations", "attraction": "attractions"}.get(field_name, "restaurants")
     cities = (dp.city,) if field_name == "accommodation" else dp.cities
-    parts = [p for p in value.split(";") if p.strip()] if field_name == "attraction" else [value]
-    found = [(*_find_any(cat, table, *_split_entity(p), cities),) for p in parts]
-    entities = [(e, e is not None, ok) for e, ok in found]
+    parts = _parts(value) if field_name == "attraction" else [value]
+    found = [cat.resolve(table, p) for p in parts]  # exact spellings only: anything else is not grounded
+    in_cities = {norm_city(c) for c in cities}
+    entities = [(e, e is not None, e is not None and norm_city(e.city) in in_cities) for e in found]
     grounded = bool(entities) and all(ok for _, _, ok in entities)
     cost: float | None = 0.0
     if field_name in MEALS:
@@ -272,9 +275,10 @@ def _commonsense(task: Task, values, slots, route_ok, required, emitted) -> dict
     continuity = readable and all(route[i][0] == route[i - 1][1] for i in range(1, len(route)))
     closed = readable and route[0][0] == norm_city(task.org) and route[-1][1] == norm_city(task.org)
     visited = {c for r in route if r for c in r} - {norm_city(task.org)}
-    restaurants = [norm_name(values[(d, f)]) for d in range(1, task.days + 1) for f in MEALS if values.get((d, f), EMPTY) != EMPTY]
-    attractions = [norm_name(p) for d in range(1, task.days + 1) for p in values.get((d, "attraction"), EMPTY).split(";")
-                   if p.strip() and p.strip() != EMPTY]
+    cat = task.catalog
+    restaurants = [entity_key(cat, "restaurants", values[(d, f)]) for d in range(1, task.days + 1) for f in MEALS
+                   if values.get((d, f), EMPTY) != EMPTY]
+    attractions = [entity_key(cat, "attractions", p) for d in range(1, task.days + 1) for p in _parts(values.get((d, "attraction"), EMPTY))]
     modes = {s.mode for s in slots.values() if s.mode}
     return {
         "route_continuity": continuity and all(_not_loop(values.get((d, "current_city"), EMPTY)) for d in range(1, task.days + 1)),
@@ -291,20 +295,18 @@ def _commonsense(task: Task, values, slots, route_ok, required, emitted) -> dict
 
 
 def _minimum_nights(task: Task, values) -> bool:
-    runs: list[tuple[str, int]] = []
+    """Each run of consecutive nights at one place (however spelled) lasts at least its listing's minimum."""
+    runs: list[list] = []  # [key, entry, nights]
     for d in range(1, task.days + 1):
         v = values.get((d, "accommodation"), EMPTY)
         if v == EMPTY:
             continue
-        if runs and runs[-1][0] == norm_name(v):
-            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        key = entity_key(task.catalog, "accommodations", v)
+        if runs and runs[-1][0] == key:
+            runs[-1][2] += 1
         else:
-            runs.append((norm_name(v), 1))
-    for name, nights in runs:
-        entry, _ = _find_any(task.catalog, "accommodations", *_split_entity(name), [c for c in task.catalog.cities.values()])
-        if entry is not None and nights < entry.min_nights:
-            return False
-    return True
+            runs.append([key, task.catalog.identify("accommodations", v), 1])
+    return all(entry is None or nights >= entry.min_nights for _, entry, nights in runs)
 
 
 def _hard(task: Task, values, slots, budget_soft: float, budget_pass: bool) -> dict[str, float]:
@@ -355,7 +357,10 @@ def evaluate_joint(task: Task, texts: Sequence[str]) -> JointResult:
     full_contribution = min(strict.contributions) >= 1.0
     metrics = {"action_validity": sum(valid) / 2, "team_action_success": team, "required_plan_completion": complete,
                **strict.metrics}
-    metrics["collaboration_success"] = float(strict.metrics["reference_plan_success"] == 1.0 and team == 1.0 and full_contribution)
+    # success needs valid actions: the merged plan of the first accepted assignments of an invalid joint action
+    # (duplicates, wrong-role writes, rejected entries) is not a plan the team delivered
+    metrics["reference_plan_success"] = float(strict.metrics["reference_plan_success"] == 1.0 and team == 1.0)
+    metrics["collaboration_success"] = float(metrics["reference_plan_success"] == 1.0 and full_contribution)
     return JointResult(task=task, actions=actions, merged=merged, strict=strict, metrics=metrics)
 
 

@@ -1,4 +1,6 @@
-"""The shared training reward ``reference_constraint_learnable_budget_dense``.
+"""The shared training reward ``reference_constraint_learnable_budget_dense`` (variant ``specified``,
+the default) and its stricter variant ``reference_constraint_strict_dense`` (``strict``); pick one with
+:func:`make_reward`.
 
     R = 0.02 P + 0.03 E + 0.04 V + 0.02 J + 0.14 J B + 0.57 J C + 0.08 J G + 0.10 U
         - 0.10 invalid - 0.05 conflict - 0.05 overlap - 0.10 copy - 0.05 overlength,
@@ -11,6 +13,19 @@ P and E are the two bounded learning channels below the strict gate: P is the bo
 each role's format progress and soft action validity, E the same composite over the
 *recovered* assignments (:func:`~domains.travel.actions.recover_assignments`). Recovery feeds
 only P and E, never Q, B, G, U or an end metric.
+
+The specified formula gives constraints little weight: a fully grounded plan that breaks every
+constraint (budget, minimum nights, room type, house rule, cuisine, transport, diversity) still scores
+0.84-0.88, above a human plan with one invented lunch (about 0.82). The ``strict`` variant keeps every
+term but lets constraint passes carry partial credit:
+
+    R_strict = R - (1 - F) (1 - K) (0.14 J B + 0.57 J C + 0.08 J G),   F = 0.45,
+
+K the share of the constraint checks that pass (restaurant and attraction diversity, transportation
+consistency, minimum nights, and every applicable hard constraint: budget, house rule, room type,
+cuisine, transportation mode). A plan that passes them all scores as under the specified formula (the
+human plans still 1.0, all-dash still 0.08); one that breaks them all keeps 45 % of its quality terms
+(about 0.5). Figures on the 45 train rows: ``bench/RESULTS.md`` ("Reward integrity").
 """
 
 from __future__ import annotations
@@ -22,7 +37,13 @@ from .actions import EMPTY, FIELDS, TRIPLE, owned_slots, recover_assignments
 from .evaluate import COPY_MARKERS, same_route, Task, bottleneck, composite, evaluate_joint, evaluate_plan, task_of
 
 NAME = "reference_constraint_learnable_budget_dense"
+STRICT_NAME = "reference_constraint_strict_dense"
+VARIANTS = ("specified", "strict")
 RANGE = (-0.25, 1.0)
+# the strict variant: the gated quality terms (JB, JC, JG) earn FLOOR + (1 - FLOOR) x K, K the share of
+# constraint checks that pass (binary), so a grounded plan that breaks every constraint keeps about half
+CONSTRAINT_CHECKS = ("restaurant_diversity", "attraction_diversity", "transportation_consistency", "minimum_nights")
+FLOOR = 0.45
 WEIGHTS = {"P": 0.02, "E": 0.03, "V": 0.04, "J": 0.02, "JB": 0.14, "JC": 0.57, "JG": 0.08, "U": 0.10,
            "invalid": -0.10, "conflict": -0.05, "overlap": -0.05, "copy": -0.10, "overlength": -0.05}
 
@@ -50,8 +71,16 @@ def is_copy(value: str) -> bool:
     return sum(marker in low for marker in COPY_MARKERS) >= 1
 
 
-def terms(task: Task, texts: Sequence[str], limits: RewardLimits = RewardLimits()) -> dict[str, float]:
-    """Every term of the formula for one joint action, plus the reward itself."""
+def constraint_share(ev) -> float:
+    """K: the share of constraint checks of an evaluation that pass (see :data:`CONSTRAINT_CHECKS`, plus
+    every applicable hard constraint)."""
+    flags = [bool(ev.commonsense.get(k)) for k in CONSTRAINT_CHECKS] + [v >= 1.0 for v in ev.hard.values()]
+    return sum(flags) / len(flags)
+
+
+def terms(task: Task, texts: Sequence[str], limits: RewardLimits = RewardLimits(), variant: str = "specified") -> dict[str, float]:
+    """Every term of the formula for one joint action, plus the reward itself (``variant``: see :data:`VARIANTS`)."""
+    _check_variant(variant)
     joint = evaluate_joint(task, texts)
     actions, strict = joint.actions, joint.strict
     validity = [float(a.valid) for a in actions]
@@ -76,32 +105,50 @@ def terms(task: Task, texts: Sequence[str], limits: RewardLimits = RewardLimits(
            "invalid": 1.0 - v, "conflict": joint.merged.conflicts / slots, "overlap": joint.merged.overlaps / slots,
            "copy": (sum(is_copy(x) for x in written) / len(written)) if written else 0.0,
            "overlength": sum(over) / len(over)}
-    raw = (WEIGHTS["P"] * p + WEIGHTS["E"] * e + WEIGHTS["V"] * v + WEIGHTS["J"] * j + WEIGHTS["JB"] * j * b
-           + WEIGHTS["JC"] * j * c + WEIGHTS["JG"] * j * g + WEIGHTS["U"] * u
+    quality = WEIGHTS["JB"] * j * b + WEIGHTS["JC"] * j * c + WEIGHTS["JG"] * j * g
+    out["K"] = constraint_share(strict)
+    if variant == "strict":
+        quality *= FLOOR + (1.0 - FLOOR) * out["K"]
+    raw = (WEIGHTS["P"] * p + WEIGHTS["E"] * e + WEIGHTS["V"] * v + WEIGHTS["J"] * j + quality + WEIGHTS["U"] * u
            + sum(WEIGHTS[k] * out[k] for k in ("invalid", "conflict", "overlap", "copy", "overlength")))
     out["reward"] = min(RANGE[1], max(RANGE[0], raw))
     return out
 
 
-def joint_reward(item: Mapping[str, Any], logistics: str, experience: str, limits: RewardLimits = RewardLimits()) -> float:
+def _check_variant(variant: str) -> None:
+    if variant not in VARIANTS:
+        raise ValueError(f"travel reward: unknown variant {variant!r}; valid variants: {', '.join(VARIANTS)}")
+
+
+def joint_reward(item: Mapping[str, Any], logistics: str, experience: str, limits: RewardLimits = RewardLimits(),
+                 variant: str = "specified") -> float:
     """The reward of one joint action; malformed output scores low, it never raises."""
     try:
         task = task_of(item)
     except Exception as exc:  # the row itself is broken: that is a data error, not model output
         raise ValueError(f"travel reward: row {item.get('id')!r} cannot be parsed ({exc}); check the dataset") from exc
-    return float(terms(task, [str(logistics or ""), str(experience or "")], limits)["reward"])
+    return float(terms(task, [str(logistics or ""), str(experience or "")], limits, variant)["reward"])
 
 
-def reward(*agent_completions: Sequence[str], batch_items: Sequence[Mapping[str, Any]] | None = None,
-           prompts: Sequence[str] | None = None) -> list[float]:
-    """CoMLRL contract: ``reward(logistics_completions, experience_completions, batch_items=...)``."""
-    if len(agent_completions) != 2:
-        raise ValueError(f"travel reward: expected completions of 2 agents (Logistics, Experience), got {len(agent_completions)}")
-    first, second = ([c] if isinstance(c, str) else list(c) for c in agent_completions)
-    if batch_items is None or not (len(batch_items) == len(first) == len(second)):
-        raise ValueError("travel reward: batch_items must give one row per joint action")
-    return [joint_reward(item, a, b) for item, a, b in zip(batch_items, first, second)]
+def make_reward(variant: str = "specified"):
+    """The CoMLRL-contract reward of ``variant``: ``"specified"`` (the published formula, the default) or
+    ``"strict"`` (constraint passes carry partial credit); ValueError for anything else."""
+    _check_variant(variant)
+
+    def reward(*agent_completions: Sequence[str], batch_items: Sequence[Mapping[str, Any]] | None = None,
+               prompts: Sequence[str] | None = None) -> list[float]:
+        """CoMLRL contract: ``reward(logistics_completions, experience_completions, batch_items=...)``."""
+        if len(agent_completions) != 2:
+            raise ValueError(f"travel reward: expected completions of 2 agents (Logistics, Experience), got {len(agent_completions)}")
+        first, second = ([c] if isinstance(c, str) else list(c) for c in agent_completions)
+        if batch_items is None or not (len(batch_items) == len(first) == len(second)):
+            raise ValueError("travel reward: batch_items must give one row per joint action")
+        return [joint_reward(item, a, b, variant=variant) for item, a, b in zip(batch_items, first, second)]
+
+    reward.reward_range = RANGE
+    reward.backend = NAME if variant == "specified" else STRICT_NAME
+    reward.variant = variant
+    return reward
 
 
-reward.reward_range = RANGE
-reward.backend = NAME
+reward = make_reward("specified")  # the published formula: what users of the original travel domain compare against
