@@ -31,8 +31,11 @@ def main(argv: list[str] | None = None, algorithm: str | None = None, default_co
     try:
         train(cfg)
     except Exception as exc:  # failed before training started (bad model, data, ...): one line, like a config error
-        if not getattr(exc, "before_training", False):
-            raise  # a failure during training keeps its traceback
+        from .config import ConfigError
+        from .workflow import WorkflowError
+
+        if not getattr(exc, "before_training", False) or not isinstance(exc, (ConfigError, WorkflowError, ValueError, FileNotFoundError)):
+            raise  # a failure during training, or another kind of error (a bug: KeyError, TypeError, ...), keeps its traceback
 
         def again() -> None:
             raise exc
