@@ -70,7 +70,5 @@ def test_human_plans_pass_and_the_strict_variant_ranks_constraints(travel_subset
 
 
 def test_code_sandbox_escapes_score_zero():
-    table = hunt.code_table()
-    if "error" in table or any(isinstance(v, str) for v in table.values()):
-        pytest.skip(f"the code sandbox cannot run here: {table}")
-    assert table == {k: 0.0 for k in hunt.CODE_HACKS}
+    table = hunt.code_table()  # the sandbox runs in CI (tests/test_sandbox*.py); an error here is a failure, not a skip
+    assert table == {k: 0.0 for k in hunt.CODE_HACKS}, table
