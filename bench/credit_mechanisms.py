@@ -37,7 +37,10 @@ WORKFLOWS = {
                           "Critic": "Name one possible mistake in one line.", "Reviser": "Fix the working in one line.",
                           "Verifier": ANSWER}},
 }
-DEPTH = {"reasoner_actor": ("all", 160), "reasoner_actor_verifier": ("all", 80), "chain5": ("0,3", 40)}
+DEPTH = {"reasoner_actor": ("all", 160), "reasoner_actor_verifier": ("all", 240), "chain5": ("0,3", 40)}
+# what the depth table claims: (decision point a, decision point b), a expected the more reliable
+CONTRASTS = [(("reasoner_actor", 0), ("reasoner_actor_verifier", 0)), (("reasoner_actor", 0), ("chain5", 0)),
+             (("reasoner_actor_verifier", 1), ("reasoner_actor_verifier", 0)), (("chain5", 3), ("chain5", 0))]
 NOISE_GRID = [(4, 2), (4, 8), (8, 4)]  # plus (4, 4) from the depth study
 NOISE_GROUPS = 48
 
@@ -77,7 +80,7 @@ def critic(out: Path, scale: float) -> None:
 def report(out: Path) -> None:
     from c3_plugin.analysis import print_table
     from c3_plugin.budget import predicted_reliability
-    from c3_plugin.diagnose import plot_depth
+    from c3_plugin.diagnose import RAW, contrast, plot_depth, raw_groups
 
     FIGURES.mkdir(parents=True, exist_ok=True)
     reports = [json.loads(p.read_text()) for wf in DEPTH if (p := out / "depth" / wf / "diagnose.json").exists()]
@@ -87,6 +90,14 @@ def report(out: Path) -> None:
         print_table(rows, ["workflow", "u", "role", "groups", "usable", "split_half", "split_half_lo", "split_half_hi",
                            "implied", "implied_lo", "implied_hi", "signal_S", "noise_N", "influence", "zero_signal_share"])
         plot_depth(reports, FIGURES / "reliability_by_depth.png")
+        rows = []
+        for (wa, ua), (wb, ub) in CONTRASTS:
+            if (out / "depth" / wa / RAW).exists() and (out / "depth" / wb / RAW).exists():
+                a, b = (raw_groups(out / "depth" / w, u, DEPTH[w][1]) for w, u in ((wa, ua), (wb, ub)))
+                rows.append({"a": f"{wa} u{ua}", "b": f"{wb} u{ub}", **contrast(a, b)})
+        print("\n== Reliability differences a - b (95%: split-half Welch, implied independent bootstrap) ==")
+        print_table(rows, ["a", "b", "split_half_diff", "split_half_diff_lo", "split_half_diff_hi", "implied_diff",
+                           "implied_diff_lo", "implied_diff_hi"])
     cells = []
     for n, c in [(4, 4)] + NOISE_GRID:
         p = out / ("depth/reasoner_actor" if (n, c) == (4, 4) else f"noise/n{n}_c{c}") / "diagnose.json"

@@ -56,25 +56,49 @@ def run_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
     return load_config(data=json.loads(path.read_text()), overrides=list(overrides))
 
 
+CHECKPOINT_STATE = "training_state.pt"  # CoMLRL's checkpoint file (comlrl.utils.checkpoint.STATE_FILENAME)
+
+
 def weights_folder(run_dir: str | Path | None, checkpoint: str | None) -> Path | None:
     """Where the policies to load are: ``base`` (or None) the config's model, ``final`` the run's saved
-    models (``<run>/final``), else a folder holding ``agent_<i>/`` model folders."""
+    models (``<run>/final``), ``latest`` or ``checkpoint-N`` one of the run's CoMLRL checkpoints
+    (``<run>/checkpoints/``), else a folder holding ``agent_<i>/`` model folders or a checkpoint."""
     if checkpoint in (None, "base"):
         return None
-    folder = Path(run_dir) / "final" if checkpoint == "final" else Path(checkpoint)
-    if checkpoint == "final" and run_dir is None:
-        raise ConfigError("--checkpoint final needs a run folder (--run)")
+    named = checkpoint == "final" or checkpoint == "latest" or str(checkpoint).startswith("checkpoint-")
+    if named and run_dir is None:
+        raise ConfigError(f"--checkpoint {checkpoint} needs a run folder (--run)")
+    if checkpoint == "final":
+        folder = Path(run_dir) / "final"
+    elif checkpoint == "latest":
+        from .run import latest_checkpoint
+
+        folder = latest_checkpoint(Path(run_dir) / "checkpoints")
+        if folder is None:
+            raise FileNotFoundError(f"{run_dir}/checkpoints: no checkpoint-N folder; the run kept no checkpoints "
+                                    "(output.checkpoint_interval: 0), use --checkpoint final or base")
+    elif str(checkpoint).startswith("checkpoint-") and not Path(checkpoint).exists():
+        folder = Path(run_dir) / "checkpoints" / str(checkpoint)
+    else:
+        folder = Path(checkpoint)
+    if (folder / CHECKPOINT_STATE).is_file():
+        return folder
     if (folder / "adapters").exists():
-        raise ConfigError(f"{folder} holds LoRA adapters; the analysis tools load per-agent models (agent_<i>/): "
+        raise ConfigError(f"{folder} holds LoRA adapters; the analysis tools load per-agent models (agent_<i>/) or a "
+                          "CoMLRL checkpoint: use --checkpoint latest / checkpoint-N (checkpoints hold the adapters' state), "
                           "merge the adapters into per-agent models, or use --checkpoint base")
     if not (folder / "agent_0").is_dir():
-        raise FileNotFoundError(f"{folder}: no agent_0/ model folder; use --checkpoint final (the run saved its models "
-                                "with output.save_model: true), base, or a folder of agent_<i>/ models")
+        found = sorted(p.name for p in (Path(run_dir) / "checkpoints").glob("checkpoint-*")) if run_dir else []
+        raise FileNotFoundError(f"{folder}: neither agent_<i>/ model folders nor a CoMLRL checkpoint ({CHECKPOINT_STATE}); "
+                                "use --checkpoint final (the run saved its models with output.save_model: true), base, "
+                                f"latest or checkpoint-N{' (this run has ' + ', '.join(found) + ')' if found else ''}")
     return folder
 
 
 def open_session(cfg: RunConfig, weights: Path | None = None) -> Session:
-    """Load the config's domain, data, workflow and policies (from ``weights`` when given) into its trainer."""
+    """Load the config's domain, data, workflow and policies into its trainer: ``weights`` (from
+    :func:`weights_folder`) is a folder of ``agent_<i>/`` models or a CoMLRL checkpoint restored with the
+    trainer's own ``load_checkpoint``."""
     from .registry import is_centralized
     from .run import build_trainer, prepare
     from .trainers.base import WorkflowTrainer
@@ -84,7 +108,8 @@ def open_session(cfg: RunConfig, weights: Path | None = None) -> Session:
                           "workflow; use a c3, magrpo or mappo config")
     cfg.wandb.enabled = False
     domain, workflow, train, evals = prepare(cfg)
-    if weights is not None:
+    checkpoint = weights is not None and (weights / CHECKPOINT_STATE).is_file()
+    if weights is not None and not checkpoint:
         cfg.agents.models = [str(weights / f"agent_{a}") for a in range(workflow.num_agents)]
         missing = [m for m in cfg.agents.models if not Path(m).is_dir()]
         if missing:
@@ -93,6 +118,10 @@ def open_session(cfg: RunConfig, weights: Path | None = None) -> Session:
     if not isinstance(trainer, WorkflowTrainer):
         raise ConfigError(f"{cfg.algorithm}'s trainer is not a workflow trainer")
     trainer.verbose = False
+    if checkpoint:  # CoMLRL restores the checkpoint's policies (and checks it belongs to this config)
+        trainer.load_checkpoint(str(weights))
+        if getattr(trainer.backend, "sync", None) is not None:
+            trainer.backend.sync()  # a vLLM engine samples from the restored weights
     return Session(cfg, domain, workflow, train, trainer)
 
 

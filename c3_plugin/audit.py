@@ -143,12 +143,15 @@ def audit(session: Session, runs: Sequence[RecordedRun], n: int = 4, c: int = 4,
             alt_means = v_ret[i].mean(-1)
             adv, lo, hi = _welch(q_ret[i], alt_means)
             verdict = VERDICTS[0] if hi < 0 else VERDICTS[2] if lo > 0 else VERDICTS[1]
+            alternatives = [e.message for e in v_ro.decision_entries(u)[i * n:(i + 1) * n]]
+            best = int(np.argmax(alt_means))
             out_runs[i]["messages"].append({
                 "u": u, "role": msg.role, "agent": msg.agent, "node": msg.node, "message": msg.message,
                 "q": float(q_ret[i].mean()), "v": float(alt_means.mean()), "advantage": adv, "ci_lo": lo, "ci_hi": hi,
                 "success_share": float(np.mean(q_ret[i] >= top - 1e-9)), "verdict": verdict,
                 "q_returns": q_ret[i].tolist(), "alternative_means": alt_means.tolist(),
-                "alternatives": [e.message for e in v_ro.decision_entries(u)[i * n:(i + 1) * n]]})
+                "alternatives": alternatives, "best_alternative": alternatives[best],
+                "best_alternative_mean": float(alt_means[best])})
     ranking = sorted(((i, j) for i, run in enumerate(out_runs) for j in range(len(run["messages"]))),
                      key=lambda ij: out_runs[ij[0]]["messages"][ij[1]]["advantage"])
     for rank, (i, j) in enumerate(ranking, 1):
@@ -159,6 +162,11 @@ def audit(session: Session, runs: Sequence[RecordedRun], n: int = 4, c: int = 4,
                         for key in ("u", "role", "advantage", "ci_lo", "ci_hi", "verdict")}} for i, j in ranking]}
 
 
+def shorten(text: str, width: int) -> str:
+    """One line of at most ``width`` characters ('' for an empty message)."""
+    return textwrap.shorten(text.replace("\n", " "), width) or "''"
+
+
 def print_audit(report: Mapping[str, Any]) -> None:
     print(f"== c3 audit: {report['workflow']}, {len(report['runs'])} run(s), n={report['n']} alternatives x "
           f"c={report['c']} continuations per decision point ==")
@@ -166,13 +174,17 @@ def print_audit(report: Mapping[str, Any]) -> None:
     for i, run in enumerate(report["runs"]):
         for m in run["messages"]:
             rows.append({"rank": m["rank"], "run": i, "instance": run["instance"], "reward": run["reward"], "u": m["u"],
-                         "role": m["role"], "message": textwrap.shorten(m["message"].replace("\n", " "), 36) or "''",
+                         "role": m["role"], "message": shorten(m["message"], 36),
                          "Q-V": m["advantage"], "ci_lo": m["ci_lo"], "ci_hi": m["ci_hi"], "success": m["success_share"],
                          "verdict": m["verdict"]})
     print_table(sorted(rows, key=lambda r: r["rank"]),
                 ["rank", "run", "instance", "reward", "u", "role", "message", "Q-V", "ci_lo", "ci_hi", "success", "verdict"])
     print("rank 1 lost the most: Q - V is the recorded message's value minus its context's value under the policy; "
           "success: share of its continuations that reached the top reward")
+    hurt = [(run, m) for run in report["runs"] for m in run["messages"] if m["verdict"] == "hurt"]
+    for run, m in sorted(hurt, key=lambda rm: rm[1]["rank"]):
+        print(f"  #{m['rank']} {run['instance']} {m['role']}: {shorten(m['message'], 48)!r} (Q {m['q']:.2f}); "
+              f"best fresh alternative {shorten(m['best_alternative'], 48)!r} (mean return {m['best_alternative_mean']:.2f})")
 
 
 def plot_audit(report: Mapping[str, Any], path: str | Path) -> Path:
@@ -193,7 +205,7 @@ def plot_audit(report: Mapping[str, Any], path: str | Path) -> Path:
         ax.text(-0.08, y + 0.4, f"{run['instance']}\nreward {fmt(run['reward'], 2)}", ha="right", va="center", fontsize=7)
         for m in run["messages"]:
             ax.add_patch(plt.Rectangle((m["u"], y), 0.94, 0.8, color=cmap(norm(m["advantage"])), ec="0.3"))
-            text = textwrap.shorten(m["message"].replace("\n", " "), 60) or "''"
+            text = shorten(m["message"], 60)
             ax.text(m["u"] + 0.47, y + 0.4, f"{m['role']} (#{m['rank']})\n" + "\n".join(textwrap.wrap(text, 30)[:2])
                     + f"\nQ-V {m['advantage']:+.2f} [{m['ci_lo']:+.2f}, {m['ci_hi']:+.2f}]", ha="center", va="center", fontsize=6)
     ax.set_xlim(-1.3, k)

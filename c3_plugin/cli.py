@@ -78,7 +78,8 @@ def console(argv: list[str] | None = None) -> int:
     diag.add_argument("--config", default=None, help="run config YAML (or --run: a trained run's own config)")
     diag.add_argument("--override", action="append", default=[], metavar="a.b=value", help="override a config value (repeatable)")
     diag.add_argument("--run", default=None, help="a run folder: its config.json, and --checkpoint final loads its trained models")
-    diag.add_argument("--checkpoint", default="base", help="base (the config's model), final (<run>/final) or a folder of agent_<i>/ models")
+    diag.add_argument("--checkpoint", default="base", help="base (the config's model), final (<run>/final), latest or checkpoint-N "
+                      "(<run>/checkpoints/), or a folder of agent_<i>/ models or a checkpoint")
     diag.add_argument("--groups", type=int, default=60, help="contexts (groups) per decision point")
     diag.add_argument("--n", type=int, default=4, help="alternatives per group (>= 3: split-half ranks them)")
     diag.add_argument("--c", type=int, default=4, help="continuations per alternative (even; 1 is used at the last decision point)")
@@ -97,7 +98,8 @@ def console(argv: list[str] | None = None) -> int:
     who = aud.add_mutually_exclusive_group()
     who.add_argument("--instance", default=None, help="audit this instance id's lowest-reward run in its latest batch")
     who.add_argument("--failed", type=int, default=None, help="audit the N instances with the lowest-reward runs (default 3)")
-    aud.add_argument("--checkpoint", default=None, help="final (default when <run>/final exists), base, or a folder of agent_<i>/ models")
+    aud.add_argument("--checkpoint", default=None, help="final (default when <run>/final exists, else latest when it kept checkpoints, else base), latest or checkpoint-N "
+                     "(<run>/checkpoints/), or a folder of agent_<i>/ models or a checkpoint")
     aud.add_argument("--n", type=int, default=4, help="fresh alternatives per decision point (the baseline V)")
     aud.add_argument("--c", type=int, default=4, help="continuations per alternative and of the recorded message (Q)")
     aud.add_argument("--seed", type=int, default=0, help="sampling seed")
@@ -141,7 +143,8 @@ def analysis_command(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         from .audit import audit_run, print_audit, trace_files
 
         trace_files(args.run)  # before loading any model: a run without traces fails at once
-        checkpoint = args.checkpoint or ("final" if (Path(args.run) / "final" / "agent_0").is_dir() else "base")
+        checkpoint = args.checkpoint or ("final" if (Path(args.run) / "final" / "agent_0").is_dir()
+                                         else "latest" if any((Path(args.run) / "checkpoints").glob("checkpoint-*")) else "base")
         session = open_session(run_config(args.run, args.override), weights_folder(args.run, checkpoint))
         report = audit_run(session, args.run, args.out or Path(args.run) / "audit", args.instance,
                            args.failed if args.failed is not None or args.instance else 3, args.n, args.c, args.seed)

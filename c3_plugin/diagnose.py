@@ -15,6 +15,10 @@ where the alternative's own reward is its return). Per decision point it reports
 * influence ``I(J; Y)``: the Miller-Madow plug-in mutual information (nats) between the alternative
   and the domain's outcome (``Domain.outcome``), with its interval; the zero-signal share.
 
+and, for each diagnosed decision point with continuations against the previous one, the difference of
+their reliabilities with a 95% interval (``contrasts``: does the role nearer the answer rank its
+alternatives better?).
+
 Work is done in chunks of groups, each seeded by (seed, u, chunk) and appended to ``raw.jsonl`` as
 it finishes, so an interrupted diagnosis resumes where it stopped and yields the same numbers.
 """
@@ -36,6 +40,8 @@ from .diagnostics import _PAD, decision_groups, leaf_outcomes
 
 RAW = "raw.jsonl"
 SETTINGS = "settings.json"
+# config sections that change no sample: a resumed diagnosis may differ in them
+NOT_SAMPLING = ("output", "wandb", "cluster", "deepspeed")
 TABLE_COLS = ("u", "role", "groups", "usable", "split_half", "split_half_lo", "split_half_hi", "implied", "implied_lo",
               "implied_hi", "signal_S", "noise_N", "noise_ratio", "influence", "zero_signal_share")
 
@@ -78,6 +84,52 @@ def _collect_chunk(session: Session, u: int, n: int, c: int, first: int, size: i
     return out
 
 
+def signal_noise(groups: np.ndarray) -> tuple[float, float, float]:
+    """(S, N, S / (S + 2N)) of groups ``[G, n, c]``: N the noise of a c-continuation mean, S the spread of the
+    alternatives' true values (variance of their c-continuation means minus N)."""
+    nn = credit.pooled_return_variance(groups) / groups.shape[-1]
+    s = float(np.mean(groups.mean(-1).var(-1, ddof=1))) - nn
+    return s, nn, s / (s + 2 * nn) if s + 2 * nn > 0 else float("nan")
+
+
+def contrast(a: np.ndarray, b: np.ndarray, seed: int = 0, resamples: int = 2000) -> dict[str, float]:
+    """Reliability of decision point ``a`` minus that of ``b`` (groups ``[G, n, c]`` each, sampled independently):
+    the split-half difference with a Welch normal 95% interval over usable groups, and the implied S/(S+2N)
+    difference with a 95% interval from independent bootstrap resamples of each side's groups. Two points are
+    separated when the interval of their difference excludes 0 (a stricter test would ask their own intervals
+    not to overlap)."""
+    out: dict[str, float] = {}
+    rho = []
+    for side in (a, b):
+        r, used = credit.split_half_per_group(side)
+        rho.append(r[used])
+    if all(len(r) >= 2 for r in rho):
+        d = float(rho[0].mean() - rho[1].mean())
+        h = 1.96 * math.sqrt(sum(float(r.var(ddof=1)) / len(r) for r in rho))
+        out.update(split_half_diff=d, split_half_diff_lo=d - h, split_half_diff_hi=d + h)
+    rng = np.random.default_rng(seed)
+    diffs = []
+    for _ in range(resamples):
+        ia, ib = rng.integers(0, len(a), len(a)), rng.integers(0, len(b), len(b))
+        diffs.append(signal_noise(a[ia])[2] - signal_noise(b[ib])[2])
+    diffs = np.asarray(diffs)
+    diffs = diffs[np.isfinite(diffs)]
+    out["implied_diff"] = signal_noise(a)[2] - signal_noise(b)[2]
+    if len(diffs) >= resamples // 2:
+        out["implied_diff_lo"], out["implied_diff_hi"] = (float(x) for x in np.quantile(diffs, [0.025, 0.975]))
+    return out
+
+
+def raw_groups(out_dir: str | Path, u: int, groups: int | None = None) -> np.ndarray:
+    """The returns ``[G, n, c]`` a diagnosis collected at decision point ``u`` (from ``<out_dir>/raw.jsonl``;
+    ``groups``: only the first ``groups``, as its report counts them)."""
+    chunks = [json.loads(line) for line in (Path(out_dir) / RAW).read_text().splitlines() if line.strip()]
+    mine = sorted((ch for ch in chunks if ch["u"] == u and (groups is None or ch["first"] < groups)), key=lambda ch: ch["first"])
+    if not mine:
+        raise ValueError(f"{out_dir}: no groups collected at decision point {u}")
+    return np.concatenate([np.asarray(ch["groups"], dtype=np.float64) for ch in mine])[:groups]
+
+
 def decision_report(groups: np.ndarray, outcomes: np.ndarray | None = None, seed: int = 0) -> dict[str, Any]:
     """Statistics of one decision point from its groups ``[G, n, c]`` (and categorical outcomes of the same shape)."""
     g, n, c = groups.shape
@@ -91,14 +143,6 @@ def decision_report(groups: np.ndarray, outcomes: np.ndarray | None = None, seed
         return rep
     even, odd = groups[..., 0::2], groups[..., 1::2]
 
-    def signal_noise(idx: np.ndarray) -> tuple[float, float, float]:
-        """(S, N, S / (S + 2N)) of the groups ``idx``: N the noise of a c-continuation mean, S the spread of the
-        alternatives' true values (variance of their c-continuation means minus N)."""
-        sub = groups[idx]
-        nn = credit.pooled_return_variance(sub) / c
-        s = float(np.mean(sub.mean(-1).var(-1, ddof=1))) - nn
-        return s, nn, s / (s + 2 * nn) if s + 2 * nn > 0 else float("nan")
-
     def noise(idx: np.ndarray) -> tuple[float, float]:
         """Observed rollout noise (even vs odd halves) of the groups ``idx`` and the law's at B = n c / 2."""
         s2 = credit.pooled_return_variance(groups[idx])
@@ -106,12 +150,12 @@ def decision_report(groups: np.ndarray, outcomes: np.ndarray | None = None, seed
         return obs, credit.noise_variance(s2, n, n * (c // 2))
 
     every = np.arange(g)
-    signal, noise_n, implied = signal_noise(every)
+    signal, noise_n, implied = signal_noise(groups)
     rho, used = credit.split_half_per_group(groups)
     sh, sh_lo, sh_hi = mean_ci(rho[used])
     rep.update({"return_variance": credit.pooled_return_variance(groups), "signal_S": signal, "noise_N": noise_n,
                 "implied": implied, "usable": int(used.sum()), "split_half": sh, "split_half_lo": sh_lo, "split_half_hi": sh_hi})
-    rep["implied_lo"], rep["implied_hi"] = bootstrap_ci(lambda idx: signal_noise(idx)[2], g, seed=seed)
+    rep["implied_lo"], rep["implied_hi"] = bootstrap_ci(lambda idx: signal_noise(groups[idx])[2], g, seed=seed)
     if c % 2 == 0:
         def ratio(idx: np.ndarray) -> float:
             obs, law = noise(idx)
@@ -142,6 +186,20 @@ def summarize(chunks: Sequence[Mapping[str, Any]], roles: Sequence[str], num_dec
     return rows
 
 
+def adjacent_contrasts(chunks: Sequence[Mapping[str, Any]], num_decisions: int, seed: int = 0) -> list[dict[str, Any]]:
+    """:func:`contrast` of every diagnosed decision point that has continuations against the previous such one
+    (is the role nearer the answer more reliable?)."""
+    by_u: dict[int, list[Mapping[str, Any]]] = {}
+    for ch in chunks:
+        by_u.setdefault(ch["u"], []).append(ch)
+    points = [u for u in sorted(by_u) if u < num_decisions - 1]
+    out = []
+    for a, b in zip(points[1:], points[:-1]):
+        ga, gb = ([g for ch in sorted(by_u[u], key=lambda ch: ch["first"]) for g in ch["groups"]] for u in (a, b))
+        out.append({"a": a, "b": b, **contrast(np.asarray(ga, dtype=np.float64), np.asarray(gb, dtype=np.float64), seed)})
+    return out
+
+
 def diagnose(session: Session, out_dir: str | Path, groups: int = 60, n: int = 4, c: int = 4, decisions: Any = "all",
              chunk: int = 8, seed: int = 0, progress: bool = True, weights: str = "base") -> dict[str, Any]:
     """Run (or resume) the diagnosis into ``out_dir``; returns the report also written to ``diagnose.json``.
@@ -157,10 +215,12 @@ def diagnose(session: Session, out_dir: str | Path, groups: int = 60, n: int = 4
     points = parse_decisions(decisions, k)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    settings = {"config": session.cfg.resolved(), "n": n, "c": c, "seed": seed, "chunk": chunk, "weights": weights}
+    config = {k: v for k, v in session.cfg.resolved().items() if k not in NOT_SAMPLING}
+    settings = {"config": config, "n": n, "c": c, "seed": seed, "chunk": chunk, "weights": weights}
     known = out / SETTINGS
     if known.exists():
         before = json.loads(known.read_text())
+        before["config"] = {k: v for k, v in before.get("config", {}).items() if k not in NOT_SAMPLING}
         differ = sorted(key for key in settings if json.dumps(before.get(key), sort_keys=True, default=str)
                         != json.dumps(settings[key], sort_keys=True, default=str))
         if differ:
@@ -185,7 +245,8 @@ def diagnose(session: Session, out_dir: str | Path, groups: int = 60, n: int = 4
     report = {"workflow": wf.name, "decision_points": wf.decision_points(), "n": n, "c": c, "groups": groups,
               "seed": seed, "model": session.cfg.agent_model.name, "weights": weights, "domain": session.cfg.domain,
               "backend": getattr(session.trainer.args, "generation_backend", "hf"),
-              "decisions": summarize(chunks, wf.decision_points(), k, seed)}
+              "decisions": summarize(chunks, wf.decision_points(), k, seed),
+              "contrasts": adjacent_contrasts(chunks, k, seed)}
     (out / "diagnose.json").write_text(json.dumps(report, indent=2, allow_nan=True))
     plot_depth([report], out / "reliability_by_depth.png")
     return report
@@ -195,12 +256,17 @@ def print_report(report: Mapping[str, Any]) -> None:
     print(f"== c3 diagnose: {report['workflow']} ({report['domain']}, {report['model']}), n={report['n']} c={report['c']}, "
           f"{report['groups']} groups per decision point ==")
     print_table(report["decisions"], TABLE_COLS)
+    if report.get("contrasts"):
+        print("reliability of decision point a minus b [95% CI] (an interval excluding 0 separates them):")
+        print_table(report["contrasts"], ("a", "b", "split_half_diff", "split_half_diff_lo", "split_half_diff_hi",
+                                          "implied_diff", "implied_diff_lo", "implied_diff_hi"))
     print("split_half: Spearman of even vs odd continuations over usable groups [95% CI]; implied: S/(S+2N); "
           "noise_ratio: observed / law at B = nc/2; influence: I(J;Y) in nats (Miller-Madow)")
 
 
 def plot_depth(reports: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
-    """Split-half reliability (filled, 95% interval) and implied S/(S+2N) (hollow) by decision point, one line per report."""
+    """Split-half reliability (filled) and implied S/(S+2N) (hollow, dashed), each with its 95% interval, by decision
+    point, one line per report."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -215,9 +281,12 @@ def plot_depth(reports: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
         y = [r["split_half"] for r in rows]
         err = [[r["split_half"] - r["split_half_lo"] for r in rows], [r["split_half_hi"] - r["split_half"] for r in rows]]
         line = ax.errorbar(x, y, yerr=np.nan_to_num(np.asarray(err)), marker="o", capsize=3, label=f"{rep['workflow']} split-half")
-        ax.plot(x, [r["implied"] for r in rows], marker="o", mfc="none", ls="--", color=line[0].get_color(),
-                label=f"{rep['workflow']} implied S/(S+2N)")
+        imp = [r["implied"] for r in rows]
+        ierr = [[r["implied"] - r.get("implied_lo", r["implied"]) for r in rows], [r.get("implied_hi", r["implied"]) - r["implied"] for r in rows]]
+        ax.errorbar([v + 0.03 for v in x], imp, yerr=np.nan_to_num(np.asarray(ierr, dtype=np.float64)), marker="o", mfc="none",
+                    ls="--", capsize=2, elinewidth=0.8, color=line[0].get_color(), label=f"{rep['workflow']} implied S/(S+2N)")
     ax.axhline(0, color="0.8", lw=0.8)
+    ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     ax.set_xlabel("decision point u (0 = opening role)")
     ax.set_ylabel("reliability")
     ax.set_title("Reliability by depth")

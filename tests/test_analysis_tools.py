@@ -13,7 +13,7 @@ from c3_plugin.analysis import Session
 from c3_plugin.audit import audit, recorded_runs, select_runs
 from c3_plugin.budget import plan_budget, predicted_reliability, tree_plans
 from c3_plugin.cli import console
-from c3_plugin.diagnose import decision_report
+from c3_plugin.diagnose import adjacent_contrasts, contrast, decision_report
 from c3_plugin.fidelity import spearman_expectation
 from c3_plugin.plan import parse_plan
 from c3_plugin.rollout import Sampling, materialize
@@ -38,6 +38,24 @@ def test_decision_report_recovers_signal_noise_and_reliability():
     assert rep["split_half_lo"] < rep["split_half"] < rep["split_half_hi"]
     flat = decision_report(np.zeros((50, 4, 4)))  # nothing to rank: no usable group, full zero-signal share
     assert flat["usable"] == 0 and flat["zero_signal_share"] == 1.0
+
+
+def test_contrast_separates_different_reliabilities_and_covers_equal_ones():
+    strong, weak = gaussian_groups(0.05, 0.1, 300, 4, 4, seed=1), gaussian_groups(0.005, 0.1, 300, 4, 4, seed=2)
+    d = contrast(strong, weak)
+    truth = 0.5 - 0.005 / (0.005 + 0.05)  # S/(S+2N) at N = sigma^2/4
+    assert d["implied_diff_lo"] < truth < d["implied_diff_hi"] and d["implied_diff_lo"] > 0
+    assert d["split_half_diff_lo"] > 0 and d["split_half_diff"] == pytest.approx(
+        spearman_expectation(0.5, 4) - spearman_expectation(0.005 / 0.055, 4), abs=0.1)
+    covered = [contrast(gaussian_groups(0.02, 0.1, 120, 4, 4, seed=10 + s), gaussian_groups(0.02, 0.1, 120, 4, 4, seed=60 + s),
+                        seed=s, resamples=300) for s in range(40)]
+    assert np.mean([c["implied_diff_lo"] < 0 < c["implied_diff_hi"] for c in covered]) >= 0.85
+    assert np.mean([c["split_half_diff_lo"] < 0 < c["split_half_diff_hi"] for c in covered]) >= 0.85
+    # diagnose's contrasts: each decision point with continuations against the previous one (not the last role)
+    chunks = [{"u": u, "first": f, "groups": grp[f:f + 100].tolist()} for u, grp in ((0, weak), (1, strong), (2, weak[:, :, :1]))
+              for f in (0, 100, 200)]
+    (adjacent,) = adjacent_contrasts(chunks, 3)
+    assert (adjacent["a"], adjacent["b"]) == (1, 0) and adjacent["implied_diff"] == pytest.approx(d["implied_diff"])
 
 
 @pytest.mark.parametrize("n,c", [(3, 4), (4, 8), (8, 2)])
@@ -111,6 +129,9 @@ def test_audit_credit_is_unbiased_and_its_interval_covers_exact_q_minus_v():
         assert covered >= 0.85, (u, covered)
     last = reps[0][2]
     assert len(last["q_returns"]) == 8 and len(last["alternative_means"]) == 8  # the last role: its action re-scored c times
+    for m in reps[0]:  # what would have won: the fresh alternative with the highest mean return
+        assert m["best_alternative_mean"] == max(m["alternative_means"])
+        assert m["best_alternative"] == m["alternatives"][int(np.argmax(m["alternative_means"]))]
 
 
 # ----- the commands end to end on tiny models ----------------------------------------------------------------------
@@ -152,6 +173,12 @@ def test_diagnose_command_reports_every_decision_point_and_resumes(tiny_config, 
     with pytest.raises(SystemExit) as exc:
         console(args[:-1] + ["--n", "5", "--quiet"])
     assert exc.value.code == 2 and "different n" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:  # a sampling setting changed: refused, naming the config
+        console(args + ["--override", "c3.temperature=0.3"])
+    assert exc.value.code == 2 and "different config" in capsys.readouterr().out
+    # settings that change no sample (output, W&B) resume the same diagnosis
+    assert console(args + ["--override", "output.if_exists=overwrite", "--override", "wandb.project=elsewhere"]) == 0
+    assert timeless((out / "raw.jsonl").read_text().splitlines()) == timeless(raw)
     assert console(["plan-budget", "--from", str(out / "diagnose.json"), "--budget", "8", "--out", str(tmp_path / "plan.json")]) == 0
     assert 'plan: "tree' in capsys.readouterr().out
     assert json.loads((tmp_path / "plan.json").read_text())["budget"] == 8
@@ -177,6 +204,22 @@ def test_audit_command_ranks_every_message_and_refuses_hidden_state(tiny_config,
     assert (run / "audit" / "audit.png").stat().st_size > 0
     out = capsys.readouterr().out
     assert "policies: final" in out and "rank" in out
+    # a CoMLRL checkpoint of the run is restored by the trainer's own load_checkpoint (1 epoch: checkpoint-1 = final)
+    import torch
+
+    from c3_plugin.analysis import open_session, run_config, weights_folder
+
+    ck = weights_folder(run, "latest")
+    assert ck.name == "checkpoint-1" and weights_folder(run, "checkpoint-1") == ck
+    restored, final, base = (open_session(run_config(run), w).trainer.agents[0].state_dict()
+                             for w in (ck, weights_folder(run, "final"), None))
+    assert all(torch.equal(restored[k], final[k]) for k in final) and not all(torch.equal(base[k], final[k]) for k in final)
+    assert console(["audit", "--run", str(run), "--failed", "1", "--n", "2", "--c", "2", "--checkpoint", "checkpoint-1",
+                    "--out", str(tmp_path / "ck")]) == 0
+    assert "policies: checkpoint-1" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        console(["audit", "--run", str(run), "--checkpoint", "checkpoint-7"])
+    assert exc.value.code == 2 and "this run has checkpoint-1" in capsys.readouterr().out
     target = worst[0].path[2]  # tamper with the Writer's recorded context: state the trace does not explain
     for e in entries:
         if (e.instance, e.node) == (target.instance, target.node):
