@@ -37,7 +37,7 @@ WORKFLOWS = {
                           "Critic": "Name one possible mistake in one line.", "Reviser": "Fix the working in one line.",
                           "Verifier": ANSWER}},
 }
-DEPTH = {"reasoner_actor": ("all", 160), "reasoner_actor_verifier": ("all", 240), "chain5": ("0,3", 40)}
+DEPTH = {"reasoner_actor": ("all", 160), "reasoner_actor_verifier": ("all", 480), "chain5": ("0,3", 40)}
 # what the depth table claims: (decision point a, decision point b), a expected the more reliable
 CONTRASTS = [(("reasoner_actor", 0), ("reasoner_actor_verifier", 0)), (("reasoner_actor", 0), ("chain5", 0)),
              (("reasoner_actor_verifier", 1), ("reasoner_actor_verifier", 0)), (("chain5", 3), ("chain5", 0))]
