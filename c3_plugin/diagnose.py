@@ -120,14 +120,18 @@ def contrast(a: np.ndarray, b: np.ndarray, seed: int = 0, resamples: int = 2000)
     return out
 
 
-def raw_groups(out_dir: str | Path, u: int, groups: int | None = None) -> np.ndarray:
-    """The returns ``[G, n, c]`` a diagnosis collected at decision point ``u`` (from ``<out_dir>/raw.jsonl``;
-    ``groups``: only the first ``groups``, as its report counts them)."""
-    chunks = [json.loads(line) for line in (Path(out_dir) / RAW).read_text().splitlines() if line.strip()]
+def chunk_groups(chunks: Sequence[Mapping[str, Any]], u: int, groups: int | None = None) -> np.ndarray:
+    """The returns ``[G, n, c]`` of decision point ``u`` from collected chunks, in group order (``groups``: only the first ones)."""
     mine = sorted((ch for ch in chunks if ch["u"] == u and (groups is None or ch["first"] < groups)), key=lambda ch: ch["first"])
     if not mine:
-        raise ValueError(f"{out_dir}: no groups collected at decision point {u}")
+        raise ValueError(f"no groups collected at decision point {u}")
     return np.concatenate([np.asarray(ch["groups"], dtype=np.float64) for ch in mine])[:groups]
+
+
+def raw_groups(out_dir: str | Path, u: int, groups: int | None = None) -> np.ndarray:
+    """:func:`chunk_groups` of the diagnosis in ``out_dir`` (its ``raw.jsonl``)."""
+    chunks = [json.loads(line) for line in (Path(out_dir) / RAW).read_text().splitlines() if line.strip()]
+    return chunk_groups(chunks, u, groups)
 
 
 def decision_report(groups: np.ndarray, outcomes: np.ndarray | None = None, seed: int = 0) -> dict[str, Any]:
@@ -175,7 +179,7 @@ def summarize(chunks: Sequence[Mapping[str, Any]], roles: Sequence[str], num_dec
     rows = []
     for u in sorted({ch["u"] for ch in chunks}):
         mine = sorted((ch for ch in chunks if ch["u"] == u), key=lambda ch: ch["first"])
-        groups = np.concatenate([np.asarray(ch["groups"], dtype=np.float64) for ch in mine])
+        groups = chunk_groups(mine, u)
         outcomes = None
         if all("outcomes" in ch for ch in mine) and groups.shape[-1] >= 2 and u < num_decisions - 1:
             outcomes = np.concatenate([np.asarray(ch["outcomes"], dtype=object) for ch in mine])
@@ -189,15 +193,9 @@ def summarize(chunks: Sequence[Mapping[str, Any]], roles: Sequence[str], num_dec
 def adjacent_contrasts(chunks: Sequence[Mapping[str, Any]], num_decisions: int, seed: int = 0) -> list[dict[str, Any]]:
     """:func:`contrast` of every diagnosed decision point that has continuations against the previous such one
     (is the role nearer the answer more reliable?)."""
-    by_u: dict[int, list[Mapping[str, Any]]] = {}
-    for ch in chunks:
-        by_u.setdefault(ch["u"], []).append(ch)
-    points = [u for u in sorted(by_u) if u < num_decisions - 1]
-    out = []
-    for a, b in zip(points[1:], points[:-1]):
-        ga, gb = ([g for ch in sorted(by_u[u], key=lambda ch: ch["first"]) for g in ch["groups"]] for u in (a, b))
-        out.append({"a": a, "b": b, **contrast(np.asarray(ga, dtype=np.float64), np.asarray(gb, dtype=np.float64), seed)})
-    return out
+    points = [u for u in sorted({ch["u"] for ch in chunks}) if u < num_decisions - 1]
+    return [{"a": a, "b": b, **contrast(chunk_groups(chunks, a), chunk_groups(chunks, b), seed)}
+            for a, b in zip(points[1:], points[:-1])]
 
 
 def diagnose(session: Session, out_dir: str | Path, groups: int = 60, n: int = 4, c: int = 4, decisions: Any = "all",
