@@ -37,6 +37,9 @@ class AgentsSection:
     lora_alpha: int = 32  # LoRA scaling
     lora_dropout: float = 0.0  # LoRA dropout
     lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])  # modules to adapt
+    learning_rate: dict[str, float] = field(default_factory=dict)  # per-role learning rate of the agent that plays it, e.g. {Actor: 1.0e-5} (default: the algorithm's agent_learning_rate); the same for every algorithm of a comparison
+    learning_rate_scale: dict[str, float] = field(default_factory=dict)  # per-role multiplier of the algorithm's agent_learning_rate, e.g. {Reasoner: 0.1} (not with learning_rate for the same role)
+    trainable: dict[str, bool] = field(default_factory=dict)  # per-role; false freezes the agent that plays it: it samples, is credited and logged, but never updated (a fixed teammate)
 
 
 @dataclass
@@ -54,6 +57,7 @@ class WorkflowSection:
     max_new_tokens: dict[str, int] = field(default_factory=dict)  # per-role generation cap
     templates: dict[str, str] = field(default_factory=dict)  # per-role template overrides
     system: dict[str, str] = field(default_factory=dict)  # per-role system prompt overrides
+    temperature: dict[str, float] = field(default_factory=dict)  # per-role sampling temperature, e.g. {Reasoner: 1.3} (default: the algorithm's temperature; greedy evaluation is unchanged)
 
 
 @dataclass

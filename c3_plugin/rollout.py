@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence
 
 import numpy as np
@@ -32,6 +32,14 @@ class Sampling:
     top_k: int | None = None  # keep the k most likely tokens (None: all)
     max_new_tokens: int = 256  # default cap when the role sets none
     greedy: bool = False  # argmax decoding (evaluation)
+
+
+def role_sampling(sampling: Sampling, role: Any) -> Sampling:
+    """The sampling of one role's messages: the role's own temperature when it sets one (greedy stays greedy)."""
+    temperature = getattr(role, "temperature", None)
+    if temperature is None or sampling.greedy or float(temperature) == sampling.temperature:
+        return sampling
+    return replace(sampling, temperature=float(temperature))
 
 
 @dataclass(frozen=True)
@@ -161,7 +169,7 @@ def _expand_decision(workflow: Workflow, step: Step, b: int, items: Sequence[Map
     _, first = np.unique(classes, return_index=True)
     prompts = [Prompt(text=contexts[k], role=role.name, agent=role.agent, prefix=role.prefix, system=role.system,
                       max_new_tokens=role.max_new_tokens) for k in first]
-    generations = backend.generate(prompts, b, sampling)
+    generations = backend.generate(prompts, b, role_sampling(sampling, role))
     prompt_ids = [encode(p) for p in prompts] if encode is not None else [None] * len(prompts)
     if len(generations) != len(prompts) or any(len(g) != b for g in generations):
         raise RuntimeError(f"backend returned {[len(g) for g in generations]} generations for {len(prompts)} prompts x n={b}")

@@ -44,7 +44,8 @@ def build_workflow(cfg: RunConfig, domain: Domain) -> Workflow:
             raise ConfigError(f"workflow.name '{sec.name}' is not a workflow of domain '{domain.name}' "
                               f"({', '.join(sorted(flows)) or 'none'}), a built-in ({', '.join(builtin_workflows())}) "
                               "or a YAML file") from exc
-    fields = {k: v for k, v in (("prefix", sec.prefix), ("max_new_tokens", sec.max_new_tokens), ("system", sec.system)) if v}
+    fields = {k: v for k, v in (("prefix", sec.prefix), ("max_new_tokens", sec.max_new_tokens), ("system", sec.system),
+                                                  ("temperature", sec.temperature)) if v}
     if sec.templates or fields:
         wf = wf.with_templates(sec.templates, **fields)
     return wf
@@ -209,7 +210,28 @@ def prepare(cfg: RunConfig):
         raise ConfigError("dataset.train is empty: give a source (a HF name, a JSONL path or 'synthetic')")
     if hasattr(cfg.algo, "plan"):
         parse_plan(cfg.algo.plan).branching(workflow.num_decisions)
+    check_agent_training(cfg, workflow)
     return domain, workflow, train, evals
+
+
+def check_agent_training(cfg: RunConfig, workflow: Workflow) -> dict[str, Any]:
+    """The ``agents`` section's per-role learning rates and frozen agents, resolved per agent (what the dry-run
+    reports), refused where they would do nothing: under the preference and centralized trainers, which keep
+    CoMLRL's own optimizers."""
+    ag = cfg.agents
+    workflow.agent_temperatures()  # roles of one agent must agree on a temperature
+    if not (ag.learning_rate or ag.learning_rate_scale or ag.trainable):
+        return {}
+    if not hasattr(cfg.algo, "plan") or hasattr(cfg.algo, "preference_num_candidates"):
+        raise ConfigError(f"agents.learning_rate / learning_rate_scale / trainable are honoured by the workflow trainers "
+                          f"(c3, magrpo, mappo), not by {cfg.algorithm}; remove them from the agents section")
+    lrs = workflow.per_agent(ag.learning_rate, "agents.learning_rate")
+    scales = workflow.per_agent(ag.learning_rate_scale, "agents.learning_rate_scale")
+    frozen = workflow.per_agent(ag.trainable, "agents.trainable")
+    base = float(cfg.algo.agent_learning_rate)
+    return {"learning_rate": [0.0 if frozen.get(a) is False else float(lrs.get(a, base * float(scales.get(a, 1.0))))
+                              for a in range(workflow.num_agents)],
+            "frozen_agents": sorted(a for a, v in frozen.items() if v is False)}
 
 
 def dry_run_report(cfg: RunConfig) -> dict[str, Any]:
@@ -225,6 +247,9 @@ def dry_run_report(cfg: RunConfig) -> dict[str, Any]:
               "train_rows": len(train), "eval_rows": eval_rows, **expected_budget(cfg, workflow, train),
               "reward_range": reward_range, "probe_reward": probe.get("probe_reward"), "probe": probe,
               "model": cfg.agent_model.name, "policy": cfg.agents.policy}
+    training = check_agent_training(cfg, workflow)
+    if training:
+        report["agent_training"] = training
     if hasattr(cfg.algo, "plan") and not hasattr(cfg.algo, "preference_num_candidates"):  # the workflow trainers
         report.update(decision_gradients(cfg.algorithm, cfg.algo.plan, workflow))
         for line in report.get("warnings", []):
@@ -308,7 +333,9 @@ def build_trainer(cfg: RunConfig, domain: Domain, workflow: Workflow, train: Any
     logger = domain.make_eval_logger(workflow) if domain.make_eval_logger else domain.eval_logger
     from .trainers.base import WorkflowTrainer
 
-    extra = {"outcome": domain.outcome, "deepspeed": cfg.deepspeed} if issubclass(trainer_cls, WorkflowTrainer) else {}
+    extra = {"outcome": domain.outcome, "deepspeed": cfg.deepspeed, "learning_rates": cfg.agents.learning_rate,
+             "learning_rate_scales": cfg.agents.learning_rate_scale, "trainable": cfg.agents.trainable} \
+        if issubclass(trainer_cls, WorkflowTrainer) else {}
     trainer = trainer_cls(agents=models, tokenizer=tokenizer, train_dataset=train, eval_dataset=evals, reward_func=domain.reward_for(cfg.domain_cfg),
                           reward_processor=(lambda r: scale * r + shift), eval_logger=logger, eval_aggregator=domain.eval_aggregator,
                           wandb_config=wandb_config, args=cfg.algo, workflow=workflow, run_dir=run_dir, lora_adapters=lora,

@@ -27,7 +27,7 @@ Merger = Callable[[Mapping[str, str]], str]
 Feedback = Callable[[Mapping[str, Any], Mapping[str, str]], str]
 
 _RESERVED = ("question", "context")
-_ROLE_KEYS = {"agent", "template", "reads", "prefix", "system", "max_new_tokens"}
+_ROLE_KEYS = {"agent", "template", "reads", "prefix", "system", "max_new_tokens", "temperature"}
 _STEP_KEYS = {"role", "feedback", "reads", "template"}
 _TOP_KEYS = {"name", "agents", "roles", "schedule", "final", "merger", "feedback", "inputs", "description"}
 
@@ -47,6 +47,7 @@ class Role:
     prefix: str = ""  # assistant prefill: part of the context, not of the policy's message
     system: str | None = None  # optional system prompt for chat templates
     max_new_tokens: int | None = None  # per-role generation cap (None: the sampling default)
+    temperature: float | None = None  # per-role sampling temperature (None: the algorithm's temperature); roles of one agent must agree
 
 
 @dataclass(frozen=True)
@@ -171,16 +172,53 @@ class Workflow:
             spec["roles"][role]["template"] = text
         for fname, per_role in role_fields.items():
             for role, value in per_role.items():
+                if role not in spec["roles"]:
+                    raise WorkflowError(f"{role}: no such role in workflow '{self.name}' for per-role '{fname}' "
+                                        f"(roles: {', '.join(spec['roles'])})")
                 spec["roles"][role][fname] = value
         for item in spec["schedule"]:
             if isinstance(item, dict) and "role" in item and item["role"] in templates:
                 item.pop("template", None)
         return workflow_from_dict(spec, feedback=self.feedback, merger=self.merger, formatters=self.formatters)
 
+    def per_agent(self, values: Mapping[Any, Any] | None, what: str) -> dict[int, Any]:
+        """A per-role setting (``{role name or agent index: value}``) as ``{agent: value}``; an unknown role or
+        agent, or two roles of one agent with different values, is a :class:`WorkflowError` naming it."""
+        out: dict[int, Any] = {}
+        for key, value in (values or {}).items():
+            if isinstance(key, int) and not isinstance(key, bool):
+                if not 0 <= key < self.num_agents:
+                    raise WorkflowError(f"{what}: agent {key} does not exist; workflow '{self.name}' has agents 0..{self.num_agents - 1}")
+                agent = key
+            elif key in self.roles:
+                agent = self.roles[key].agent
+            else:
+                raise WorkflowError(f"{what}: no role '{key}' in workflow '{self.name}' (roles: {', '.join(self.roles)})")
+            if agent in out and out[agent] != value:
+                raise WorkflowError(f"{what}: agent {agent} is given {out[agent]!r} and {value!r} (its roles: "
+                                    f"{', '.join(r.name for r in self.roles.values() if r.agent == agent)}); one value per agent")
+            out[agent] = value
+        return out
+
+    def agent_temperatures(self) -> dict[int, float]:
+        """Per agent, the sampling temperature its roles set (agents whose roles set none are left out). The PPO
+        ratio of an agent's messages is taken at that temperature, so the roles one agent plays must agree."""
+        out: dict[int, float] = {}
+        for r in self.roles.values():
+            if r.temperature is None:
+                continue
+            other = [o.name for o in self.roles.values() if o.agent == r.agent and o.temperature != r.temperature]
+            if other:
+                raise WorkflowError(f"{r.name}: temperature {r.temperature} differs from that of {', '.join(other)}, played by "
+                                    f"the same agent {r.agent}; give every role of one agent the same temperature")
+            out[r.agent] = r.temperature
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         roles = {
             r.name: {k: v for k, v in (("agent", r.agent), ("template", r.template), ("reads", list(r.reads)),
-                                       ("prefix", r.prefix), ("system", r.system), ("max_new_tokens", r.max_new_tokens))
+                                       ("prefix", r.prefix), ("system", r.system), ("max_new_tokens", r.max_new_tokens),
+                                       ("temperature", r.temperature))
                      if v not in (None, "", [])}
             for r in self.roles.values()
         }
@@ -241,8 +279,17 @@ def _parse_roles(raw: Any, num_agents: int | None) -> dict[str, Role]:
             raise WorkflowError(f"{name}: unknown agent index {agent!r}; agents are 0..{(num_agents or 1) - 1}")
         roles[name] = Role(name=name, agent=agent, template=spec.get("template", "{question}"),
                            reads=_as_names(spec.get("reads"), name), prefix=spec.get("prefix", "") or "",
-                           system=spec.get("system"), max_new_tokens=spec.get("max_new_tokens"))
+                           system=spec.get("system"), max_new_tokens=spec.get("max_new_tokens"),
+                           temperature=_temperature(spec.get("temperature"), name))
     return roles
+
+
+def _temperature(value: Any, role: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise WorkflowError(f"{role}: temperature must be a number > 0, got {value!r}")
+    return float(value)
 
 
 def _topological_schedule(roles: Mapping[str, Role]) -> list[str]:

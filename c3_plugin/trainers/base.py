@@ -140,10 +140,12 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
                  external_transition: Any = None, wandb_config: Mapping[str, Any] | None = None, eval_logger: Any = None,
                  eval_aggregator: Any = None, args: WorkflowConfig | None = None, *, workflow: Workflow | str | Mapping | None = None,
                  plan: Any = None, run_dir: str | Path | None = None, lora_adapters: bool = False, grammar: Any = None,
-                 outcome: Any = None, deepspeed: Any = None):
+                 outcome: Any = None, deepspeed: Any = None, learning_rates: Mapping[Any, float] | None = None,
+                 learning_rate_scales: Mapping[Any, float] | None = None, trainable: Mapping[Any, bool] | None = None):
         args = args or self.default_config_cls()
         self._refuse_unused(args, workflow, formatters, external_transition)
         n = self._bridge_workflow(workflow, args, num_agents, agents, formatters)
+        self._agent_training(args, n, learning_rates, learning_rate_scales, trainable)
         self.plan = parse_plan(plan if plan is not None else args.plan)
         self.branching = self.plan.branching(self.workflow.num_decisions)
         self.lora_adapters = lora_adapters  # agents share one PeftModel with adapters "agent0", "agent1", ...
@@ -153,7 +155,11 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
                          reward_processor=reward_processor, formatters=formatters, external_transition=external_transition,
                          wandb_config=wandb_config, eval_logger=eval_logger, eval_aggregator=eval_aggregator, args=args)
         if lora_adapters:
-            self.optimizers = [torch.optim.AdamW(self._trainable_parameters(a), lr=args.agent_learning_rate) for a in range(n)]
+            self.optimizers = [torch.optim.AdamW(self._trainable_parameters(a), lr=self.agent_lrs[a]) for a in range(n)]
+        else:
+            for a, optimizer in enumerate(getattr(self, "optimizers", None) or []):  # CoMLRL built them at agent_learning_rate
+                for group in optimizer.param_groups:
+                    group["lr"] = self.agent_lrs[a]
         self._bridge_setup(args, grammar=grammar, run_dir=run_dir)
         from ..curriculum import check_rows, parse_curriculum
 
@@ -165,6 +171,31 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         self._pending: list[dict] = []
         self._epoch = 0
         self._rank_state: dict[str, Any] | None = None
+
+    def _agent_training(self, args: Any, n: int, learning_rates: Mapping[Any, float] | None,
+                        scales: Mapping[Any, float] | None, trainable: Mapping[Any, bool] | None) -> None:
+        """Per-agent learning rates, frozen agents and PPO temperatures from per-role settings (keys: role names
+        or agent indices; the ``agents`` section of a config): ``self.agent_lrs``, ``self.frozen``,
+        ``self.agent_temperature``. A frozen agent samples and is credited as usual but is never updated."""
+        wf = self.workflow
+        lrs, mult = wf.per_agent(learning_rates, "learning_rate"), wf.per_agent(scales, "learning_rate_scale")
+        both = sorted(set(lrs) & set(mult))
+        if both:
+            raise ValueError(f"agents {both} have both a learning_rate and a learning_rate_scale; give one of them")
+        for what, table in (("learning_rate", lrs), ("learning_rate_scale", mult)):
+            for a, v in table.items():
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                    raise ValueError(f"{what} of agent {a} must be a number > 0, got {v!r} (freeze an agent with trainable: false)")
+        frozen = wf.per_agent(trainable, "trainable")
+        for a, v in frozen.items():
+            if not isinstance(v, bool):
+                raise ValueError(f"trainable of agent {a} must be true or false, got {v!r}")
+        base = float(args.agent_learning_rate)
+        self.agent_lrs = [float(lrs.get(a, base * float(mult.get(a, 1.0)))) for a in range(n)]
+        self.frozen = {a for a, v in frozen.items() if v is False}
+        if len(self.frozen) == n:
+            raise ValueError("trainable: false for every agent leaves nothing to train; keep at least one agent trainable")
+        self.agent_temperature = {a: wf.agent_temperatures().get(a, float(args.temperature)) for a in range(n)}
 
     def _refuse_unused(self, args: Any, workflow: Any, formatters: Any, external_transition: Any) -> None:
         """CoMLRL's arguments are honoured or refused, never dropped: ``formatters`` shape the default parallel
@@ -208,7 +239,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
             raise ValueError("generation_backend: vllm under torchrun is not supported yet (each rank's engine would be "
                              "placed on the first GPU); use generation_backend: hf with several processes, or vllm on one")
         adam = {"weight_decay": 0.01, "betas": (0.9, 0.999), "eps": 1e-8}  # torch AdamW's defaults, as CoMLRL's optimizers
-        self.engines = [dp.make_engine(self.agents[a], self._trainable_parameters(a), self.args.agent_learning_rate,
+        self.engines = [dp.make_engine(self.agents[a], self._trainable_parameters(a), self.agent_lrs[a],
                                        self.deepspeed, self.args.max_grad_norm, adam) for a in range(self.num_agents)]
         self.optimizers = None  # the engines hold the (sharded) optimizer states; DeepSpeed checkpoints them
 
@@ -362,6 +393,8 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         all_adv = []
         mode = self.args.advantage_scaling
         for agent in (range(self.num_agents) if self.dist.enabled else list(per_agent)):
+            if agent in self.frozen:  # a fixed teammate: credited (diagnostics) but not trained
+                continue
             rows = per_agent.get(agent, [])
             raw = np.array([r[1] for r in rows], dtype=np.float64)
             if self.dist.enabled and mode in ("batch_scale", "batch_zscore"):
@@ -389,13 +422,16 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
             self.backend.sleep()
         agents = range(self.num_agents) if self.engines is not None else sorted(samples)  # every rank joins every agent's step
         for agent in agents:
+            if agent in self.frozen:
+                continue
             batch = samples.get(agent, [])
             if not batch and self.engines is None:
                 continue
             ref = self.reference_models[agent] if getattr(self.args, "reference_kl_enabled", False) and self.reference_models else None
             stats = ppo_update(self.policy(agent), self.optimizers[agent] if self.engines is None else None, batch, self.args,
                                self.rng, pad_id=self._pad_id(agent), ref_model=ref, params=self._trainable_parameters(agent),
-                               engine=self.engines[agent] if self.engines is not None else None)
+                               engine=self.engines[agent] if self.engines is not None else None,
+                               temperature=self.agent_temperature[agent])
             for k, v in stats.items():
                 metrics[f"train/agent{agent}/{k}"] = v
                 agg.setdefault(k, []).append(v)

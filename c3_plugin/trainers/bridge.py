@@ -41,7 +41,7 @@ from ..generation import HFBackend, encode_prompt
 from ..plan import parse_plan
 from ..precision import keep_fp32_masters
 from ..rewards import leaf_rewards
-from ..rollout import Leaf, Prompt, Rollout, Sampling, materialize
+from ..rollout import Leaf, Prompt, Rollout, Sampling, materialize, role_sampling
 from ..trace import path_to
 from ..workflow import Step, Workflow, load_workflow, parallel_workflow
 
@@ -190,7 +190,7 @@ class WorkflowBridge:
         backend = self.backend
         if agent is not None and agent is not self.agents[agent_idx]:
             backend = self.backend.for_policy(lambda _a: agent)
-        gens = backend.generate([prompt], n, self.sampling())[0]
+        gens = backend.generate([prompt], n, role_sampling(self.sampling(), self.workflow.roles[prompt.role]))[0]
         prompt_ids = encode_prompt(self.tokenizers[agent_idx], prompt, self.backend.use_chat_template)
         self.totals["messages"] += n
         self.totals["tokens_generated"] += sum(len(g.token_ids) for g in gens)

@@ -36,7 +36,8 @@ class PolicySample:
 
 def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, samples: Sequence[PolicySample], args: Any,
                rng: np.random.Generator, pad_id: int, ref_model: torch.nn.Module | None = None,
-               params: Sequence[torch.nn.Parameter] | None = None, engine: Any = None) -> dict[str, float]:
+               params: Sequence[torch.nn.Parameter] | None = None, engine: Any = None,
+               temperature: float | None = None) -> dict[str, float]:
     """``args.ppo_epochs`` passes over ``samples``; one optimizer step per minibatch, gradients
     accumulated over micro-batches with token-count weights so the step equals one big batch.
 
@@ -60,7 +61,7 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, 
     if args.minibatch_size is None and world > 1:
         steps_per_epoch = 1
     micro = int(args.micro_batch_size)
-    temperature = float(args.temperature)
+    temperature = float(args.temperature if temperature is None else temperature)  # the temperature the samples were drawn at
     kl_coef = float(getattr(args, "reference_kl_coef", 0.0)) if ref_model is not None else 0.0
     cap = getattr(args, "importance_sampling_cap", None)
     totals: dict[str, float] = {"loss": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "ref_kl": 0.0, "grad_norm": 0.0}
