@@ -1,6 +1,6 @@
 """The one CLI behind every entry point: ``--config``, ``--override a.b=value``, ``--dry-run``; and the ``c3``
 console script (``c3 train``, ``c3 dry-run``, ``c3 compare``, ``c3 dashboard``, ``c3 diagnose``, ``c3 plan-budget``,
-``c3 audit``; also ``python -m c3_plugin``)."""
+``c3 advise``, ``c3 audit``; also ``python -m c3_plugin``)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None, algorithm: str | None = None, default_co
 
 
 def console(argv: list[str] | None = None) -> int:
-    """``c3 <command>``: train, dry-run, compare, dashboard, diagnose, plan-budget or audit."""
+    """``c3 <command>``: train, dry-run, compare, dashboard, diagnose, plan-budget, advise or audit."""
     parser = argparse.ArgumentParser(prog="c3", description="comlrl-c3: train LLM teams with C3, MAGRPO, MAPPO and compare them.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
 
@@ -66,6 +66,9 @@ def console(argv: list[str] | None = None) -> int:
     cmp.add_argument("--metric", action="append", default=None, metavar="GLOB",
                      help="final eval metrics compared (repeatable glob; default eval/*/accuracy, else eval/reward_mean)")
     cmp.add_argument("--aggregate-only", action="store_true", help="aggregate the finished runs without starting any")
+    cmp.add_argument("--allow-differences", nargs="*", default=None, metavar="KEY",
+                     help="compare although settings other than the credit differ: the named keys (e.g. agent_learning_rate), "
+                          "or every difference when given alone; the consent goes into summary.json")
     dash = sub.add_parser("dashboard", help="an HTML page for a comparison or run folder, or a W&B workspace for a comparison")
     dash.add_argument("folder", nargs="?", help="a c3 compare folder or a run folder: writes <folder>/dashboard.html")
     dash.add_argument("--out", default=None, help="where the HTML page goes (default <folder>/dashboard.html)")
@@ -92,6 +95,14 @@ def console(argv: list[str] | None = None) -> int:
     plan.add_argument("--from", dest="source", required=True, help="a diagnose.json written by c3 diagnose")
     plan.add_argument("--budget", type=int, required=True, help="reward calls B per decision point (and leaves of the tree plans)")
     plan.add_argument("--out", default=None, help="also write the result as JSON here")
+    adv = sub.add_parser("advise", help="which algorithm and plan: predicted gradient SNR per decision point of every plan of B leaves")
+    adv.add_argument("--from", dest="source", required=True, help="a diagnose.json written by c3 diagnose (--decisions all)")
+    adv.add_argument("--budget", type=int, required=True, help="reward calls B per instance and update (leaves of every plan)")
+    adv.add_argument("--lr-scale", type=float, nargs="+", default=None,
+                     help="per decision point multiplier of the step size (0: frozen, no vote); default 1 each")
+    adv.add_argument("--outcome-variance", type=float, default=None,
+                     help="variance of the reward of one complete path (default: the diagnosis' own, else 0: deterministic reward)")
+    adv.add_argument("--out", default=None, help="where the advice JSON goes (default advice.json beside diagnose.json)")
     aud = sub.add_parser("audit", help="credit every message of recorded runs by re-entering their decision points")
     aud.add_argument("--run", required=True, help="a run folder with traces.jsonl (trained with save_traces: true)")
     aud.add_argument("--override", action="append", default=[], metavar="a.b=value", help="override a value of the run's config (repeatable)")
@@ -107,7 +118,7 @@ def console(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "dashboard":
         return dashboard(args, parser)
-    if args.command in ("diagnose", "plan-budget", "audit"):
+    if args.command in ("diagnose", "plan-budget", "advise", "audit"):
         from .run import validate_or_exit
 
         return validate_or_exit(lambda: analysis_command(args, parser))
@@ -118,13 +129,15 @@ def console(argv: list[str] | None = None) -> int:
     from .run import validate_or_exit
 
     out = Path(args.out) if args.out else Path("runs") / Path(args.config).stem
+    allow = True if args.allow_differences == [] else args.allow_differences  # bare flag: every difference
     validate_or_exit(lambda: compare(args.config, args.algorithms, args.seeds, out, args.override, args.launcher,
-                                     args.metric or ("eval/*/accuracy",), run=not args.aggregate_only))
+                                     args.metric or ("eval/*/accuracy",), run=not args.aggregate_only, allow_differences=allow))
     return 0
 
 
 def analysis_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """``c3 diagnose``, ``c3 plan-budget`` and ``c3 audit`` (:mod:`c3_plugin.diagnose`, :mod:`~c3_plugin.budget`, :mod:`~c3_plugin.audit`)."""
+    """``c3 diagnose``, ``c3 plan-budget``, ``c3 advise`` and ``c3 audit`` (:mod:`c3_plugin.diagnose`, :mod:`~c3_plugin.budget`,
+    :mod:`~c3_plugin.advise`, :mod:`~c3_plugin.audit`)."""
     if args.command == "plan-budget":
         from .budget import plan_budget, print_plan
 
@@ -135,6 +148,18 @@ def analysis_command(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         print_plan(result)
         if args.out:
             Path(args.out).write_text(json.dumps(result, indent=2))
+        return 0
+    if args.command == "advise":
+        from .advise import advise, print_advice
+
+        source = Path(args.source)
+        if not source.exists():
+            raise FileNotFoundError(f"--from {source}: no such file; run c3 diagnose first (it writes <out>/diagnose.json)")
+        result = advise(json.loads(source.read_text()), args.budget, args.lr_scale, args.outcome_variance)
+        print_advice(result)
+        out = Path(args.out) if args.out else source.with_name("advice.json")
+        out.write_text(json.dumps(result, indent=2))
+        print(f"wrote {out}")
         return 0
     from .analysis import open_session, run_config, weights_folder
     from .config import load_config

@@ -53,6 +53,15 @@ updated agent's weights enter the rank's engine once (``b P``; a served LoRA ada
 ``4P (N - 1) / N`` (stages 1/2; ZeRO-3 gathers that much for every forward and every backward pass of a
 micro-batch and once per rollout), the gradient reduction ``4P (N - 1) / N`` (reduce-scatter; stage 1
 all-reduces, twice that). None of it with ``N = 1``.
+
+GPU-hours (:func:`gpu_hours`, the dry-run's ``gpu_hours``). FLOPs per run, ``P`` the agent model's
+parameters: decode ``2 P`` per generated token (every message at its cap), forward ``2 P`` per token of
+each message's context (prefill; at most the assumed prompt plus every earlier cap), of the behaviour
+log-prob recomputation and of a reference model (context + message), train ``6 P`` per trained token
+(context + message of every credited message, ``x ppo_epochs``), a critic's reads and fits at ``2`` and
+``6`` times its own parameters. Each kind is divided by the GPU class's peak bf16 throughput times an
+assumed MFU (:data:`PEAK_BF16_TFLOPS`, :data:`MFU`, printed with the estimate); the experiment is every
+workflow algorithm the config holds, once per seed.
 """
 
 from __future__ import annotations
@@ -313,3 +322,148 @@ def cluster_plan(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
     plan["weight_sync"] = _traffic(cfg, budget, layout, ds, mem, agents)
     plan["memory_per_gpu"] = mem
     return plan
+
+
+# ----- GPU-hours ----------------------------------------------------------------------------------------
+# Peak dense bfloat16 tensor throughput per GPU class (TFLOP/s, no sparsity; vendor data sheets: H100 and
+# H200 SXM 989, A100 and A800 312, L40S 362), the memory.py classes.
+PEAK_BF16_TFLOPS = {"h100": 989.0, "h200": 989.0, "a100-80": 312.0, "a800": 312.0, "a100-40": 312.0, "l40s": 362.0}
+DEFAULT_GPU_CLASS = "h100"  # when cluster.gpu (or agent_model.device_memory_gb) names GiB or nothing
+# Assumed model FLOP utilisation (achieved / peak) per kind of work. Training and the other full-sequence
+# passes are compute-bound: 0.30 is what DeepSpeed ZeRO-2 on HF models of a few billion parameters reaches
+# with small micro-batches. Decoding at tens of sequences per call is bound by reading the weights (and
+# under HF generate by its per-step Python overhead), not by FLOPs: about 1% of peak under HF generate and
+# 5% under vLLM (eager) for a 4B model with 8-32 sequences per call; more sequences per call raise both.
+MFU = {"train": 0.30, "forward": 0.30, "decode_hf": 0.01, "decode_vllm": 0.05}
+
+
+def _sig(x: float) -> float:
+    return float(f"{float(x):.4g}")
+
+
+def _gpu_class(cfg: Any) -> tuple[str, str | None]:
+    """The GPU class whose peak the estimate uses, and a note when it is assumed."""
+    for value in (cfg.cluster.gpu, cfg.agent_model.device_memory_gb):
+        if isinstance(value, str) and value.lower() in PEAK_BF16_TFLOPS:
+            return value.lower(), None
+    given = cfg.cluster.gpu if cfg.cluster.gpu is not None else cfg.agent_model.device_memory_gb
+    return DEFAULT_GPU_CLASS, (f"GPU class not named ({'cluster.gpu: ' + str(given) if given is not None else 'cluster.gpu unset'}): "
+                               f"assumed {DEFAULT_GPU_CLASS} (H200 has the same peak); set cluster.gpu to one of {sorted(PEAK_BF16_TFLOPS)}")
+
+
+def run_tokens(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
+    """Token counts of one run of a workflow trainer (module function :func:`gpu_hours`): per decision point
+    ``u`` with cap ``T_u`` and ``m_u`` messages per instance (shared samples once), the context is at most
+    the assumed task prompt plus every earlier cap, ``S_u = agent_model.prompt_tokens + sum_{v<u} T_v``."""
+    from comlrl.utils.reference_kl import reference_kl_enabled
+
+    from .memory import model_shape
+    from .plan import parse_plan
+    from .rollout import unique_samples
+    from .run import credited_decisions, expected_budget
+
+    a, m = cfg.algo, cfg.agent_model
+    budget = expected_budget(cfg, workflow, train)
+    plan = parse_plan(a.plan)
+    branching = plan.branching(workflow.num_decisions)
+    shared = bool(getattr(a, "share_parallel_samples", False)) and plan.kind != "independent"
+    msgs = unique_samples(workflow, branching, shared)
+    default_cap = int(getattr(a, "max_new_tokens", 256))
+    caps = [int(workflow.roles[s.name].max_new_tokens or default_cap) for s in workflow.decision_steps]
+    ctx = [int(m.prompt_tokens) + sum(caps[:u]) for u in range(len(caps))]
+    instances = budget["expected_env_steps"] // budget["leaves_per_instance"]
+    ipu, batches = int(a.instances_per_update), int(budget["rollout_batches"])
+    warmup = min(int(getattr(a, "critic_warmup_updates", 0)), batches)  # MAPPO: batches that train only the critic
+    trained_instances = max(0, instances - warmup * ipu)
+    credited = credited_decisions(cfg.algorithm, a.plan, workflow)
+    epochs = int(a.ppo_epochs)
+    backend = getattr(a, "generation_backend", "hf")
+    recompute = backend == "hf" or bool(getattr(a, "logprob_mismatch", False)) or float(a.top_p) < 1.0 or a.top_k is not None
+    sequence = sum(msgs[u] * (ctx[u] + caps[u]) for u in range(len(caps)))
+    trained = sum(msgs[u] * (ctx[u] + caps[u]) for u in credited)
+    out = {"instances": instances, "trained_instances": trained_instances,
+           "generated_upper_bound": instances * sum(msgs[u] * caps[u] for u in range(len(caps))),
+           "prefill": instances * sum(msgs[u] * ctx[u] for u in range(len(caps))),
+           "logprob_recompute": instances * sequence if recompute else 0,
+           "trained": epochs * trained_instances * trained,
+           "reference_forward": epochs * trained_instances * trained if reference_kl_enabled(a) else 0,
+           "critic_read": 0, "critic_trained": 0, "critic_params": 0.0}
+    if hasattr(a, "critic_max_tokens"):  # MAPPO: a state per run and decision point, each at most critic_max_tokens
+        runs = instances * budget["leaves_per_instance"]
+        states = runs * sum(min(int(a.critic_max_tokens), ctx[u]) for u in range(len(caps)))
+        out.update(critic_read=states, critic_trained=int(a.critic_epochs) * states,
+                   critic_params=model_shape(a.critic_model).params if a.critic_model else None)
+    elif getattr(a, "credit", "loo") == "value_assisted":  # C3's Q_hat: every credited alternative, context + message
+        alts = instances * sum(msgs[u] * min(int(a.q_critic_max_tokens), ctx[u] + caps[u]) for u in credited)
+        out.update(critic_read=alts, critic_trained=int(a.q_critic_epochs) * alts,
+                   critic_params=model_shape(a.q_critic_model).params if a.q_critic_model else None)
+    return out
+
+
+def gpu_hours(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
+    """GPU-hours of one run on the configured cluster, and of the experiment (every workflow algorithm whose
+    section the config holds, once per seed). Loads nothing.
+
+    FLOPs: ``2 P`` per token of inference (decoding each generated token, prefilling each message's context,
+    the behaviour log-prob recomputation over context + message under HF generate or whenever the trainer
+    recomputes them, a reference model's forward), ``6 P`` per token trained (forward + backward over context
+    + message, ``x ppo_epochs``); a critic (MAPPO's, C3's ``value_assisted`` Q_hat) likewise with its own
+    parameter count. ``P`` is the agent model's parameter count (:func:`c3_plugin.memory.model_shape`).
+    GPU-seconds = FLOPs / (peak bf16 throughput of the GPU class x the assumed MFU of that kind of work,
+    :data:`PEAK_BF16_TFLOPS`, :data:`MFU`); wall-clock hours = GPU-hours / GPUs, since the ranks split every
+    batch evenly. Generated tokens are counted at every message's cap: an upper bound, and under HF generate
+    the compute itself, which runs every row of a call until its longest row stops. Not counted: attention's
+    ``O(S^2)`` FLOPs, evaluation, model loading, reward calls (code execution) and idle time."""
+    from .config import load_config
+    from .memory import model_shape
+
+    if not is_workflow_algorithm(cfg.algo):
+        return {"status": "unknown", "reason": f"estimated for the workflow trainers ({WORKFLOW_ALGORITHMS}) only"}
+    m = cfg.agent_model
+    try:
+        p = model_shape(m.name, m.revision, m.gguf_file).params
+    except LookupError as exc:
+        return {"status": "unknown", "reason": str(exc)}
+    world = int(world_layout(cfg.cluster)["world_size"])
+    gpu, note = _gpu_class(cfg)
+    peak = PEAK_BF16_TFLOPS[gpu] * 1e12
+
+    def one_run(run_cfg: Any) -> dict[str, Any]:
+        tok = run_tokens(run_cfg, workflow, train)
+        pc = tok["critic_params"] if tok["critic_params"] is not None else p
+        decode_mfu = MFU["decode_vllm" if getattr(run_cfg.algo, "generation_backend", "hf") == "vllm" else "decode_hf"]
+        flops = {"decode": 2 * p * tok["generated_upper_bound"],
+                 "forward": 2 * p * (tok["prefill"] + tok["logprob_recompute"] + tok["reference_forward"]) + 2 * pc * tok["critic_read"],
+                 "train": 6 * p * tok["trained"] + 6 * pc * tok["critic_trained"]}
+        mfu = {"decode": decode_mfu, "forward": MFU["forward"], "train": MFU["train"]}
+        hours = {k: v / (peak * mfu[k]) / 3600 for k, v in flops.items()}
+        tokens = {k: tok[k] for k in ("generated_upper_bound", "prefill", "logprob_recompute", "reference_forward", "trained")}
+        if tok["critic_read"]:
+            tokens.update(critic_read=tok["critic_read"], critic_trained=tok["critic_trained"])
+        return {"tokens": tokens, "tokens_per_gpu": {k: _num(v / world) for k, v in tokens.items()},
+                "flops": {k: _sig(v) for k, v in flops.items()},
+                "gpu_hours": {**{k: _sig(v) for k, v in hours.items()}, "total": _sig(sum(hours.values()))},
+                "wall_clock_hours": _sig(sum(hours.values()) / world)}
+
+    run = one_run(cfg)
+    per_algorithm = {cfg.algorithm: run["gpu_hours"]["total"]}
+    for name in ("c3", "magrpo", "mappo"):
+        if name != cfg.algorithm and name in getattr(cfg, "raw", {}):
+            other = load_config(data={**cfg.raw, "algorithm": name})
+            if is_workflow_algorithm(other.algo):
+                per_algorithm[name] = one_run(other)["gpu_hours"]["total"]
+    per_seed = _sig(sum(per_algorithm.values()))
+    out = {"status": "ok", "gpu_class": gpu, "gpus": world, "params": p, **run,
+           "experiment": {"gpu_hours_per_run": per_algorithm, "gpu_hours_per_seed": per_seed,
+                          "gpu_hours_5_seeds": _sig(5 * per_seed),
+                          "rule": "c3 compare --seeds S runs each algorithm once per seed: S x gpu_hours_per_seed "
+                                  "(5 seeds, as the paper's main setting, shown)"},
+           "assumptions": {"peak_bf16_tflops": PEAK_BF16_TFLOPS[gpu], "mfu": dict(MFU),
+                           "flops_per_token": "2 P inference (decode, prefill, log-prob recompute, reference), 6 P trained",
+                           "context_tokens": f"agent_model.prompt_tokens ({int(m.prompt_tokens)}) + every earlier role's cap",
+                           "generated_tokens": "every message at its role's cap (HF generate computes every row until the "
+                                               "call's longest stops; under vLLM the real count is lower)",
+                           "excluded": "attention's O(S^2) FLOPs, evaluation, loading, reward calls, idle time"}}
+    if note:
+        out["assumptions"]["gpu_class_note"] = note
+    return out

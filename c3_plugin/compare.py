@@ -89,12 +89,101 @@ def check_comparable(configs: dict[tuple[str, int], RunConfig]) -> None:
                           "; give every algorithm section the same data, evaluation sets and env-step budget (plan leaves)")
 
 
-def settings_listing(cfg: RunConfig) -> dict[str, Any]:
-    """The dry-run's effective optimisation settings of every compared algorithm and which differ."""
+def settings_listing(cfg: RunConfig, algorithms: Sequence[str] | None = None) -> dict[str, Any]:
+    """The dry-run's effective settings of the compared algorithms (every section the config holds when
+    ``algorithms`` is None), which differ, and which of those are not credit (:func:`c3_plugin.run.optimisation_settings`)."""
     from .run import optimisation_settings, prepare
 
     _, workflow, train, _ = prepare(cfg)
-    return optimisation_settings(cfg, workflow, train)
+    return optimisation_settings(cfg, workflow, train, algorithms)
+
+
+SET_BY_COMPARE = ("algorithm", "seed", "output.run_name", "wandb.job_type")  # what c3 compare itself sets per run
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict) and value:
+        return {k: v for key, item in value.items() for k, v in _flat(item, f"{prefix}{key}.").items()}
+    return {prefix.rstrip("."): value}
+
+
+def run_differences(configs: dict[tuple[str, int], RunConfig]) -> dict[str, dict[str, Any]]:
+    """Settings outside the algorithm sections (agents, workflow, dataset, domain, ...) that differ between the
+    algorithms' runs of one seed, less :data:`SET_BY_COMPARE`: ``{"section.field": {algorithm: value}}``."""
+    from dataclasses import asdict, is_dataclass
+
+    from .registry import section
+
+    seed = min(s for _, s in configs)
+    flat = {}
+    for (a, s), cfg in configs.items():
+        if s != seed:
+            continue
+        resolved = {k: v for k, v in cfg.resolved().items() if k != section(a)}
+        resolved[cfg.domain] = asdict(cfg.domain_cfg) if is_dataclass(cfg.domain_cfg) else dict(cfg.domain_cfg or {})
+        flat[a] = {k: json.dumps(v, default=str, sort_keys=True) for k, v in _flat(resolved).items() if k not in SET_BY_COMPARE}
+    keys = sorted({k for row in flat.values() for k in row})
+    return {k: {a: json.loads(row[k]) if k in row else "(absent)" for a, row in flat.items()}
+            for k in keys if len({row.get(k) for row in flat.values()}) > 1}
+
+
+def controlled(configs: dict[tuple[str, int], RunConfig], allow: bool | Sequence[str] | None = None) -> dict[str, Any]:
+    """The controlled-comparison check: every effective setting of the compared algorithms other than their credit
+    (and the plan it needs) must be equal. Differences in a setting that is the credit of one of the two algorithms
+    (:data:`c3_plugin.estimator_rules.CREDIT_FIELDS`), or that follows from such settings (updates per agent), are
+    listed and allowed; any other is refused (:class:`ConfigError` naming the keys, the table and both flags) unless
+    ``allow`` is True (``--allow-differences``: all) or names it (``--allow-differences KEY ...``). Returns the
+    record that goes into ``summary.json``: the differences per algorithm, each one's kind, and the consent."""
+    from difflib import get_close_matches
+
+    from .run import DERIVED
+
+    algorithms = list(dict.fromkeys(a for a, _ in configs))
+    listing = settings_listing(next(iter(configs.values())), algorithms)
+    table = listing["settings"]
+    differences = {k: {a: table[a].get(k, "(absent)") for a in table} for k in listing["differ"]}
+    uncontrolled = dict(listing["uncontrolled"])
+    for key, per in run_differences(configs).items():
+        differences[key] = per
+        uncontrolled[key] = ["outside the algorithm sections"]
+    named = [] if allow is None or allow is True else list(allow)
+    known = sorted({k for row in table.values() for k in row} | set(differences))
+    unknown = [k for k in named if k not in known]
+    if unknown:
+        hints = "; ".join(f"'{k}'" + (f" (did you mean '{m[0]}'?)" if (m := get_close_matches(k, known, 1)) else "") for k in unknown)
+        raise ConfigError(f"--allow-differences names no setting of {', '.join(algorithms)}: {hints}")
+    allowed = sorted(uncontrolled) if allow is True else sorted(k for k in named if k in uncontrolled)
+    refused = sorted(k for k in uncontrolled if k not in allowed)
+    kinds = {k: ("refused" if k in refused else "allowed" if k in allowed else "derived" if k in DERIVED else "credit")
+             for k in differences}
+    record = {"algorithms": algorithms, "differences": differences, "kind": kinds, "uncontrolled": uncontrolled,
+              "allowed": allowed, "consent": "all" if allow is True else "named" if named else "none",
+              "credit_fields": listing["credit_fields"], "ignored": listing["ignored"]}
+    if refused:
+        credit = "; ".join(f"{a}: " + ", ".join(c) for a, c in listing["credit_fields"].items())
+        named_pairs = ", ".join(f"{k} (" + ", ".join(uncontrolled[k]) + ")" for k in refused)
+        raise ConfigError(
+            "c3 compare measures credit only, and these settings differ beyond the credit:\n" + differences_table(record, refused)
+            + f"\nrefused: {named_pairs}. The credit that may differ "
+            f"is {credit}. Make the settings equal in the config (or with --override), or compare anyway with "
+            f"--allow-differences {' '.join(refused)} (these) or a bare --allow-differences (every difference); "
+            "the consent is recorded in summary.json and summary.md")
+    return record
+
+
+def _cell(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def differences_table(record: dict[str, Any], keys: Sequence[str] | None = None) -> str:
+    """A markdown table of the settings that differ: setting, kind, value per algorithm."""
+    algos = record["algorithms"]
+    lines = ["| setting | kind | " + " | ".join(algos) + " |", "| --- | --- |" + " --- |" * len(algos)]
+    for key in (keys if keys is not None else record["differences"]):
+        per = record["differences"][key]
+        lines.append(f"| {key} | {record['kind'].get(key, 'refused')} | " + " | ".join(_cell(per.get(a, '(absent)')) for a in algos) + " |")
+    return "\n".join(lines)
 
 
 def execute(cfg_path: str | Path, configs: dict[tuple[str, int], RunConfig], out: Path, overrides: Sequence[str],
@@ -206,6 +295,12 @@ def markdown(result: dict) -> str:
               "| --- |" + " --- |" * len(algos)]
     for m, per in result["auc"].items():
         lines.append(f"| {m} | " + " | ".join(_fmt(per[a]) if a in per else "-" for a in algos) + " |")
+    record = result.get("controlled_comparison")
+    if record:
+        lines += ["", "## Settings that differ", "",
+                  "credit: the algorithm's own estimator (and the plan it needs); derived: follows from those; allowed: "
+                  f"another difference, compared with consent (--allow-differences: {record['consent']}).", "",
+                  differences_table(record)]
     lines += ["", "## Costs per run (mean +- std [95% CI])", "", "| cost | " + " | ".join(algos) + " |", "| --- |" + " --- |" * len(algos)]
     for name, per in result["costs"].items():
         lines.append(f"| {name} | " + " | ".join(_fmt(per[a]) if a in per else "-" for a in algos) + " |")
@@ -213,18 +308,22 @@ def markdown(result: dict) -> str:
 
 
 def compare(cfg_path: str | Path, algorithms: Sequence[str], seeds: Sequence[int], out: str | Path, overrides: Sequence[str] = (),
-            launcher: str | None = None, patterns: Sequence[str] = ACCURACY_METRICS, run: bool = True, log=print) -> dict:
-    """Plan (refusing incomparable runs), print the settings that differ, run what is unfinished, aggregate, write
+            launcher: str | None = None, patterns: Sequence[str] = ACCURACY_METRICS, run: bool = True, log=print,
+            allow_differences: bool | Sequence[str] | None = None) -> dict:
+    """Plan (refusing incomparable runs, and runs that differ beyond their credit unless ``allow_differences``
+    consents: :func:`controlled`), print the settings that differ, run what is unfinished, aggregate, write
     ``summary.json`` and ``summary.md``; returns the aggregate."""
     out = Path(out)
     configs = plan(cfg_path, algorithms, seeds, out, overrides)
-    listing = settings_listing(next(iter(configs.values())))
-    log(json.dumps({"effective_settings": listing}, indent=2, default=str))
+    record = controlled(configs, allow_differences)
+    log("[compare] effective settings that differ (credit: the algorithm's own estimator; derived: follows from it):\n"
+        + differences_table(record) + f"\n[compare] consent to other differences: {record['consent']}"
+        + (f" ({', '.join(record['allowed'])})" if record["allowed"] else ""))
     out.mkdir(parents=True, exist_ok=True)
     if run:
         execute(cfg_path, configs, out, overrides, launcher, log)
     result = aggregate(out, algorithms, seeds, patterns)
-    result["effective_settings"] = listing
+    result["controlled_comparison"] = record
     (out / "summary.json").write_text(json.dumps(result, indent=2, default=str))
     text = markdown(result)
     (out / "summary.md").write_text(text)

@@ -31,7 +31,7 @@ class ModelSection:
 
 @dataclass
 class AgentsSection:
-    policy: str = "per_agent"  # "per_agent" (one model per agent) or "lora" (one base, one adapter per agent)
+    policy: str = "per_agent"  # "per_agent" (one model per agent), "lora" (one base, one adapter per agent) or "shared" (one model plays every role, trained on all roles' messages in one update with one optimizer, as the C3 reference launcher's single actor)
     models: list[str] | None = None  # optional per-agent models, each like agent_model.name (per_agent only); default: agent_model.name
     lora_r: int = 16  # LoRA rank
     lora_alpha: int = 32  # LoRA scaling
@@ -44,10 +44,30 @@ class AgentsSection:
 
 @dataclass
 class DatasetSection:
-    train: dict[str, Any] = field(default_factory=dict)  # {name, source (HF name, JSONL path or "synthetic"), split, config, revision, limit, ...}
-    eval: list[dict[str, Any]] = field(default_factory=list)  # eval suites, same keys; ``name`` becomes the datasource in metric keys
-    drop_overlap: bool = False  # drop (instead of refusing) training rows that are evaluation problems
+    # One source {name, source (HF name, JSONL path or "synthetic"), split, config, revision, limit, schema, ...},
+    # or (math) a list of sources mixed into one train set, each with its own ``name`` (its rows' datasource and id
+    # prefix) and optional ``weight``. Without weights the mix is every row of every source once. With a weight on
+    # every source (finite, > 0) it has as many rows as the sources together, N = sum of n_i (each source's rows
+    # after its limit and drop_overlap), and source i gives m_i = N w_i / sum(w) of them (largest-remainder
+    # rounding): a sample without replacement when m_i <= n_i, else every row m_i // n_i times plus a sample of
+    # the rest (a repeat's id gets "#<copy>"). Samples are seeded by (seed, source name): fixed per run seed,
+    # unchanged by source order. So weights proportional to the n_i are plain concatenation.
+    train: dict[str, Any] | list[dict[str, Any]] = field(default_factory=dict)
+    # Eval suites, same keys; ``name`` is the id prefix and the datasource in metric keys unless ``suite`` names
+    # another (specs with one ``suite`` are scored together, e.g. AIME 2024 + 2025 as "aime"). ``num_samples: k``
+    # (default greedy) decodes each item k times with sampling at the suite's ``temperature``/``top_p`` (default:
+    # the algorithm's) and logs avg@k and pass@k' for each k' in ``pass_k`` (default [k]); docs/metrics.md.
+    eval: list[dict[str, Any]] = field(default_factory=list)
+    drop_overlap: bool = False  # drop (instead of refusing) training rows that are evaluation problems, from every train source
     base_dir: str | None = None  # where relative paths resolve (set to the config file's folder when loaded)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.train, (dict, list)) or (isinstance(self.train, list) and not all(isinstance(s, dict) for s in self.train)):
+            raise ValueError(f"train must be one source (a mapping) or a list of sources (mappings), got {self.train!r}")
+
+    def train_sources(self) -> list[dict[str, Any]]:
+        """The train source specs as a list (one for the single-mapping form, none when it is empty)."""
+        return list(self.train) if isinstance(self.train, list) else ([self.train] if self.train else [])
 
 
 @dataclass
@@ -280,9 +300,29 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         algo_values.setdefault("seed", seed)
     algo = bind(algo_cls, algo_values, own)
     domain_cfg = bind(domain.config_cls, raw.get(domain_name), domain_name) if domain.config_cls else dict(raw.get(domain_name) or {})
-    if sections["agents"].policy not in ("per_agent", "lora"):
-        raise ConfigError(f"agents.policy must be 'per_agent' or 'lora', got {sections['agents'].policy!r}")
+    if sections["agents"].policy not in ("per_agent", "lora", "shared"):
+        raise ConfigError(f"agents.policy must be 'per_agent', 'lora' or 'shared', got {sections['agents'].policy!r}")
+    if sections["agents"].policy == "shared":
+        _check_shared_policy(sections["agents"], getattr(algo, "agent_learning_rate", None))
     if sections["wandb"].mode not in ("offline", "online", "disabled"):
         raise ConfigError(f"wandb.mode must be offline, online or disabled, got {sections['wandb'].mode!r}")
     return RunConfig(algorithm=algorithm, domain=domain_name, seed=seed, sections=sections, algo=algo, domain_cfg=domain_cfg,
                      raw=raw, source=Path(path) if path else None)
+
+
+def _check_shared_policy(ag: AgentsSection, base_lr: float | None) -> None:
+    """``agents.policy: shared`` is one model: no per-agent models, no frozen role, one learning rate."""
+    if ag.models:
+        raise ConfigError("agents.models lists one model per agent, but agents.policy: shared trains one model for every "
+                          "role (agent_model.name); remove agents.models or use agents.policy: per_agent")
+    frozen = sorted(r for r, v in ag.trainable.items() if v is False)
+    if frozen:
+        raise ConfigError(f"agents.trainable: false for {frozen} under agents.policy: shared would freeze the one model every "
+                          "role plays; use agents.policy: per_agent to freeze a role")
+    rates = {float(v) for v in ag.learning_rate.values() if isinstance(v, (int, float))}
+    if base_lr is not None:
+        rates |= {float(base_lr) * float(v) for v in ag.learning_rate_scale.values() if isinstance(v, (int, float))}
+    if len(rates) > 1:
+        raise ConfigError(f"agents.learning_rate / learning_rate_scale give the roles different learning rates {sorted(rates)} "
+                          "under agents.policy: shared, one model with one optimizer; give one rate (the algorithm's "
+                          "agent_learning_rate) or use agents.policy: per_agent")

@@ -281,3 +281,51 @@ def normalize_advantages(adv: np.ndarray, mode: str = "none", groups: np.ndarray
     mean = np.bincount(g, weights=a) / size
     std = np.sqrt(np.bincount(g, weights=(a - mean[g]) ** 2) / size)
     return (a - mean[g]) / np.maximum(std[g], eps)
+
+
+CREDITS = ("loo", "value_assisted")
+
+
+def value_assisted_advantages(values: np.ndarray, q: np.ndarray, alpha: float = 1.0, eps: float = 1e-8) -> np.ndarray:
+    """Value-assisted C3 credit for a batch of groups, z-scored per group: the C3 reference code's default.
+
+    ``values`` ``[..., n, c]`` holds each alternative's continuation returns (NaN = no continuation),
+    ``q`` ``[..., n]`` a learned decision-value critic's ``Q_hat(h_u, a_j)`` for each alternative. The
+    alternative's mean return is compared with a baseline that mixes C3's leave-one-out baseline over the
+    other alternatives' returns and the same baseline over their critic values:
+
+    ``A_j = mean(R_j) - [(1 - alpha) b^R_j + alpha b^Q_j]``, ``b^X_j = sum_{k!=j} c_k X_k / sum_{k!=j} c_k``,
+
+    that is ``A_j = LOO_j + alpha (b^R_j - b^Q_j)``: the leave-one-out advantage plus ``alpha`` times how far
+    the critic's values of the other alternatives fall below their observed mean returns (a critic that
+    predicts those means adds nothing, whatever ``alpha``). Then ``A`` is z-scored over the group's ``n``
+    alternatives with its population variance, ``(A - mean) / sqrt(var + eps)``: a group whose credit is
+    constant gets 0, and a 2-alternative group always gets +-1 (or 0). ``alpha`` in ``[0, 1]``; 0 gives the
+    z-scored leave-one-out advantage.
+
+    This is the formula of ``C3CreditProvider.compute`` (``c3/credit/c3/provider.py``, variant
+    ``value_assisted``, baseline mode ``loo``, ``c3_va_alpha`` default 1) and of the per-group z-score that
+    ``_compute_c3_credit`` (``openrlhf/trainer/ppo_utils/experience_maker.py``) applies, in the C3
+    authors' reference implementation (github.com/EIT-EAST-Lab/C3). Their sibling baselines are plain
+    means over the other nodes; the continuation weights ``c_k`` here equal them in a uniform tree.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    q = np.asarray(q, dtype=np.float64)
+    if not 0.0 <= float(alpha) <= 1.0:
+        raise ValueError(f"value_assisted_advantages: alpha must be in [0, 1], got {alpha}")
+    if q.shape != values.shape[:-1]:
+        raise ValueError(f"value_assisted_advantages: critic values {q.shape} do not match groups {values.shape[:-1]}")
+    if not np.all(np.isfinite(q)):
+        raise ValueError("value_assisted_advantages: a critic value is not finite")
+    loo = loo_advantages_batch(values)  # validates the groups
+    counts = (~np.isnan(values)).sum(-1).astype(np.float64)
+    means = np.where(np.isnan(values), 0.0, values).sum(-1) / counts
+    rest = counts.sum(-1, keepdims=True) - counts
+
+    def baseline(x: np.ndarray) -> np.ndarray:
+        weighted = counts * x
+        return (weighted.sum(-1, keepdims=True) - weighted) / rest
+
+    adv = loo + float(alpha) * (baseline(means) - baseline(q))
+    centred = adv - adv.mean(-1, keepdims=True)
+    return centred / np.sqrt((centred ** 2).mean(-1, keepdims=True) + float(eps))

@@ -144,6 +144,8 @@ def decision_report(groups: np.ndarray, outcomes: np.ndarray | None = None, seed
                            "reward_mean": float(groups.mean())}
     if c < 2:
         rep["note"] = "last decision point: each alternative's return is its own reward (c = 1), so no split-half or noise law"
+        if n >= 2:  # its signal plus the reward's own noise, which c = 1 cannot split (c3 advise)
+            rep["reward_variance"] = float(np.mean(np.nanmean(groups, -1).var(-1, ddof=1)))
         return rep
     even, odd = groups[..., 0::2], groups[..., 1::2]
 

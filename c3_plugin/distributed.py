@@ -217,7 +217,10 @@ def engine_config(section: Any, max_grad_norm: float) -> dict[str, Any]:
 def make_engine(model: torch.nn.Module, params: Sequence[torch.nn.Parameter], lr: float, section: Any,
                 max_grad_norm: float, optimizer_kwargs: dict[str, Any] | None = None):
     """A DeepSpeed engine over ``model`` that optimises ``params`` with AdamW (torch's, or DeepSpeed's
-    CPU Adam when the optimizer is offloaded), the same hyper-parameters as the one-process run."""
+    CPU Adam when the optimizer is offloaded), the same hyper-parameters as the one-process run
+    (``optimizer_kwargs``: :func:`c3_plugin.trainers.optim.adam_kwargs` for a policy). The engine gets no
+    DeepSpeed scheduler: a policy's learning-rate schedule writes ``engine.optimizer.param_groups`` before
+    each step (:class:`c3_plugin.trainers.optim.LRSchedule`)."""
     import deepspeed
 
     kwargs = {"lr": float(lr), **(optimizer_kwargs or {})}

@@ -3,12 +3,12 @@
 The arithmetic (bytes; ``P`` parameters of one agent's model, ``b`` bytes per element of the
 compute dtype: 2 for bfloat16, 4 for float32):
 
-Held for the whole run, per agent on the device
+Held for the whole run, per agent on the device (once for ``agents.policy: shared``, one model for every role)
   * ``weights_fp32_master``: ``4 P`` (fp32 master weights; a LoRA agent: ``4 P_lora``)
   * ``optimizer_states``: ``8 P`` (Adam's two fp32 moments; LoRA: ``8 P_lora``)
 Held once
   * ``lora_base``: ``b P`` (the frozen base all adapters share, in the compute dtype)
-  * ``reference``: ``b P`` per agent when a reference KL is enabled
+  * ``reference``: ``b P`` per agent (per model) when a reference KL is enabled or ``kl_reward_coef`` > 0
   * ``critic``: ``16 P_critic`` (MAPPO: fp32 weights, gradients, Adam moments)
 Transient, one agent at a time (gradients are freed after each agent's update)
   * ``gradients_fp32``: ``4 P`` (LoRA: ``4 P_lora``)
@@ -152,7 +152,7 @@ def estimate_memory(shape: ModelShape, compute_dtype: str, policy: str, agents: 
         per_agent = dict(model_states["per_agent"])
         in_update = dict(model_states.get("update", {}))
         in_generation = dict(model_states.get("generation", {}))
-    shared = {"lora_base": b * p if lora else 0.0, "reference": b * p * agents if reference else 0.0,
+    shared = {"lora_base": b * p if lora else 0.0, "reference": b * p * (1 if lora else agents) if reference else 0.0,  # one copy per distinct model
               "critic": 16 * critic.params if critic is not None else 0.0}
     copy = 2 * p if b == 2 and not lora else 0.0
     transient = {
@@ -233,11 +233,12 @@ def memory_inputs(cfg: Any, workflow: Any, ranks: int = 1) -> dict[str, Any]:
     if getattr(a, "generation_batch_size", None):
         sequences = min(sequences, int(a.generation_batch_size))
     lora = cfg.agents.policy == "lora"
-    return dict(shape=shape, compute_dtype=m.dtype, policy=cfg.agents.policy, agents=workflow.num_agents,
+    models = 1 if cfg.agents.policy == "shared" else workflow.num_agents  # agents.policy: shared holds one model's states
+    return dict(shape=shape, compute_dtype=m.dtype, policy=cfg.agents.policy, agents=models,
                 micro_batch_size=int(getattr(a, "micro_batch_size", 1)), completion_tokens=max(caps),
                 seq_tokens=int(m.prompt_tokens) + sum(caps), generation_sequences=sequences,
                 lora_params=lora_parameter_estimate(shape, cfg.agents.lora_r, len(cfg.agents.lora_target_modules)) if lora else 0.0,
-                reference=reference_kl_enabled(a), critic=critic, device_memory_gb=m.device_memory_gb,
+                reference=reference_kl_enabled(a) or float(getattr(a, "kl_reward_coef", 0.0) or 0.0) > 0, critic=critic, device_memory_gb=m.device_memory_gb,
                 engine=({"fraction": a.vllm_gpu_memory_utilization, "kv_cache_gib": a.vllm_kv_cache_gb,
                          "sleeps": a.vllm_enable_sleep_mode}
                         if getattr(a, "generation_backend", "hf") == "vllm" else None))

@@ -1,4 +1,5 @@
-"""Loading the team's policies: one model per agent, or one base model with one LoRA adapter per agent."""
+"""Loading the team's policies: one model per agent, one base model with one LoRA adapter per agent, or one
+model that plays every role."""
 
 from __future__ import annotations
 
@@ -79,8 +80,11 @@ def load_model(model: ModelSection, name: str | None = None) -> Any:
 
 
 def load_policies(model: ModelSection, agents: AgentsSection, num_agents: int) -> tuple[list[Any], Any, bool]:
-    """``(models, tokenizer, lora_adapters)``: ``models[a]`` plays agent ``a``."""
+    """``(models, tokenizer, lora_adapters)``: ``models[a]`` plays agent ``a``. ``agents.policy: shared`` loads one
+    model and gives it to every agent (the same module object), which the workflow trainers train as one policy."""
     tok = load_tokenizer(model)
+    if agents.policy == "shared":
+        return [load_model(model)] * num_agents, tok, False
     if agents.policy == "lora":
         from peft import LoraConfig, get_peft_model
 

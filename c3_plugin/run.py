@@ -155,38 +155,66 @@ def expected_budget(cfg: RunConfig, workflow: Workflow, train: Any) -> dict[str,
     return out
 
 
-CREDIT = {"c3": "leave-one-out over counterfactual continuations", "magrpo": "group baseline over B joint runs ({advantage_mode})",
-          "mappo": "critic values, GAE over decision points"}
-SETTINGS = ("plan", "advantage_scaling", "advantage_per_token", "loss_aggregation", "agent_learning_rate",
-            "clip_eps", "clip_eps_high", "max_grad_norm", "ppo_epochs", "instances_per_update", "minibatch_size",
-            "micro_batch_size", "temperature", "top_p", "top_k", "max_new_tokens", "num_train_epochs")
+CREDIT = {"c3": "leave-one-out over counterfactual continuations (credit: {credit})",
+          "magrpo": "group baseline over B joint runs ({advantage_mode})", "mappo": "critic values, GAE over decision points"}
+SETTINGS = ("estimator", "optimizer_updates_per_agent", "updates_per_1k_env_steps", "expected_env_steps")  # rows besides the config's fields: the credit in words, the budget
+DERIVED = ("estimator", "optimizer_updates_per_agent", "updates_per_1k_env_steps")  # follow from fields (the plan a credit needs, a critic's warm-up): shown, never refused themselves
+ABSENT = "(absent)"  # a field the algorithm's config does not have
 
 
-def optimisation_settings(cfg: RunConfig, workflow: Workflow, train: Any) -> dict[str, Any]:
-    """Every effective optimisation setting of the config's algorithm and of each other workflow algorithm
-    whose section the config holds (the head-to-head a shared base config sets up), and which of them differ."""
+def optimisation_settings(cfg: RunConfig, workflow: Workflow, train: Any, algorithms: Any = None) -> dict[str, Any]:
+    """Every effective setting of the config's algorithm and of each other workflow algorithm whose section the
+    config holds (the head-to-head a shared base config sets up), or of ``algorithms``; which differ; and which of
+    those a controlled comparison refuses.
+
+    A row holds every field of the algorithm's config dataclass (walked, so new fields are picked up) except
+    :data:`c3_plugin.estimator_rules.NOT_OPTIMISATION` (output, logging, throughput), plus :data:`SETTINGS` (the budget
+    rows only when ``workflow`` and ``train`` are given).
+    ``credit_fields``: per algorithm, the fields that are its credit (:func:`c3_plugin.estimator_rules.credit_fields`).
+    ``uncontrolled``: per differing key, the algorithm pairs that differ in it although it is the credit of neither
+    of the two (what ``c3 compare`` refuses without ``--allow-differences``)."""
+    from dataclasses import fields, is_dataclass
+    from itertools import combinations
+
+    from .estimator_rules import NOT_OPTIMISATION, credit_fields
     from .registry import section
 
     if not hasattr(cfg.algo, "plan"):  # preference and centralized trainers: CoMLRL's own loops, another workflow
-        return {"settings": {}, "differ": []}
-    names = [cfg.algorithm] + [n for n in ("c3", "magrpo", "mappo") if n != cfg.algorithm and n in cfg.raw]
+        return {"settings": {}, "differ": [], "credit_fields": {}, "uncontrolled": {}, "ignored": []}
+    names = list(algorithms) if algorithms else [cfg.algorithm] + [n for n in ("c3", "magrpo", "mappo") if n != cfg.algorithm and n in cfg.raw]
     table: dict[str, dict[str, Any]] = {}
+    credit: dict[str, set[str]] = {}
     for name in names:
         other = cfg if name == cfg.algorithm else load_config(data={**cfg.raw, "algorithm": name})
         a = other.algo
-        if not hasattr(a, "plan"):
+        if not hasattr(a, "plan") or not is_dataclass(a):
             continue
-        row = {k: getattr(a, k) for k in SETTINGS if hasattr(a, k)}
-        row["credit"] = CREDIT.get(name, name).format(advantage_mode=getattr(a, "advantage_mode", ""))
-        budget = expected_budget(other, workflow, train)
-        row["optimizer_updates_per_agent"] = budget["expected_optimizer_updates_per_agent"]
-        row["updates_per_1k_env_steps"] = [round(1000 * u / max(1, budget["expected_env_steps"]), 3)
-                                           for u in budget["expected_optimizer_updates_per_agent"]]
-        row["expected_env_steps"] = budget["expected_env_steps"]
+        row = {f.name: getattr(a, f.name) for f in fields(a) if f.name not in NOT_OPTIMISATION and not f.name.startswith("_")}
+        row["estimator"] = CREDIT.get(name, name).format(**{f.name: getattr(a, f.name) for f in fields(a)})
+        if workflow is not None and train is not None:  # without them (a config-only check): the fields alone
+            budget = expected_budget(other, workflow, train)
+            row["optimizer_updates_per_agent"] = budget["expected_optimizer_updates_per_agent"]
+            row["updates_per_1k_env_steps"] = [round(1000 * u / max(1, budget["expected_env_steps"]), 3)
+                                               for u in budget["expected_optimizer_updates_per_agent"]]
+            row["expected_env_steps"] = budget["expected_env_steps"]
         table[section(name)] = row
+        credit[section(name)] = credit_fields(name, type(a))
     keys = sorted({k for row in table.values() for k in row})
-    differ = sorted(k for k in keys if len({json.dumps(row.get(k), default=str) for row in table.values()}) > 1)
-    return {"settings": table, "differ": differ}
+
+    def value(algo: str, key: str) -> str:
+        return json.dumps(table[algo].get(key, ABSENT), default=str, sort_keys=True)
+
+    differ = sorted(k for k in keys if len({value(a, k) for a in table}) > 1)
+    uncontrolled: dict[str, list[str]] = {}
+    for key in differ:
+        if key in DERIVED:
+            continue
+        pairs = [f"{a} vs {b}" for a, b in combinations(table, 2)
+                 if value(a, key) != value(b, key) and key not in credit[a] | credit[b]]
+        if pairs:
+            uncontrolled[key] = pairs
+    return {"settings": table, "differ": differ, "credit_fields": {a: sorted(c & set(keys)) for a, c in credit.items()},
+            "uncontrolled": uncontrolled, "ignored": sorted(NOT_OPTIMISATION)}
 
 
 def prepare(cfg: RunConfig):
@@ -260,9 +288,10 @@ def dry_run_report(cfg: RunConfig) -> dict[str, Any]:
     from .memory import memory_report
 
     report["memory"] = memory_report(cfg, workflow)
-    from .cluster import cluster_plan
+    from .cluster import cluster_plan, gpu_hours
 
     report["cluster"] = cluster_plan(cfg, workflow, train)
+    report["gpu_hours"] = gpu_hours(cfg, workflow, train)  # the run's and the experiment's GPU-hours on that cluster
     report["optimisation"] = optimisation_settings(cfg, workflow, train)
     from .model_check import check_models
 

@@ -19,6 +19,13 @@ message is best. Two variants share it (:data:`ENV_VARIANTS`):
   it add noise as before. The near-uniform initial Actor writes it about once in ``vocab`` runs; in a
   run's reward its effect is masked by the first agent's larger one (and by the Bernoulli outcome).
 
+A second environment (:class:`MatchChainEnv`) is a chain whose later agents must answer the message they
+read (a seeded good reply per message read, worth ``gains[u - 1]``), after a first agent whose messages are
+worth ``first_values``. Two regimes of the C3-vs-MAGRPO study use it (:data:`REGIMES`): a learner downstream of
+a teammate whose variance persists (frozen, or learning at 0.1x the step size: ``LearningSetup.lr_scale``,
+per agent, 0 = never updated), and an all-trained 4-agent chain whose first agent decides.
+:func:`exact_diagnosis` gives what ``c3 diagnose`` would estimate there, exactly, for ``c3 advise``.
+
 Rollouts go through the real machinery: :func:`~c3_plugin.rollout.materialize`
 with :class:`~c3_plugin.synthetic.SyntheticBackend`, whose behaviour log-probs are the log
 softmax of the current logits because the environment's ``policy`` is the trainable one.
@@ -36,7 +43,7 @@ The estimators see the same number of terminal reward calls per update:
   exact ``Q(h, a) - V(h)`` of each message, enumerated. It is the ceiling of what credit can buy on
   these samples: the learning curve of noise-free per-agent credit.
 
-The update is the exact softmax policy gradient of ``sum_u mean_{messages at u} A * log pi``:
+The update is the exact softmax policy gradient (times the agent's ``lr_scale``) of ``sum_u mean_{messages at u} A * log pi``:
 per decision point a mean over its messages, so every unbiased estimator's expected step is the same
 ``lr * sum_u E[(Q - V) grad log pi]`` (the group-mean baseline's is ``(B - 1) / B`` of it, because a run
 is part of its own baseline) and the methods differ in the noise of their advantages.
@@ -78,11 +85,23 @@ class LearningSetup:
     critic_init: float = 0.5  # V_hat of a context never seen (the middle of the reward range)
     copies: int = 1  # instances of the task per update (each runs the whole plan)
     eval_every: int = 4  # updates between exact evaluations of the success probability
+    lr_scale: tuple[float, ...] = ()  # per agent (workflow agent index) multiplier of lr; 0 = frozen (never updated); () = 1 for all
+    env: str = "decisive_first"  # environment class (ENVIRONMENTS): decisive_first, or match_chain (first_values, gains)
+    first_values: tuple[float, ...] = ()  # match_chain: success probability of each first message (a seeded permutation per task)
+    gains: tuple[float, ...] = ()  # match_chain: what decision point u >= 1 adds by writing the good reply to the message it reads
 
     @property
     def leaves(self) -> int:
         """Terminal reward calls per instance and update, for every method (equal env steps)."""
         return math.prod(self.tree)
+
+    def agent_scales(self, workflow: Workflow) -> dict[str, float]:
+        """Each role's multiplier of ``lr``: ``lr_scale[agent]`` of the agent that plays it (1 without ``lr_scale``)."""
+        if self.lr_scale and len(self.lr_scale) != workflow.num_agents:
+            raise ValueError(f"lr_scale has {len(self.lr_scale)} entries but the workflow has {workflow.num_agents} agents")
+        if any(x < 0 for x in self.lr_scale):
+            raise ValueError(f"lr_scale {self.lr_scale}: multipliers must be >= 0 (0 freezes an agent)")
+        return {name: float(self.lr_scale[role.agent]) if self.lr_scale else 1.0 for name, role in workflow.roles.items()}
 
     def plan(self, method: str) -> str:
         """The rollout plan a method samples: C3's tree, or as many independent runs as it has leaves."""
@@ -122,7 +141,31 @@ class TabularSoftmaxPolicy:
         self.version += 1
 
 
-class DecisiveFirstEnv(SyntheticEnv):
+class TrainableEnv(SyntheticEnv):
+    """A :class:`SyntheticEnv` whose policies are a trainable :class:`TabularSoftmaxPolicy` (``self.learner``):
+    cached exact values are dropped whenever the policies move. Subclasses set ``learner`` and ``_cached_version``
+    and define ``good_index`` (the first agent's best message)."""
+
+    learner: TabularSoftmaxPolicy
+
+    def policy(self, role: str, context: str) -> np.ndarray:
+        return self.learner.probs(role, context)
+
+    def value(self, item: Mapping[str, Any], outputs: Sequence[str] = ()) -> float:
+        if self._cached_version != self.learner.version:  # the policies moved: every cached V is stale
+            self._value.clear()
+            self._cached_version = self.learner.version
+        return super().value(item, outputs)
+
+    def good_index(self, item: Mapping[str, Any]) -> int:
+        raise NotImplementedError
+
+    def first_good(self, item: Mapping[str, Any]) -> float:
+        """The first agent's probability of writing its best message (the part of success it controls)."""
+        return float(self.policy(*self.context(item, ()))[self.good_index(item)])
+
+
+class DecisiveFirstEnv(TrainableEnv):
     """A :class:`SyntheticEnv` whose first decision point decides the outcome and whose policies train.
 
     Success probability of a path: ``high`` if the first message is the task's good one (a seeded
@@ -163,16 +206,9 @@ class DecisiveFirstEnv(SyntheticEnv):
         self._reward_prob: dict[tuple[str, tuple[str, ...]], float] = {}
         self._cached_version = learner.version
 
-    def policy(self, role: str, context: str) -> np.ndarray:
-        return self.learner.probs(role, context)
-
     def good_index(self, item: Mapping[str, Any]) -> int:
         """Index in ``self.messages`` of the first agent's good message for this task (seeded by the question)."""
         return int(_seeded(self.seed, "good", item["question"]).integers(len(self.messages)))
-
-    def first_good(self, item: Mapping[str, Any]) -> float:
-        """The first agent's probability of writing the good message (the part of success it controls)."""
-        return float(self.policy(*self.context(item, ()))[self.good_index(item)])
 
     def harmful_index(self, item: Mapping[str, Any]) -> int:
         """Index in ``self.messages`` of the Actor's harmful message for this task (seeded by the question;
@@ -211,11 +247,69 @@ class DecisiveFirstEnv(SyntheticEnv):
             self._reward_prob[key] = float(p)
         return self._reward_prob[key]
 
-    def value(self, item: Mapping[str, Any], outputs: Sequence[str] = ()) -> float:
-        if self._cached_version != self.learner.version:  # the policies moved: every cached V is stale
-            self._value.clear()
-            self._cached_version = self.learner.version
-        return super().value(item, outputs)
+
+class MatchChainEnv(TrainableEnv):
+    """A chain whose later agents must answer the message they read, with trainable policies.
+
+    Every decision point after the first reads only the one before it. Success probability of a path:
+    ``first_values[perm(k)]`` for the first message ``m_k`` (``perm`` a seeded permutation per question),
+    plus ``gains[u - 1]`` for every later decision point ``u`` whose message is the good reply to the
+    message it reads (a seeded index per (question, u, message read)), nothing otherwise. So a later
+    agent's best message depends on its teammate's, and the first agent's choice moves success by the
+    spread of ``first_values`` whatever the others do. Two regimes of the bench use it
+    (:data:`REGIMES`): a wide spread upstream with a frozen or slow first agent (its variance persists)
+    in front of a learning second agent; and a decisive first agent in an all-trained 4-agent chain.
+    ``policy`` is the trainable :class:`TabularSoftmaxPolicy`, so :meth:`value` enumerates the exact
+    success of the current team.
+    """
+
+    def __init__(self, workflow: Workflow, learner: TabularSoftmaxPolicy, first_values: Sequence[float],
+                 gains: Sequence[float], seed: int = 0):
+        steps = workflow.steps
+        if any(st.kind != "decision" for st in steps):
+            raise ValueError("MatchChainEnv: the workflow must be decision points only (no feedback steps)")
+        for prev, st in zip(steps, steps[1:]):
+            if tuple(st.reads) != (prev.name,):
+                raise ValueError(f"MatchChainEnv: decision point {st.name} must read exactly the one before it ({prev.name})")
+        if len(first_values) != learner.vocab:
+            raise ValueError(f"MatchChainEnv: {len(first_values)} first_values for {learner.vocab} messages; give one per message")
+        if len(gains) != len(steps) - 1 or any(g < 0 for g in gains):
+            raise ValueError(f"MatchChainEnv: gains needs one value >= 0 per later decision point ({len(steps) - 1}), got {list(gains)}")
+        if min(first_values) < 0 or max(first_values) + sum(gains) > 1:
+            raise ValueError("MatchChainEnv: first_values must be >= 0 and max(first_values) + sum(gains) <= 1")
+        super().__init__(workflow, vocab=learner.vocab, seed=seed, reward_low=min(first_values), reward_high=max(first_values) + sum(gains))
+        self.learner, self.first_values, self.gains = learner, tuple(float(x) for x in first_values), tuple(float(g) for g in gains)
+        self.actor_step = None  # no harmful message (DecisiveFirstEnv's masked variant)
+        self._prefix = [workflow.roles[st.name].prefix for st in steps]
+        self._reward_prob: dict[tuple[str, tuple[str, ...]], float] = {}
+        self._cached_version = learner.version
+
+    def first_value(self, item: Mapping[str, Any], k: int) -> float:
+        """Success probability the first message ``m_k`` contributes (before the later agents' gains)."""
+        perm = _seeded(self.seed, "first", item["question"]).permutation(len(self.messages))
+        return self.first_values[int(perm[k])]
+
+    def good_index(self, item: Mapping[str, Any]) -> int:
+        """Index of the first agent's best message (the largest ``first_values`` entry; the later gains cannot change it)."""
+        return int(np.argmax([self.first_value(item, k) for k in range(len(self.messages))]))
+
+    def reply_index(self, item: Mapping[str, Any], u: int, read: str) -> int:
+        """Index of decision point ``u``'s good reply to the message ``read`` (its predecessor's output)."""
+        return int(_seeded(self.seed, "reply", item["question"], u, read).integers(len(self.messages)))
+
+    def harmful(self, item: Mapping[str, Any]) -> None:
+        return None
+
+    def reward_prob(self, item: Mapping[str, Any], outputs: Sequence[str]) -> float:
+        key = (str(item["question"]), tuple(outputs))
+        if key not in self._reward_prob:
+            first = self.messages.index(outputs[0][len(self._prefix[0]):])
+            p = self.first_value(item, first)
+            for u in range(1, len(outputs)):
+                good = self._prefix[u] + self.messages[self.reply_index(item, u, outputs[u - 1])]
+                p += self.gains[u - 1] * (outputs[u] == good)
+            self._reward_prob[key] = float(p)
+        return self._reward_prob[key]
 
 
 def variance_decomposition(env: SyntheticEnv, item: Mapping[str, Any]) -> dict[str, Any]:
@@ -338,21 +432,40 @@ def policy_gradient(learner: TabularSoftmaxPolicy, rollout: Rollout, adv: Sequen
     return grads
 
 
-def make_env(setup: LearningSetup, seed: int) -> DecisiveFirstEnv:
+WORKFLOWS: dict[str, dict[str, Any]] = {  # workflows of the studies that are not builtins (LearningSetup.workflow)
+    "chain4": {"name": "chain4", "agents": 4, "roles": {
+        "Planner": {"agent": 0, "template": "{question}"},
+        "Solver": {"agent": 1, "reads": ["Planner"], "template": "{question}\n\n{context}"},
+        "Critic": {"agent": 2, "reads": ["Solver"], "template": "{question}\n\n{context}"},
+        "Verifier": {"agent": 3, "reads": ["Critic"], "template": "{question}\n\n{context}"}}},
+}
+ENVIRONMENTS = ("decisive_first", "match_chain")  # LearningSetup.env
+
+
+def make_env(setup: LearningSetup, seed: int) -> TrainableEnv:
     """The study's environment for one seed, with fresh policies."""
     learner = TabularSoftmaxPolicy(setup.vocab, seed=seed, init_scale=setup.init_scale)
-    return DecisiveFirstEnv(load_workflow(setup.workflow), learner, seed=seed, high=setup.high, low=setup.low, noise=setup.noise,
+    wf = load_workflow(WORKFLOWS.get(setup.workflow, setup.workflow))
+    if setup.env == "match_chain":
+        return MatchChainEnv(wf, learner, setup.first_values, setup.gains, seed=seed)
+    if setup.env != "decisive_first":
+        raise ValueError(f"unknown env {setup.env!r}; use one of {ENVIRONMENTS}")
+    return DecisiveFirstEnv(wf, learner, seed=seed, high=setup.high, low=setup.low, noise=setup.noise,
                             actor_penalty=setup.actor_penalty)
 
 
-def train(method: str, seed: int, env_steps: int, setup: LearningSetup = LearningSetup(), question: str = "task") -> list[dict]:
-    """Train one team with ``method`` for ``env_steps`` terminal reward calls. Rows: ``env_step``, ``messages``
+def train(method: str, seed: int, env_steps: int, setup: LearningSetup = LearningSetup(), question: str = "task",
+          env: TrainableEnv | None = None) -> list[dict]:
+    """Train one team with ``method`` for ``env_steps`` terminal reward calls, each agent's step ``lr`` times its
+    ``setup.lr_scale`` multiplier (an agent at 0 is frozen: its logits never change). Rows: ``env_step``, ``messages``
     (written so far), ``seed``, the exact ``success`` probability, ``first_good`` (the first agent's
     probability of the good message) and ``harmful`` (the team's probability of writing the Actor's harmful
-    message; ``None`` without a penalty), every ``setup.eval_every`` updates and at the start and the end."""
-    env = make_env(setup, seed)
+    message; ``None`` without a penalty), every ``setup.eval_every`` updates and at the start and the end. ``env``: the
+    environment to train (default ``make_env(setup, seed)``), so a caller can read its policies afterwards."""
+    env = env if env is not None else make_env(setup, seed)
     plan = parse_plan(setup.plan(method))
     wf = env.workflow
+    scale = setup.agent_scales(wf)  # role -> lr multiplier; 0: the role's logits are never updated
     sample_seed, reward_seed = np.random.SeedSequence([seed, 1]).spawn(2)
     backend = SyntheticBackend(env, seed=int(sample_seed.generate_state(1)[0]))
     rng = np.random.default_rng(reward_seed)
@@ -375,7 +488,7 @@ def train(method: str, seed: int, env_steps: int, setup: LearningSetup = Learnin
             raise RuntimeError(f"{method}: {spent['env_steps']} env steps in an update, expected {per_update}")
         messages += spent["messages"]
         grads = policy_gradient(env.learner, rollout, advantages(method, rollout, setup, critic, env))
-        env.learner.step({k: setup.lr * g for k, g in grads.items()})
+        env.learner.step({k: setup.lr * scale[k[0]] * g for k, g in grads.items() if scale[k[0]] > 0})
         if t % setup.eval_every == 0 or t == updates:
             rows.append(row(t * per_update, messages))
     return rows
@@ -393,3 +506,42 @@ ENV_VARIANTS: dict[str, dict[str, Any]] = {  # name -> LearningSetup overrides o
     # before and the Actor adds no noise (0.4 > 0.2 + 2 * 0.08 and 0.2 > 2 * 0.08: both orders hold whatever the others do)
     "masked later mistake": {"actor_penalty": 0.2},
 }
+
+# The two regimes of the C3-vs-MAGRPO study (bench/estimator_to_learning.py --study regimes): name -> LearningSetup
+# overrides. MatchChainEnv in both; each method at its own best lr.
+REGIMES: dict[str, dict[str, Any]] = {
+    # Reasoner -> Actor: the Reasoner's messages are worth 0, 0.1, 0.7, 0.8 (variance 0.125 under a uniform
+    # Reasoner) and it is frozen, so that variance persists; the Actor gains 0.2 by answering its Reasoner's message
+    # with the good reply, which depends on that message. C3's tree [2, 4] against independent 8.
+    "downstream learner (frozen upstream)": {"env": "match_chain", "workflow": "reasoner_actor", "first_values": (0.0, 0.1, 0.7, 0.8),
+                                             "gains": (0.2,), "tree": (2, 4), "lr_scale": (0.0, 1.0)},
+    # the same with the Reasoner learning at 0.1x the step size
+    "downstream learner (slow upstream)": {"env": "match_chain", "workflow": "reasoner_actor", "first_values": (0.0, 0.1, 0.7, 0.8),
+                                           "gains": (0.2,), "tree": (2, 4), "lr_scale": (0.1, 1.0)},
+    # Planner -> Solver -> Critic -> Verifier, all trained: the Planner decides (0.7 for one message, 0.3 for the others),
+    # each later agent gains 0.05 by the good reply. At 16 env steps C3's tree [2, 2, 2, 2] gives the Planner 2
+    # alternatives per update, independent 16 gives it 16 runs.
+    "all-trained 4-agent chain": {"env": "match_chain", "workflow": "chain4", "first_values": (0.7, 0.3, 0.3, 0.3),
+                                  "gains": (0.05, 0.05, 0.05), "tree": (2, 2, 2, 2)},
+}
+
+
+def exact_diagnosis(env: SyntheticEnv, item: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``c3 diagnose`` estimates, exactly, for the current policies, in diagnose.json's shape (the fields
+    :mod:`c3_plugin.advise` reads): per decision point ``u`` the signal ``signal_S = E[Var_a Q(h_u, a)]`` and,
+    before the last, ``return_variance`` = sigma_u^2 = ``E[Var(R | h_u, a_u)]`` (every later choice and the outcome);
+    at the last, ``reward_variance`` = its signal + the outcome variance (what diagnose measures there, c = 1); and
+    the Bernoulli ``outcome_variance`` E[p (1 - p)], which a diagnosis cannot split from the last signal."""
+    d = variance_decomposition(env, item)
+    dec, outcome = d["decisions"], d["outcome"]
+    k = len(dec)
+    rows = []
+    for u, role in enumerate(env.workflow.decision_points()):
+        row: dict[str, Any] = {"u": u, "role": role, "signal_S": dec[u]}
+        if u < k - 1:
+            row["return_variance"] = float(sum(dec[u + 1:]) + outcome)
+        else:
+            row["reward_variance"] = float(dec[u] + outcome)
+        rows.append(row)
+    return {"workflow": env.workflow.name, "decision_points": env.workflow.decision_points(), "source": "exact",
+            "decisions": rows, "outcome_variance": float(outcome), "reward_variance_total": d["total"]}

@@ -105,7 +105,7 @@ def test_head_to_head_dry_run_lists_every_effective_setting():
     assert set(opt["settings"]) == {"c3", "magrpo", "mappo"}
     c3, magrpo, mappo = (opt["settings"][k] for k in ("c3", "magrpo", "mappo"))
     assert c3["plan"] == "tree [2, 4]" and magrpo["plan"] == mappo["plan"] == "independent 8"
-    assert (c3["advantage_scaling"], magrpo["advantage_scaling"], mappo["advantage_scaling"]) == ("none", "group_zscore", "batch_zscore")
+    assert (c3["advantage_scaling"], magrpo["advantage_scaling"], mappo["advantage_scaling"]) == ("none", "none", "batch_zscore")
     assert mappo["advantage_per_token"] is True
     for key in ("loss_aggregation", "agent_learning_rate", "clip_eps", "updates_per_1k_env_steps", "expected_env_steps"):
         assert key in c3 and key not in ("differ",)

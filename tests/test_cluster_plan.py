@@ -175,3 +175,62 @@ def test_dry_run_report_carries_the_cluster_plan():
     report = dry_run_report(load_config(CONFIGS / "math" / "c3.yaml", ["cluster.nproc_per_node=8"]))
     assert report["cluster"]["world_size"] == 8 and report["cluster"]["per_rank"]["instances_per_update"] == 4
     assert report["cluster"]["memory_per_gpu"]["status"] == "ok"
+
+
+def hours(workflow, *overrides, rows=8, config="math/c3.yaml"):
+    from c3_plugin.cluster import gpu_hours
+
+    return gpu_hours(load_config(CONFIGS / config, list(overrides)), workflow, rows)
+
+
+def test_gpu_hours_arithmetic_by_hand(workflow):
+    from c3_plugin.cluster import MFU, PEAK_BF16_TFLOPS
+
+    est = hours(workflow, "c3.num_train_epochs=1", "cluster.gpu=h100")
+    # 8 instances, tree [2, 4]: 2 Reasoner messages (context <= 512 prompt tokens) and 8 Actor messages
+    # (context <= 512 + the Reasoner's 512), every message at its 512-token cap; both decisions trained
+    gen, prefill, seq = 8 * (2 * 512 + 8 * 512), 8 * (2 * 512 + 8 * 1024), 8 * (2 * (512 + 512) + 8 * (1024 + 512))
+    assert est["tokens"] == {"generated_upper_bound": gen, "prefill": prefill, "logprob_recompute": seq,
+                             "reference_forward": 0, "trained": seq}
+    peak = PEAK_BF16_TFLOPS["h100"] * 1e12
+    expect = {"decode": 2 * P * gen / (peak * MFU["decode_hf"]), "forward": 2 * P * (prefill + seq) / (peak * MFU["forward"]),
+              "train": 6 * P * seq / (peak * MFU["train"])}
+    for k, v in expect.items():
+        assert est["gpu_hours"][k] == pytest.approx(v / 3600, rel=1e-3), k
+    assert est["gpu_hours"]["total"] == pytest.approx(sum(expect.values()) / 3600, rel=1e-3)
+    assert est["assumptions"]["peak_bf16_tflops"] == 989.0 and "gpu_class_note" not in est["assumptions"]
+    a800 = hours(workflow, "c3.num_train_epochs=1", "cluster.gpu=a800")  # a third of the peak: about 3.2x the hours
+    assert a800["gpu_hours"]["total"] == pytest.approx(est["gpu_hours"]["total"] * 989 / 312, rel=0.01)
+    vllm = hours(workflow, "c3.num_train_epochs=1", "cluster.gpu=h100", "c3.generation_backend=vllm")
+    assert vllm["gpu_hours"]["decode"] == pytest.approx(est["gpu_hours"]["decode"] * MFU["decode_hf"] / MFU["decode_vllm"], rel=1e-3)
+    # the experiment: every workflow algorithm the config holds, once per seed
+    exp = est["experiment"]
+    assert set(exp["gpu_hours_per_run"]) == {"c3", "magrpo", "mappo"} and exp["gpu_hours_per_run"]["c3"] == est["gpu_hours"]["total"]
+    assert exp["gpu_hours_per_seed"] == pytest.approx(sum(exp["gpu_hours_per_run"].values()), rel=1e-3)
+    assert exp["gpu_hours_5_seeds"] == pytest.approx(5 * exp["gpu_hours_per_seed"], rel=1e-3)
+    # MAGRPO's independent 8 writes 16 messages per instance where C3's tree writes 10
+    assert exp["gpu_hours_per_run"]["magrpo"] > exp["gpu_hours_per_run"]["c3"]
+
+
+def test_gpu_hours_scale_with_epochs_and_split_over_gpus(workflow):
+    one, three = hours(workflow, "c3.num_train_epochs=1"), hours(workflow, "c3.num_train_epochs=3")
+    assert all(three["tokens"][k] == 3 * one["tokens"][k] for k in one["tokens"])
+    assert three["flops"]["train"] == pytest.approx(3 * one["flops"]["train"], rel=1e-3)
+    assert three["gpu_hours"]["total"] == pytest.approx(3 * one["gpu_hours"]["total"], rel=1e-3)
+    twice = hours(workflow, "c3.ppo_epochs=2")  # training tokens only
+    base = hours(workflow)
+    assert twice["tokens"]["trained"] == 2 * base["tokens"]["trained"] and twice["tokens"]["prefill"] == base["tokens"]["prefill"]
+    four, eight = hours(workflow, "cluster.nproc_per_node=4"), hours(workflow, "cluster.nproc_per_node=8")
+    for k, v in four["tokens_per_gpu"].items():
+        assert eight["tokens_per_gpu"][k] == pytest.approx(v / 2), k
+    assert eight["gpu_hours"] == four["gpu_hours"] and eight["wall_clock_hours"] == pytest.approx(four["wall_clock_hours"] / 2, rel=1e-3)
+
+
+def test_gpu_hours_count_the_value_assisted_critic(workflow):
+    loo = hours(workflow, "c3.num_train_epochs=1")
+    va = hours(workflow, "c3.num_train_epochs=1", "c3.credit=value_assisted", "c3.q_critic_model=jhu-clsp/mmBERT-base",
+               "c3.q_critic_max_tokens=1024")
+    alts = 8 * (2 * 1024 + 8 * 1024)  # every credited alternative, context + message cut to 1024 tokens
+    assert va["tokens"]["critic_read"] == va["tokens"]["critic_trained"] == alts and "critic_read" not in loo["tokens"]
+    pc = model_shape("jhu-clsp/mmBERT-base").params
+    assert va["flops"]["train"] == pytest.approx(loo["flops"]["train"] + 6 * pc * alts, rel=1e-3)

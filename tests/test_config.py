@@ -41,4 +41,4 @@ def test_sections_bind_to_dataclasses_with_nearest_key_errors():
     with pytest.raises(ConfigError, match="unknown domain 'chess'"):
         load_config(data={"domain": "chess"})
     with pytest.raises(ConfigError, match="agents.policy"):
-        load_config(data={"agents": {"policy": "shared"}})
+        load_config(data={"agents": {"policy": "joint"}})  # "shared" is valid: one model for every role

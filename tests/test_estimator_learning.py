@@ -3,7 +3,8 @@ machinery, the exact success is what Monte Carlo through ``materialize`` measure
 policy gradient has the expected mean, the methods spend equal env steps, and learning responds to the
 quality of the credit; on the "masked later mistake" variant, the Actor's harmful message costs exactly its
 penalty after every first message, the harmful probability and the reward-variance split are exact, and every
-method learns to avoid it. Small, seed-fixed versions of ``bench/estimator_to_learning.py``."""
+method learns to avoid it; the regimes' MatchChainEnv has the exact law it states, frozen agents keep their logits
+and the per-agent lr multiplier scales each agent's step. Small, seed-fixed versions of ``bench/estimator_to_learning.py``."""
 
 import dataclasses
 
@@ -14,8 +15,8 @@ from scipy.special import log_softmax
 from c3_plugin import materialize, parse_plan
 from c3_plugin.stats import area_under_curve
 from c3_plugin.synthetic import SyntheticBackend
-from c3_plugin.synthetic_learning import (ENV_VARIANTS, METHODS, LearningSetup, TabularCritic, advantages, learning_curves,
-                                          make_env, policy_gradient, train, variance_decomposition)
+from c3_plugin.synthetic_learning import (ENV_VARIANTS, METHODS, REGIMES, LearningSetup, MatchChainEnv, TabularCritic, advantages,
+                                          exact_diagnosis, learning_curves, make_env, policy_gradient, train, variance_decomposition)
 
 ITEM = {"question": "task"}
 SKEWED = LearningSetup(init_scale=1.0)  # far from uniform, so that wrong indices or signs show
@@ -196,3 +197,91 @@ def test_every_method_learns_to_avoid_the_harmful_message():
         start = np.mean([r["harmful"] for r in rows if r["env_step"] == 0])
         end = np.mean([r["harmful"] for r in rows if r["env_step"] == 320])
         assert start > 0.15 and end < start / 2, m
+
+
+# ---- the regimes of the C3-vs-MAGRPO study (MatchChainEnv, per-agent step sizes, frozen agents)
+
+
+FROZEN = dataclasses.replace(SKEWED, **REGIMES["downstream learner (frozen upstream)"])
+CHAIN = dataclasses.replace(SKEWED, **REGIMES["all-trained 4-agent chain"])
+
+
+@pytest.mark.parametrize("setup", [FROZEN, CHAIN], ids=["downstream", "chain4"])
+def test_match_chain_probabilities_by_enumeration(setup):
+    """Every path's success probability is the first message's value plus the gains of the later agents that
+    answered their predecessor with its good reply; the best first message is best whatever the others do."""
+    env = make_env(setup, seed=3)
+    assert isinstance(env, MatchChainEnv) and env.workflow.num_decisions == len(setup.gains) + 1
+    assert sorted(env.first_value(ITEM, k) for k in range(4)) == sorted(setup.first_values)
+    for path in paths(env):
+        k = env.messages.index(path[0])
+        expected = env.first_value(ITEM, k) + sum(g * (path[u] == env.messages[env.reply_index(ITEM, u, path[u - 1])])
+                                                  for u, g in enumerate(setup.gains, start=1))
+        assert env.reward_prob(ITEM, path) == pytest.approx(expected, abs=1e-12)
+    assert len({env.reply_index(ITEM, 1, m) for m in env.messages}) >= 2  # the second agent's best message depends on the first's
+    worst_best = min(env.reward_prob(ITEM, p) for p in paths(env) if p[0] == env.messages[env.good_index(ITEM)])
+    assert int(np.argmax(env.q_values(ITEM, ()))) == env.good_index(ITEM)
+    assert worst_best >= max(setup.first_values)
+    direct = sum(np.prod([env.policy(*env.context(ITEM, p[:u]))[env.messages.index(p[u])] for u in range(len(p))])
+                 * env.reward_prob(ITEM, p) for p in paths(env))
+    assert env.value(ITEM) == pytest.approx(direct, abs=1e-12)
+
+
+@pytest.mark.parametrize("setup", [FROZEN, CHAIN], ids=["downstream", "chain4"])
+def test_match_chain_exact_success_matches_monte_carlo(setup):
+    env = make_env(setup, seed=1)
+    ro = rollout_of(env, "independent 1", 4000, seed=2)
+    v = env.value(ITEM)
+    assert ro.rewards.mean() == pytest.approx(v, abs=4 * np.sqrt(v * (1 - v) / 4000))
+    d = exact_diagnosis(env, ITEM)  # what c3 diagnose would estimate: S_u and sigma_u^2 add up to the run's variance
+    rows = d["decisions"]
+    assert rows[0]["signal_S"] + rows[0]["return_variance"] == pytest.approx(d["reward_variance_total"], abs=1e-12)
+    assert rows[-1]["reward_variance"] == pytest.approx(rows[-2]["return_variance"], abs=1e-12)
+    assert ro.rewards.var() == pytest.approx(d["reward_variance_total"], abs=0.02)
+
+
+def test_match_chain_rejects_bad_laws():
+    with pytest.raises(ValueError, match="sum\\(gains\\) <= 1"):
+        make_env(dataclasses.replace(FROZEN, gains=(0.3,)), seed=0)
+    with pytest.raises(ValueError, match="one value >= 0 per later decision point"):
+        make_env(dataclasses.replace(CHAIN, gains=(0.05,)), seed=0)
+    with pytest.raises(ValueError, match="read exactly the one before"):
+        make_env(dataclasses.replace(FROZEN, workflow="branching", gains=(0.05, 0.05, 0.05)), seed=0)
+    wf = make_env(FROZEN, 0).workflow
+    with pytest.raises(ValueError, match="lr_scale has 1 entries"):
+        dataclasses.replace(FROZEN, lr_scale=(1.0,)).agent_scales(wf)
+    with pytest.raises(ValueError, match="must be >= 0"):
+        dataclasses.replace(FROZEN, lr_scale=(-1.0, 1.0)).agent_scales(wf)
+    assert dataclasses.replace(FROZEN, lr_scale=()).agent_scales(wf) == {"Reasoner": 1.0, "Actor": 1.0}
+
+
+def test_frozen_agent_keeps_its_logits():
+    env = make_env(dataclasses.replace(FROZEN, lr=16.0), seed=4)
+    rows = train("c3", seed=4, env_steps=160, setup=dataclasses.replace(FROZEN, lr=16.0), env=env)
+    reasoner = {k: v for k, v in env.learner.logits.items() if k[0] == "Reasoner"}
+    actor = {k: v for k, v in env.learner.logits.items() if k[0] == "Actor"}
+    fresh = make_env(FROZEN, seed=4).learner
+    assert reasoner and all(np.array_equal(v, fresh.logit(*k)) for k, v in reasoner.items())
+    assert len(actor) == 4 and any(not np.allclose(v, fresh.logit(*k)) for k, v in actor.items())
+    assert rows[-1]["first_good"] == pytest.approx(rows[0]["first_good"], abs=0) and rows[-1]["success"] > rows[0]["success"]
+
+
+@pytest.mark.parametrize("method", ["c3", "magrpo"])
+def test_lr_multiplier_scales_each_agents_step(method):
+    """One update from the same initial policies and samples: agent 0's logit change is lr_scale[0] times the
+    unscaled one, agent 1's unchanged."""
+    deltas = {}
+    for scale in ((1.0, 1.0), (0.25, 1.0)):
+        setup = dataclasses.replace(FROZEN, lr=4.0, lr_scale=scale)
+        env = make_env(setup, seed=6)
+        init = {k: v.copy() for k, v in env.learner.logits.items()}
+        train(method, seed=6, env_steps=setup.leaves, setup=setup, env=env)
+        fresh = make_env(setup, seed=6).learner
+        deltas[scale] = {k: v - init.get(k, fresh.logit(*k)) for k, v in env.learner.logits.items()}
+    full, scaled = deltas[(1.0, 1.0)], deltas[(0.25, 1.0)]
+    assert set(full) == set(scaled)
+    moved = [k for k in full if np.abs(full[k]).max() > 1e-9]
+    assert {k[0] for k in moved} == {"Reasoner", "Actor"}
+    for k in full:
+        factor = 0.25 if k[0] == "Reasoner" else 1.0
+        assert scaled[k] == pytest.approx(factor * full[k], abs=1e-12)

@@ -91,6 +91,13 @@ def test_truncation_records_the_trainers_full_vocabulary_logprobs(team):
     _close([x.logprobs for x in flat], _hf_logprobs(tok, models[0], prompts, gens, 0.7), tol=1e-5)
 
 
+def test_the_papers_sampling_knobs_reach_vllm(team):
+    _, _, backend = team
+    params = backend.sampling_params(Sampling(temperature=0.7, top_p=0.8, top_k=20), 3, 16, [0])
+    assert (params.n, params.temperature, params.top_p, params.top_k) == (3, 0.7, 0.8, 20)
+    assert params.repetition_penalty == 1.0 and params.min_p == 0.0
+
+
 def test_forced_json_skeletons_are_followed_with_the_raw_policys_logprobs(team):
     tok, models, backend = team
     prompts = [Prompt(text="Plan day 1.", role="S", agent=0, prefix=SKELETON.prefill(), max_new_tokens=2),

@@ -81,9 +81,23 @@ class WorkflowConfig(MAGRPOConfig):
     vllm_enforce_eager: bool = True  # vLLM: no graph capture (faster start-up, slower GPU decoding)
     logprob_mismatch: bool = True  # vLLM: recompute the trainer's log-probs of every sample and log the sampler/trainer mismatch
     importance_sampling_cap: float | None = None  # vLLM: truncated importance-sampling correction, weight min(pi_trainer / pi_vllm, cap) per token (None: off; needs logprob_mismatch)
+    # The policy optimizers (c3_plugin/trainers/optim.py; MAPPO's critic keeps its own AdamW at critic_learning_rate, unscheduled):
+    lr_scheduler: str = "constant"  # policy learning rate over the run's optimizer steps (counted per policy from the train set, plan, instances_per_update, minibatch_size and ppo_epochs): "constant", "cosine" or "linear" (decay to lr_min_ratio), each after lr_warmup_ratio
+    lr_warmup_ratio: float = 0.0  # share of the run's optimizer steps (rounded up) spent in linear warm-up from 0 to the agent's own learning rate
+    lr_min_ratio: float = 0.0  # floor of the cosine/linear decay, as a share of each agent's own learning rate (OpenRLHF's min_lr = 0.1 x lr: 0.1)
+    adam_beta1: float = 0.9  # AdamW beta1 of every policy optimizer (default: torch's, as CoMLRL's optimizers)
+    adam_beta2: float = 0.999  # AdamW beta2 (default: torch's)
+    adam_eps: float = 1e-8  # AdamW epsilon (default: torch's)
+    weight_decay: float = 0.01  # AdamW decoupled weight decay (default: torch's 0.01, as CoMLRL's optimizers)
+    # KL penalty in the reward: each leaf's return becomes R - coef * KL(path) before credit, KL(path) the sum over the path's messages of their summed per-token KL (trained tokens) between the temperature-scaled full-vocabulary sampling policy (the behaviour log-probs) and a frozen reference copy of the starting policy at the same temperature:
+    kl_reward_coef: float = 0.0  # the (initial) coefficient (0: off)
+    kl_reward_target: float | None = None  # target mean KL per path of the adaptive coefficient (None: the coefficient stays fixed)
+    kl_reward_horizon: int = 10000  # adaptive controller's horizon: coef *= 1 + clip(kl / target - 1, -0.2, 0.2) * env_steps / horizon after each rollout batch
+    kl_reward_estimator: str = "k3"  # per-token estimator, r = log pi - log pi_ref at the sampled token: "k1" (r), "k2" (r^2 / 2) or "k3" (exp(-r) - 1 + r)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self._check_recipe()
         if self.num_turns != 1:
             raise ValueError(f"num_turns={self.num_turns}: the workflow trainers take turns from the workflow's schedule "
                              "(a role may act several times, reading feedback steps in between), so num_turns must stay 1; "
@@ -110,6 +124,28 @@ class WorkflowConfig(MAGRPOConfig):
         from ..curriculum import parse_curriculum
 
         parse_curriculum(self.curriculum, int(self.num_train_epochs))
+
+    def _check_recipe(self) -> None:
+        """The learning-rate schedule, AdamW and KL-in-reward fields."""
+        from .optim import KL_ESTIMATORS, SCHEDULES
+
+        if self.lr_scheduler not in SCHEDULES:
+            raise ValueError(f"lr_scheduler must be one of {SCHEDULES}, got {self.lr_scheduler!r}")
+        for name in ("lr_warmup_ratio", "lr_min_ratio"):
+            if not 0.0 <= float(getattr(self, name)) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if not (0.0 <= self.adam_beta1 < 1.0 and 0.0 <= self.adam_beta2 < 1.0 and self.adam_eps > 0 and self.weight_decay >= 0):
+            raise ValueError(f"adam_beta1 and adam_beta2 must be in [0, 1), adam_eps > 0 and weight_decay >= 0; got "
+                             f"{self.adam_beta1}, {self.adam_beta2}, {self.adam_eps}, {self.weight_decay}")
+        if self.kl_reward_coef < 0:
+            raise ValueError(f"kl_reward_coef must be >= 0 (0: off), got {self.kl_reward_coef}")
+        if self.kl_reward_target is not None and not (self.kl_reward_target > 0 and self.kl_reward_coef > 0):
+            raise ValueError(f"kl_reward_target={self.kl_reward_target} adapts the coefficient multiplicatively: it needs "
+                             f"kl_reward_target > 0 and kl_reward_coef > 0 (the initial coefficient), got {self.kl_reward_coef}")
+        if int(self.kl_reward_horizon) < 1:
+            raise ValueError(f"kl_reward_horizon must be >= 1, got {self.kl_reward_horizon}")
+        if self.kl_reward_estimator not in KL_ESTIMATORS:
+            raise ValueError(f"kl_reward_estimator must be one of {KL_ESTIMATORS}, got {self.kl_reward_estimator!r}")
 
 
 def _global_batch_scaling(adv: np.ndarray, mode: str, eps: float = 1e-6) -> np.ndarray:
@@ -154,12 +190,9 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
                          train_dataset=train_dataset, eval_dataset=eval_dataset, reward_func=reward_func,
                          reward_processor=reward_processor, formatters=formatters, external_transition=external_transition,
                          wandb_config=wandb_config, eval_logger=eval_logger, eval_aggregator=eval_aggregator, args=args)
-        if lora_adapters:
-            self.optimizers = [torch.optim.AdamW(self._trainable_parameters(a), lr=self.agent_lrs[a]) for a in range(n)]
-        else:
-            for a, optimizer in enumerate(getattr(self, "optimizers", None) or []):  # CoMLRL built them at agent_learning_rate
-                for group in optimizer.param_groups:
-                    group["lr"] = self.agent_lrs[a]
+        self._policy_groups()
+        self._build_optimizers()
+        self._reference_for_kl_reward()
         self._bridge_setup(args, grammar=grammar, run_dir=run_dir)
         from ..curriculum import check_rows, parse_curriculum
 
@@ -167,6 +200,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         if self.phases and train_dataset is not None:
             check_rows(self.phases, train_dataset)
         self._setup_data_parallel(deepspeed)
+        self._setup_lr_schedules()
         self.rng = np.random.default_rng([args.seed, self.dist.rank] if self.dist.enabled else args.seed)
         self._pending: list[dict] = []
         self._epoch = 0
@@ -215,6 +249,88 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
                           f"sets the branching (plan: '{args.plan}'; e.g. plan: 'tree [2, 4]' for C3, plan: "
                           f"'independent {args.num_generations}' for MAGRPO's {args.num_generations} joint samples)", stacklevel=3)
 
+    # ----- policies, optimizers, learning-rate schedules, KL reference --------------------------------
+    def _policy_groups(self) -> None:
+        """``self.policy_groups``: the agents each trained policy plays, in agent order: one agent each, or
+        every agent of one model shared by the roles (``agents.policy: shared``, or one module given for several
+        agents; LoRA adapters over one base stay separate policies). ``self.policy_leader[a]``: the group's first
+        agent, whose optimizer, DeepSpeed engine, schedule and ``train/agent<a>/*`` metrics the group uses. A
+        shared model trains on every role's messages in one update, as the reference launcher's single actor, so
+        its roles need one learning rate and one temperature, and none of them can be frozen."""
+        groups: dict[int, list[int]] = {}
+        for a in range(self.num_agents):
+            groups.setdefault(a if self.lora_adapters else id(self.agents[a]), []).append(a)
+        self.policy_groups = list(groups.values())
+        self.policy_leader = {a: g[0] for g in self.policy_groups for a in g}
+        for g in (g for g in self.policy_groups if len(g) > 1):
+            roles = [s.name for s in self.workflow.decision_steps if self.workflow.roles[s.name].agent in g]
+            for what, values in (("learning rates", [self.agent_lrs[a] for a in g]),
+                                 ("temperatures", [self.agent_temperature[a] for a in g])):
+                if len(set(values)) > 1:
+                    raise ValueError(f"agents {g} (roles {roles}) share one model but have different {what} {values}; "
+                                     f"one model trains at one rate and scores its samples at one temperature: give "
+                                     f"them the same value, or agents.policy: per_agent")
+            if self.frozen & set(g):
+                raise ValueError(f"trainable: false for agent(s) {sorted(self.frozen & set(g))} of a model shared by roles "
+                                 f"{roles}: freezing one role of a shared model would freeze them all; use "
+                                 "agents.policy: per_agent to freeze one role")
+
+    def _build_optimizers(self) -> None:
+        """Every policy optimizer from one factory (:func:`~.optim.make_policy_optimizer`: AdamW with the
+        ``adam_*``/``weight_decay`` fields), one per policy at its agent's learning rate, replacing CoMLRL's
+        (torch AdamW at ``agent_learning_rate``, torch's defaults: the fields' defaults); ``self.optimizers[a]``
+        is its group's, one object for every agent of a shared model."""
+        from .optim import make_policy_optimizer
+
+        built = {g[0]: make_policy_optimizer(self._trainable_parameters(g[0]), self.agent_lrs[g[0]], self.args)
+                 for g in self.policy_groups}
+        self.optimizers = [built[self.policy_leader[a]] for a in range(self.num_agents)]
+
+    def _reference_for_kl_reward(self) -> None:
+        """One frozen reference copy of each distinct starting model, shared by the agents it plays
+        (``reference_models[a]``): CoMLRL's (built when its ``reference_kl_enabled``), else, for the KL penalty
+        in the reward (``kl_reward_coef`` > 0), CoMLRL's ``clone_reference_models`` of each distinct model on
+        ``reference_devices``. A LoRA team's copy is the base with its zero-initialised adapters."""
+        from .optim import KLController
+
+        first = {}
+        for a in range(self.num_agents):
+            first.setdefault(id(self.agents[a]), a)
+        owner = [first[id(self.agents[a])] for a in range(self.num_agents)]
+        refs = list(getattr(self, "reference_models", None) or [])
+        if refs:
+            self.reference_models = [refs[owner[a]] for a in range(self.num_agents)]
+        elif float(self.args.kl_reward_coef) > 0:
+            from comlrl.utils.reference_kl import clone_reference_models, resolve_reference_devices
+
+            devices = resolve_reference_devices(self.args, self.agent_devices, self.num_agents)
+            distinct = sorted(set(owner))
+            clones = dict(zip(distinct, clone_reference_models([self.agents[a] for a in distinct],
+                                                               devices=[devices[a] for a in distinct])))
+            self.reference_models = [clones[owner[a]] for a in range(self.num_agents)]
+        a = self.args
+        self.kl_controller = KLController(a.kl_reward_coef, a.kl_reward_target, a.kl_reward_horizon) if a.kl_reward_coef > 0 else None
+
+    def _setup_lr_schedules(self) -> None:
+        """``self.lr_schedulers[a]``: the :class:`~.optim.LRSchedule` of agent ``a``'s optimizer (its group's), over
+        the run's optimizer steps of that policy (:func:`~.optim.policy_optimizer_steps`, from the train set);
+        set only when the rate changes over the run (``lr_scheduler`` not constant, or a warm-up), so a constant
+        rate steps as before and its checkpoints keep their components."""
+        from .optim import LRSchedule, policy_optimizer_steps
+
+        a = self.args
+        if a.lr_scheduler == "constant" and not a.lr_warmup_ratio:
+            return
+        try:
+            train = len(self.train_dataset) if not self.phases else self.train_dataset
+        except TypeError as exc:
+            raise ValueError(f"lr_scheduler: {a.lr_scheduler} with lr_warmup_ratio {a.lr_warmup_ratio} needs the run's number "
+                             "of optimizer steps, counted from a train_dataset with a length") from exc
+        totals = policy_optimizer_steps(a, self.workflow, train, self.policy_groups)
+        built = {lead: LRSchedule(self.agent_lrs[lead], total, a.lr_scheduler, a.lr_warmup_ratio, a.lr_min_ratio)
+                 for lead, total in totals.items()}
+        self.lr_schedulers = [built[self.policy_leader[x]] for x in range(self.num_agents)]
+
     # ----- data parallelism -------------------------------------------------------------------------
     def _setup_data_parallel(self, section: Any) -> None:
         """Under ``torchrun`` (or ``deepspeed.enabled: true``): one DeepSpeed engine per agent
@@ -238,14 +354,23 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         if getattr(self.args, "generation_backend", "hf") == "vllm" and world > 1:
             raise ValueError("generation_backend: vllm under torchrun is not supported yet (each rank's engine would be "
                              "placed on the first GPU); use generation_backend: hf with several processes, or vllm on one")
-        adam = {"weight_decay": 0.01, "betas": (0.9, 0.999), "eps": 1e-8}  # torch AdamW's defaults, as CoMLRL's optimizers
-        self.engines = [dp.make_engine(self.agents[a], self._trainable_parameters(a), self.agent_lrs[a],
-                                       self.deepspeed, self.args.max_grad_norm, adam) for a in range(self.num_agents)]
+        if int(self.deepspeed.zero_stage) == 3 and any(len(g) > 1 for g in self.policy_groups):
+            raise ValueError("a model shared by several roles (agents.policy: shared) runs under one DeepSpeed engine, whose "
+                             "ZeRO-3 parameter gathering the per-agent generation paths would enter once per role; use "
+                             "deepspeed.zero_stage: 1 or 2 with a shared model (or agents.policy: per_agent)")
+        from .optim import adam_kwargs
+
+        built = {g[0]: dp.make_engine(self.agents[g[0]], self._trainable_parameters(g[0]), self.agent_lrs[g[0]], self.deepspeed,
+                                      self.args.max_grad_norm, adam_kwargs(self.args)) for g in self.policy_groups}
+        self.engines = [built[self.policy_leader[a]] for a in range(self.num_agents)]  # a shared model: one engine
         self.optimizers = None  # the engines hold the (sharded) optimizer states; DeepSpeed checkpoints them
 
     def ds_engines(self) -> dict[str, Any]:
-        """Every DeepSpeed engine by checkpoint tag (``agent<a>``; MAPPO adds its critic); empty without DeepSpeed."""
-        return {f"agent{a}": e for a, e in enumerate(self.engines)} if self.engines is not None else {}
+        """Every DeepSpeed engine by checkpoint tag (``agent<a>``, a shared model's once under its first agent;
+        MAPPO adds its critic); empty without DeepSpeed."""
+        if self.engines is None:
+            return {}
+        return {f"agent{g[0]}": self.engines[g[0]] for g in getattr(self, "policy_groups", [[a] for a in range(len(self.engines))])}
 
     @property
     def zero3(self) -> bool:
@@ -302,6 +427,8 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         with gathered(list(self.ds_engines().values()), self.zero3):  # ZeRO-3: whole weights, no per-layer collectives
             rollout = self.collect(local) if local else None  # a short last batch may leave a rank without instances
             t1 = time.perf_counter()
+            task_rewards = rollout.rewards if rollout is not None else None  # what metrics and the trace report
+            kl_metrics = self.apply_kl_reward(rollout)  # every rank; the returns credit sees
             credited = self.compute_advantages(rollout) if rollout is not None else []
         before = self.env_step
         budget = rollout.budget.totals() if rollout is not None else {}
@@ -314,10 +441,10 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         t2 = time.perf_counter()
         self.update_step += 1
         rewards = np.concatenate([np.asarray(r, dtype=float) for r in gather(
-            rollout.rewards.reshape(-1).tolist() if rollout is not None else [])])
+            task_rewards.reshape(-1).tolist() if rollout is not None else [])])
         metrics = {"env_step": float(self.env_step), "train/update_step": float(self.update_step),
                    "train/reward_mean": float(rewards.mean()), "train/reward_std": float(rewards.std()),
-                   **{f"budget/total_{k}": float(v) for k, v in self.totals.items()}, **stats,
+                   **{f"budget/total_{k}": float(v) for k, v in self.totals.items()}, **stats, **kl_metrics,
                    "time/rollout_s": t1 - t0, "time/update_s": t2 - t1}
         adv_all = np.concatenate([np.asarray(a, dtype=float) for a in gather(adv_all.tolist())])
         if len(adv_all):
@@ -334,6 +461,61 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         every = getattr(getattr(self, "_phase", None), "eval_every", 0)
         if every and self.env_step // every > before // every:
             self.evaluate()
+
+    def apply_kl_reward(self, rollout: Rollout | None) -> dict[str, float]:
+        """The KL penalty in the reward (``kl_reward_coef`` > 0; nothing otherwise), between collection and credit:
+        every leaf's return in ``rollout.rewards`` becomes ``R - coef * KL(path)`` (:meth:`path_kl`), whichever
+        algorithm credits it; then an adaptive coefficient (``kl_reward_target``) moves with this batch's mean KL
+        per path over every rank (a collective: every rank calls it, with or without a rollout). Budgets, the
+        trace's rewards and ``train/reward_mean`` stay the task reward's."""
+        if getattr(self, "kl_controller", None) is None:
+            return {}
+        from ..distributed import all_sum
+
+        kl = self.path_kl(rollout) if rollout is not None else np.zeros(0)
+        coef = self.kl_controller.value
+        if rollout is not None:
+            rollout.rewards = rollout.rewards - coef * kl.reshape(rollout.rewards.shape)
+        n, total = all_sum([kl.size, float(kl.sum())])
+        mean = total / max(n, 1.0)
+        self.kl_controller.update(mean, int(n))
+        return {"train/kl_reward_coef": coef, "train/kl_path_mean": mean, "train/kl_penalty_mean": coef * mean}
+
+    def path_kl(self, rollout: Rollout) -> np.ndarray:
+        """KL(path) per leaf, row-major like ``rollout.rewards``: over the path's messages, the sum of the
+        ``kl_reward_estimator`` estimates of ``KL(pi || pi_ref)`` at each trained token (a grammar's forced tokens
+        excluded), ``pi`` the temperature-scaled full-vocabulary sampling policy (the recorded behaviour log-probs,
+        before any top-p/top-k truncation) and ``pi_ref`` the agent's frozen reference at the same temperature. A
+        shared sample is scored once and counts on every path it is on."""
+        from ..loss import token_logprobs
+        from .optim import kl_per_token
+
+        owners: dict[int, list[int]] = {}
+        for k, e in enumerate(rollout.entries):
+            if e.kind == "decision" and e.shared is None:
+                owners.setdefault(int(e.agent), []).append(k)
+        message_kl: dict[int, float] = {}
+        for agent, idx in owners.items():
+            entries = [rollout.entries[k] for k in idx]
+            prompts = [list(e.prompt_ids) if e.prompt_ids is not None else
+                       encode_prompt(self.tokenizers[agent], Prompt(e.context, e.role, agent, e.prefix, self.workflow.roles[e.role].system),
+                                     self.args.use_chat_template) for e in entries]
+            ref = token_logprobs(self.reference_models[agent], prompts, [list(e.token_ids) for e in entries], self._pad_id(agent),
+                                 self.agent_temperature[agent], int(self.args.micro_batch_size))
+            for k, e, r in zip(idx, entries, ref):
+                per_token = kl_per_token(e.logprobs, r, self.args.kl_reward_estimator)
+                mask = np.ones(len(per_token)) if e.loss_mask is None else np.asarray(e.loss_mask, dtype=np.float64)
+                message_kl[k] = float((per_token * mask).sum())
+        by_node = {(e.instance, e.node): k for k, e in enumerate(rollout.entries)}
+        out = np.zeros(len(rollout.depth_nodes[-1]))
+        for j, leaf in enumerate(rollout.depth_nodes[-1]):
+            k = int(leaf)
+            while k >= 0:
+                e = rollout.entries[k]
+                if e.kind == "decision":
+                    out[j] += message_kl[int(rollout.owner[k])]
+                k = by_node[(e.instance, e.parent)] if e.parent >= 0 else -1
+        return out
 
     def _combine_ranks(self, metrics: dict[str, Any]) -> dict[str, Any]:
         """Under data parallelism: per-rank counts (this batch's ``budget/env_steps``, ``budget/messages``,
@@ -414,27 +596,35 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         return samples, (np.concatenate(all_adv) if all_adv else np.zeros(0))
 
     def update_policies(self, samples: Mapping[int, list[PolicySample]]) -> dict[str, float]:
-        """One PPO update per agent; then a vLLM engine gets the new weights (``time/sync_s``)."""
+        """One PPO update per policy (per agent; a model shared by several roles once, on all their messages
+        together, logged under its first agent); then a vLLM engine gets the new weights (``time/sync_s``).
+        ``train/agent<a>/lr`` is the learning rate of the update's last optimizer step."""
         metrics: dict[str, float] = {}
         agg: dict[str, list[float]] = {}
         engine = getattr(self.backend, "sync", None) is not None
         if engine:
             self.backend.sleep()
-        agents = range(self.num_agents) if self.engines is not None else sorted(samples)  # every rank joins every agent's step
-        for agent in agents:
+        schedules = getattr(self, "lr_schedulers", None)
+        for group in getattr(self, "policy_groups", [[a] for a in range(self.num_agents)]):
+            agent = group[0]
             if agent in self.frozen:
                 continue
-            batch = samples.get(agent, [])
-            if not batch and self.engines is None:
+            batch = [s for a in group for s in samples.get(a, [])]
+            if not batch and self.engines is None:  # under DeepSpeed every rank joins every policy's step
                 continue
             ref = self.reference_models[agent] if getattr(self.args, "reference_kl_enabled", False) and self.reference_models else None
             stats = ppo_update(self.policy(agent), self.optimizers[agent] if self.engines is None else None, batch, self.args,
                                self.rng, pad_id=self._pad_id(agent), ref_model=ref, params=self._trainable_parameters(agent),
                                engine=self.engines[agent] if self.engines is not None else None,
-                               temperature=self.agent_temperature[agent])
+                               temperature=self.agent_temperature[agent],
+                               schedule=schedules[agent] if schedules is not None else None)
+            if stats:
+                optimizer = self.optimizers[agent] if self.engines is None else self.engines[agent].optimizer
+                stats["lr"] = float(optimizer.param_groups[0]["lr"])
             for k, v in stats.items():
                 metrics[f"train/agent{agent}/{k}"] = v
-                agg.setdefault(k, []).append(v)
+                if k != "lr":
+                    agg.setdefault(k, []).append(v)
         metrics.update({f"train/{k}": float(np.mean(v)) for k, v in agg.items()})
         if engine:
             t0 = time.perf_counter()
@@ -472,7 +662,10 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
 
     # ----- checkpoints ---------------------------------------------------------------------------
     def _checkpoint_extra_state(self) -> dict[str, Any]:
-        return {"update_step": self.update_step, "totals": dict(self.totals), "rng": self.rng.bit_generator.state}
+        extra = {"update_step": self.update_step, "totals": dict(self.totals), "rng": self.rng.bit_generator.state}
+        if getattr(self, "kl_controller", None) is not None:
+            extra["kl_controller"] = self.kl_controller.state_dict()  # the adaptive coefficient
+        return extra
 
     def _restore_checkpoint_extra_state(self, extra: Mapping[str, Any] | None, checkpoint_dir: Any) -> None:
         if not extra:
@@ -480,6 +673,8 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         self.update_step = int(extra["update_step"])
         self.totals = {k: int(v) for k, v in extra["totals"].items()}
         self.rng.bit_generator.state = extra["rng"]
+        if getattr(self, "kl_controller", None) is not None and "kl_controller" in extra:
+            self.kl_controller.load_state_dict(extra["kl_controller"])
 
     # Under DeepSpeed, CoMLRL's checkpoint (written by rank 0: models, trainer state, rank 0's RNG) holds
     # no optimizer; the engines' sharded states go in its ``deepspeed/`` folder, written by every rank,

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import json
 import math
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -135,12 +137,14 @@ class WorkflowBridge:
         :func:`c3_plugin.rollout.materialize`); off here, C3 turns it on."""
         return False
 
-    def collect(self, items: Sequence[Mapping[str, Any]], plan: Any = None, greedy: bool = False) -> Rollout:
+    def collect(self, items: Sequence[Mapping[str, Any]], plan: Any = None, greedy: bool = False,
+                sampling: Sampling | None = None) -> Rollout:
         """Materialise ``plan`` (default: the training plan ``self.plan``, with context sharing when the
-        algorithm shares; an explicit plan, such as evaluation's greedy one, never shares). The trace
-        records the prompt token ids the policies condition on and their chat template hashes."""
+        algorithm shares; an explicit plan, such as evaluation's greedy one, never shares) under ``sampling``
+        (default: :meth:`sampling`). The trace records the prompt token ids the policies condition on and
+        their chat template hashes."""
         return materialize(self.workflow, plan if plan is not None else self.plan, items, self.backend,
-                           self.reward_leaves, self.sampling(greedy),
+                           self.reward_leaves, sampling if sampling is not None else self.sampling(greedy),
                            share_identical_contexts=plan is None and self.share_identical_contexts,
                            tokenizers=self.tokenizers, use_chat_template=getattr(self.args, "use_chat_template", True))
 
@@ -209,11 +213,12 @@ class WorkflowBridge:
 
     # ----- evaluation -------------------------------------------------------------------------------
     def evaluate(self, num_eval_samples: int | None = None) -> dict[str, float]:
-        """Greedy decoding of the workflow on the first ``num_eval_samples`` eval items (default
-        ``eval_num_samples``; 0: all), scored by the fixed task reward, metrics from CoMLRL's eval
-        logger/aggregator. When more items than ``eval_num_samples`` are evaluated, ``eval/*`` is
-        logged for the first ``eval_num_samples`` (the fixed anchor, comparable across the run) and
-        ``eval_full/*`` for all of them (JSONL only); the full-pool metrics are returned."""
+        """The workflow decoded on the first ``num_eval_samples`` eval items (default ``eval_num_samples``;
+        0: all), scored by the fixed task reward, metrics from CoMLRL's eval logger/aggregator. Greedy,
+        except for the items of a sampled suite (:meth:`eval_decoding`). When more items than
+        ``eval_num_samples`` are evaluated, ``eval/*`` is logged for the first ``eval_num_samples`` (the fixed
+        anchor, comparable across the run) and ``eval_full/*`` for all of them (JSONL only); the full-pool
+        metrics are returned."""
         if self.eval_dataset is None:
             return {}
         limit = int(self.args.eval_num_samples if num_eval_samples is None else num_eval_samples)
@@ -231,46 +236,93 @@ class WorkflowBridge:
             self.log_metrics({**full, "env_step": float(self.env_step)})
         return {**full, "env_step": float(self.env_step)}
 
+    def eval_decoding(self, item: Mapping[str, Any]) -> tuple[int, Sampling | None]:
+        """How an eval item is decoded: ``(0, None)`` greedy (the default), or ``(k, sampling)`` when the item
+        carries ``eval_samples: k > 0`` (a domain sets it from its suite's ``num_samples``): k full runs of the
+        workflow (plan ``independent k``) sampled at ``eval_temperature`` / ``eval_top_p`` when the item sets
+        them, else the algorithm's ``temperature`` / ``top_p`` / ``top_k``. A role's own ``workflow.temperature``
+        still applies to its messages, as in training."""
+        k = int(item.get("eval_samples") or 0)
+        if k <= 0:
+            return 0, None
+        base = self.sampling(greedy=False)
+        temperature, top_p = item.get("eval_temperature"), item.get("eval_top_p")
+        return k, replace(base, temperature=base.temperature if temperature is None else float(temperature),
+                          top_p=base.top_p if top_p is None else float(top_p))
+
     def _evaluate_items(self, limit: int, outputs: tuple[list, list] | None = None) -> dict[str, Any]:
-        """Metrics of the first ``limit`` eval items (reusing ``outputs`` = (rewards, path outputs) when given).
-        Under data parallelism each rank decodes its share of the items, rank 0 gathers and scores them, and
-        every rank returns rank 0's metrics."""
+        """Metrics of the first ``limit`` eval items (reusing ``outputs`` = (rewards, path outputs) per item, a
+        list of one per decode, when given). Under data parallelism each rank decodes its share of the items,
+        rank 0 gathers and scores them, and every rank returns rank 0's metrics.
+
+        Greedy items go in batches of ``eval_batch_size`` items, a sampled suite's in batches of
+        ``eval_batch_size // k`` items (at least 1), so a batch holds about as many runs. Sampled decodes draw
+        from a torch generator seeded by ``(seed, rank)`` and leave the training's random stream untouched
+        (HF backend; vLLM samples with its engine's seed). ``eval/reward_mean`` is the mean over items of each
+        item's mean reward; the eval logger gets one row per decode, a sampled decode's item tagged with its
+        ``eval_index`` (position in the eval set) and ``eval_sample``."""
         from ..distributed import broadcast, context, gather, gathered
 
         dist = getattr(self, "dist", context())
         items = [dict(self.eval_dataset[i]) for i in range(limit)]
         items = [{**it, "id": str(it.get("id", f"eval{k}"))} for k, it in enumerate(items)]
-        greedy = parse_plan({"tree": [1] * self.workflow.num_decisions})
         size = max(1, int(self.args.eval_batch_size))
         rewards, outputs = ([], []) if outputs is None else (outputs[0][:limit], outputs[1][:limit])
         start = len(rewards)
         mine = list(range(start + dist.rank, len(items), dist.world))
+        decoding = {i: self.eval_decoding(items[i]) for i in mine}
+        batches: dict[tuple, list[int]] = {}  # one decoding per batch, items in eval order (all greedy: as before)
+        for i in mine:
+            k, sampling = decoding[i]
+            batches.setdefault((k, sampling), []).append(i)
         # a bar over this rank's eval items on stderr; output.verbose: false (or TQDM_DISABLE=1) hides it
         quiet = {} if getattr(self, "verbose", True) and mine and dist.is_main else {"disable": True}
-        done: list[tuple[int, float, list[str]]] = []
+        done: list[tuple[int, list[float], list[list[str]]]] = []
         # ZeRO-3: whole weights for generate, gathered once (ranks decode different numbers of batches)
         with tqdm(total=len(mine), desc=f"eval @ env_step {self.env_step}", unit="item", **quiet) as bar, \
                 gathered(getattr(self, "engines", None), getattr(self, "zero3", False)):
-            for s in range(0, len(mine), size):
-                idx = mine[s:s + size]
-                ro = self.collect([items[i] for i in idx], plan=greedy, greedy=True)
-                done.extend(zip(idx, ro.rewards.reshape(-1).tolist(), self._path_outputs(ro)))
-                bar.update(len(idx))
-        for _, reward, out in sorted(x for part in gather(done) for x in part):
+            for (k, sampling), idxs in batches.items():
+                plan = parse_plan({"independent": k} if k else {"tree": [1] * self.workflow.num_decisions})
+                step = max(1, size // k) if k else size
+                with self._eval_rng(k, dist.rank):
+                    for s in range(0, len(idxs), step):
+                        idx = idxs[s:s + step]
+                        ro = (self.collect([items[i] for i in idx], plan=plan, sampling=sampling) if k
+                              else self.collect([items[i] for i in idx], plan=plan, greedy=True))
+                        per_item = ro.rewards.reshape(len(idx), -1).tolist()
+                        paths = self._path_outputs(ro)
+                        runs = len(paths) // len(idx)
+                        done.extend((i, r, paths[j * runs:(j + 1) * runs]) for j, (i, r) in enumerate(zip(idx, per_item)))
+                        bar.update(len(idx))
+        for _, reward, out in sorted((x for part in gather(done) for x in part), key=lambda x: x[0]):
             rewards.append(reward)
             outputs.append(out)
         if not dist.is_main:
             return {**broadcast(None), "_outputs": (rewards, outputs)}
-        metrics = {"eval/reward_mean": float(np.mean(rewards)) if rewards else float("nan")}
+        metrics = {"eval/reward_mean": float(np.mean([np.mean(r) for r in rewards])) if rewards else float("nan")}
         if self.eval_logger is not None and self.eval_aggregator is not None and items:
-            turns = [[[o[s.index] for s in self.workflow.decision_steps if self.workflow.roles[s.name].agent == a] for o in outputs]
+            rows = [(it if len(outs) == 1 and not it.get("eval_samples") else {**it, "eval_index": i, "eval_sample": j}, o)
+                    for i, (it, outs) in enumerate(zip(items, outputs)) for j, o in enumerate(outs)]
+            turns = [[[o[s.index] for s in self.workflow.decision_steps if self.workflow.roles[s.name].agent == a] for _, o in rows]
                      for a in range(self.num_agents)]
-            detailed = self.eval_logger(agent_completions_turns=turns, batch_items=items,
-                                        prompts=[str(it.get("prompt", it.get("question", ""))) for it in items])
+            detailed = self.eval_logger(agent_completions_turns=turns, batch_items=[it for it, _ in rows],
+                                        prompts=[str(it.get("prompt", it.get("question", ""))) for it, _ in rows])
             metrics.update({f"eval/{k}": float(v) for k, v in self.eval_aggregator(detailed, num_turns=1).items()})
         broadcast(metrics)
         metrics["_outputs"] = (rewards, outputs)
         return metrics
+
+    @contextmanager
+    def _eval_rng(self, k: int, rank: int):
+        """Sampled evaluation (``k > 0``) under a torch generator seeded by ``(seed, rank)``, restored afterwards;
+        greedy evaluation draws nothing and runs as is."""
+        if not k:
+            yield
+            return
+        devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(int(getattr(self.args, "seed", 0)) * 1_000_003 + int(rank))
+            yield
 
     @staticmethod
     def _path_outputs(rollout: Rollout) -> list[list[str]]:

@@ -11,17 +11,38 @@ alternatives, so the leaves are the cross product. The sibling's credit is the t
 leave-one-out over common continuations; each shared sample is trained once with the mean of
 its per-copy advantages, ``mean_j R[j,k] - mean_{k'!=k} mean_j R[j,k']``
 (:meth:`c3_plugin.rollout.Rollout.unique_credit`, applied in ``build_samples``).
+
+Credit variants (``credit``). ``loo`` (the default) is the paper's estimator as its text states it
+(Sections 2-3, B.2): reward-only leave-one-out, no learned critic. ``value_assisted`` reproduces the
+default of the authors' reference code (github.com/EIT-EAST-Lab/C3, ``c3_credit_variant``): a
+decision-value critic ``Q_hat(h_u, a)`` (:class:`~c3_plugin.trainers.critic.OnlineCritic`, the same
+critic MAPPO trains; it reads the context followed by the alternative) replaces, in the proportion
+``q_critic_alpha``, the returns of the other alternatives in the baseline, and the credit is z-scored
+within each group (:func:`c3_plugin.credit.value_assisted_advantages`; so a 2-alternative group gets
++-1, which the trainer warns about). ``Q_hat`` is read before it trains on the batch, then regresses
+(mean squared error, ``q_critic_epochs`` steps) on every alternative's mean continuation return; its
+first ``q_critic_warmup_updates`` batches train it without using its term (the policies still train,
+on z-scored LOO). The reference trains its critic with a binary cross-entropy on leaf rewards in [0, 1]
+(``c3_critic_loss_type: bce``) where this one regresses the mean return; both fit the same mean. The
+paper's own comparison (B.7) finds such a critic ranks the alternatives of a held-out decision point
+at 0.29 rank correlation with a 16-continuation reference where C3's 4 continuations reach 0.69
+(``train/q_critic_rank_corr`` logs the same kind of agreement, in-batch before each fit):
+``value_assisted`` is there to reproduce the reference code, not as the paper's method.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 import numpy as np
 
-from ..credit import tree_advantages
+from ..credit import _masked_spearman, tree_advantages, value_assisted_advantages
 from ..rollout import Rollout
 from .base import WorkflowConfig, WorkflowTrainer
+from .critic import OnlineCritic
+from .update import PolicySample
 
 
 @dataclass
@@ -32,6 +53,14 @@ class C3Config(WorkflowConfig):
     advantage_scaling: str = "none"  # keep the leave-one-out values (z-scoring a 2-alternative group gives +-1)
     credit_diagnostics: bool = True  # log credit/* diagnostics (variance, reliability, influence, noise law) per batch
     share_parallel_samples: bool = True  # sample a parallel role once per distinct context, reuse it under each sibling alternative, train it once
+    allow_estimator_change: bool = False  # accept a setting that turns the leave-one-out credit into another estimator (advantage_scaling: group_zscore); c3_plugin/estimator_rules.py
+    credit: str = "loo"  # "loo": the paper's reward-only leave-one-out; "value_assisted": the reference code's default, a learned Q_hat(h_u, a) baseline mixed in by q_critic_alpha, then z-scored per group
+    q_critic_model: str | None = None  # value_assisted: backbone of Q_hat (None: a copy of agent 0's model; the paper's critic comparison used mmBERT-base)
+    q_critic_alpha: float = 1.0  # value_assisted: weight in [0, 1] of Q_hat's leave-one-out baseline against the returns' (0: z-scored LOO; 1: the reference's default)
+    q_critic_learning_rate: float = 5e-5  # value_assisted: Q_hat's AdamW learning rate (the reference code's default)
+    q_critic_epochs: int = 1  # value_assisted: Q_hat's passes (one optimizer step each) over a rollout batch's alternatives
+    q_critic_max_tokens: int = 2560  # value_assisted: context + alternative left-truncated to this many tokens (the reference's critic_ctx_limit)
+    q_critic_warmup_updates: int = 1  # value_assisted: first rollout batches whose credit leaves Q_hat's term out (z-scored LOO) while Q_hat trains on them
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -39,6 +68,24 @@ class C3Config(WorkflowConfig):
 
         if parse_plan(self.plan).kind == "independent":
             raise ValueError(f"C3 needs alternatives that share a context; plan '{self.plan}' has none. Use 'tree [2, 4]'")
+        self._check_credit_fields()
+        from ..estimator_rules import check
+
+        check(self, "c3")  # settings that change nothing, or change the estimator without allow_estimator_change
+
+    def _check_credit_fields(self) -> None:
+        """``credit`` and the ``q_critic_*`` fields (the value-assisted variant)."""
+        from ..credit import CREDITS
+
+        if self.credit not in CREDITS:
+            raise ValueError(f"credit must be one of {CREDITS}, got {self.credit!r}")
+        if not 0.0 <= float(self.q_critic_alpha) <= 1.0:
+            raise ValueError(f"q_critic_alpha must be in [0, 1] (a mix of two baselines), got {self.q_critic_alpha}")
+        if not float(self.q_critic_learning_rate) > 0:
+            raise ValueError(f"q_critic_learning_rate must be > 0, got {self.q_critic_learning_rate}")
+        if int(self.q_critic_epochs) < 1 or int(self.q_critic_max_tokens) < 2 or int(self.q_critic_warmup_updates) < 0:
+            raise ValueError(f"q_critic_epochs must be >= 1, q_critic_max_tokens >= 2 and q_critic_warmup_updates >= 0, got "
+                             f"{self.q_critic_epochs}, {self.q_critic_max_tokens} and {self.q_critic_warmup_updates}")
 
 
 class C3Trainer(WorkflowTrainer):
@@ -52,11 +99,99 @@ class C3Trainer(WorkflowTrainer):
         return bool(self.args.share_parallel_samples)
 
     def compute_advantages(self, rollout: Rollout) -> list[tuple[np.ndarray, np.ndarray]]:
+        if getattr(self, "q_critic", None) is not None:
+            return self._value_assisted_advantages(rollout)
         out = []
         for u, adv in enumerate(tree_advantages(rollout.rewards)):
             if adv is not None:
                 out.append((rollout.depth_nodes[rollout.workflow.decision_steps[u].index], adv))
         return out
+
+    # ----- credit: value_assisted ---------------------------------------------------------------
+    def _setup_data_parallel(self, section: Any) -> None:
+        """The last step of construction that the critic needs (its DeepSpeed engine follows the agents'):
+        under ``credit: value_assisted`` build ``Q_hat`` there, so that a checkpoint finds it to restore."""
+        super()._setup_data_parallel(section)
+        self.q_critic: OnlineCritic | None = None
+        self._q_batch: tuple[list[list[int]], np.ndarray] | None = None
+        self._q_metrics: dict[str, float] = {}
+        if self.args.credit != "value_assisted":
+            return
+        a = self.args
+        self.q_critic = OnlineCritic(self, a.q_critic_model, a.q_critic_learning_rate, a.q_critic_max_tokens,
+                                     field="c3.q_critic_model")
+        self.critics = [self.q_critic.module]  # the names CoMLRL's checkpoints save and restore
+        self.critic_optimizer = self.q_critic.optimizer
+        pairs = [u for u, b in enumerate(self.branching) if b == 2]
+        if pairs:
+            warnings.warn(f"credit: value_assisted z-scores each group of alternatives; at decision point(s) {pairs} the plan "
+                          f"'{a.plan}' samples 2 alternatives, whose credit is then always +-1 (or 0)", stacklevel=2)
+
+    def ds_engines(self) -> dict[str, Any]:
+        engines = super().ds_engines()
+        critic = getattr(self, "q_critic", None)
+        return {**engines, "q_critic": critic.engine} if critic is not None and critic.engine is not None else engines
+
+    def q_critic_inputs(self, rollout: Rollout) -> list[tuple[np.ndarray, np.ndarray, list[str]]]:
+        """Per decision point with a group: (entry indices, returns ``[groups, n, c]``, the critic's texts,
+        the exact context ``h_u`` followed by the alternative's output) in the order of :func:`tree_advantages`."""
+        shape = rollout.rewards.shape
+        out = []
+        for u in range(len(shape) - 1):
+            b = shape[1 + u]
+            if b < 2:
+                continue
+            idx = rollout.depth_nodes[rollout.workflow.decision_steps[u].index]
+            entries = [rollout.entries[int(i)] for i in idx]
+            out.append((idx, rollout.rewards.reshape(int(np.prod(shape[: 1 + u])), b, -1),
+                        [f"{e.context}\n\n{e.output}" for e in entries]))
+        return out
+
+    def _value_assisted_advantages(self, rollout: Rollout) -> list[tuple[np.ndarray, np.ndarray]]:
+        """:func:`~c3_plugin.credit.value_assisted_advantages` at every decision point with a group, ``Q_hat``
+        read before it trains on this batch (so its values here are out of sample); ``alpha`` is 0 during the
+        ``q_critic_warmup_updates`` first batches. Stores the batch (every alternative, target its mean
+        continuation return) for :meth:`update_q_critic`."""
+        inputs = self.q_critic_inputs(rollout)
+        texts = sorted({t for _, _, ts in inputs for t in ts})  # a shared sample's copies have one text
+        states = [self.q_critic.encode(t) for t in texts]
+        value_of = dict(zip(texts, self.q_critic.predict(states, self.args.micro_batch_size)))
+        warming = self.update_step < int(self.args.q_critic_warmup_updates)
+        alpha = 0.0 if warming else float(self.args.q_critic_alpha)
+        out, batch_states, targets, rho = [], [], [], []
+        state_of = dict(zip(texts, states))
+        for idx, returns, ts in inputs:
+            q = np.array([value_of[t] for t in ts], dtype=np.float64).reshape(returns.shape[:2])
+            out.append((idx, value_assisted_advantages(returns, q, alpha).reshape(-1)))
+            means = np.nanmean(returns, -1)
+            batch_states += [state_of[t] for t in ts]
+            targets.append(means.reshape(-1))
+            varies = (np.ptp(q, -1) > 1e-12) & (np.ptp(means, -1) > 1e-12)
+            if varies.any():
+                rho.append(_masked_spearman(q[varies], means[varies], np.ones(q[varies].shape, dtype=bool)))
+        target = np.concatenate(targets) if targets else np.zeros(0)
+        self._q_batch = (batch_states, target)
+        values = np.array([value_of[t] for _, _, ts in inputs for t in ts])
+        corr = np.concatenate(rho) if rho else np.zeros(0)
+        self._q_metrics = {"train/q_critic_warmup": float(warming),
+                           "train/q_critic_value_mean": float(values.mean()) if values.size else float("nan"),
+                           "train/q_critic_target_mean": float(target.mean()) if target.size else float("nan"),
+                           "train/q_critic_rank_corr": float(np.nanmean(corr)) if np.isfinite(corr).any() else float("nan")}
+        return out
+
+    def update_q_critic(self) -> dict[str, float]:
+        """Regress ``Q_hat`` on the batch's alternatives (target: each one's mean continuation return),
+        ``q_critic_epochs`` optimizer steps; a rank without instances joins with zero-weight passes."""
+        (states, targets), self._q_batch = self._q_batch or ([], np.zeros(0)), None
+        metrics, self._q_metrics = self._q_metrics, {}
+        losses = self.q_critic.fit(states, targets, self.args.q_critic_epochs, self.rng, self.args.micro_batch_size,
+                                   self.args.max_grad_norm)
+        return {**metrics, "train/q_critic_loss": float(np.mean(losses)) if losses else float("nan")}
+
+    def update_policies(self, samples: Mapping[int, list[PolicySample]]) -> dict[str, float]:
+        metrics = self.update_q_critic() if getattr(self, "q_critic", None) is not None else {}
+        metrics.update(super().update_policies(samples))
+        return metrics
 
     def rollout_metrics(self, rollout: Rollout) -> dict[str, float]:
         return super().rollout_metrics(rollout) if self.args.credit_diagnostics else {}

@@ -27,6 +27,9 @@ class WorkflowMAGRPOConfig(WorkflowConfig):
 
         if parse_plan(self.plan).kind != "independent":
             raise ValueError(f"MAGRPO runs independent full runs; plan '{self.plan}' is not 'independent B'")
+        from ..estimator_rules import check
+
+        check(self, "magrpo")  # advantage_mode / scaling / clip combinations that change nothing
 
 
 class WorkflowMAGRPOTrainer(WorkflowTrainer):

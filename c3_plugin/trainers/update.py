@@ -37,9 +37,11 @@ class PolicySample:
 def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, samples: Sequence[PolicySample], args: Any,
                rng: np.random.Generator, pad_id: int, ref_model: torch.nn.Module | None = None,
                params: Sequence[torch.nn.Parameter] | None = None, engine: Any = None,
-               temperature: float | None = None) -> dict[str, float]:
+               temperature: float | None = None, schedule: Any = None) -> dict[str, float]:
     """``args.ppo_epochs`` passes over ``samples``; one optimizer step per minibatch, gradients
     accumulated over micro-batches with token-count weights so the step equals one big batch.
+    A learning-rate ``schedule`` (:class:`~.optim.LRSchedule`) sets the rate before every step and
+    counts it after.
 
     With a DeepSpeed ``engine`` (data parallelism, :mod:`c3_plugin.distributed`) ``samples`` are this
     rank's share: each optimizer step takes ``minibatch_size / world`` of every rank's messages (all of
@@ -113,13 +115,19 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, 
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm) if args.max_grad_norm else _norm(params)
                 if not torch.isfinite(grad_norm):
                     raise FloatingPointError(f"non-finite gradient norm ({float(grad_norm)}); lower the learning rate or check the inputs")
+                if schedule is not None:
+                    schedule.apply(optimizer)
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)  # free the gradients before the next agent's update
             else:
+                if schedule is not None:
+                    schedule.apply(engine.optimizer)
                 engine.step()  # clips by the global norm (gradient_clipping) and zeroes the gradients
                 grad_norm = torch.as_tensor(float(engine.get_global_grad_norm() or 0.0))
                 if not torch.isfinite(grad_norm):
                     raise FloatingPointError(f"non-finite gradient norm ({float(grad_norm)}); lower the learning rate or check the inputs")
+            if schedule is not None:
+                schedule.advance()
             for k, v in step_stats.items():
                 totals[k] += v
             totals["grad_norm"] += float(grad_norm)

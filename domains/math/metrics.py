@@ -1,13 +1,16 @@
 """Reward-independent eval metrics per suite, in CoMLRL 1.4.3's eval_logger / eval_aggregator form.
 
-Per item: ``correct`` (the final answer checks against the gold), ``boxed`` (the final
+Per decode: ``correct`` (the final answer checks against the gold), ``boxed`` (the final
 message has a balanced box) and message lengths in characters. Aggregated per suite as
 ``<suite>/accuracy``, ``<suite>/boxed_rate`` and ``<suite>/len_<role>``, plus the same
-over all suites under ``all/``.
+over all suites under ``all/``. A sampled suite (``num_samples: k``: the trainer hands the
+logger k decodes of each item, tagged ``eval_index``) averages each item's decodes first, so
+``accuracy`` is avg@k, and adds ``<suite>/avg@k`` and ``<suite>/pass@k'`` (:func:`pass_at_k`).
 """
 
 from __future__ import annotations
 
+from math import comb
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -26,6 +29,9 @@ def _logger(agent_names: Sequence[str], final_agent: int, timeout_s: float) -> C
             final = agent_completions_turns[final_agent][i][-1] if agent_completions_turns[final_agent][i] else ""
             row = {"datasource": str(item.get("datasource", "eval")), "correct": score(final, str(item.get("answer", "")), timeout_s),
                    "boxed": float(last_boxed(final) is not None)}
+            if item.get("eval_index") is not None:  # one of an item's k sampled decodes
+                row.update(item=int(item["eval_index"]), samples=int(item.get("eval_samples") or 1),
+                           pass_k=[int(k) for k in (item.get("eval_pass_k") or [])])
             for a, name in enumerate(agent_names):
                 turns = agent_completions_turns[a][i]
                 row[f"len_{name}"] = float(np.mean([len(t) for t in turns])) if turns else 0.0
@@ -33,6 +39,22 @@ def _logger(agent_names: Sequence[str], final_agent: int, timeout_s: float) -> C
         return rows
 
     return eval_logger
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from ``n`` samples of which ``c`` are correct (Chen et al. 2021):
+    ``1 - C(n - c, k) / C(n, k)``, the chance that k of the n drawn without replacement hold a correct one."""
+    if not 1 <= k <= n or not 0 <= c <= n:
+        raise ValueError(f"pass@k needs 1 <= k <= n and 0 <= c <= n, got n={n}, c={c}, k={k}")
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def _items(rows: Sequence[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
+    """Rows grouped by eval item: an untagged (greedy) row alone, the tagged decodes of one item together."""
+    groups: dict[Any, list[Mapping[str, Any]]] = {}
+    for i, r in enumerate(rows):
+        groups.setdefault(("item", r["datasource"], r["item"]) if r.get("item") is not None else ("row", i), []).append(r)
+    return list(groups.values())
 
 
 def eval_aggregator(rows: Sequence[Mapping[str, Any]], num_turns: int = 1) -> dict[str, float]:
@@ -43,11 +65,20 @@ def eval_aggregator(rows: Sequence[Mapping[str, Any]], num_turns: int = 1) -> di
     if len(groups) > 1:
         groups["all"] = list(rows)
     for suite, rs in groups.items():
-        out[f"{suite}/accuracy"] = float(np.mean([r["correct"] for r in rs]))
-        out[f"{suite}/boxed_rate"] = float(np.mean([r["boxed"] for r in rs]))
+        items = _items(rs)
+        per_item = lambda key: float(np.mean([np.mean([r[key] for r in item]) for item in items]))
+        out[f"{suite}/accuracy"] = per_item("correct")
+        out[f"{suite}/boxed_rate"] = per_item("boxed")
         for key in (k for k in rs[0] if k.startswith("len_")):
-            out[f"{suite}/{key}"] = float(np.mean([r[key] for r in rs]))
-        out[f"{suite}/n"] = float(len(rs))
+            out[f"{suite}/{key}"] = per_item(key)
+        out[f"{suite}/n"] = float(len(items))
+        sampled = suite != "all" and all(r.get("item") is not None for r in rs)
+        if sampled:  # every item decoded k times (one suite, one k)
+            k = int(rs[0]["samples"])
+            out[f"{suite}/avg@{k}"] = out[f"{suite}/accuracy"]
+            for kk in rs[0].get("pass_k") or [k]:
+                out[f"{suite}/pass@{kk}"] = float(np.mean([pass_at_k(len(item), int(sum(r["correct"] >= 1.0 for r in item)), kk)
+                                                           for item in items]))
     return out
 
 
