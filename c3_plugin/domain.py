@@ -77,3 +77,15 @@ def load_domain(name: str) -> Domain:
     except ModuleNotFoundError as exc:
         known = sorted({ep.name for ep in entry_points(group="c3_plugin.domains")})
         raise KeyError(f"unknown domain '{name}'; registered: {', '.join(known) or 'none'}") from exc
+
+
+def single_train_source(section: Mapping[str, Any], domain: str) -> dict[str, Any]:
+    """``dataset.train`` of a domain that reads one train source: the mapping (empty when unset); a list of
+    sources (the math domain's weighted mix) is refused by name."""
+    from .config import ConfigError
+
+    train = section.get("train") or {}
+    if not isinstance(train, Mapping):
+        raise ConfigError(f"dataset.train: the {domain} domain reads one train source (a mapping), got a list of "
+                          f"{len(train)}; mixing several sources by weight is the math domain's (domains/math/data.py)")
+    return dict(train)

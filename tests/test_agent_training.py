@@ -100,3 +100,11 @@ def test_bad_per_role_settings_are_refused_early(tmp_path):
         build(tmp_path, config(tmp_path, agents={"trainable": {"Reasoner": False, "Actor": False}}))
     with pytest.raises(ConfigError, match="unknown key 'agents.trainabel'"):
         config(tmp_path, agents={"trainabel": {"Actor": False}})
+
+
+def test_a_train_mix_is_refused_by_name_where_the_domain_reads_one_source(tmp_path):
+    from c3_plugin.domain import single_train_source
+
+    assert single_train_source({"train": {"name": "x"}}, "code") == {"name": "x"} and single_train_source({}, "code") == {}
+    with pytest.raises(ConfigError, match="the travel domain reads one train source"):
+        single_train_source({"train": [{"name": "a"}, {"name": "b"}]}, "travel")

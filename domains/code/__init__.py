@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from c3_plugin.domain import Domain
+from c3_plugin.domain import Domain, single_train_source
 
 from .assertions import Assertion, AssertionFormError, compile_assertion, defined_names
 from .data import CodeDatasetError, decode_tests, evaluate_constants, load_split
@@ -71,7 +71,7 @@ def load_datasets(section: Mapping[str, Any], seed: int = 0, config: Any = None)
     from domains.math.data import check_overlap
 
     base = section.get("base_dir")
-    train = load_split({"name": "mbpp_train", **dict(section.get("train") or {})}, base) if section.get("train") else []
+    train = load_split({"name": "mbpp_train", **single_train_source(section, "code")}, base) if section.get("train") else []
     evals = [row for spec in section.get("eval") or [] for row in load_split(spec, base)]
     train = check_overlap(train, evals, drop=bool(section.get("drop_overlap", False)))
     clean = lambda rows: [{k: v for k, v in r.items() if k != "dropped_inputs"} for r in rows]  # noqa: E731 (a list of reasons)

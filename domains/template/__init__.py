@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from c3_plugin.domain import Domain
+from c3_plugin.domain import Domain, single_train_source
 from c3_plugin.rewards import batched
 from c3_plugin.workflow import Workflow, workflow_from_dict
 
@@ -37,7 +37,7 @@ def load_datasets(section: Mapping[str, Any], seed: int = 0, config: Any = None)
         return [{"id": f"{name}-{i}", "prompt": f"Repeat the word: {w}", "question": f"Repeat the word: {w}", "answer": str(w),
                  "datasource": name} for i, w in enumerate(words)]
 
-    train = dict(section.get("train") or {})
+    train = single_train_source(section, "template")
     train_rows = rows(train.get("name", "train"), int(train.get("size", 32)), int(train.get("seed", seed)))
     eval_rows = [r for spec in section.get("eval") or [] for r in rows(spec.get("name", "eval"), int(spec.get("size", 16)), int(spec.get("seed", seed + 1)))]
     return datasets.Dataset.from_list(train_rows), (datasets.Dataset.from_list(eval_rows) if eval_rows else None)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Mapping, Sequence
 
-from c3_plugin.domain import Domain
+from c3_plugin.domain import Domain, single_train_source
 from c3_plugin.workflow import Workflow
 
 from .actions import ROLE_NAMES, merger, owned_slots, parse_action, plan_to_actions, render_action
@@ -48,7 +48,7 @@ def load_datasets(section: Mapping[str, Any], seed: int = 0, config: Any = None)
     """``(train, eval)`` datasets: the curriculum split of ``dataset.train`` (eval rows in panel order, P1 first)."""
     import datasets
 
-    spec = dict(section.get("train") or {})
+    spec = single_train_source(section, "travel")
     if section.get("eval"):
         raise ValueError("travel: dataset.eval must stay empty: the eval rows are the held-out panels of dataset.train")
     train, evals, _ = load_rows(spec, section.get("base_dir"))
