@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from c3_plugin.config import ConfigError, load_config
+from c3_plugin.rewards import batched
 from c3_plugin.rollout import Sampling, role_sampling
 from c3_plugin.run import build_trainer, dry_run_report, prepare
 from c3_plugin.testing import tiny_model, tiny_tokenizer
@@ -108,3 +109,31 @@ def test_a_train_mix_is_refused_by_name_where_the_domain_reads_one_source(tmp_pa
     assert single_train_source({"train": {"name": "x"}}, "code") == {"name": "x"} and single_train_source({}, "code") == {}
     with pytest.raises(ConfigError, match="the travel domain reads one train source"):
         single_train_source({"train": [{"name": "a"}, {"name": "b"}]}, "travel")
+
+
+def test_a_resume_with_other_per_agent_settings_is_refused(tmp_path):
+    from c3_plugin.run import latest_checkpoint
+
+    cfg = config(tmp_path, num_train_epochs=2, agents={"learning_rate": {"Actor": 2e-4}})
+    first = build(tmp_path, cfg)
+    calls = {"n": 0}
+    original = first.reward_func
+
+    @batched  # one call per rollout batch (and one for the evaluation before training)
+    def dies_in_epoch_two(*c, **kw):
+        calls["n"] += 1
+        if first.env_step >= 3 * 8 and len(c[0]) > 2:  # epoch two's rollout batch (not an evaluation of 2 items)
+            raise KeyboardInterrupt("killed")
+        return original(*c, **kw)
+
+    first.reward_func = dies_in_epoch_two
+    with pytest.raises(KeyboardInterrupt):
+        first.train(checkpoint_dir=str(tmp_path / "ckpt"))
+    ckpt = latest_checkpoint(tmp_path / "ckpt")
+    assert ckpt is not None
+    changed_lr = build(tmp_path, config(tmp_path, num_train_epochs=2, agents={"learning_rate": {"Actor": 3e-4}}))
+    with pytest.raises(ValueError, match="per-agent settings"):
+        changed_lr.train(checkpoint_dir=str(tmp_path / "ckpt"), resume_from_checkpoint=str(ckpt))
+    same = build(tmp_path, cfg)
+    same.train(checkpoint_dir=str(tmp_path / "ckpt"), resume_from_checkpoint=str(ckpt))
+    assert same.env_step == 2 * 3 * 8

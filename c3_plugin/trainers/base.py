@@ -661,8 +661,14 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
             wandb.finish()
 
     # ----- checkpoints ---------------------------------------------------------------------------
+    def _agent_training_record(self) -> dict[str, Any]:
+        """The per-agent training settings a resume must keep: base learning rates, frozen agents, PPO temperatures."""
+        return {"learning_rates": [float(x) for x in self.agent_lrs], "frozen": sorted(int(a) for a in self.frozen),
+                "temperatures": [float(self.agent_temperature[a]) for a in sorted(self.agent_temperature)]}
+
     def _checkpoint_extra_state(self) -> dict[str, Any]:
-        extra = {"update_step": self.update_step, "totals": dict(self.totals), "rng": self.rng.bit_generator.state}
+        extra = {"update_step": self.update_step, "totals": dict(self.totals), "rng": self.rng.bit_generator.state,
+                 "agent_training": self._agent_training_record()}
         if getattr(self, "kl_controller", None) is not None:
             extra["kl_controller"] = self.kl_controller.state_dict()  # the adaptive coefficient
         return extra
@@ -670,6 +676,11 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
     def _restore_checkpoint_extra_state(self, extra: Mapping[str, Any] | None, checkpoint_dir: Any) -> None:
         if not extra:
             return
+        saved, now = extra.get("agent_training"), self._agent_training_record()
+        if saved is not None and saved != now:  # constructor settings CoMLRL's config check does not see
+            raise ValueError(f"checkpoint {checkpoint_dir} was trained with per-agent settings {saved}, this run has {now} "
+                             "(agents.learning_rate / learning_rate_scale / trainable, workflow.temperature); resume with "
+                             "the same settings, or start a new run (output.resume: null)")
         self.update_step = int(extra["update_step"])
         self.totals = {k: int(v) for k, v in extra["totals"].items()}
         self.rng.bit_generator.state = extra["rng"]

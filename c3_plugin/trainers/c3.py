@@ -117,6 +117,13 @@ class C3Trainer(WorkflowTrainer):
         self._q_metrics: dict[str, float] = {}
         if self.args.credit != "value_assisted":
             return
+        if self.share_identical_contexts and any(len(stage) > 1 for stage in self.workflow.parallel_stages()):
+            # a shared sample's credit is the mean over its copies, which is exact for the linear leave-one-out
+            # but not for a per-group z-score: averaging each parent's z-scores can erase the sample's ranking
+            raise ValueError(f"credit: value_assisted z-scores each group, and workflow '{self.workflow.name}' has parallel "
+                             "roles whose samples are shared across their sibling's alternatives (share_parallel_samples: "
+                             "true), where the mean of per-copy z-scores is not the sample's credit; set "
+                             "c3.share_parallel_samples: false, or use credit: loo")
         a = self.args
         self.q_critic = OnlineCritic(self, a.q_critic_model, a.q_critic_learning_rate, a.q_critic_max_tokens,
                                      field="c3.q_critic_model")
