@@ -6,6 +6,8 @@ thousand parameters and a tokenizer that covers every byte, with a chat template
 
 from __future__ import annotations
 
+from typing import Any
+
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
@@ -121,3 +123,32 @@ def logprob_peak_bytes(sequences: int, micro_batch_size: int, vocab: int = 50000
     if out.returncode != 0:
         raise RuntimeError(f"log-prob memory probe failed: {out.stderr[-2000:]}")
     return int(out.stdout.strip().splitlines()[-1])
+
+
+def killed_run(trainer: Any, checkpoint_dir: Any, after_calls: int) -> Any:
+    """Train ``trainer`` until its reward has been called ``after_calls`` times (batched: once per rollout batch or
+    evaluation), then interrupt it as a kill would; returns its latest checkpoint folder (None when none was written)."""
+    from pathlib import Path
+
+    from .rewards import batched
+    from .run import latest_checkpoint
+
+    reward, calls = trainer.reward_func, {"n": 0}
+
+    @batched
+    def dies(*completions: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] > after_calls:
+            raise KeyboardInterrupt("killed")
+        return reward(*completions, **kwargs)
+
+    trainer.reward_func = dies
+    try:
+        trainer.train(checkpoint_dir=str(checkpoint_dir))
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError(f"the run finished before its reward was called {after_calls + 1} times")
+    finally:
+        trainer.reward_func = reward
+    return latest_checkpoint(Path(checkpoint_dir))

@@ -7,10 +7,9 @@ import pytest
 import torch
 
 from c3_plugin.config import ConfigError, load_config
-from c3_plugin.rewards import batched
 from c3_plugin.rollout import Sampling, role_sampling
 from c3_plugin.run import build_trainer, dry_run_report, prepare
-from c3_plugin.testing import tiny_model, tiny_tokenizer
+from c3_plugin.testing import killed_run, tiny_model, tiny_tokenizer
 from c3_plugin.workflow import WorkflowError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "math"
@@ -112,24 +111,10 @@ def test_a_train_mix_is_refused_by_name_where_the_domain_reads_one_source(tmp_pa
 
 
 def test_a_resume_with_other_per_agent_settings_is_refused(tmp_path):
-    from c3_plugin.run import latest_checkpoint
 
     cfg = config(tmp_path, num_train_epochs=2, agents={"learning_rate": {"Actor": 2e-4}})
     first = build(tmp_path, cfg)
-    calls = {"n": 0}
-    original = first.reward_func
-
-    @batched  # one call per rollout batch (and one for the evaluation before training)
-    def dies_in_epoch_two(*c, **kw):
-        calls["n"] += 1
-        if first.env_step >= 3 * 8 and len(c[0]) > 2:  # epoch two's rollout batch (not an evaluation of 2 items)
-            raise KeyboardInterrupt("killed")
-        return original(*c, **kw)
-
-    first.reward_func = dies_in_epoch_two
-    with pytest.raises(KeyboardInterrupt):
-        first.train(checkpoint_dir=str(tmp_path / "ckpt"))
-    ckpt = latest_checkpoint(tmp_path / "ckpt")
+    ckpt = killed_run(first, tmp_path / "ckpt", after_calls=1)  # one rollout batch per epoch (3 rows, 3 per update)
     assert ckpt is not None
     changed_lr = build(tmp_path, config(tmp_path, num_train_epochs=2, agents={"learning_rate": {"Actor": 3e-4}}))
     with pytest.raises(ValueError, match="per-agent settings"):

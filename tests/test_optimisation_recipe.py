@@ -12,10 +12,9 @@ import torch
 from c3_plugin.config import ConfigError, load_config
 from c3_plugin.generation import sampling_config
 from c3_plugin.loss import sequence_logprobs
-from c3_plugin.rewards import batched
 from c3_plugin.rollout import Sampling
-from c3_plugin.run import build_trainer, expected_budget, latest_checkpoint, prepare
-from c3_plugin.testing import tiny_model, tiny_tokenizer
+from c3_plugin.run import build_trainer, expected_budget, prepare
+from c3_plugin.testing import killed_run, tiny_model, tiny_tokenizer
 from c3_plugin.trainers.optim import KLController, LRSchedule, kl_per_token, lr_factor
 from c3_plugin.trainers.update import ppo_update as real_ppo_update
 
@@ -108,20 +107,8 @@ def test_resume_restores_the_schedule_position(tmp_path):
     assert len(full_rates) == full.lr_schedulers[1].total_steps == 4
 
     victim = build(tmp_path / "killed", cfg)
-    calls = {"n": 0}
     reward = victim.reward_func
-
-    @batched
-    def dies_in_epoch_two(*c, **kw):
-        calls["n"] += 1
-        if calls["n"] > 2:  # two rollout batches per epoch
-            raise KeyboardInterrupt("killed")
-        return reward(*c, **kw)
-
-    victim.reward_func = dies_in_epoch_two
-    with pytest.raises(KeyboardInterrupt):
-        victim.train(checkpoint_dir=str(tmp_path / "killed" / "ckpt"))
-    ckpt = latest_checkpoint(tmp_path / "killed" / "ckpt")
+    ckpt = killed_run(victim, tmp_path / "killed" / "ckpt", after_calls=2)  # two rollout batches per epoch
     resumed = build(tmp_path / "killed", cfg)
     resumed.reward_func = reward
     after = record_steps(resumed)
