@@ -61,7 +61,7 @@ def test_every_local_source_in_a_shipped_config_resolves_inside_the_repo(tmp_pat
     checked = 0
     for path in sorted((ROOT / "configs").rglob("*.yaml")):
         cfg = load_config(path)
-        for spec in [cfg.dataset.train, *cfg.dataset.eval]:
+        for spec in [*cfg.dataset.train_sources(), *cfg.dataset.eval]:
             local = local_path(str(spec.get("source", "")), cfg.dataset.base_dir)
             if local is None:  # a Hugging Face name or a synthetic set
                 continue
