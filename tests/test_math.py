@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from domains import math as dm
 from domains.math.data import DatasetError
@@ -245,7 +246,7 @@ def test_every_shipped_config_passes_dry_run():
         text = cfg.read_text()
         if cfg.parent.name in ("travel", "paper"):  # they load the Hub by default; tests/test_travel.py and
             continue  # tests/test_paper_configs.py dry-run them on bundled data and fixtures
-        algo = next(line.split(":")[1].strip() for line in text.splitlines() if line.startswith("algorithm:"))
+        algo = yaml.safe_load(text)["algorithm"]
         out = run_cli(f"single_turn/train_{algo}.py", "--config", str(cfg), "--dry-run")
         assert out.returncode == 0, (cfg, out.stdout, out.stderr)
 
