@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import copy
 import difflib
+import math
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -293,11 +294,14 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     own = section(algorithm)
     for other in names:  # every algorithm section present must be valid for its own class
         if other in raw and section(other) == other and other != own:
-            bind(resolve(other)[0], raw[other], other)
+            other_values = dict(raw[other] or {})
+            _workflow_experiment_defaults(resolve(other)[0], other_values)
+            bind(resolve(other)[0], other_values, other)
     algo_cls, _ = resolve(algorithm)
     algo_values = dict(raw.get(own) or {})
     if "seed" in {f.name for f in fields(algo_cls)}:
         algo_values.setdefault("seed", seed)
+    _workflow_experiment_defaults(algo_cls, algo_values)
     algo = bind(algo_cls, algo_values, own)
     domain_cfg = bind(domain.config_cls, raw.get(domain_name), domain_name) if domain.config_cls else dict(raw.get(domain_name) or {})
     if sections["agents"].policy not in ("per_agent", "lora", "shared"):
@@ -306,8 +310,65 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         _check_shared_policy(sections["agents"], getattr(algo, "agent_learning_rate", None))
     if sections["wandb"].mode not in ("offline", "online", "disabled"):
         raise ConfigError(f"wandb.mode must be offline, online or disabled, got {sections['wandb'].mode!r}")
-    return RunConfig(algorithm=algorithm, domain=domain_name, seed=seed, sections=sections, algo=algo, domain_cfg=domain_cfg,
-                     raw=raw, source=Path(path) if path else None)
+    rc = RunConfig(algorithm=algorithm, domain=domain_name, seed=seed, sections=sections, algo=algo, domain_cfg=domain_cfg,
+                   raw=raw, source=Path(path) if path else None)
+    _default_plan(rc, domain, own)
+    return rc
+
+
+def _default_plan(rc: "RunConfig", domain: Any, section_name: str) -> None:
+    """A workflow trainer section without ``plan`` gets the algorithm's default plan over the config's workflow
+    (:func:`c3_plugin.trainers.comlrl_compat.default_plan`), written into the section, then checked."""
+    from .trainers.base import WorkflowConfig
+
+    if not isinstance(rc.algo, WorkflowConfig) or rc.algo.plan is not None:
+        return
+    from .estimator_rules import check
+    from .run import build_workflow
+    from .trainers.comlrl_compat import default_plan
+
+    workflow = build_workflow(rc, domain)
+    rc.algo.plan = default_plan(rc.algo, [workflow.num_decisions], workflow.num_agents)
+    try:
+        check(rc.algo, section_name)
+    except ValueError as exc:
+        raise ConfigError(f"{section_name}: {exc}") from exc
+
+
+# A YAML config describes a workflow experiment, so its workflow trainer section starts from these values where
+# the config class has CoMLRL's script defaults (a CoMLRL script that swaps in C3Config keeps CoMLRL's):
+WORKFLOW_EXPERIMENT_DEFAULTS = {
+    "num_turns": 1,  # the workflow's schedule holds the turns (CoMLRL's 2 needs an external_transition from a script)
+    "use_chat_template": True,  # instruct models read their chat template
+    "eval_greedy": True,  # greedy evaluation, comparable across runs (the paper's); suites may sample (num_samples)
+    "temperature": 1.0, "top_p": 1.0, "top_k": None,  # the full softmax: exact behaviour log-probs
+    "eval_interval": 0, "eval_num_samples": 0,  # evaluate before and after training, on the whole eval set
+}
+
+
+def _workflow_experiment_defaults(algo_cls: type, values: dict[str, Any]) -> None:
+    """Fill a workflow trainer section's unset fields from :data:`WORKFLOW_EXPERIMENT_DEFAULTS`, and
+    ``num_generations`` (the default plan's budget) from an explicit plan's leaves, so that an explicit plan
+    is its own budget."""
+    from .trainers.base import WorkflowConfig
+
+    if not (isinstance(algo_cls, type) and issubclass(algo_cls, WorkflowConfig)):
+        return
+    for key, value in WORKFLOW_EXPERIMENT_DEFAULTS.items():
+        values.setdefault(key, value)
+    if values.get("advantage_scaling") is not None:
+        values.setdefault("advantage_normalization", False)  # an explicit scaling is the section's choice
+    if values.get("plan") is None:
+        values.setdefault("num_generations", 8)  # the default plan's budget: the paper's B = 8 reward calls per instance
+    if values.get("plan") is not None and "num_generations" not in values:
+        from .plan import PlanError, parse_plan
+
+        try:
+            plan = parse_plan(values["plan"])
+        except PlanError:
+            return  # the config class reports it
+        leaves = {"tree": math.prod(plan.tree), "independent": plan.runs, "diagnostic": plan.n * plan.c}[plan.kind]
+        values["num_generations"] = max(2, leaves)
 
 
 def _check_shared_policy(ag: AgentsSection, base_lr: float | None) -> None:

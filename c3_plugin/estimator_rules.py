@@ -24,7 +24,7 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from .plan import parse_plan
+from .plan import Plan, parse_plan
 
 CREDIT_FIELDS: dict[str, tuple[str, ...]] = {
     # C3: the counterfactual tree, the credit variant and its Q critic, how parallel roles share samples, the
@@ -45,7 +45,9 @@ NOT_OPTIMISATION: tuple[str, ...] = (
     "vllm_gpu_memory_utilization", "vllm_kv_cache_gb", "vllm_enable_sleep_mode", "vllm_enforce_eager",
     "vllm_tensor_parallel_size",  # the engine's memory and speed
     "agent_devices", "reference_devices",  # placement
-    "num_generations",  # not read by the workflow trainers (the plan sets the branching; a non-default warns)
+    "num_generations",  # only the default plan's budget: the resolved plan is diffed (a credit field) and the budgets compared
+    "critic_learning_rate", "value_loss_coef", "value_clip_range", "use_separate_critic", "critic_type",
+    "critic_value_head_hidden_dim", "value_head_hidden_dim", "critic_devices",  # IAC's/MAAC's critic fields: accepted and unread by C3 (trainers/actor_critic_fields.py); MAPPO's own critic_* are its credit
 )
 
 
@@ -72,7 +74,9 @@ def _leave_one_out(cfg: Any) -> bool:
 
 
 def _plan(cfg: Any) -> Any:
-    return parse_plan(cfg.plan)
+    """The config's plan; a config without one (the trainer picks the default plan, then checks again) matches
+    no plan rule."""
+    return parse_plan(cfg.plan) if cfg.plan is not None else Plan(kind="default")
 
 
 @dataclass(frozen=True)

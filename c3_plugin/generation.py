@@ -37,7 +37,7 @@ its prefix plus text closes a JSON object (:class:`~c3_plugin.structured.JsonSto
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
@@ -87,7 +87,10 @@ class HFBackend:
         return clone
 
     @torch.no_grad()
-    def generate(self, prompts: Sequence[Prompt], n: int, sampling: Sampling) -> list[list[Generation]]:
+    def generate(self, prompts: Sequence[Prompt], n: int, sampling: Sampling,
+                 generate_kwargs: Mapping[str, Any] | None = None) -> list[list[Generation]]:
+        """``n`` messages per prompt; ``generate_kwargs``: a generation hook's extra HF ``generate`` kwargs
+        (:func:`~c3_plugin.generation_hook.merge_generate_kwargs`)."""
         out: list[list[Generation] | None] = [None] * len(prompts)
         skeletons = [self._skeleton(p) for p in prompts]
         groups: dict[tuple[int, bool], list[int]] = {}
@@ -98,7 +101,7 @@ class HFBackend:
             for start in range(0, len(idx), per_call):
                 chunk = idx[start:start + per_call]
                 gens = self._generate_agent(agent, [prompts[i] for i in chunk], n, sampling,
-                                            [skeletons[i] for i in chunk] if structured else None)
+                                            [skeletons[i] for i in chunk] if structured else None, generate_kwargs)
                 for i, g in zip(chunk, gens):
                     out[i] = g
         return out  # type: ignore[return-value]
@@ -119,7 +122,8 @@ class HFBackend:
         return caps
 
     def _generate_agent(self, agent: int, prompts: Sequence[Prompt], n: int, sampling: Sampling,
-                        skeletons: Sequence[Skeleton] | None = None) -> list[list[Generation]]:
+                        skeletons: Sequence[Skeleton] | None = None,
+                        generate_kwargs: Mapping[str, Any] | None = None) -> list[list[Generation]]:
         tok = self.tokenizers[agent]
         model = self.policy(agent)
         device = next(model.parameters()).device
@@ -139,6 +143,11 @@ class HFBackend:
         elif self.json_stop:
             json_stop = JsonStop(tok, width, [p.prefix for p in prompts for _ in range(rows_per_prompt)])
             kwargs["stopping_criteria"] = StoppingCriteriaList([json_stop])
+        hook_stop = None
+        if generate_kwargs:
+            from .generation_hook import merge_generate_kwargs
+
+            kwargs, hook_stop = merge_generate_kwargs(kwargs, generate_kwargs, width)
         was_training = model.training
         model.eval()
         inner = compute_module(model)
@@ -153,6 +162,8 @@ class HFBackend:
             if was_training:
                 model.train()
         json_stops = json_stop.stop_lengths if json_stop is not None else [None] * seqs.shape[0]
+        if hook_stop is not None:  # a row ends where the hook's stopping criteria stopped it
+            json_stops = hook_stop.merged(json_stops, seqs.shape[0])
         if sampling.greedy and n > 1:
             seqs = seqs.repeat_interleave(n, dim=0)
             json_stops = [s for s in json_stops for _ in range(n)]

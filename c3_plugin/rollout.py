@@ -22,7 +22,7 @@ import numpy as np
 from .credit import average_copies
 from .plan import Plan, parse_plan
 from .trace import TraceEntry, context_settings
-from .workflow import Step, Workflow
+from .workflow import EPISODE_END, Step, Workflow
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,7 @@ class Prompt:
     prefix: str = ""  # assistant prefill
     system: str | None = None
     max_new_tokens: int | None = None  # per-role cap; None: the sampling default
+    item: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)  # the task item (a generation hook's batch_items)
 
 
 @dataclass
@@ -59,6 +60,7 @@ class Generation:
     logprobs: list[float]
     loss_mask: list[int] | None = None  # 1 for tokens the policy chose (trained on), 0 for forced schema tokens; None: all 1
     trainer_logprobs: list[float] | None = None  # the trainer's recomputation when ``logprobs`` are another engine's (vLLM); None: they are the trainer's
+    prompt_ids: list[int] | None = None  # the prompt ids the tokens condition on when not encode_prompt's (a generation hook's); None: encode_prompt's
 
 
 class GenerationBackend(Protocol):
@@ -105,13 +107,15 @@ class Rollout:
     budget: Budget = field(init=False)
     owner: np.ndarray = field(init=False, repr=False)  # per entry: index of the entry holding its sample (itself unless a copy)
     replayed_steps: int = 0  # leading schedule steps copied from a recorded trace (``materialize(given=...)``), not sampled: outside the budget
+    turn_rewards: np.ndarray | None = None  # CoMLRL's multi-turn team: [leaves, turns] per-turn rewards, row-major like ``rewards`` (NaN after a path ended)
 
     def __post_init__(self) -> None:
         inst_of = {str(it["id"]): i for i, it in enumerate(self.items)}
         index = {(e.instance, e.node): k for k, e in enumerate(self.entries)}
         self.owner = np.fromiter((k if e.shared is None else index[(e.instance, e.shared)] for k, e in enumerate(self.entries)),
                                  dtype=np.int64, count=len(self.entries))
-        decisions = [e for e in self.entries if e.kind == "decision" and e.shared is None and e.step >= self.replayed_steps]
+        decisions = [e for e in self.entries if e.kind == "decision" and e.shared is None and e.step >= self.replayed_steps
+                     and not e.ended]
         idx = np.fromiter((inst_of[e.instance] for e in decisions), dtype=np.int64, count=len(decisions))
         ntok = np.fromiter((len(e.token_ids) for e in decisions), dtype=np.int64, count=len(decisions))
         num = len(self.items)
@@ -164,11 +168,14 @@ def _expand_decision(workflow: Workflow, step: Step, b: int, items: Sequence[Map
     """Sample ``b`` alternatives per frontier node (per share class when ``share``) and append their entries
     (with each prompt's token ids when ``encode`` is given)."""
     role = workflow.roles[step.name]
+    ended = [f for f in frontier if EPISODE_END in f.outputs]
+    if ended:
+        return _expand_ended(workflow, step, b, items, ids, frontier, entries, next_node, backend, sampling, share, encode)
     contexts = [workflow.assemble(step, items[f.item], f.outputs) for f in frontier]
     classes = _share_classes(workflow, step, frontier, contexts) if share else np.arange(len(frontier))
     _, first = np.unique(classes, return_index=True)
     prompts = [Prompt(text=contexts[k], role=role.name, agent=role.agent, prefix=role.prefix, system=role.system,
-                      max_new_tokens=role.max_new_tokens) for k in first]
+                      max_new_tokens=role.max_new_tokens, item=items[frontier[k].item]) for k in first]
     generations = backend.generate(prompts, b, role_sampling(sampling, role))
     prompt_ids = [encode(p) for p in prompts] if encode is not None else [None] * len(prompts)
     if len(generations) != len(prompts) or any(len(g) != b for g in generations):
@@ -188,13 +195,40 @@ def _expand_decision(workflow: Workflow, step: Step, b: int, items: Sequence[Map
                                       logprobs=[float(x) for x in gen.logprobs],
                                       loss_mask=None if gen.loss_mask is None else [int(x) for x in gen.loss_mask],
                                       trainer_logprobs=None if gen.trainer_logprobs is None else [float(x) for x in gen.trainer_logprobs],
-                                      prompt_ids=None if prompt_ids[int(cls)] is None else list(prompt_ids[int(cls)])))
+                                      prompt_ids=list(gen.prompt_ids) if gen.prompt_ids is not None else
+                                      None if prompt_ids[int(cls)] is None else list(prompt_ids[int(cls)])))
             next_node[f.item] += 1
             nodes.append(node)
             new_frontier.append(_Node(f.item, len(entries) - 1, f.outputs + (role.prefix + gen.text,), child_cont,
                                       f.branched or b > 1, f.choices + (a,)))
         originals.setdefault(int(cls), nodes)
     return new_frontier
+
+
+def _expand_ended(workflow: Workflow, step: Step, b: int, items: Sequence[Mapping[str, Any]], ids: Sequence[str],
+                  frontier: Sequence[_Node], entries: list[TraceEntry], next_node: list[int], backend: GenerationBackend,
+                  sampling: Sampling, share: bool, encode: Callable[[Prompt], list[int]] | None) -> list[_Node]:
+    """:func:`_expand_decision` when some paths have ended: the running ones are sampled as usual, each ended
+    node gets ``b`` entries marked ``ended`` (no context, no message, no tokens), in frontier order."""
+    running = [k for k, f in enumerate(frontier) if EPISODE_END not in f.outputs]
+    sampled = _expand_decision(workflow, step, b, items, ids, [frontier[k] for k in running], entries, next_node,
+                               backend, sampling, share, encode) if running else []
+    role = workflow.roles[step.name]
+    out: list[_Node] = []
+    pos = 0
+    for k, f in enumerate(frontier):
+        if EPISODE_END not in f.outputs:
+            out.extend(sampled[pos * b:(pos + 1) * b])
+            pos += 1
+            continue
+        for a in range(b):
+            child_cont = f.cont * b + a if f.branched else 0
+            entries.append(TraceEntry(kind="decision", instance=ids[f.item], node=next_node[f.item], parent=entries[f.entry].node,
+                                      step=step.index, decision=step.decision, role=role.name, agent=role.agent, alternative=a,
+                                      continuation=child_cont, ended=True))
+            next_node[f.item] += 1
+            out.append(_Node(f.item, len(entries) - 1, f.outputs + ("",), child_cont, f.branched or b > 1, f.choices + (a,)))
+    return out
 
 
 def materialize(workflow: Workflow, plan: Plan | Any, items: Sequence[Mapping[str, Any]],

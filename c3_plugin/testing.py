@@ -152,3 +152,18 @@ def killed_run(trainer: Any, checkpoint_dir: Any, after_calls: int) -> Any:
     finally:
         trainer.reward_func = reward
     return latest_checkpoint(Path(checkpoint_dir))
+
+
+def experiment_config(cls: Any, **fields: Any) -> Any:
+    """A workflow trainer config as a YAML config builds it (:data:`c3_plugin.config.WORKFLOW_EXPERIMENT_DEFAULTS`
+    under ``fields``): one turn, chat template, full-softmax sampling, greedy evaluation of the whole eval set;
+    advantages scaled as each algorithm's own estimator has it unless ``fields`` say (C3: none, its leave-one-out
+    values; MAGRPO: CoMLRL's group z-score; MAPPO: batch standardisation). ``cls()`` has CoMLRL's script defaults."""
+    from .config import WORKFLOW_EXPERIMENT_DEFAULTS
+
+    values = {**WORKFLOW_EXPERIMENT_DEFAULTS, **fields}
+    if values.get("plan") is None:
+        values.setdefault("num_generations", 8)  # as a YAML config: the default plan spends B = 8 (C3: tree [2, 4] over two decisions)
+    if values.get("advantage_scaling") is not None or getattr(cls, "normalization_scaling", None) == "batch_scale":
+        values.setdefault("advantage_normalization", False)
+    return cls(**values)

@@ -54,6 +54,7 @@ class TraceEntry:
     loss_mask: list[int] | None = None  # per token: 1 chosen by the policy, 0 forced by a grammar (None: all chosen)
     trainer_logprobs: list[float] | None = None  # per token: the trainer's recomputation when the behaviour log-probs are a vLLM engine's (None: they are the trainer's)
     reward: float | None = None  # terminal reward (leaves only)
+    ended: bool = False  # decision points only: the episode had ended on this path (a feedback step wrote workflow.EPISODE_END), so nothing was sampled or trained
     item: dict[str, Any] | None = None  # the task item (root only)
     prompt_ids: list[int] | None = None  # decision points: token ids the policy conditioned on (chat template, system prompt, context, prefix); None: materialised without tokenizers
     systems: dict[str, str | None] | None = None  # root only: every role's system prompt (None: not recorded)

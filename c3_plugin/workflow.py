@@ -25,6 +25,11 @@ import yaml
 
 Merger = Callable[[Mapping[str, str]], str]
 Feedback = Callable[[Mapping[str, Any], Mapping[str, str]], str]
+ContextFn = Callable[[Mapping[str, Any], Mapping[str, str]], str]
+
+# A feedback step's output that ends the episode on its path: later decision points sample nothing (their entries
+# are marked ``ended``) and later feedback steps see it in what they read (CoMLRL's multi-turn early termination).
+EPISODE_END = "\u241eepisode-ended"
 
 _RESERVED = ("question", "context")
 _ROLE_KEYS = {"agent", "template", "reads", "prefix", "system", "max_new_tokens", "temperature"}
@@ -94,6 +99,7 @@ class Workflow:
     feedback: Mapping[str, Feedback] = field(default_factory=dict)
     inputs: tuple[str, ...] = ()  # task-item fields templates may use
     formatters: Mapping[str, Callable[[Mapping[str, Any]], str]] = field(default_factory=dict)  # role -> CoMLRL formatter (item -> its whole context); only roles that read nothing
+    contexts: Mapping[str, ContextFn] = field(default_factory=dict)  # role -> (item, latest outputs of the steps it reads) -> its whole context (CoMLRL's multi-turn prompts)
 
     @property
     def decision_steps(self) -> tuple[Step, ...]:
@@ -134,6 +140,9 @@ class Workflow:
             raise WorkflowError(f"{step.name}: needs {step.index} earlier outputs, got {len(outputs)}")
         if step.name in self.formatters:
             return str(self.formatters[step.name](item))
+        if step.name in self.contexts:
+            latest = {prev.name: text for prev, text in zip(self.steps[: step.index], outputs) if prev.name in step.reads}
+            return str(self.contexts[step.name](item, latest))
         latest: dict[str, str] = {}
         read = []
         for prev, text in zip(self.steps[: step.index], outputs):
@@ -179,7 +188,7 @@ class Workflow:
         for item in spec["schedule"]:
             if isinstance(item, dict) and "role" in item and item["role"] in templates:
                 item.pop("template", None)
-        return workflow_from_dict(spec, feedback=self.feedback, merger=self.merger, formatters=self.formatters)
+        return workflow_from_dict(spec, feedback=self.feedback, merger=self.merger, formatters=self.formatters, contexts=self.contexts)
 
     def per_agent(self, values: Mapping[Any, Any] | None, what: str) -> dict[int, Any]:
         """A per-role setting (``{role name or agent index: value}``) as ``{agent: value}``; an unknown role or
@@ -359,9 +368,11 @@ def _build_steps(schedule: Sequence[Any], roles: Mapping[str, Role], feedback_na
 
 def workflow_from_dict(spec: Mapping[str, Any], *, feedback: Mapping[str, Feedback] | None = None,
                        merger: Merger | None = None,
-                       formatters: Mapping[str, Callable[[Mapping[str, Any]], str]] | None = None) -> Workflow:
+                       formatters: Mapping[str, Callable[[Mapping[str, Any]], str]] | None = None,
+                       contexts: Mapping[str, ContextFn] | None = None) -> Workflow:
     """Build and validate a workflow from a plain mapping (the YAML form); ``formatters`` give roles that
-    read nothing their whole context from the task item (CoMLRL's formatters)."""
+    read nothing their whole context from the task item (CoMLRL's formatters), ``contexts`` give a role its
+    whole context from the item and the latest outputs of the steps it reads."""
     if not isinstance(spec, Mapping):
         raise WorkflowError(f"workflow: expected a mapping, got {type(spec).__name__}")
     unknown = set(spec) - _TOP_KEYS
@@ -411,8 +422,12 @@ def workflow_from_dict(spec: Mapping[str, Any], *, feedback: Mapping[str, Feedba
         if r not in roles or any(s.reads for s in steps if s.name == r):
             raise WorkflowError(f"{r}: a formatter gives the whole context from the task item, so its role must exist "
                                 "and read nothing")
+    for r in contexts or {}:
+        if r not in roles:
+            raise WorkflowError(f"{r}: a context function is given for a role the workflow does not have")
     return Workflow(name=name, roles=roles, steps=steps, num_agents=int(num_agents), final=final,
-                    merger=merger, merge_roles=merge_roles, feedback=fb, inputs=inputs, formatters=dict(formatters or {}))
+                    merger=merger, merge_roles=merge_roles, feedback=fb, inputs=inputs, formatters=dict(formatters or {}),
+                    contexts=dict(contexts or {}))
 
 
 def join_messages(outputs: Mapping[str, str]) -> str:

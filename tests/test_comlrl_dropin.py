@@ -13,7 +13,7 @@ import torch
 from datasets import Dataset
 
 from c3_plugin.rewards import batched
-from c3_plugin.testing import tiny_model, tiny_tokenizer
+from c3_plugin.testing import experiment_config, tiny_model, tiny_tokenizer
 from c3_plugin.trainers import C3Config, C3Trainer, MAPPOTrainer, WorkflowMAGRPOTrainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,30 +71,29 @@ def test_comlrl_quick_start_trains_under_c3_with_only_class_names_changed(tmp_pa
         return rewards
 
     output_dir = "./magrpo_multi_reward_output"
-    with pytest.warns(UserWarning, match=r"num_generations=8 is not used.*plan"):
-        config = C3Config(
-            num_train_epochs=3,
-            agent_learning_rate=5e-5,
-            logging_steps=10,
-            num_generations=8,
-            num_turns=1,
-            max_new_tokens=128,
-        )
-        wandb_config = {
-            "project": "your-project-name",
-            "entity": "your-entity-name",
-            "name": "length-ratio-demo",
-        }
-        configured_reward_func = partial(proper_length_ratio_reward, target_min=2, target_max=3)
-        trainer = C3Trainer(
-            agents=agents,
-            reward_func=configured_reward_func,
-            reward_processor=RewardProcessors.scale(factor=100.0),
-            args=config,
-            train_dataset=train_dataset,
-            tokenizer=tokenizer,
-            wandb_config=wandb_config,
-        )
+    config = C3Config(
+        num_train_epochs=3,
+        agent_learning_rate=5e-5,
+        logging_steps=10,
+        num_generations=8,
+        num_turns=1,
+        max_new_tokens=128,
+    )
+    wandb_config = {
+        "project": "your-project-name",
+        "entity": "your-entity-name",
+        "name": "length-ratio-demo",
+    }
+    configured_reward_func = partial(proper_length_ratio_reward, target_min=2, target_max=3)
+    trainer = C3Trainer(
+        agents=agents,
+        reward_func=configured_reward_func,
+        reward_processor=RewardProcessors.scale(factor=100.0),
+        args=config,
+        train_dataset=train_dataset,
+        tokenizer=tokenizer,
+        wandb_config=wandb_config,
+    )
     trainer.train()
     trainer.save_model(f"{output_dir}/models")
 
@@ -130,7 +129,7 @@ OFFSET = {"positional per agent, list": 0.0, "prompts first": 10.0, "one list of
 @pytest.mark.parametrize("cls", [C3Trainer, WorkflowMAGRPOTrainer, MAPPOTrainer])
 def test_every_comlrl_reward_signature_trains_under_every_workflow_trainer(cls, name):
     tok = tiny_tokenizer()
-    args = cls.default_config_cls(num_train_epochs=1, max_new_tokens=3, instances_per_update=4, agent_devices="cpu")
+    args = experiment_config(cls.default_config_cls, num_train_epochs=1, max_new_tokens=3, instances_per_update=4, agent_devices="cpu")
     tr = cls(agents=[tiny_model(tok, seed=0), tiny_model(tok, seed=1)], tokenizer=tok, reward_func=SIGNATURES[name],
              train_dataset=Dataset.from_list(_items()), args=args)
     tr.verbose = False
@@ -153,7 +152,7 @@ def test_batched_rewards_are_called_once_per_batch_and_checked():
         return [_expected(x, y) for x, y in zip(a, b)]
 
     tr = C3Trainer(agents=[tiny_model(tok, seed=0), tiny_model(tok, seed=1)], tokenizer=tok, reward_func=fast,
-                   train_dataset=Dataset.from_list(_items()), args=C3Config(max_new_tokens=3, agent_devices="cpu"))
+                   train_dataset=Dataset.from_list(_items()), args=experiment_config(C3Config, max_new_tokens=3, agent_devices="cpu"))
     ro = tr.collect(_items())
     assert seen == [ro.rewards.size]  # one call for the whole batch of leaves
     tr.reward_func = batched(lambda a, b, **kw: [0.0])
@@ -165,7 +164,7 @@ def test_formatters_shape_the_parallel_contexts_and_other_arguments_are_refused_
     tok = tiny_tokenizer()
     models = lambda: [tiny_model(tok, seed=0), tiny_model(tok, seed=1)]  # noqa: E731
     fmts = [lambda item: "PLAN " + item["prompt"], lambda item: "WRITE " + item["prompt"]]
-    args = C3Config(max_new_tokens=3, agent_devices="cpu", save_traces=False)
+    args = experiment_config(C3Config, max_new_tokens=3, agent_devices="cpu", save_traces=False)
     tr = C3Trainer(agents=models(), tokenizer=tok, reward_func=lambda a, b: [1.0], formatters=fmts,
                    train_dataset=Dataset.from_list(_items()), args=args)
     ro = tr.collect(_items(1))
@@ -174,15 +173,19 @@ def test_formatters_shape_the_parallel_contexts_and_other_arguments_are_refused_
     with pytest.raises(ValueError, match="formatters and a workflow were both given"):
         C3Trainer(agents=models(), tokenizer=tok, reward_func=lambda a, b: [1.0], formatters=fmts, workflow="reasoner_actor",
                   train_dataset=Dataset.from_list(_items()), args=args)
-    with pytest.raises(ValueError, match="external_transition is not used.*multi_turn"):
+    with pytest.raises(ValueError, match="external_transition is called between turns.*never run"):
         C3Trainer(agents=models(), tokenizer=tok, reward_func=lambda a, b: [1.0], external_transition=lambda **kw: ["x", "y"],
                   train_dataset=Dataset.from_list(_items()), args=args)
-    with pytest.raises(ValueError, match="num_turns=2.*schedule"):
-        C3Config(num_turns=2)
+    with pytest.raises(ValueError, match="Multi-turn C3 requires an external_transition"):  # CoMLRL's default num_turns=2
+        C3Trainer(agents=models(), tokenizer=tok, reward_func=lambda a, b: [1.0], train_dataset=Dataset.from_list(_items()),
+                  args=C3Config())
+    with pytest.raises(ValueError, match="num_turns=2 runs CoMLRL's team.*workflow was given"):
+        C3Trainer(agents=models(), tokenizer=tok, reward_func=lambda a, b: [1.0], workflow="reasoner_actor",
+                  external_transition=lambda **kw: ["x", "y"], train_dataset=Dataset.from_list(_items()), args=C3Config())
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the default num_generations is no warning
         C3Trainer(agents=models(), tokenizer=tok, reward_func=lambda a, b: [1.0], train_dataset=Dataset.from_list(_items()),
-                  args=C3Config(max_new_tokens=3, agent_devices="cpu"))
+                  args=experiment_config(C3Config, max_new_tokens=3, agent_devices="cpu"))
 
 
 def test_one_name_per_algorithm_reads_its_own_section(capsys):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from c3_plugin.testing import experiment_config
 from c3_plugin import load_workflow, materialize
 from c3_plugin.config import ConfigError, load_config
 from c3_plugin.credit import normalize_advantages, tree_advantages
@@ -54,7 +55,7 @@ def test_each_rule_refuses_direct_construction_and_yaml_with_reason_and_fix(name
     rule = next(r for r in RULES if r.name == name)
     for algorithm, values in EXAMPLES[name]:
         with pytest.raises(ValueError, match=rf"\[{name}\].*Fix: ") as info:  # CoMLRL style: C3Config(...)
-            CLASSES[algorithm](**values)
+            experiment_config(CLASSES[algorithm], **values)
         assert rule.fix.split(" ")[0] in str(info.value)
         data = {"domain": "math", "algorithm": algorithm, algorithm: values,
                 "dataset": {"train": {"source": "synthetic", "task": "compare", "size": 4}}}
@@ -69,16 +70,16 @@ def test_defaults_and_the_other_modes_and_scalings_are_accepted():
     for cls in CLASSES.values():
         assert violations(cls(), "c3" if cls is C3Config else "magrpo" if cls is WorkflowMAGRPOConfig else "mappo") == []
     for scaling in SCALINGS:
-        WorkflowMAGRPOConfig(advantage_scaling=scaling)  # mean under every scaling
-    WorkflowMAGRPOConfig(advantage_mode="rloo", advantage_scaling="none")  # the one scaling where rloo differs
+        experiment_config(WorkflowMAGRPOConfig, advantage_scaling=scaling)  # mean under every scaling
+    experiment_config(WorkflowMAGRPOConfig, advantage_mode="rloo", advantage_scaling="none")  # the one scaling where rloo differs
     for mode in ("max", "raw"):
         for scaling in ("none", "batch_scale", "batch_zscore"):
-            WorkflowMAGRPOConfig(advantage_mode=mode, advantage_scaling=scaling)
-    WorkflowMAGRPOConfig(plan="independent 1", advantage_mode="raw", advantage_scaling="none")
-    C3Config(clip_eps_high=0.28)
-    C3Config(plan="tree [1, 4]")
+            experiment_config(WorkflowMAGRPOConfig, advantage_mode=mode, advantage_scaling=scaling)
+    experiment_config(WorkflowMAGRPOConfig, plan="independent 1", advantage_mode="raw", advantage_scaling="none")
+    experiment_config(C3Config, clip_eps_high=0.28)
+    experiment_config(C3Config, plan="tree [1, 4]")
     for scaling in ("none", "batch_scale", "batch_zscore"):
-        C3Config(advantage_scaling=scaling)
+        experiment_config(C3Config, advantage_scaling=scaling)
 
 
 # ----- the numeric proofs ----------------------------------------------------------------------------------
@@ -215,8 +216,8 @@ def test_group_zscore_turns_c3_leave_one_out_into_another_estimator_unless_ackno
     b = scaled(C3Trainer, args("batch_scale"), ro)
     np.testing.assert_allclose(b[actor] / loo[actor], (b[actor] / loo[actor])[0])
     with pytest.raises(ValueError, match=r"changes C3's estimator.*allow_estimator_change: true"):
-        C3Config(advantage_scaling="group_zscore")
-    assert C3Config(advantage_scaling="group_zscore", allow_estimator_change=True).allow_estimator_change
+        experiment_config(C3Config, advantage_scaling="group_zscore")
+    assert experiment_config(C3Config, advantage_scaling="group_zscore", allow_estimator_change=True).allow_estimator_change
     cfg = load_config(data={"domain": "math", "algorithm": "c3", "c3": {"advantage_scaling": "group_zscore", "allow_estimator_change": True},
                             "dataset": {"train": {"source": "synthetic", "task": "compare", "size": 4}}})
     assert cfg.algo.advantage_scaling == "group_zscore"

@@ -6,7 +6,7 @@ import pytest
 import torch
 from datasets import Dataset
 
-from c3_plugin.testing import tiny_model, tiny_tokenizer
+from c3_plugin.testing import experiment_config, tiny_model, tiny_tokenizer
 from c3_plugin.trainers import C3Config, C3Trainer
 from c3_plugin.trainers.update import PolicySample, ppo_update
 
@@ -53,7 +53,7 @@ def test_c3_trainer_step_on_cuda_in_bf16():
     tok = tiny_tokenizer()
     models = [cuda_model(tok, 0), cuda_model(tok, 1)]
     ds = Dataset.from_list([{"id": f"p{i}", "prompt": f"q{i}", "question": f"q{i}", "answer": "1"} for i in range(4)])
-    args = C3Config(num_train_epochs=1, max_new_tokens=8, instances_per_update=4, agent_devices="cuda:0")
+    args = experiment_config(C3Config, num_train_epochs=1, max_new_tokens=8, instances_per_update=4, agent_devices="cuda:0")
     trainer = C3Trainer(agents=models, tokenizer=tok, train_dataset=ds, args=args,
                         reward_func=lambda *c, batch_items=None, prompts=None: [float(len(x) % 2) for x in c[-1]])
     trainer.verbose = False

@@ -8,7 +8,7 @@ import torch
 from datasets import Dataset
 
 from c3_plugin.precision import compute_dtype_of, keep_fp32_masters
-from c3_plugin.testing import tiny_model, tiny_tokenizer
+from c3_plugin.testing import experiment_config, tiny_model, tiny_tokenizer
 from c3_plugin.trainers import C3Config, C3Trainer, MAPPOConfig, MAPPOTrainer
 from c3_plugin.trainers.update import PolicySample, ppo_update
 
@@ -92,7 +92,7 @@ def test_lora_adapters_train_in_fp32_over_a_bf16_base():
     assert any(p.dtype == torch.bfloat16 for n, p in peft_model.named_parameters() if "lora_" in n)
     ds = Dataset.from_list([{"id": f"p{i}", "prompt": f"q{i}", "question": f"q{i}", "answer": "1"} for i in range(2)])
     tr = C3Trainer(agents=[peft_model, peft_model], tokenizer=tok, reward_func=reward, train_dataset=ds, lora_adapters=True,
-                   args=C3Config(num_train_epochs=1, max_new_tokens=4, instances_per_update=2, agent_devices="cpu",
+                   args=experiment_config(C3Config, num_train_epochs=1, max_new_tokens=4, instances_per_update=2, agent_devices="cpu",
                                  agent_learning_rate=LR))
     lora = {n: p for n, p in peft_model.named_parameters() if "lora_" in n}
     base = {n: p for n, p in peft_model.named_parameters() if "lora_" not in n}

@@ -16,7 +16,7 @@ from c3_plugin.plan import parse_plan
 from c3_plugin.report import eval_metrics
 from c3_plugin.rewards import batched
 from c3_plugin.run import build_trainer, prepare
-from c3_plugin.testing import tiny_model, tiny_tokenizer
+from c3_plugin.testing import experiment_config, tiny_model, tiny_tokenizer
 from c3_plugin.trainers import C3Config, C3Trainer
 from domains.math import data as dm
 from domains.math import default_eval_logger, eval_aggregator, math_workflow
@@ -93,7 +93,7 @@ def eval_rows(sampled=True):
 def trainer(evals, seen=None, batch=4, logger=None):
     tok = tiny_tokenizer()
     train = Dataset.from_list([{"id": f"p{i}", "prompt": f"t{i}", "question": f"t{i}", "answer": "1", "target": 0.0} for i in range(2)])
-    args = C3Config(num_train_epochs=1, max_new_tokens=4, instances_per_update=2, agent_devices="cpu", eval_batch_size=batch)
+    args = experiment_config(C3Config, num_train_epochs=1, max_new_tokens=4, instances_per_update=2, agent_devices="cpu", eval_batch_size=batch)
     tr = C3Trainer(agents=[tiny_model(tok, 0), tiny_model(tok, 1)], tokenizer=tok, reward_func=target_reward, train_dataset=train,
                    eval_dataset=Dataset.from_list(evals), eval_logger=logger or controlled_logger(seen if seen is not None else []),
                    eval_aggregator=eval_aggregator, args=args, workflow=math_workflow("reasoner_actor"))

@@ -13,6 +13,7 @@ from c3_plugin.synthetic import SyntheticBackend, SyntheticEnv
 from c3_plugin.trace import path_to
 from tests import oracles
 from tests.test_estimator import assert_unbiased, bonferroni_z
+from c3_plugin.testing import experiment_config
 
 
 def join(outputs):
@@ -259,7 +260,7 @@ def make_parallel_trainer(cls, **cfg):
 
     models, tok = tiny_team()
     ds = Dataset.from_list([{"id": f"p{i}", "prompt": f"q{i}", "question": f"q{i}", "answer": "1"} for i in range(4)])
-    args = cls.default_config_cls(num_train_epochs=1, max_new_tokens=4, instances_per_update=4, agent_devices="cpu", **cfg)
+    args = experiment_config(cls.default_config_cls, num_train_epochs=1, max_new_tokens=4, instances_per_update=4, agent_devices="cpu", **cfg)
     tr = cls(agents=models, tokenizer=tok, reward_func=parity_reward, train_dataset=ds, args=args, workflow=parallel_workflow())
     tr.verbose = False
     return tr

@@ -11,7 +11,7 @@ from datasets import Dataset
 
 from c3_plugin.config import load_config
 from c3_plugin.run import dry_run_report
-from c3_plugin.testing import tiny_model, tiny_tokenizer
+from c3_plugin.testing import experiment_config, tiny_model, tiny_tokenizer
 from c3_plugin.trainers import C3Config, C3Trainer
 from domains.math.data import local_path
 
@@ -101,7 +101,7 @@ def test_no_file_reaches_outside_the_repository():
 def test_evaluation_shows_a_progress_bar_unless_quiet(capsys):
     tok = tiny_tokenizer()
     items = [{"id": f"e{i}", "prompt": f"q{i}", "question": f"q{i}", "answer": "1"} for i in range(5)]
-    args = C3Config(num_train_epochs=1, max_new_tokens=3, instances_per_update=4, eval_batch_size=2, agent_devices="cpu")
+    args = experiment_config(C3Config, num_train_epochs=1, max_new_tokens=3, instances_per_update=4, eval_batch_size=2, agent_devices="cpu")
     tr = C3Trainer(agents=[tiny_model(tok, seed=0), tiny_model(tok, seed=1)], tokenizer=tok, train_dataset=Dataset.from_list(items),
                    eval_dataset=Dataset.from_list(items), reward_func=lambda *c, **k: [0.0] * len(c[-1]), args=args)
     capsys.readouterr()

@@ -11,7 +11,7 @@ from datasets import Dataset
 
 from c3_plugin.credit import loo_advantages_batch, tree_advantages, value_assisted_advantages
 from c3_plugin.precision import compute_dtype_of
-from c3_plugin.testing import tiny_model, tiny_tokenizer
+from c3_plugin.testing import experiment_config, tiny_model, tiny_tokenizer
 from c3_plugin.trainers import C3Config, C3Trainer
 
 
@@ -86,7 +86,7 @@ def parity_reward(*completions, batch_items=None, prompts=None):
 def make_trainer(rows=4, **cfg):
     tok = tiny_tokenizer()
     ds = Dataset.from_list([{"id": f"p{i}", "prompt": f"q{i}", "question": f"q{i}", "answer": "1"} for i in range(rows)])
-    args = C3Config(num_train_epochs=1, max_new_tokens=5, instances_per_update=2, agent_devices="cpu", **cfg)
+    args = experiment_config(C3Config, num_train_epochs=1, max_new_tokens=5, instances_per_update=2, agent_devices="cpu", **cfg)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tree [2, 4]: the +-1 warning of the 2-alternative Reasoner groups
         tr = C3Trainer(agents=[tiny_model(tok, seed=0), tiny_model(tok, seed=1)], tokenizer=tok, reward_func=parity_reward,

@@ -16,13 +16,12 @@ the hooks that must change for a workflow of roles that read each other:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -42,10 +41,13 @@ from .update import PolicySample, ppo_update
 @dataclass
 class WorkflowConfig(MAGRPOConfig):
     """Fields shared by the workflow trainers (C3, MAGRPO, MAPPO); MAGRPOConfig's own fields keep
-    their meaning except where noted."""
+    their meaning and CoMLRL's defaults except where noted."""
 
-    plan: str = "independent 8"  # rollout plan: "tree [2, 4]", "independent 8" or "diagnostic n=4 u=0 c=4"
-    instances_per_update: int = 4  # task instances per rollout batch (one materialisation, one update)
+    normalization_scaling: ClassVar[str] = "batch_zscore"  # what advantage_normalization=True means for this algorithm
+    default_plan_kind: ClassVar[str] = "independent"  # the default plan's kind ("tree" or "independent")
+
+    plan: str | None = None  # rollout plan: "tree [2, 4]", "independent 8" or "diagnostic n=4 u=0 c=4" (None: the algorithm's default plan over the team, spending CoMLRL's env steps for num_generations; c3_plugin/trainers/comlrl_compat.py default_plan)
+    instances_per_update: int | None = None  # task instances per rollout batch (one materialisation, one update; None: rollout_buffer_size, CoMLRL's prompts per update)
     ppo_epochs: int = 1  # passes over each rollout batch
     minibatch_size: int | None = None  # messages per optimizer step (None: all of an agent's messages in the batch)
     micro_batch_size: int = 8  # messages per forward(/backward) pass: of the update (gradient accumulation) and of the behaviour log-prob recomputation after sampling; bounds the full-vocabulary logits held at once
@@ -53,20 +55,21 @@ class WorkflowConfig(MAGRPOConfig):
     clip_eps_high: float | None = None  # optional larger upper clip (None: clip_eps)
     max_grad_norm: float = 1.0  # gradient clipping per optimizer step (0 disables)
     loss_aggregation: str = "token_mean"  # "token_mean" (mean over all trained tokens), "sequence_mean" (each message's mean over its trained tokens, i.e. its value tokens under a JSON skeleton, then mean over messages) or "token_sum"
-    advantage_scaling: str = "none"  # "none", "batch_scale", "batch_zscore" or "group_zscore" (population z-score per group: an instance's runs at one decision point under an independent plan, the siblings of one context under a tree), per agent and batch
-    use_chat_template: bool = True  # wrap contexts in the tokenizer's chat template when it has one
+    advantage_scaling: str | None = None  # "none", "batch_scale", "batch_zscore" or "group_zscore" (population z-score per group: an instance's runs at one decision point under an independent plan, the siblings of one context under a tree), per agent and batch (None: from advantage_normalization, see normalization_scaling)
+    use_chat_template: bool = False  # wrap contexts in the tokenizer's chat template (False, as CoMLRL: the context text is tokenized as it is)
+    eval_greedy: bool = False  # decode evaluation greedily (False, as CoMLRL: one sampled run per eval item at the training temperature/top_p/top_k)
     generation_batch_size: int | None = None  # cap on sequences per generate call (None: a whole depth at once)
     save_traces: bool = False  # append every rollout batch's trace to <run dir>/traces.jsonl
     seed: int = 0  # seeds data order and sampling
-    # MAGRPOConfig fields given workflow meanings:
-    num_turns: int = 1  # must stay 1: turns are the workflow's schedule
-    num_generations: int = 2  # unused by workflow trainers (the plan sets the branching); kept >= 2 for CoMLRL
-    temperature: float = 1.0  # sampling temperature; behaviour log-probs use the same scaling
-    top_p: float = 1.0  # nucleus sampling mass (1.0: exact behaviour log-probs)
-    top_k: int | None = None  # top-k sampling (None: off)
-    advantage_normalization: bool = False  # use advantage_scaling instead; True is rejected
-    eval_num_samples: int = 0  # eval items per evaluation (0: the whole eval set)
-    eval_interval: int = 0  # evaluate every this many training items (0: only before and after training)
+    # MAGRPOConfig fields, CoMLRL's defaults, given workflow meanings (c3_plugin/trainers/comlrl_compat.py walks every one):
+    num_turns: int = 2  # CoMLRL turns: > 1 runs CoMLRL's multi-turn team with its external_transition as steps of the trace (YAML configs default to 1: their workflow's schedule holds the turns)
+    num_generations: int = 4  # joint actions per prompt (per turn) CoMLRL would sample: the env-step budget of the default plan
+    temperature: float = 0.6  # sampling temperature; behaviour log-probs use the same scaling
+    top_p: float = 0.6  # nucleus sampling mass (1.0: exact behaviour log-probs)
+    top_k: int | None = 50  # top-k sampling (None: off)
+    advantage_normalization: bool = True  # CoMLRL's advantage z-score: under C3 one scale per agent and batch (batch_scale, keeps leave-one-out), under MAGRPO per group (group_zscore), under MAPPO over the batch (batch_zscore)
+    eval_num_samples: int = 4  # eval items per evaluation (0: the whole eval set)
+    eval_interval: int = 16  # evaluate every this many training items (0: only before and after training)
     final_eval_num_samples: int | None = None  # items of the before/after evaluations (None: eval_num_samples; 0: all); W&B still gets the first eval_num_samples
     curriculum: list[dict[str, Any]] | None = None  # phases [{epochs, where: {field: [values]}, eval_every: env steps}]; epochs sum to num_train_epochs
     wandb_keys: list[str] | None = None  # glob patterns of the metric keys published to W&B (None: all); metrics.jsonl keeps everything
@@ -98,12 +101,9 @@ class WorkflowConfig(MAGRPOConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         self._check_recipe()
-        if self.num_turns != 1:
-            raise ValueError(f"num_turns={self.num_turns}: the workflow trainers take turns from the workflow's schedule "
-                             "(a role may act several times, reading feedback steps in between), so num_turns must stay 1; "
-                             "see the code domain's 'multi_turn' workflow")
-        if self.advantage_normalization:
-            raise ValueError("advantage_normalization=True is CoMLRL's z-score; set advantage_scaling: batch_zscore instead")
+        from .comlrl_compat import resolve_comlrl_fields
+
+        resolve_comlrl_fields(self)  # advantage_normalization, rollout_buffer_size, train_batch_size, joint_mode, discount, ...
         if self.advantage_scaling not in NORMALIZATIONS:
             raise ValueError(f"advantage_scaling must be one of {NORMALIZATIONS}, got {self.advantage_scaling!r}")
         for name in ("instances_per_update", "ppo_epochs", "micro_batch_size"):
@@ -120,7 +120,8 @@ class WorkflowConfig(MAGRPOConfig):
             raise ValueError("importance_sampling_cap needs generation_backend: vllm, logprob_mismatch: true and a cap >= 1, "
                              f"got backend {self.generation_backend!r}, logprob_mismatch {self.logprob_mismatch}, "
                              f"cap {self.importance_sampling_cap}")
-        parse_plan(self.plan)
+        if self.plan is not None:
+            parse_plan(self.plan)
         from ..curriculum import parse_curriculum
 
         parse_curriculum(self.curriculum, int(self.num_train_epochs))
@@ -180,10 +181,16 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
                  learning_rate_scales: Mapping[Any, float] | None = None, trainable: Mapping[Any, bool] | None = None):
         args = args or self.default_config_cls()
         self._refuse_unused(args, workflow, formatters, external_transition)
-        n = self._bridge_workflow(workflow, args, num_agents, agents, formatters)
+        self.turns = None  # CoMLRL's multi-turn team (num_turns > 1): .turns.Turns
+        if int(args.num_turns) > 1:
+            from .turns import Turns
+
+            team = len(agents) if agents is not None else int(num_agents or args.num_agents)
+            self.turns = Turns(self, team, int(args.num_turns), formatters, external_transition)
+        n = self._bridge_workflow(self.turns.workflow if self.turns else workflow, args, num_agents, agents,
+                                  None if self.turns else formatters)
         self._agent_training(args, n, learning_rates, learning_rate_scales, trainable)
-        self.plan = parse_plan(plan if plan is not None else args.plan)
-        self.branching = self.plan.branching(self.workflow.num_decisions)
+        self._resolve_plan(args, plan)
         self.lora_adapters = lora_adapters  # agents share one PeftModel with adapters "agent0", "agent1", ...
         self.outcome = outcome  # the domain's outcome extractor (Domain.outcome) for the influence diagnostic; None: no influence
         super().__init__(agent_model=agent_model, agents=agents, num_agents=n, tokenizer=tokenizer, model_config=model_config,
@@ -232,22 +239,49 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         self.agent_temperature = {a: wf.agent_temperatures().get(a, float(args.temperature)) for a in range(n)}
 
     def _refuse_unused(self, args: Any, workflow: Any, formatters: Any, external_transition: Any) -> None:
-        """CoMLRL's arguments are honoured or refused, never dropped: ``formatters`` shape the default parallel
-        workflow's contexts (a given workflow has its own templates); turns and transitions are a workflow's
-        schedule and feedback steps; the plan, not ``num_generations``, sets the branching (a warning)."""
+        """CoMLRL's arguments are honoured or refused, never dropped: ``formatters`` shape the default team's
+        contexts (a given workflow has its own templates); ``num_turns > 1`` runs CoMLRL's team with its
+        ``external_transition`` between turns (:mod:`.turns`), which one turn never calls."""
         if formatters is not None and workflow is not None:
             raise ValueError("formatters and a workflow were both given: formatters set the contexts of the default parallel "
                              "workflow (CoMLRL's independent agents); a workflow builds each role's context from its "
                              "templates. Drop formatters, or change the role templates (workflow.templates in a config)")
-        if external_transition is not None:
-            raise ValueError("external_transition is not used by the workflow trainers: a multi-turn team is a workflow "
-                             "whose later steps read earlier messages and environment feedback steps (a feedback function "
-                             "of the trace), e.g. the code domain's 'multi_turn' workflow (multi_turn/train_c3.py)")
-        defaults = {f.name: f.default for f in dataclasses.fields(type(args))}
-        if int(getattr(args, "num_generations", 2)) != defaults.get("num_generations", 2):
-            warnings.warn(f"num_generations={args.num_generations} is not used by {type(self).__name__}: the rollout plan "
-                          f"sets the branching (plan: '{args.plan}'; e.g. plan: 'tree [2, 4]' for C3, plan: "
-                          f"'independent {args.num_generations}' for MAGRPO's {args.num_generations} joint samples)", stacklevel=3)
+        turns = int(args.num_turns)
+        if turns > 1 and external_transition is None:
+            raise ValueError(f"Multi-turn {self.algorithm_name} requires an external_transition (num_turns={turns}, as CoMLRL); "
+                             "pass external_transition=, or num_turns=1 (a workflow's own schedule may hold several turns)")
+        if turns > 1 and workflow is not None:
+            raise ValueError(f"num_turns={turns} runs CoMLRL's team of independent agents over turns, and a workflow was "
+                             "given: a workflow's schedule holds its own turns (feedback steps between a role's acts, e.g. "
+                             "the code domain's 'multi_turn'); give num_turns=1 with the workflow, or drop the workflow")
+        if turns == 1 and external_transition is not None:
+            raise ValueError("external_transition is called between turns, and num_turns=1 has none, so it would never "
+                             "run: set num_turns > 1, or drop external_transition")
+        if turns > 1 and float(args.discount) != 1.0:
+            warnings.warn(f"discount={args.discount} discounts the turn rewards of {self.algorithm_name}'s returns; CoMLRL "
+                          "1.4.3's MAGRPOTrainer does not read discount (its returns are undiscounted sums)", stacklevel=3)
+
+    def _resolve_plan(self, args: Any, plan: Any) -> None:
+        """``self.plan``/``self.branching``: the ``plan`` given, else ``args.plan``, else the algorithm's default plan
+        (:func:`~.comlrl_compat.default_plan`: CoMLRL's env steps for ``num_generations``, written back to
+        ``args.plan``); a plan of another budget is printed; ``joint_mode: cross`` needs C3's shared parallel samples."""
+        from ..estimator_rules import check
+        from .comlrl_compat import default_plan, note_budget
+
+        turns = self.turns.turns if self.turns else [self.workflow.num_decisions]
+        explicit = plan is not None or args.plan is not None
+        if not explicit:
+            args.plan = default_plan(args, turns, self.workflow.num_agents)
+            check(args, self.algorithm_name.lower())
+        self.plan = parse_plan(plan if plan is not None else args.plan)
+        self.branching = self.plan.branching(self.workflow.num_decisions)
+        if explicit:
+            note_budget(args, self.branching, turns, self.workflow.num_agents, self.algorithm_name)
+        if args.joint_mode == "cross" and self.workflow.num_agents > 1 and not (
+                self.plan.kind == "tree" and getattr(args, "share_parallel_samples", False)):
+            raise ValueError(f"joint_mode: cross scores every combination of the agents' samples; {self.algorithm_name} with "
+                             f"plan '{args.plan}' draws each joint action's messages for it (aligned). Under C3 the tree over "
+                             "parallel agents with share_parallel_samples: true is the cross product; else use joint_mode: aligned")
 
     # ----- policies, optimizers, learning-rate schedules, KL reference --------------------------------
     def _policy_groups(self) -> None:
@@ -388,6 +422,31 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
             p.requires_grad_(True)
         return params
 
+    # ----- CoMLRL's multi-turn team ------------------------------------------------------------------
+    def reward_leaves(self, leaves: Sequence[Any]) -> list[float]:
+        """Multi-turn (:mod:`.turns`): each path's return ``sum_t discount^(t-1) r_t``, its per-turn rewards kept for
+        :meth:`collect`; one turn: the bridge's terminal reward."""
+        if self.turns is None:
+            return super().reward_leaves(leaves)
+        self._turn_rewards = self.turns.path_rewards([leaf.outputs for leaf in leaves], [dict(leaf.item) for leaf in leaves])
+        return self.turns.returns(self._turn_rewards).tolist()
+
+    def collect(self, items: Sequence[Mapping[str, Any]], plan: Any = None, greedy: bool = False, sampling: Any = None) -> Rollout:
+        """The bridge's rollout; multi-turn: early termination in training rollouts only (``plan`` None), the
+        per-turn rewards on ``rollout.turn_rewards`` and the env steps counted per scored turn."""
+        if self.turns is None:
+            return super().collect(items, plan=plan, greedy=greedy, sampling=sampling)
+        self.turns.training = plan is None
+        try:
+            rollout = super().collect(items, plan=plan, greedy=greedy, sampling=sampling)
+        finally:
+            self.turns.training = False
+        rollout.turn_rewards = self._turn_rewards
+        per_instance = len(rollout.depth_nodes[-1]) // max(1, len(rollout.items))
+        leaf_instance = np.arange(len(rollout.depth_nodes[-1])) // max(1, per_instance)
+        rollout.budget.leaves = self.turns.env_steps(self._turn_rewards, leaf_instance, len(rollout.items), rollout.branching)
+        return rollout
+
     def compute_advantages(self, rollout: Rollout) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per decision point: (entry indices, advantages) of the messages to train on."""
         raise NotImplementedError(f"{type(self).__name__}: WorkflowTrainer is a base class; an algorithm "
@@ -453,8 +512,11 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         if rollout is not None:
             metrics.update({k: v for k, v in self.rollout_metrics(rollout).items() if k not in metrics})
         if self.update_step % max(1, int(self.args.logging_steps)) == 0 or self.update_step == 1:
-            metrics.update({"turn_1/reward_mean": float(rewards.mean()),
-                            "turn_1/expected_return": float(rewards.reshape(len(items), -1).mean(1).mean())})
+            if self.turns is not None and rollout is not None:
+                metrics.update(self.turns.metrics(rollout.turn_rewards))
+            else:
+                metrics.update({"turn_1/reward_mean": float(rewards.mean()),
+                                "turn_1/expected_return": float(rewards.reshape(len(items), -1).mean(1).mean())})
         if self.args.save_traces and self.run_dir is not None and rollout is not None:
             self._append_trace(rollout)
         self.log_metrics(self._combine_ranks(metrics))
@@ -492,7 +554,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
 
         owners: dict[int, list[int]] = {}
         for k, e in enumerate(rollout.entries):
-            if e.kind == "decision" and e.shared is None:
+            if e.kind == "decision" and e.shared is None and not e.ended:
                 owners.setdefault(int(e.agent), []).append(k)
         message_kl: dict[int, float] = {}
         for agent, idx in owners.items():
@@ -512,7 +574,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
             k = int(leaf)
             while k >= 0:
                 e = rollout.entries[k]
-                if e.kind == "decision":
+                if e.kind == "decision" and not e.ended:
                     out[j] += message_kl[int(rollout.owner[k])]
                 k = by_node[(e.instance, e.parent)] if e.parent >= 0 else -1
         return out
@@ -569,6 +631,8 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
             indices, adv = rollout.unique_credit(indices, adv)
             for i, a in zip(indices, adv):
                 e = rollout.entries[int(i)]
+                if e.ended:  # after its episode ended (multi-turn early termination): nothing was sampled
+                    continue
                 gid = sibling_groups.setdefault(self._group_key(e), len(sibling_groups))
                 per_agent.setdefault(int(e.agent), []).append((e, float(a), gid))
         samples: dict[int, list[PolicySample]] = {}

@@ -40,6 +40,7 @@ import wandb
 from tqdm import tqdm
 
 from ..generation import HFBackend, encode_prompt
+from ..generation_hook import active_call, backend_generate, rollout_backend
 from ..plan import parse_plan
 from ..precision import keep_fp32_masters
 from ..rewards import leaf_rewards
@@ -142,8 +143,9 @@ class WorkflowBridge:
         """Materialise ``plan`` (default: the training plan ``self.plan``, with context sharing when the
         algorithm shares; an explicit plan, such as evaluation's greedy one, never shares) under ``sampling``
         (default: :meth:`sampling`). The trace records the prompt token ids the policies condition on and
-        their chat template hashes."""
-        return materialize(self.workflow, plan if plan is not None else self.plan, items, self.backend,
+        their chat template hashes. A subclass's ``_generate_completions`` samples every message
+        (:func:`~c3_plugin.generation_hook.rollout_backend`)."""
+        return materialize(self.workflow, plan if plan is not None else self.plan, items, rollout_backend(self),
                            self.reward_leaves, sampling if sampling is not None else self.sampling(greedy),
                            share_identical_contexts=plan is None and self.share_identical_contexts,
                            tokenizers=self.tokenizers, use_chat_template=getattr(self.args, "use_chat_template", True))
@@ -181,23 +183,36 @@ class WorkflowBridge:
         ``completions`` are prefix + text (the full action the reward sees); plus
         ``completion_loss_masks`` (1 on sampled value tokens, 0 on forced schema tokens).
         ``agent`` is the module that samples: the live ``policy(agent_idx)`` through ``self.backend``,
-        or another one (a frozen comparator copy) through a backend of its own; ``kwargs`` are ignored."""
+        or another one (a frozen comparator copy) through a backend of its own; ``kwargs`` are extra HF
+        ``generate`` kwargs (logits processors, stopping criteria; HF backend only). Called as a subclass
+        hook's ``super()`` inside a rollout, it samples the rollout's prompt (text: ``prompts_override``)
+        under the rollout's sampling (:func:`~c3_plugin.generation_hook.active_call`)."""
         if len(batch_items) != 1:
             raise ValueError(f"_generate_completions serves one item at a time (CoMLRL's batch_size=1), got {len(batch_items)}")
         if external_prompts is not None:
             raise ValueError("external prompts (multi-turn transitions) are not supported by workflow generation")
         item = batch_items[0]
-        prompt = self.agent_prompt(agent_idx, item, text=prompts_override[0] if prompts_override is not None else None)
-        if prompt.max_new_tokens is None:
-            prompt = Prompt(prompt.text, prompt.role, prompt.agent, prompt.prefix, prompt.system, int(max_new_tokens))
+        call = active_call(self)  # inside a rollout, answering one of its prompts through a subclass's hook
+        if call is not None:
+            prompt = replace(call.prompt, text=prompts_override[0] if prompts_override is not None else call.prompt.text,
+                             max_new_tokens=int(max_new_tokens))
+            sampling = call.sampling
+        else:
+            prompt = self.agent_prompt(agent_idx, item, text=prompts_override[0] if prompts_override is not None else None)
+            if prompt.max_new_tokens is None:
+                prompt = Prompt(prompt.text, prompt.role, prompt.agent, prompt.prefix, prompt.system, int(max_new_tokens))
+            sampling = role_sampling(self.sampling(), self.workflow.roles[prompt.role])
         n = int(num_return_sequences)
         backend = self.backend
         if agent is not None and agent is not self.agents[agent_idx]:
             backend = self.backend.for_policy(lambda _a: agent)
-        gens = backend.generate([prompt], n, role_sampling(self.sampling(), self.workflow.roles[prompt.role]))[0]
+        gens = backend_generate(backend, [prompt], n, sampling, kwargs)[0]
         prompt_ids = encode_prompt(self.tokenizers[agent_idx], prompt, self.backend.use_chat_template)
-        self.totals["messages"] += n
-        self.totals["tokens_generated"] += sum(len(g.token_ids) for g in gens)
+        if call is not None:
+            call.generated.append((prompt_ids, gens))  # the rollout's budget counts what the hook returns
+        else:
+            self.totals["messages"] += n
+            self.totals["tokens_generated"] += sum(len(g.token_ids) for g in gens)
         return {
             "prompts": [prompt.text],
             "batch_items": list(batch_items),
@@ -267,7 +282,7 @@ class WorkflowBridge:
         items = [dict(self.eval_dataset[i]) for i in range(limit)]
         items = [{**it, "id": str(it.get("id", f"eval{k}"))} for k, it in enumerate(items)]
         size = max(1, int(self.args.eval_batch_size))
-        rewards, outputs = ([], []) if outputs is None else (outputs[0][:limit], outputs[1][:limit])
+        rewards, outputs, per_turn = ([], [], []) if outputs is None else tuple(o[:limit] for o in outputs)
         start = len(rewards)
         mine = list(range(start + dist.rank, len(items), dist.world))
         decoding = {i: self.eval_decoding(items[i]) for i in mine}
@@ -277,28 +292,32 @@ class WorkflowBridge:
             batches.setdefault((k, sampling), []).append(i)
         # a bar over this rank's eval items on stderr; output.verbose: false (or TQDM_DISABLE=1) hides it
         quiet = {} if getattr(self, "verbose", True) and mine and dist.is_main else {"disable": True}
-        done: list[tuple[int, list[float], list[list[str]]]] = []
+        done: list[tuple[int, list[float], list[list[str]], list[list[float]]]] = []
+        greedy = bool(getattr(self.args, "eval_greedy", True))  # items of a suite without num_samples: greedy, or CoMLRL's one sampled run
         # ZeRO-3: whole weights for generate, gathered once (ranks decode different numbers of batches)
         with tqdm(total=len(mine), desc=f"eval @ env_step {self.env_step}", unit="item", **quiet) as bar, \
                 gathered(getattr(self, "engines", None), getattr(self, "zero3", False)):
             for (k, sampling), idxs in batches.items():
                 plan = parse_plan({"independent": k} if k else {"tree": [1] * self.workflow.num_decisions})
                 step = max(1, size // k) if k else size
-                with self._eval_rng(k, dist.rank):
+                with self._eval_rng(k or not greedy, dist.rank):
                     for s in range(0, len(idxs), step):
                         idx = idxs[s:s + step]
                         ro = (self.collect([items[i] for i in idx], plan=plan, sampling=sampling) if k
-                              else self.collect([items[i] for i in idx], plan=plan, greedy=True))
+                              else self.collect([items[i] for i in idx], plan=plan, greedy=greedy))
                         per_item = ro.rewards.reshape(len(idx), -1).tolist()
                         paths = self._path_outputs(ro)
                         runs = len(paths) // len(idx)
-                        done.extend((i, r, paths[j * runs:(j + 1) * runs]) for j, (i, r) in enumerate(zip(idx, per_item)))
+                        turn_rows = (ro.turn_rewards if ro.turn_rewards is not None else ro.rewards.reshape(-1, 1)).tolist()
+                        done.extend((i, r, paths[j * runs:(j + 1) * runs], turn_rows[j * runs:(j + 1) * runs])
+                                    for j, (i, r) in enumerate(zip(idx, per_item)))
                         bar.update(len(idx))
-        for _, reward, out in sorted((x for part in gather(done) for x in part), key=lambda x: x[0]):
+        for _, reward, out, turn_row in sorted((x for part in gather(done) for x in part), key=lambda x: x[0]):
             rewards.append(reward)
             outputs.append(out)
+            per_turn.append(turn_row)
         if not dist.is_main:
-            return {**broadcast(None), "_outputs": (rewards, outputs)}
+            return {**broadcast(None), "_outputs": (rewards, outputs, per_turn)}
         metrics = {"eval/reward_mean": float(np.mean([np.mean(r) for r in rewards])) if rewards else float("nan")}
         if self.eval_logger is not None and self.eval_aggregator is not None and items:
             rows = [(it if len(outs) == 1 and not it.get("eval_samples") else {**it, "eval_index": i, "eval_sample": j}, o)
@@ -307,10 +326,28 @@ class WorkflowBridge:
                      for a in range(self.num_agents)]
             detailed = self.eval_logger(agent_completions_turns=turns, batch_items=[it for it, _ in rows],
                                         prompts=[str(it.get("prompt", it.get("question", ""))) for it, _ in rows])
-            metrics.update({f"eval/{k}": float(v) for k, v in self.eval_aggregator(detailed, num_turns=1).items()})
+            metrics.update({f"eval/{k}": float(v) for k, v in
+                            self.eval_aggregator(detailed, num_turns=int(getattr(self.args, "num_turns", 1))).items()})
+        metrics.update(self._eval_turn_metrics(per_turn))
         broadcast(metrics)
-        metrics["_outputs"] = (rewards, outputs)
+        metrics["_outputs"] = (rewards, outputs, per_turn)
         return metrics
+
+    @staticmethod
+    def _eval_turn_metrics(per_turn: Sequence[Sequence[Sequence[float]]]) -> dict[str, float]:
+        """CoMLRL's ``eval/turn_<t>/reward_mean`` (the turn's reward over every decode) and
+        ``eval/turn_<t>/expected_return`` (the undiscounted reward from turn t on), from each decode's per-turn
+        rewards (one turn: its reward)."""
+        rows = np.array([row for item in per_turn for row in item], dtype=float)
+        if not rows.size:
+            return {}
+        out = {}
+        for t in range(rows.shape[1]):
+            played = ~np.isnan(rows[:, t])
+            if played.any():
+                out[f"eval/turn_{t + 1}/reward_mean"] = float(rows[played, t].mean())
+                out[f"eval/turn_{t + 1}/expected_return"] = float(np.nansum(rows[played, t:], axis=1).mean())
+        return out
 
     @contextmanager
     def _eval_rng(self, k: int, rank: int):
@@ -356,7 +393,7 @@ class WorkflowBridge:
         if self.wandb_initialized and wandb.run is not None:
             published = {k: v for k, v in {**clean, **media}.items() if v is not None and self._published(k)}
             if any(k != "env_step" for k in published):
-                wandb.log(published)
+                wandb.log(published, step=int(clean.get("env_step") or getattr(self, "env_step", 0)))  # CoMLRL's W&B step
 
     def _published(self, key: str) -> bool:
         """Whether ``key`` goes to W&B (``wandb_keys`` globs; ``env_step`` always rides along as the x-axis)."""

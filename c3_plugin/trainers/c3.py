@@ -34,23 +34,26 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
 from ..credit import _masked_spearman, tree_advantages, value_assisted_advantages
 from ..rollout import Rollout
+from .actor_critic_fields import ActorCriticFields, actor_critic_keywords, honour_metrics_callback
 from .base import WorkflowConfig, WorkflowTrainer
 from .critic import OnlineCritic
 from .update import PolicySample
 
 
 @dataclass
-class C3Config(WorkflowConfig):
-    """C3's fields; everything else is WorkflowConfig's and MAGRPOConfig's."""
+class C3Config(ActorCriticFields, WorkflowConfig):
+    """C3's fields; everything else is WorkflowConfig's and MAGRPOConfig's (and IAC's/MAAC's critic fields, accepted
+    and unused: actor_critic_fields.py)."""
 
-    plan: str = "tree [2, 4]"  # C3 needs groups: a tree (or diagnostic) plan; the paper's default is [2, 4]
-    advantage_scaling: str = "none"  # keep the leave-one-out values (z-scoring a 2-alternative group gives +-1)
+    normalization_scaling: ClassVar[str] = "batch_scale"  # advantage_normalization=True: one scale per agent and batch, which keeps leave-one-out (z-scoring a 2-alternative group gives +-1)
+    default_plan_kind: ClassVar[str] = "tree"
+    plan: str | None = None  # C3 needs groups: a tree (or diagnostic) plan (None: num_generations joint actions per turn split over its decision points, [2, 4] for 8 over two; comlrl_compat.default_plan)
     credit_diagnostics: bool = True  # log credit/* diagnostics (variance, reliability, influence, noise law) per batch
     share_parallel_samples: bool = True  # sample a parallel role once per distinct context, reuse it under each sibling alternative, train it once
     allow_estimator_change: bool = False  # accept a setting that turns the leave-one-out credit into another estimator (advantage_scaling: group_zscore); c3_plugin/estimator_rules.py
@@ -66,7 +69,7 @@ class C3Config(WorkflowConfig):
         super().__post_init__()
         from ..plan import parse_plan
 
-        if parse_plan(self.plan).kind == "independent":
+        if self.plan is not None and parse_plan(self.plan).kind == "independent":
             raise ValueError(f"C3 needs alternatives that share a context; plan '{self.plan}' has none. Use 'tree [2, 4]'")
         self._check_credit_fields()
         from ..estimator_rules import check
@@ -93,6 +96,13 @@ class C3Trainer(WorkflowTrainer):
 
     default_config_cls = C3Config
     algorithm_name = "C3"
+
+    def __init__(self, *args: Any, critic_model: Any = None, critics: Any = None, metrics_callback: Any = None,
+                 **kwargs: Any) -> None:
+        """WorkflowTrainer's keywords, and IACTrainer's/MAACTrainer's (critics ignored with a warning; actor_critic_fields.py)."""
+        kwargs = actor_critic_keywords(self, kwargs, critic_model=critic_model, critics=critics)
+        super().__init__(*args, **kwargs)
+        honour_metrics_callback(self, metrics_callback)
 
     @property
     def share_identical_contexts(self) -> bool:
@@ -202,3 +212,17 @@ class C3Trainer(WorkflowTrainer):
 
     def rollout_metrics(self, rollout: Rollout) -> dict[str, float]:
         return super().rollout_metrics(rollout) if self.args.credit_diagnostics else {}
+
+
+def _constructor_signature() -> Any:
+    """C3Trainer's signature: WorkflowTrainer's keywords (CoMLRL's MAGRPOTrainer's and the workflow's), then the
+    actor-critic keywords it also accepts."""
+    import inspect
+
+    base = inspect.signature(WorkflowTrainer.__init__)
+    extra = [p for name, p in inspect.signature(C3Trainer.__init__).parameters.items()
+             if p.kind == inspect.Parameter.KEYWORD_ONLY and name not in base.parameters]
+    return base.replace(parameters=list(base.parameters.values()) + extra)
+
+
+C3Trainer.__init__.__signature__ = _constructor_signature()

@@ -5,6 +5,7 @@ as C3 so that a head-to-head differs only in credit."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -17,15 +18,15 @@ from .base import WorkflowConfig, WorkflowTrainer
 class WorkflowMAGRPOConfig(WorkflowConfig):
     """MAGRPO's defaults on workflows."""
 
-    plan: str = "independent 8"  # B full runs per instance (the paper's baseline arrangement)
+    normalization_scaling: ClassVar[str] = "group_zscore"  # advantage_normalization=True: CoMLRL's z-score within each instance's B joint runs
+    plan: str | None = None  # B full runs per instance (None: independent num_generations, CoMLRL's joint samples)
     advantage_mode: str = "mean"  # CoMLRL's group baseline: "mean", "rloo", "max" or "raw"
-    advantage_scaling: str = "group_zscore"  # CoMLRL 1.4.3's default: z-score within each instance's B joint runs (population std)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         from ..plan import parse_plan
 
-        if parse_plan(self.plan).kind != "independent":
+        if self.plan is not None and parse_plan(self.plan).kind != "independent":
             raise ValueError(f"MAGRPO runs independent full runs; plan '{self.plan}' is not 'independent B'")
         from ..estimator_rules import check
 

@@ -33,7 +33,7 @@ from .update import PolicySample, trained_tokens
 class MAPPOConfig(WorkflowConfig):
     """MAPPO's fields."""
 
-    plan: str = "independent 8"  # B full runs per instance, as MAGRPO
+    plan: str | None = None  # B full runs per instance, as MAGRPO (None: independent num_generations)
     gae_lambda: float = 0.95  # GAE lambda over decision points
     gamma: float = 1.0  # discount between decision points
     critic_model: str | None = None  # backbone for the critic (None: a copy of agent 0's model)
@@ -42,14 +42,13 @@ class MAPPOConfig(WorkflowConfig):
     critic_warmup_updates: int = 1  # rollout batches that train only the critic
     critic_max_tokens: int = 1024  # the state is left-truncated to this many tokens (an encoder keeps its leading special token)
     critic_pooling: str = "auto"  # where the value is read: "last" token (decoders), "first" token (encoders' [CLS]); "auto" picks by model type
-    advantage_scaling: str = "batch_zscore"  # the usual PPO advantage normalisation (standardised over the batch)
     advantage_per_token: bool = False  # divide each message's advantage, after scaling, by its trained token count (the paper's MAPPO)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         from ..plan import parse_plan
 
-        if parse_plan(self.plan).kind != "independent":
+        if self.plan is not None and parse_plan(self.plan).kind != "independent":
             raise ValueError(f"MAPPO runs independent full runs; plan '{self.plan}' is not 'independent B'")
         if not 0.0 <= self.gae_lambda <= 1.0 or not 0.0 < self.gamma <= 1.0:
             raise ValueError("gae_lambda must be in [0, 1] and gamma in (0, 1]")

@@ -1,0 +1,214 @@
+"""CoMLRL's IAC and MAAC scripts under C3: ``C3Config``/``C3Trainer`` take ``IACConfig``'s, ``MAACConfig``'s,
+``IACTrainer``'s and ``MAACTrainer``'s fields and keywords, so an actor-critic script swaps with its class names::
+
+    from c3_plugin.trainers import C3Config as IACConfig, C3Trainer as IACTrainer    # or as MAACConfig, MAACTrainer
+
+C3 replaces the critic: each alternative is credited with the leave-one-out of its counterfactual continuations'
+returns, from rewards alone, so nothing of IAC's or MAAC's critic is trained. Those fields live in
+:class:`ActorCriticFields` (C3Config's mixin; defaults and types CoMLRL 1.4.3's) and those keywords in
+:func:`actor_critic_keywords`; any of them set to something other than CoMLRL's default is named, with the
+reason, in one warning when the trainer is built (:data:`CRITIC_FIELDS`). Every other field is MAGRPOConfig's
+too and keeps its definition and its workflow meaning (:mod:`.comlrl_compat`). Field by field (CoMLRL's
+``comlrl/trainers/actor_critic/{iac,maac}.py``):
+
+=================================  ===========================================================================
+IAC/MAAC field                     under C3
+=================================  ===========================================================================
+``critic_learning_rate``           ignored, warned: the critic's AdamW rate (C3's own optional critic, under
+                                   ``credit='value_assisted'``, has ``q_critic_learning_rate``)
+``value_loss_coef``                ignored, warned: the weight of the critic's value loss
+``value_clip_range``               ignored, warned (IAC): the clip of the shared value head's update
+``use_separate_critic``            ignored, warned (IAC): a critic model or value heads on the actors; neither
+``critic_type``                    ignored, warned: V(h) or Q(h, a) critic
+``critic_value_head_hidden_dim``   ignored, warned (IAC): the separate critic's value head
+``value_head_hidden_dim``          ignored, warned (IAC): the actors' value heads
+``critic_devices``                 ignored, warned: the critics' placement
+``agent_learning_rate``            honoured: every policy's AdamW learning rate
+``num_agents``                     honoured: the default team of N independent agents (``parallel`` workflow)
+``num_train_epochs``               honoured: the epoch loop
+``max_new_tokens``                 honoured: the generation cap
+``temperature``                    honoured: sampling temperature (the PPO ratio is taken at it)
+``top_p``                          honoured: nucleus sampling
+``top_k``                          honoured: top-k sampling
+``num_generations``                honoured as MAGRPO's: joint actions per prompt (IAC's and MAAC's are aligned
+                                   joint samples too), the default plan's budget; refused below 2 (IAC's
+                                   default 1, required by its multi-turn mode): one joint action gives C3 no
+                                   alternatives to compare (fix in the message)
+``num_turns``                      honoured as MAGRPO's: > 1 runs CoMLRL's multi-turn team with its
+                                   ``external_transition`` (IAC's multi-turn needs ``num_generations=1``,
+                                   which C3 refuses: give C3 >= 2)
+``rollout_buffer_size``            mapped: prompts per update (``instances_per_update``), as MAGRPO's; IAC and
+                                   MAAC count samples per agent, prompts x ``num_generations``, so their
+                                   cadence at ``num_generations=K`` is ``instances_per_update=buffer/K``
+``train_batch_size``               honoured when >= ``rollout_buffer_size`` (one optimizer step per update, as
+                                   IAC's default); refused below it: C3 steps on messages (``minibatch_size``)
+``advantage_normalization``        mapped: C3 divides each agent's advantages in a batch by their std
+                                   (``batch_scale``, keeping the leave-one-out; IAC z-scores its buffer)
+``discount``                       honoured as MAGRPO's: discounted multi-turn returns (IAC discounts its
+                                   critic's bootstrap, r_t + discount V(h_t+1)); refused != 1 with one turn
+``early_termination_threshold``    honoured as MAGRPO's: a multi-turn episode ends after a turn whose reward
+                                   exceeds it; no effect with one turn, as in IAC
+``external_prompt_passthrough``    honoured: multi-turn prompts are the transition's text as is; no effect
+                                   with one turn, as in IAC
+``parallel_training``              honoured: CoMLRL's agent placement (``'mp'``: agents on ``agent_devices``)
+``agent_devices``                  honoured: CoMLRL's agent placement
+``eval_interval``                  honoured: evaluate every eval_interval training items
+``eval_num_samples``               honoured: eval items per evaluation
+``eval_batch_size``                honoured: eval items per generate call
+``logging_steps``                  honoured: ``turn_<t>/*`` train metrics every logging_steps updates
+``reference_kl_enabled``           honoured: a KL to a frozen reference copy (in C3's PPO loss per token; IAC
+                                   subtracts it from the reward, which C3's ``kl_reward_coef`` does)
+``reference_kl_coef``              honoured: that KL's coefficient
+``reference_devices``              honoured: where the reference copies live
+=================================  ===========================================================================
+
+Constructor keywords of ``IACTrainer``/``MAACTrainer`` that ``WorkflowTrainer`` lacks: ``critic_model`` and
+``critics`` are accepted and named in the warning (as is a value head on an ``agents`` entry, a
+``CausalLMWithValueHead``, whose base model C3 trains, and a ``model_config`` critic key); ``metrics_callback``
+is honoured on the training rollouts (:func:`honour_metrics_callback`). The other keywords are MAGRPOTrainer's.
+Positional arguments follow ``WorkflowTrainer``'s order (``IACTrainer``'s second is ``critic_model``), so a
+swapped script passes them by name, as CoMLRL's examples do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+# IAC/MAAC field -> what it sets in CoMLRL (all the critic's: no meaning under C3)
+CRITIC_FIELDS: dict[str, str] = {
+    "critic_learning_rate": "the critic's learning rate",
+    "value_loss_coef": "the value loss weight",
+    "value_clip_range": "the value head's clip range",
+    "use_separate_critic": "a critic model or value heads on the actors",
+    "critic_type": "the critic's V(h) or Q(h, a) target",
+    "critic_value_head_hidden_dim": "the critic's value head",
+    "value_head_hidden_dim": "the actors' value heads",
+    "critic_devices": "the critics' devices",
+}
+CRITIC_MODEL_CONFIG_KEYS = ("critic_model_kwargs", "critic_value_head_hidden_dim")  # model_config keys IAC/MAAC read for their critics
+
+
+@dataclass
+class ActorCriticFields:
+    """IACConfig's and MAACConfig's fields that MAGRPOConfig lacks, all the critic's: accepted, not used by C3
+    (a warning names those set); defaults and types are CoMLRL 1.4.3's."""
+
+    critic_learning_rate: float | None = 5e-6  # critic AdamW learning rate (CoMLRL: 5e-6, Optional[float]; IAC's None: agent_learning_rate)
+    value_loss_coef: float = 0.6  # weight of the critic's value loss (CoMLRL: 0.6, float)
+    value_clip_range: float | None = 0.2  # IAC: clip range of the shared value head's update (CoMLRL: 0.2, Optional[float])
+    use_separate_critic: bool = True  # IAC: a separate critic model (True) or value heads on the actors (CoMLRL: True, bool)
+    critic_type: str = "v"  # "v" (V(h)) or "q" (Q(h, a)) critic (CoMLRL: "v", str)
+    critic_value_head_hidden_dim: int | None = None  # IAC: hidden size of the separate critic's value head (CoMLRL: None, Optional[int])
+    value_head_hidden_dim: int | None = None  # IAC: hidden size of the actors' value heads (CoMLRL: None, Optional[int])
+    critic_devices: str | Sequence[str] | None = None  # the critics' devices (CoMLRL: None, Optional[Union[str, Sequence[str]]])
+
+    def __post_init__(self) -> None:
+        gens = getattr(self, "num_generations", 2)
+        if isinstance(gens, int) and gens < 2:
+            raise ValueError(f"num_generations={gens} (IAC's and MAAC's default: one joint action per prompt) gives C3 no "
+                             "alternatives to compare: its credit is the leave-one-out among the joint actions sampled "
+                             "from a context; set num_generations >= 2 (e.g. 8, the paper's tree [2, 4] over two agents)")
+        parent = getattr(super(), "__post_init__", None)
+        if parent is not None:
+            parent()
+
+
+def critic_settings(args: Any) -> list[str]:
+    """The critic fields of ``args`` set to something other than CoMLRL's default, as ``name=value``."""
+    defaults = {f.name: f.default for f in dataclasses.fields(ActorCriticFields)}
+    return [f"{name}={getattr(args, name)!r}" for name in CRITIC_FIELDS
+            if hasattr(args, name) and getattr(args, name) != defaults[name]]
+
+
+def _describe(models: Any) -> str:
+    if isinstance(models, str):
+        return repr(models)
+    return f"{len(models)} model(s)" if isinstance(models, Sequence) else "a model"
+
+
+def actor_critic_keywords(trainer: Any, kwargs: dict[str, Any], *, critic_model: Any = None, critics: Any = None) -> dict[str, Any]:
+    """Before ``WorkflowTrainer.__init__``: warn once about every critic setting (config fields, ``critic_model``,
+    ``critics``, value heads on ``agents``, ``model_config`` critic keys) and return ``kwargs`` with each
+    ``CausalLMWithValueHead`` agent replaced by its base model (the one C3 trains)."""
+    from comlrl.models.actor_critic import CausalLMWithValueHead
+
+    args = kwargs.get("args")
+    named = critic_settings(args) if args is not None else []
+    named += [f"{key} ({_describe(value)})" for key, value in (("critic_model", critic_model), ("critics", critics)) if value is not None]
+    agents = kwargs.get("agents")
+    if agents is not None and any(isinstance(a, CausalLMWithValueHead) for a in agents):
+        heads = [i for i, a in enumerate(agents) if isinstance(a, CausalLMWithValueHead) and a.value_head is not None]
+        named += [f"agents[{i}].value_head" for i in heads]
+        kwargs = {**kwargs, "agents": [a.model if isinstance(a, CausalLMWithValueHead) else a for a in agents]}
+    model_config = kwargs.get("model_config") or {}
+    named += [f"model_config[{key!r}]" for key in CRITIC_MODEL_CONFIG_KEYS if key in model_config]
+    if named:
+        warnings.warn(f"{type(trainer).__name__}: {', '.join(named)} have no meaning under C3 and are ignored: they configure "
+                      "IAC's/MAAC's critic, and C3 trains none, crediting each alternative with the leave-one-out of its "
+                      "counterfactual continuations' returns (from rewards alone; credit='value_assisted' adds C3's own Q "
+                      "critic, set by the q_critic_* fields). Drop them to silence this warning", UserWarning, stacklevel=3)
+    return kwargs
+
+
+@dataclass
+class CallbackSample:
+    """What IAC's and MAAC's ``metrics_callback`` reads of a ``RolloutSample``: one agent's message on one joint
+    action (a path of the rollout), with that path's reward."""
+
+    agent_idx: int
+    prompt: str  # the message's context
+    completion: str
+    reward: torch.Tensor  # [1], the path's (task) reward
+    returns: torch.Tensor  # [1], the same
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)  # turn_idx (the agent's message index on the path), generation_idx (the path), batch_item
+
+
+def callback_samples(rollout: Any) -> list[CallbackSample]:
+    """IAC's rollout list for a C3 rollout: for every path (joint action), one sample per agent message on it."""
+    from ..trace import path_to
+
+    by_node = {(e.instance, e.node): e for e in rollout.entries}
+    items = {str(it["id"]): it for it in rollout.items}
+    flat = np.asarray(rollout.rewards).reshape(-1)
+    out: list[CallbackSample] = []
+    for j, leaf in enumerate(rollout.depth_nodes[-1]):
+        entry = rollout.entries[int(leaf)]
+        reward = float(entry.reward if entry.reward is not None else flat[j])
+        turns: dict[int, int] = {}
+        for e in path_to(entry, by_node):
+            if e.kind != "decision":
+                continue
+            turns[int(e.agent)] = turns.get(int(e.agent), -1) + 1
+            out.append(CallbackSample(int(e.agent), e.context, e.output, torch.tensor([reward]), torch.tensor([reward]),
+                                      {"turn_idx": turns[int(e.agent)], "generation_idx": j, "batch_item": items.get(e.instance)}))
+    return out
+
+
+def honour_metrics_callback(trainer: Any, callback: Callable[[list[Any]], Mapping[str, Any]] | None) -> None:
+    """After ``WorkflowTrainer.__init__``: IAC's ``metrics_callback(rollouts) -> {name: value}`` is called on every
+    training rollout batch (:func:`callback_samples`) and its numeric values are logged under their own names
+    with the batch's ``train/*`` metrics, as IAC logs them."""
+    trainer.metrics_callback = callback
+    if callback is None:
+        return
+    if not callable(callback):
+        raise ValueError(f"metrics_callback must be callable (rollouts -> dict of metrics), got {type(callback).__name__}")
+    inner = trainer.rollout_metrics
+
+    def rollout_metrics(rollout: Any) -> dict[str, float]:
+        metrics = dict(inner(rollout))
+        extra = callback(callback_samples(rollout))
+        for key, value in (extra.items() if isinstance(extra, Mapping) else ()):
+            try:
+                metrics.setdefault(str(key), float(value))
+            except (TypeError, ValueError):
+                continue  # IAC skips what is not a number too
+        return metrics
+
+    trainer.rollout_metrics = rollout_metrics

@@ -1,0 +1,144 @@
+"""CoMLRL's ``MAGRPOConfig`` under the workflow trainers: every field honoured or refused, and the default plan.
+
+A CoMLRL script swaps ``MAGRPOConfig``/``MAGRPOTrainer`` for ``C3Config``/``C3Trainer`` and keeps every
+field: the defaults are CoMLRL's, so the swap changes the credit only. :data:`MAGRPO_FIELDS` says what each
+field means here (``tests/test_comlrl_fields.py`` walks ``dataclasses.fields(MAGRPOConfig)`` against it and
+proves each entry); :func:`resolve_comlrl_fields` turns the CoMLRL fields into the workflow fields when a
+config is built; :func:`default_plan` spends the env steps CoMLRL would spend with the same config.
+
+CoMLRL's budget per prompt: each turn node samples ``num_generations`` = K completions per agent and scores
+J joint actions (``joint_mode: aligned``: J = K; ``cross``: J = K^N for N agents), and every joint action of
+turn t < T opens a child node, so a prompt costs ``J + J^2 + ... + J^T`` reward calls (env steps). The
+default plan gives each turn's decision points a tree whose product is J, so C3 scores J^t joint actions at
+turn t: the same env steps. J is split over the turn's decision points as evenly as its prime factors allow,
+in schedule order (8 over two agents: [2, 4], the paper's tree; 2 over two: [2, 1], where the second decision
+gets no group and the trainer warns that it gets no gradient). MAGRPO and MAPPO default to ``independent J``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Sequence
+
+# MAGRPOConfig field -> how the workflow trainers read it ("honoured: ..." or "refused: ...").
+MAGRPO_FIELDS: dict[str, str] = {
+    "num_train_epochs": "honoured: CoMLRL's epoch loop",
+    "agent_learning_rate": "honoured: every policy optimizer's learning rate (agents.learning_rate overrides per role)",
+    "logging_steps": "honoured: turn_<t>/* train metrics every logging_steps updates (and the first)",
+    "num_agents": "honoured: the size of the default team (checked against agents and the workflow)",
+    "parallel_training": "honoured: CoMLRL's agent placement ('mp': agents on agent_devices)",
+    "agent_devices": "honoured: CoMLRL's agent placement",
+    "num_generations": "honoured: the default plan's budget (J joint actions per turn node, see default_plan); an explicit plan with another budget is printed",
+    "max_new_tokens": "honoured: the generation cap of every role without its own",
+    "temperature": "honoured: sampling temperature (the PPO ratio is taken at it)",
+    "top_p": "honoured: nucleus sampling",
+    "top_k": "honoured: top-k sampling",
+    "num_turns": "honoured: > 1 runs CoMLRL's team for num_turns turns with its external_transition as steps of the trace",
+    "discount": "honoured: multi-turn returns are sum_t discount^(t-1) r_t (CoMLRL 1.4.3's MAGRPOTrainer sums undiscounted; a warning says so); refused != 1 with one turn, where it changes nothing",
+    "joint_mode": "honoured: aligned (each joint action's messages drawn for it); cross under C3 is the tree's cross product over parallel agents (share_parallel_samples); refused for MAGRPO/MAPPO plans, which draw aligned joint runs",
+    "early_termination_threshold": "honoured: in training a multi-turn episode ends after a turn whose reward exceeds it (per path: a counterfactual continuation depends on its own trace only; CoMLRL stops a node on its K siblings' mean); evaluation runs every turn, as CoMLRL's; no effect with one turn, as in CoMLRL",
+    "external_prompt_passthrough": "honoured: multi-turn prompts are the transition's text as is (True) or through the agent's formatter (False), as CoMLRL; no effect with one turn, as in CoMLRL",
+    "eval_interval": "honoured: evaluate every eval_interval training items (CoMLRL's loop)",
+    "eval_num_samples": "honoured: eval items per evaluation",
+    "eval_batch_size": "honoured: eval items per generate call",
+    "rollout_buffer_size": "honoured: prompts per rollout batch and update (instances_per_update, when that is not set)",
+    "train_batch_size": "honoured when >= rollout_buffer_size (one optimizer step per buffer, as CoMLRL); refused below it: the workflow trainers step on messages (minibatch_size)",
+    "advantage_normalization": "honoured: C3 divides each agent's leave-one-out advantages in a batch by their std (batch_scale, keeping leave-one-out); MAGRPO z-scores each group (group_zscore, CoMLRL's); MAPPO standardises the batch (batch_zscore)",
+    "advantage_mode": "honoured by MAGRPO (its group baseline); refused under C3 and MAPPO when not the default (estimator_rules: advantage_mode_unread)",
+    "reference_kl_enabled": "honoured: a token-level KL to a frozen reference in the PPO loss",
+    "reference_kl_coef": "honoured: that KL's coefficient",
+    "reference_devices": "honoured: where the reference copies live",
+}
+
+JOINT_MODES = {"aligned": "aligned", "align": "aligned", "cross": "cross", "crossed": "cross"}
+
+
+def resolve_comlrl_fields(cfg: Any) -> None:
+    """Turn a config's CoMLRL fields into the workflow fields, in place (``WorkflowConfig.__post_init__``):
+    ``advantage_scaling`` from ``advantage_normalization``, ``instances_per_update`` from
+    ``rollout_buffer_size``; refuse ``train_batch_size`` below the buffer, an unknown ``joint_mode``, and a
+    ``discount`` outside (0, 1] or != 1 with one turn."""
+    wanted = cfg.normalization_scaling if cfg.advantage_normalization else "none"
+    if cfg.advantage_scaling is None:
+        cfg.advantage_scaling = wanted
+    elif cfg.advantage_normalization and cfg.advantage_scaling != wanted:
+        raise ValueError(f"advantage_normalization=True (CoMLRL's z-score; for this algorithm advantage_scaling: {wanted}) "
+                         f"contradicts advantage_scaling: {cfg.advantage_scaling}; set advantage_normalization: false to "
+                         f"scale with {cfg.advantage_scaling}, or drop advantage_scaling")
+    if cfg.instances_per_update is None:
+        cfg.instances_per_update = int(cfg.rollout_buffer_size)
+    elif int(cfg.rollout_buffer_size) != 2 and int(cfg.rollout_buffer_size) != int(cfg.instances_per_update):
+        raise ValueError(f"rollout_buffer_size={cfg.rollout_buffer_size} and instances_per_update={cfg.instances_per_update} "
+                         "both set the prompts per update; give one of them")
+    if int(cfg.train_batch_size) < int(cfg.rollout_buffer_size):
+        raise ValueError(f"train_batch_size={cfg.train_batch_size} < rollout_buffer_size={cfg.rollout_buffer_size} splits "
+                         "CoMLRL's buffer of prompts into several optimizer steps; the workflow trainers step on messages: "
+                         "set minibatch_size (messages per optimizer step) and leave train_batch_size at its default")
+    mode = JOINT_MODES.get(str(cfg.joint_mode).lower())
+    if mode is None:
+        raise ValueError(f"joint_mode must be 'aligned' or 'cross' (CoMLRL's), got {cfg.joint_mode!r}")
+    cfg.joint_mode = mode
+    if not 0.0 < float(cfg.discount) <= 1.0:
+        raise ValueError(f"discount must be in (0, 1], got {cfg.discount}")
+    if int(cfg.num_turns) == 1 and float(cfg.discount) != 1.0:
+        raise ValueError(f"discount={cfg.discount} changes nothing with num_turns=1 (one reward per episode); drop it, "
+                         "or set num_turns > 1 with an external_transition")
+
+
+def split_budget(total: int, slots: int) -> list[int]:
+    """``total`` as ``slots`` factors whose product is ``total``, as even as its prime factors allow, larger
+    factors later and 1s last (8 over 2: [2, 4]; 4: [2, 2]; 2: [2, 1]; 12 over 2: [3, 4])."""
+    factors, n, p = [], int(total), 2
+    while n > 1:
+        while n % p == 0:
+            factors.append(p)
+            n //= p
+        p += 1
+    out = [1] * slots
+    for f in sorted(factors, reverse=True):
+        k = min(range(slots), key=lambda i: (out[i], i))
+        out[k] *= f
+    big = sorted(x for x in out if x > 1)
+    return big + [1] * (slots - len(big))
+
+
+def joint_actions_per_node(cfg: Any, num_agents: int) -> int:
+    """J: joint actions CoMLRL scores per turn node (``num_generations``, or its N-th power under ``cross``)."""
+    k = int(cfg.num_generations)
+    return k ** num_agents if cfg.joint_mode == "cross" and num_agents > 1 else k
+
+
+def comlrl_env_steps(cfg: Any, num_agents: int) -> int:
+    """Reward calls CoMLRL spends on one prompt: ``J + J^2 + ... + J^T``."""
+    j = joint_actions_per_node(cfg, num_agents)
+    return sum(j ** t for t in range(1, int(cfg.num_turns) + 1))
+
+
+def default_plan(cfg: Any, turns: Sequence[int], num_agents: int) -> str:
+    """The plan of a config without one: ``turns`` lists the decision points of each turn (one entry for a
+    single-turn workflow). Tree: J split over each turn's decision points; independent: ``independent J``."""
+    j = joint_actions_per_node(cfg, num_agents)
+    if cfg.default_plan_kind == "independent":
+        return f"independent {j}"
+    return "tree " + str([b for d in turns for b in split_budget(j, d)])
+
+
+def plan_env_steps(branching: Sequence[int], turns: Sequence[int]) -> int:
+    """Reward calls a uniform plan spends on one prompt when every turn is scored: the joint actions of each
+    turn, ``prod(branching up to the end of turn t)`` summed over the turns."""
+    total, end = 0, 0
+    for d in turns:
+        end += d
+        total += math.prod(branching[:end])
+    return total
+
+
+def note_budget(cfg: Any, branching: Sequence[int], turns: Sequence[int], num_agents: int, algorithm: str) -> int:
+    """Warn when the plan's env steps per prompt differ from CoMLRL's for the same config; returns the plan's."""
+    ours, theirs = plan_env_steps(branching, turns), comlrl_env_steps(cfg, num_agents)
+    if ours != theirs:
+        warnings.warn(f"{algorithm} plan '{cfg.plan}' spends {ours} env steps (reward calls) per prompt; CoMLRL with "
+                      f"num_generations={cfg.num_generations}, num_turns={cfg.num_turns}, joint_mode={cfg.joint_mode} "
+                      f"would spend {theirs} (drop plan to spend CoMLRL's budget)", stacklevel=4)
+    return ours
