@@ -24,6 +24,11 @@ PROMPTS = ["Describe a city in the clouds:", "Invent a new holiday:", "Write a b
            "Tell a joke about dinosaurs:", "Invent a new type of fruit:", "Design a playground on Mars:"]
 
 
+# the settings both scripts share (a CoMLRL user's usual single-turn run)
+SCRIPT_SETTINGS = dict(num_agents=2, num_turns=1, num_generations=4, num_train_epochs=1, agent_learning_rate=1e-3,
+                       max_new_tokens=6, temperature=0.9, top_p=0.95, eval_interval=0)
+
+
 def length_balance_reward(agent1, agent2):
     """CoMLRL's shared actor-critic example's reward, one value per joint action."""
     return [1.0 - abs(len(a) - len(b)) / max(len(a), len(b), 1) for a, b in zip(agent1, agent2)]
@@ -42,17 +47,9 @@ def iac_script(IACConfig, IACTrainer, tokenizer, agents, critics, metrics_callba
         formatters=[lambda ex: ex["prompt"]] * 2,
         metrics_callback=metrics_callback,
         args=IACConfig(
-            num_agents=2,
-            num_turns=1,
-            num_generations=4,
-            num_train_epochs=1,
-            agent_learning_rate=1e-3,
+            **SCRIPT_SETTINGS,
             rollout_buffer_size=3,
             train_batch_size=3,
-            max_new_tokens=6,
-            temperature=0.9,
-            top_p=0.95,
-            eval_interval=0,
             **critic_settings,
         ),
     )
@@ -72,19 +69,11 @@ def maac_script(MAACConfig, MAACTrainer, tokenizer, agents, critic, metrics_call
         metrics_callback=metrics_callback,
         model_config={"critic_value_head_hidden_dim": 16},
         args=MAACConfig(
-            num_agents=2,
-            num_turns=1,
-            num_generations=4,
-            num_train_epochs=1,
-            agent_learning_rate=1e-3,
+            **SCRIPT_SETTINGS,
             critic_learning_rate=1e-3,
             value_loss_coef=0.5,
             critic_type="q",
             rollout_buffer_size=3,
-            max_new_tokens=6,
-            temperature=0.9,
-            top_p=0.95,
-            eval_interval=0,
         ),
     )
     trainer.train()
