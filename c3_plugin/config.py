@@ -14,6 +14,8 @@ from typing import Any, Mapping
 
 import yaml
 
+from .workflow import Workflow, WorkflowError, builtin_workflows, load_workflow
+
 
 class ConfigError(ValueError):
     """A config that cannot run; the message names the key and the fix."""
@@ -319,13 +321,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 def _default_plan(rc: "RunConfig", domain: Any, section_name: str) -> None:
     """A workflow trainer section without ``plan`` gets the algorithm's default plan over the config's workflow
     (:func:`c3_plugin.trainers.comlrl_compat.default_plan`), written into the section, then checked."""
-    from .trainers.base import WorkflowConfig
-
-    if not isinstance(rc.algo, WorkflowConfig) or rc.algo.plan is not None:
+    if not hasattr(rc.algo, "default_plan_kind") or rc.algo.plan is not None:  # not a workflow trainer's config, or a plan given
         return
     from .estimator_rules import check
-    from .run import build_workflow
-    from .trainers.comlrl_compat import default_plan
+    from .plan import default_plan
 
     workflow = build_workflow(rc, domain)
     rc.algo.plan = default_plan(rc.algo, [workflow.num_decisions], workflow.num_agents)
@@ -350,9 +349,7 @@ def _workflow_experiment_defaults(algo_cls: type, values: dict[str, Any]) -> Non
     """Fill a workflow trainer section's unset fields from :data:`WORKFLOW_EXPERIMENT_DEFAULTS`, and
     ``num_generations`` (the default plan's budget) from an explicit plan's leaves, so that an explicit plan
     is its own budget."""
-    from .trainers.base import WorkflowConfig
-
-    if not (isinstance(algo_cls, type) and issubclass(algo_cls, WorkflowConfig)):
+    if not hasattr(algo_cls, "default_plan_kind"):  # not a workflow trainer's config (WorkflowConfig's ClassVar)
         return
     for key, value in WORKFLOW_EXPERIMENT_DEFAULTS.items():
         values.setdefault(key, value)
@@ -387,3 +384,32 @@ def _check_shared_policy(ag: AgentsSection, base_lr: float | None) -> None:
         raise ConfigError(f"agents.learning_rate / learning_rate_scale give the roles different learning rates {sorted(rates)} "
                           "under agents.policy: shared, one model with one optimizer; give one rate (the algorithm's "
                           "agent_learning_rate) or use agents.policy: per_agent")
+
+
+def build_workflow(cfg: RunConfig, domain: Any) -> Workflow:
+    """The config's workflow: ``workflow.name`` among the domain's workflows, the built-ins or a YAML path;
+    without a name, the domain's ``default_workflow`` (or its only workflow); then the per-role overrides."""
+    sec = cfg.workflow
+    flows = domain.workflows()
+    if sec.name is None:
+        if domain.default_workflow is None and len(flows) != 1:
+            raise ConfigError(f"workflow.name is not set and domain '{domain.name}' declares no default workflow; "
+                              f"set workflow.name to one of its workflows ({', '.join(sorted(flows)) or 'none'}), a built-in "
+                              f"({', '.join(builtin_workflows())}) or a YAML path")
+        wf = domain.workflow(domain.default_workflow or next(iter(flows)))
+    elif sec.name in flows:
+        wf = flows[sec.name]
+    else:
+        try:
+            wf = load_workflow(sec.name)
+        except WorkflowError as exc:
+            if Path(str(sec.name)).suffix or Path(str(sec.name)).exists():
+                raise
+            raise ConfigError(f"workflow.name '{sec.name}' is not a workflow of domain '{domain.name}' "
+                              f"({', '.join(sorted(flows)) or 'none'}), a built-in ({', '.join(builtin_workflows())}) "
+                              "or a YAML file") from exc
+    fields = {k: v for k, v in (("prefix", sec.prefix), ("max_new_tokens", sec.max_new_tokens), ("system", sec.system),
+                                                  ("temperature", sec.temperature)) if v}
+    if sec.templates or fields:
+        wf = wf.with_templates(sec.templates, **fields)
+    return wf

@@ -46,10 +46,9 @@ HOOK_KWARGS = ("logits_processor", "stopping_criteria", "prefix_allowed_tokens_f
 
 
 def overrides_hook(trainer: Any) -> bool:
-    """Whether ``trainer``'s class overrides :meth:`WorkflowBridge._generate_completions`."""
-    from .trainers.bridge import WorkflowBridge
-
-    return type(trainer)._generate_completions is not WorkflowBridge._generate_completions
+    """Whether ``trainer``'s class overrides :meth:`WorkflowBridge._generate_completions` (the bridge's own is
+    marked ``workflow_generation``)."""
+    return not getattr(type(trainer)._generate_completions, "workflow_generation", False)
 
 
 def rollout_backend(trainer: Any) -> Any:

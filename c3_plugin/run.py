@@ -15,40 +15,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError, RunConfig, load_config
+from .config import ConfigError, RunConfig, build_workflow, load_config
 from .domain import Domain, load_domain
 from .plan import parse_plan
 from .rollout import unique_samples
-from .workflow import Workflow, WorkflowError, builtin_workflows, load_workflow
-
-
-def build_workflow(cfg: RunConfig, domain: Domain) -> Workflow:
-    """The config's workflow: ``workflow.name`` among the domain's workflows, the built-ins or a YAML path;
-    without a name, the domain's ``default_workflow`` (or its only workflow); then the per-role overrides."""
-    sec = cfg.workflow
-    flows = domain.workflows()
-    if sec.name is None:
-        if domain.default_workflow is None and len(flows) != 1:
-            raise ConfigError(f"workflow.name is not set and domain '{domain.name}' declares no default workflow; "
-                              f"set workflow.name to one of its workflows ({', '.join(sorted(flows)) or 'none'}), a built-in "
-                              f"({', '.join(builtin_workflows())}) or a YAML path")
-        wf = domain.workflow(domain.default_workflow or next(iter(flows)))
-    elif sec.name in flows:
-        wf = flows[sec.name]
-    else:
-        try:
-            wf = load_workflow(sec.name)
-        except WorkflowError as exc:
-            if Path(str(sec.name)).suffix or Path(str(sec.name)).exists():
-                raise
-            raise ConfigError(f"workflow.name '{sec.name}' is not a workflow of domain '{domain.name}' "
-                              f"({', '.join(sorted(flows)) or 'none'}), a built-in ({', '.join(builtin_workflows())}) "
-                              "or a YAML file") from exc
-    fields = {k: v for k, v in (("prefix", sec.prefix), ("max_new_tokens", sec.max_new_tokens), ("system", sec.system),
-                                                  ("temperature", sec.temperature)) if v}
-    if sec.templates or fields:
-        wf = wf.with_templates(sec.templates, **fields)
-    return wf
+from .workflow import Workflow, WorkflowError
 
 
 def credited_decisions(algorithm: str, plan: Any, workflow: Workflow) -> list[int]:

@@ -10,7 +10,7 @@ from c3_plugin.cluster import cluster_plan, divisibility_errors, world_layout, z
 from c3_plugin.config import ConfigError, load_config
 from c3_plugin.domain import load_domain
 from c3_plugin.memory import GIB, model_shape
-from c3_plugin.run import build_workflow
+from c3_plugin.config import build_workflow
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 ROWS = 7473  # GSM8K's training rows, as configs/math/base.yaml reads them

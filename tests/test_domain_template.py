@@ -14,7 +14,8 @@ import pytest
 
 from c3_plugin.config import ConfigError, load_config
 from c3_plugin.domain import load_domain
-from c3_plugin.run import build_workflow, dry_run_report, prepare
+from c3_plugin.config import build_workflow
+from c3_plugin.run import dry_run_report, prepare
 from c3_plugin.testing import tiny_model, tiny_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -267,7 +267,8 @@ def test_curriculum_budget_is_5040_env_steps_and_126_updates_per_agent():
     import datasets
 
     from c3_plugin.config import load_config
-    from c3_plugin.run import build_workflow, expected_budget
+    from c3_plugin.config import build_workflow
+    from c3_plugin.run import expected_budget
     from c3_plugin.domain import load_domain
 
     rows = validation_shaped_rows()

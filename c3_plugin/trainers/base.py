@@ -263,10 +263,10 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
 
     def _resolve_plan(self, args: Any, plan: Any) -> None:
         """``self.plan``/``self.branching``: the ``plan`` given, else ``args.plan``, else the algorithm's default plan
-        (:func:`~.comlrl_compat.default_plan`: CoMLRL's env steps for ``num_generations``, written back to
+        (:func:`c3_plugin.plan.default_plan`: CoMLRL's env steps for ``num_generations``, written back to
         ``args.plan``); a plan of another budget is printed; ``joint_mode: cross`` needs C3's shared parallel samples."""
         from ..estimator_rules import check
-        from .comlrl_compat import default_plan, note_budget
+        from ..plan import default_plan, note_budget
 
         turns = self.turns.turns if self.turns else [self.workflow.num_decisions]
         explicit = plan is not None or args.plan is not None

@@ -226,6 +226,9 @@ class WorkflowBridge:
             "reference_kls": [],
         }
 
+
+    _generate_completions.workflow_generation = True  # generation_hook.overrides_hook: the bridge's own, not a user's hook
+
     # ----- evaluation -------------------------------------------------------------------------------
     def evaluate(self, num_eval_samples: int | None = None) -> dict[str, float]:
         """The workflow decoded on the first ``num_eval_samples`` eval items (default ``eval_num_samples``;

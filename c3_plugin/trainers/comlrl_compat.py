@@ -4,7 +4,7 @@ A CoMLRL script swaps ``MAGRPOConfig``/``MAGRPOTrainer`` for ``C3Config``/``C3Tr
 field: the defaults are CoMLRL's, so the swap changes the credit only. :data:`MAGRPO_FIELDS` says what each
 field means here (``tests/test_comlrl_fields.py`` walks ``dataclasses.fields(MAGRPOConfig)`` against it and
 proves each entry); :func:`resolve_comlrl_fields` turns the CoMLRL fields into the workflow fields when a
-config is built; :func:`default_plan` spends the env steps CoMLRL would spend with the same config.
+config is built; :func:`c3_plugin.plan.default_plan` spends the env steps CoMLRL would spend with the same config.
 
 CoMLRL's budget per prompt: each turn node samples ``num_generations`` = K completions per agent and scores
 J joint actions (``joint_mode: aligned``: J = K; ``cross``: J = K^N for N agents), and every joint action of
@@ -17,9 +17,7 @@ gets no group and the trainer warns that it gets no gradient). MAGRPO and MAPPO 
 
 from __future__ import annotations
 
-import math
-import warnings
-from typing import Any, Sequence
+from typing import Any
 
 # MAGRPOConfig field -> how the workflow trainers read it ("honoured: ..." or "refused: ...").
 MAGRPO_FIELDS: dict[str, str] = {
@@ -84,61 +82,3 @@ def resolve_comlrl_fields(cfg: Any) -> None:
     if int(cfg.num_turns) == 1 and float(cfg.discount) != 1.0:
         raise ValueError(f"discount={cfg.discount} changes nothing with num_turns=1 (one reward per episode); drop it, "
                          "or set num_turns > 1 with an external_transition")
-
-
-def split_budget(total: int, slots: int) -> list[int]:
-    """``total`` as ``slots`` factors whose product is ``total``, as even as its prime factors allow, larger
-    factors later and 1s last (8 over 2: [2, 4]; 4: [2, 2]; 2: [2, 1]; 12 over 2: [3, 4])."""
-    factors, n, p = [], int(total), 2
-    while n > 1:
-        while n % p == 0:
-            factors.append(p)
-            n //= p
-        p += 1
-    out = [1] * slots
-    for f in sorted(factors, reverse=True):
-        k = min(range(slots), key=lambda i: (out[i], i))
-        out[k] *= f
-    big = sorted(x for x in out if x > 1)
-    return big + [1] * (slots - len(big))
-
-
-def joint_actions_per_node(cfg: Any, num_agents: int) -> int:
-    """J: joint actions CoMLRL scores per turn node (``num_generations``, or its N-th power under ``cross``)."""
-    k = int(cfg.num_generations)
-    return k ** num_agents if cfg.joint_mode == "cross" and num_agents > 1 else k
-
-
-def comlrl_env_steps(cfg: Any, num_agents: int) -> int:
-    """Reward calls CoMLRL spends on one prompt: ``J + J^2 + ... + J^T``."""
-    j = joint_actions_per_node(cfg, num_agents)
-    return sum(j ** t for t in range(1, int(cfg.num_turns) + 1))
-
-
-def default_plan(cfg: Any, turns: Sequence[int], num_agents: int) -> str:
-    """The plan of a config without one: ``turns`` lists the decision points of each turn (one entry for a
-    single-turn workflow). Tree: J split over each turn's decision points; independent: ``independent J``."""
-    j = joint_actions_per_node(cfg, num_agents)
-    if cfg.default_plan_kind == "independent":
-        return f"independent {j}"
-    return "tree " + str([b for d in turns for b in split_budget(j, d)])
-
-
-def plan_env_steps(branching: Sequence[int], turns: Sequence[int]) -> int:
-    """Reward calls a uniform plan spends on one prompt when every turn is scored: the joint actions of each
-    turn, ``prod(branching up to the end of turn t)`` summed over the turns."""
-    total, end = 0, 0
-    for d in turns:
-        end += d
-        total += math.prod(branching[:end])
-    return total
-
-
-def note_budget(cfg: Any, branching: Sequence[int], turns: Sequence[int], num_agents: int, algorithm: str) -> int:
-    """Warn when the plan's env steps per prompt differ from CoMLRL's for the same config; returns the plan's."""
-    ours, theirs = plan_env_steps(branching, turns), comlrl_env_steps(cfg, num_agents)
-    if ours != theirs:
-        warnings.warn(f"{algorithm} plan '{cfg.plan}' spends {ours} env steps (reward calls) per prompt; CoMLRL with "
-                      f"num_generations={cfg.num_generations}, num_turns={cfg.num_turns}, joint_mode={cfg.joint_mode} "
-                      f"would spend {theirs} (drop plan to spend CoMLRL's budget)", stacklevel=4)
-    return ours
