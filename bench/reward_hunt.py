@@ -1,7 +1,8 @@
 """A standing hunt for reward hacks: adversarial outputs an RL policy could learn, scored by the rewards
 and checked against the evaluators.
 
-* math: every MATH500 and GSM8K (test) gold against a catalogue of hack families (a wrong value next to
+* math: every gold of the seven bundled test suites (MATH500, GSM8K, CMATH, AIME 2024/2025, AMC 2023,
+  Minerva) against a catalogue of hack families (a wrong value next to
   the gold in one box: contradictions, comments, nested boxes, relations, scaled percents, base
   subscripts, swapped units, near decimals, ...) and of right-answer variants (``\\dfrac``, ``x = g``,
   ``\\$g``, ``1{,}000``, ``70\\,000``, ...). Prints the false-positive rate per hack family (share of
@@ -13,6 +14,7 @@ and checked against the evaluators.
 * code: a few sandbox-escape / early-exit candidates scored by ``domains.code.reward`` (pass rate must be 0).
 
 Usage: python bench/reward_hunt.py [--only math,travel,code] [--math-every K] [--json out.json]
+       [--scorer-root OLD_CHECKOUT] [--before old.json]   (before/after: run once with the old checkout's scorer)
 ``tests/test_reward_hunt.py`` runs a fast subset of the same catalogues.
 """
 
@@ -29,19 +31,29 @@ from typing import Callable, Iterable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-MATH500 = ROOT / "data" / "math500" / "test.jsonl"
-GSM8K = ROOT / "data" / "gsm8k" / "test.jsonl"
 TRAVEL = ROOT / "data" / "travelplanner" / "train.jsonl"
 
 
 # ----- math ---------------------------------------------------------------------------------------
 
-def math_golds(every: int = 1) -> list[tuple[str, str]]:
-    """(suite, gold) for every MATH500 and GSM8K test row (every ``every``-th row of each)."""
+MATH_SUITES = (("math500", "answer"), ("gsm8k", "final"), ("cmath", "answer"), ("aime24", "answer"), ("aime25", "answer"),
+               ("amc23", "answer"), ("minerva_math", "answer"))
+
+
+def math_golds(every: int = 1, suites: Iterable[str] | None = None) -> list[tuple[str, str]]:
+    """(suite, gold) for every test row of the seven bundled math suites (every ``every``-th row of each), each
+    gold as the suite loader gives it (``domains.math.data.normalise_gold``, where the scored checkout has it)."""
+    try:
+        from domains.math.data import normalise_gold
+    except ImportError:  # an older checkout (--scorer-root) kept its golds as written
+        normalise_gold = str.strip
     out = []
-    for suite, path, key in (("math500", MATH500, "answer"), ("gsm8k", GSM8K, "final")):
+    for suite, key in MATH_SUITES:
+        if suites is not None and suite not in suites:
+            continue
+        path = ROOT / "data" / suite / "test.jsonl"
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        out += [(suite, str(r[key]).strip()) for r in rows[::every]]
+        out += [(suite, normalise_gold(str(r[key]))) for r in rows[::every]]
     return out
 
 
@@ -97,7 +109,16 @@ def _thousands(gold: str, sep: str) -> str | None:
     return sep.join([head] + [tail[i:i + 3] for i in range(0, len(tail), 3)])
 
 
-# family -> (description, maker(gold, wrong) -> boxed content or None when it does not apply)
+# separators behind which math-verify's default extraction falls back to reading a bare number (name, text, shown)
+FALLBACK_SEPARATORS = (("arrow_u", "\u2192", "\u2192"), ("cjk_or", "\u6216", "\u6216"), ("fullwidth_eq", "\uff1d", "\uff1d"),
+                       ("vee_u", "\u2228", "\u2228"), ("ellipsis_u", "\u2026", "\u2026"), ("zero_width", "\u200b", "zero-width space"),
+                       ("nbsp", "\u00a0", "no-break space"), ("cyrillic_or", "\u043er", "Cyrillic \u043er"), ("open_paren", "(", "("),
+                       ("close_paren", ")", ")"), ("bar", "|", "|"), ("tilde", "~", "~"), ("close_bracket", "]", "]"), ("dot", ".", "."),
+                       ("backtick", "`", "backtick"), ("newline", "\n", "newline"), ("cup", "\\cup", "\\cup"), ("big", "\\big", "\\big"),
+                       ("circ", "\\circ", "\\circ"), ("binom", "\\binom", "\\binom"), ("empty_group", "{}", "{}"),
+                       ("left_dot", "\\left.", "\\left."))
+
+# family -> (description, maker(gold, wrong) -> boxed content, ("raw", whole completion), or None when it does not apply)
 MATH_HACKS: dict[str, tuple[str, Callable[[str, str], str | None]]] = {
     "eq_wrong_lhs": ("`w = g` (a false equation)", lambda g, w: None if "=" in g else f"{w} = {g}"),
     "approx_tail": ("`g \\approx w`", lambda g, w: f"{g} \\approx {w}"),
@@ -136,6 +157,30 @@ MATH_HACKS: dict[str, tuple[str, Callable[[str, str], str | None]]] = {
     "guess_pm": ("`g \\pm w`", lambda g, w: f"{g} \\pm {w}"),
     "guess_or": ("`w \\text{ or } g`", lambda g, w: f"{w} \\text{{ or }} {g}"),
     "guess_interval": ("`[w, g]` for a plain-number gold", lambda g, w: f"[{w}, {g}]" if _is_number(g) else None),
+    # round two (issue 24): math-verify's number fallback behind a separator the LaTeX parser cannot read
+    **{f"fallback_{name}": (f"`w {shown} g` (math-verify's bare-number fallback)", lambda g, w, sep=sep: f"{w} {sep} {g}")
+       for name, sep, shown in FALLBACK_SEPARATORS},
+    "fallback_first": ("`g \u2248 w` (the fallback reads the first number)", lambda g, w: f"{g} \u2248 {w}"),
+    "unclosed_outer_box": ("`\\boxed{w \\boxed{g}` (an unclosed box around a closed one)", lambda g, w: ("raw", f"so \\boxed{{{w} \\boxed{{{g}}}")),
+    # honest wrong answers the fallback credited: a plain-number gold g
+    "superscript_square": ("`g\u00b2`", lambda g, w: f"{g}\u00b2" if _is_number(g) and g not in ("0", "1") else None),
+    "superscript_inverse": ("`g\u207b\u00b9`", lambda g, w: f"{g}\u207b\u00b9" if _is_number(g) and g not in ("1", "-1") else None),
+    "times_root": ("`g \u221a2`", lambda g, w: f"{g} \u221a2" if _is_number(g) and g != "0" else None),
+    "per_mille": ("`g\u2030`", lambda g, w: f"{g}\u2030" if _is_number(g) and g != "0" else None),
+    "en_dash_minus": ("`\u2013 g` for a positive gold", lambda g, w: f"\u2013 {g}" if _is_number(g) and not g.startswith(("-", "0")) else None),
+    "brace_decimal": ("`g{.}5` for an integer gold", lambda g, w: f"{g}{{.}}5" if re.fullmatch(r"-?\d+", g) else None),
+    # invented in the round-two hunt: hiding w in what renders as nothing, or in structure
+    "phantom": ("`\\phantom{w} g`", lambda g, w: f"\\phantom{{{w}}} {g}"),
+    "overset": ("`\\overset{w}{g}`", lambda g, w: f"\\overset{{{w}}}{{{g}}}"),
+    "color": ("`{\\color{white} w} g`", lambda g, w: f"{{\\color{{white}} {w}}} {g}"),
+    "operatorname": ("`\\operatorname{w} g`", lambda g, w: f"\\operatorname{{{w}}} {g}"),
+    "text_box": ("`\\text{\\boxed{g}} w`", lambda g, w: f"\\text{{\\boxed{{{g}}}}} {w}"),
+    "array": ("`\\begin{array}{c} w \\\\ g \\end{array}`", lambda g, w: f"\\begin{{array}}{{c}} {w} \\\\ {g} \\end{{array}}"),
+    "percent_comment": ("`w % newline g` (a LaTeX comment)", lambda g, w: f"{w} % \n {g}"),
+    "decimal_comma": ("`g,0000001` for an integer gold", lambda g, w: f"{g},0000001" if re.fullmatch(r"-?\d+", g) else None),
+    "tiny_magnitude": ("`10^{-40}` for a gold below 1e-6 (math-verify rounds to 6 places)",
+                       lambda g, w: "10^{-40}" if re.search(r"10\^\{-(?:[7-9]|\d\d)\}", g) else None),
+    "zero_for_tiny": ("`0` for a gold below 1e-6", lambda g, w: "0" if re.search(r"10\^\{-(?:[7-9]|\d\d)\}", g) else None),
 }
 
 # variant -> (description, maker(gold) -> boxed content or None when it does not apply)
@@ -154,6 +199,15 @@ MATH_RIGHT: dict[str, tuple[str, Callable[[str], str | None]]] = {
     "textbf": ("`\\textbf{g}` (the whole answer)", lambda g: f"\\textbf{{{g}}}"),
     "math_mode": ("`$g$` inside the box", lambda g: f"${g}$"),
     "trailing_period": ("`g.`", lambda g: f"{g}."),
+    # round two (issue 24): forms math-verify accepts that the screen refused
+    "unit_mathrm": ("`g \\mathrm{~cm}` (a plain-number gold)", lambda g: f"{g} \\mathrm{{~cm}}" if _is_number(g) else None),
+    "bare_percent": ("`g%` (a plain-number gold)", lambda g: f"{g}%" if _is_number(g) else None),
+    "descriptive_lhs": ("`m+n = g` (a plain-number gold)", lambda g: f"m+n = {g}" if _is_number(g) else None),
+    "text_lhs": ("`\\text{Total} = g` (a plain-number gold)", lambda g: f"\\text{{Total}} = {g}" if _is_number(g) else None),
+    "over": ("`{a \\over b}` for `\\frac{a}{b}`", lambda g: re.sub(r"\\frac\{([^{}]+)\}\{([^{}]+)\}", r"{\1 \\over \2}", g) if re.fullmatch(r"\\frac\{[^{}]+\}\{[^{}]+\}", g) else None),
+    "mathrm_for_text": ("`\\mathrm{}` for `\\text{}`", lambda g: g.replace("\\text{", "\\mathrm{") if g.startswith("\\text{") else None),
+    "text_case": ("`\\text{East}` for `\\text{east}`", lambda g: re.sub(r"\\text\{([a-z])", lambda m: "\\text{" + m.group(1).upper(), g) if re.fullmatch(r"\\text\{[a-z][a-z ]*\}", g) else None),
+    "digits_for_comma_gold": ("`11111100` for `11,\\! 111,\\! 100`", lambda g: re.sub(r"[^\d]", "", g) if re.fullmatch(r"\d{1,3}(?:,\\! ?\d{3})+", g) else None),
 }
 
 
@@ -172,7 +226,8 @@ def math_tables(golds: list[tuple[str, str]], hacks: Iterable[str] | None = None
             if content is None:
                 continue
             n += 1
-            if score(f"so \\boxed{{{content}}}", gold) == 1.0:
+            completion = content[1] if isinstance(content, tuple) else f"so \\boxed{{{content}}}"
+            if score(completion, gold) == 1.0:
                 bad += 1
                 if len(examples) < 3:
                     examples.append((content, gold))
@@ -194,15 +249,20 @@ def math_tables(golds: list[tuple[str, str]], hacks: Iterable[str] | None = None
     return out
 
 
-def print_math(tables: dict) -> None:
-    print("| hack family | pattern | golds | false-positive rate |\n| --- | --- | ---: | ---: |")
+def print_math(tables: dict, before: dict | None = None) -> None:
+    """The tables; with ``before`` (an earlier run's math tables, ``--before``) a column of its rates beside."""
+    def rate(t, key):
+        return f"{t[key] / t['applicable']:.3f} ({t[key]})" if t and t.get("applicable") else "n/a"
+
+    extra, rule = (" before |", " ---: |") if before else ("", "")
+    print(f"| hack family | pattern | golds |{extra} false-positive rate |\n| --- | --- | ---: |{rule} ---: |")
     for name, t in tables["hacks"].items():
-        rate = t["scored_1"] / t["applicable"] if t["applicable"] else float("nan")
-        print(f"| {name} | {MATH_HACKS[name][0]} | {t['applicable']} | {rate:.3f} ({t['scored_1']}) |")
-    print("\n| right-answer variant | form | golds | false-negative rate |\n| --- | --- | ---: | ---: |")
+        old = f" {rate((before or {}).get('hacks', {}).get(name), 'scored_1')} |" if before else ""
+        print(f"| {name} | {MATH_HACKS[name][0]} | {t['applicable']} |{old} {rate(t, 'scored_1')} |")
+    print(f"\n| right-answer variant | form | golds |{extra} false-negative rate |\n| --- | --- | ---: |{rule} ---: |")
     for name, t in tables["right"].items():
-        rate = t["scored_0"] / t["applicable"] if t["applicable"] else float("nan")
-        print(f"| {name} | {MATH_RIGHT[name][0]} | {t['applicable']} | {rate:.3f} ({t['scored_0']}) |")
+        old = f" {rate((before or {}).get('right', {}).get(name), 'scored_0')} |" if before else ""
+        print(f"| {name} | {MATH_RIGHT[name][0]} | {t['applicable']} |{old} {rate(t, 'scored_0')} |")
 
 
 # ----- travel -------------------------------------------------------------------------------------
@@ -483,15 +543,21 @@ def main() -> None:
     ap.add_argument("--only", default="math,travel,code")
     ap.add_argument("--math-every", type=int, default=1, help="score every K-th gold of each suite")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--scorer-root", default=None, help="score math with domains/math of another checkout (e.g. a worktree "
+                    "of an earlier commit: the 'before' of a change; its --json is then given to --before)")
+    ap.add_argument("--before", default=None, help="a --json of an earlier run: its math rates are printed beside")
     args = ap.parse_args()
+    if args.scorer_root:
+        sys.path.insert(0, str(Path(args.scorer_root).resolve()))
     parts = args.only.split(",")
     figures = {}
     if "math" in parts:
         t = time.perf_counter()
         golds = math_golds(args.math_every)
         figures["math"] = math_tables(golds)
-        print(f"== math: {len(golds)} golds (MATH500 + GSM8K test), {time.perf_counter() - t:.0f} s ==")
-        print_math(figures["math"])
+        print(f"== math: {len(golds)} golds ({', '.join(s for s, _ in MATH_SUITES)} test), {time.perf_counter() - t:.0f} s ==")
+        before = json.loads(Path(args.before).read_text())["math"] if args.before else None
+        print_math(figures["math"], before)
     if "travel" in parts:
         t = time.perf_counter()
         figures["travel"] = travel_tables()

@@ -281,9 +281,9 @@ def test_top_p_and_top_k_reach_hf_sampling_and_logprobs_stay_full_vocabulary(tmp
     seen = []
     original = trainer.backend._generate_agent
 
-    def spy(agent, prompts, n, sampling, skeletons=None):
+    def spy(agent, prompts, n, sampling, *rest, **kw):
         seen.append(sampling)
-        return original(agent, prompts, n, sampling, skeletons)
+        return original(agent, prompts, n, sampling, *rest, **kw)
 
     trainer.backend._generate_agent = spy
     rollout = trainer.collect([dict(trainer.train_dataset[0])])

@@ -32,8 +32,8 @@ def fixed_samples(tok, model, n=12, seed=0):
 
 def trainer(models, tok, cls=C3Trainer, args_cls=C3Config, **kw):
     ds = Dataset.from_list([{"id": f"p{i}", "prompt": f"q{i}", "question": f"q{i}", "answer": "1"} for i in range(2)])
-    args = args_cls(num_train_epochs=1, max_new_tokens=4, instances_per_update=2, agent_devices="cpu",
-                    agent_learning_rate=LR, **kw)
+    args = experiment_config(args_cls, num_train_epochs=1, max_new_tokens=4, instances_per_update=2, agent_devices="cpu",
+                             agent_learning_rate=LR, **kw)
     return cls(agents=models, tokenizer=tok, reward_func=reward, train_dataset=ds, args=args)
 
 

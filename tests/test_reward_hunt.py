@@ -14,7 +14,10 @@ _spec.loader.exec_module(hunt)
 # golds chosen to exercise every family: integers, fractions, a base subscript, units, an irrational constant,
 # an equation, an interval, a tuple, text, a percent, GSM8K thousands
 EXTRA_GOLDS = ["52_8", "5 \\text{ cm}", "\\pi", "2\\sqrt{3}", "x=5", "(-\\infty, 3]", "\\left( 3, \\frac{\\pi}{2} \\right)",
-               "\\text{(C)}", "10\\%", "\\frac{14}{3}", "70000", "1000000", "-4", "0.5"]
+               "\\text{(C)}", "10\\%", "\\frac{14}{3}", "70000", "1000000", "-4", "0.5",
+               # round two: a text answer, a simple fraction, a gold written with ,\! thousands, Minerva's normalised e-notation
+               "\\text{east}", "\\frac{3}{4}", "11,\\! 111,\\! 111,\\! 100", "204", "4.5 \\times 10^{33}",
+               "1.325 \\times 10^{-27}"]
 RIGHT_VARIANTS = [v for v in hunt.MATH_RIGHT]
 
 

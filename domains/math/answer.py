@@ -1,7 +1,11 @@
-"""Answer extraction and checking for math: the last balanced ``\\boxed{}`` / ``\\fbox{}``,
-read by the integrity screen (:mod:`domains.math.integrity`: a box that holds the gold next to a
-contradiction, a comment or a second value scores 0) and compared with the gold answer by math-verify
-in a worker process under a wall-clock bound.
+"""Answer extraction and checking for math: the last balanced ``\\boxed{}`` / ``\\fbox{}`` (none when an
+unclosed box encloses it), read by the integrity screen (:mod:`domains.math.integrity`: a box that holds the
+gold next to a contradiction, a comment or a second value scores 0) and compared with the gold answer by
+math-verify's LaTeX extraction, both in a worker process under one wall-clock bound per answer.
+
+:func:`score_lenient` is the paper-style check published numbers use (plain math-verify, default extraction,
+on the last box, else the text after ``####``, else after "final answer", else the last line), logged beside
+the strict reward as ``accuracy_lenient`` and never used as a training reward.
 
 The worker (``_checker.py``) is a plain subprocess speaking one JSON line per request over
 pipes, so checking works the same from a guarded or unguarded script, a notebook or a REPL
@@ -30,7 +34,6 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from .integrity import screen
 
 _BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _BRACE = re.compile(r"[{}]")
@@ -66,6 +69,8 @@ def last_boxed(text: str) -> str | None:
     if not closed:
         return None
     end, start = max(closed)  # the box that closes last: an outer box, never one nested inside it
+    if any(o < start and o not in close_of for o in opens):  # an unclosed box encloses it: \boxed{12345 \boxed{40}
+        return None
     return text[start + 1:end]
 
 
@@ -176,19 +181,20 @@ class _Checker:
         if err is not None:
             err.close()
 
-    def _ask(self, answer: str, gold: str, timeout_s: float):
+    def _ask(self, answer: str, gold: str, timeout_s: float, mode: str = "strict"):
         """Send one request and read its reply (see :meth:`_read`); ``BrokenPipeError`` (the class) when
         the request could not even be sent."""
         try:
-            self._proc.stdin.write((json.dumps([answer, gold]) + "\n").encode())
+            self._proc.stdin.write((json.dumps([mode, answer, gold]) + "\n").encode())
             self._proc.stdin.flush()
         except OSError:
             return BrokenPipeError
         return self._read(timeout_s)
 
-    def equivalent(self, answer: str, gold: str, timeout_s: float) -> bool:
-        """Whether math-verify finds ``answer`` equivalent to ``gold``; False when the check overruns
-        ``timeout_s`` or kills the worker. Raises :class:`MathCheckerError` when no worker can start, or a
+    def equivalent(self, answer: str, gold: str, timeout_s: float, mode: str = "strict") -> bool:
+        """Whether ``answer`` passes the screen and math-verify finds it equivalent to ``gold`` (``mode``
+        "strict"; "lenient": plain math-verify on the text); False when the check overruns ``timeout_s`` or kills
+        the worker. Raises :class:`MathCheckerError` when no worker can start, or a
         fresh one cannot check ``1 == 1`` in time after such a failure (the checker itself does not answer)."""
         with self._lock:
             if self._proc is not None and self._owner != os.getpid():  # inherited through fork: let go of the parent's worker
@@ -196,11 +202,11 @@ class _Checker:
             if self._proc is None or self._proc.poll() is not None:
                 self.close()
                 self._start()
-            reply = self._ask(answer, gold, timeout_s)
+            reply = self._ask(answer, gold, timeout_s, mode)
             if reply is BrokenPipeError:  # the idle worker had gone: one new worker, one resend
                 self.close()
                 self._start()
-                reply = self._ask(answer, gold, timeout_s)
+                reply = self._ask(answer, gold, timeout_s, mode)
             if isinstance(reply, bool):
                 return reply
             if reply not in (None, EOFError, BrokenPipeError):
@@ -228,22 +234,50 @@ def score(completion: str, gold: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> f
     """1.0 if the last balanced box of ``completion`` is equivalent to ``gold``, else 0.0.
 
     An answer identical to the gold (spaces, ``$`` and a final period aside) scores 1.0 at once; any
-    other passes the integrity screen first (:func:`domains.math.integrity.screen`), then each of its
-    claims (the answer, or the non-variable sides of an equation chain) must be equivalent to the gold.
-    Never raises on model output (an answer whose check overruns ``timeout_s`` scores 0.0);
-    raises :class:`MathCheckerError` when the checker process cannot start or answer."""
+    other goes to the worker, which runs the integrity screen (:func:`domains.math.integrity.screen`) and
+    checks each of its claims (the answer, or the non-variable sides of an equation chain) against the gold,
+    all within ``timeout_s``. Never raises on model output (an answer whose check overruns ``timeout_s``
+    scores 0.0); raises :class:`MathCheckerError` when the checker process cannot start or answer."""
     try:
         answer = last_boxed(completion)
         if answer is None or not str(gold).strip():
             return 0.0
         if _normalise(answer) == _normalise(str(gold)):
             return 1.0
-        verdict = screen(answer, str(gold))
     except Exception:  # noqa: BLE001 - malformed model output scores 0
         return 0.0
-    if verdict.reason is not None or not verdict.claims or not verdict.gold:
+    return 1.0 if _CHECKER.equivalent(answer, str(gold), timeout_s) else 0.0
+
+
+_HASHES = re.compile(r"####\s*(.+)")
+_FINAL = re.compile(r"final answer\s*(?:is)?\s*[:：]?\s*(.+)", re.IGNORECASE)
+
+
+def lenient_answer(completion: str) -> str | None:
+    """The paper-style final answer of ``completion`` (the C3 reference code's order): the last balanced box,
+    else what follows the last ``####``, else what follows the last "final answer", else the last non-empty line."""
+    if not isinstance(completion, str) or not completion.strip():
+        return None
+    boxed = last_boxed(completion)
+    if boxed is not None:
+        return boxed
+    for pattern in (_HASHES, _FINAL):
+        found = pattern.findall(completion)
+        if found:
+            return found[-1].strip()
+    return [line for line in completion.splitlines() if line.strip()][-1].strip()
+
+
+def score_lenient(completion: str, gold: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> float:
+    """1.0 if plain math-verify (default extraction, number fallback included, no screen) finds
+    :func:`lenient_answer` equivalent to ``gold``: how published tables score, for comparison only."""
+    try:
+        answer = lenient_answer(completion)
+        if answer is None or not str(gold).strip():
+            return 0.0
+    except Exception:  # noqa: BLE001
         return 0.0
-    return 1.0 if all(_CHECKER.equivalent(c, verdict.gold, timeout_s) for c in verdict.claims) else 0.0
+    return 1.0 if _CHECKER.equivalent(answer, str(gold), timeout_s, mode="lenient") else 0.0
 
 
 def score_batch(completions: Sequence[str], golds: Sequence[str], timeout_s: float = DEFAULT_TIMEOUT_S) -> list[float]:

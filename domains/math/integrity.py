@@ -28,6 +28,12 @@ returns the claims that must each be equivalent to the gold. The rules, strictes
   for 5 and ``12345 = 40`` fails for 40; when the gold is an equation the answer may not have more ``=``;
 * numeric subscripts (bases): each must be one of the gold's (or ``10``): ``52_80`` fails for ``52_8``;
 * ``\\%`` is dropped from answer and gold alike, so ``18\\%`` passes for 18 and ``1800\\%`` does not;
+* characters: a short list of unicode signs is read as their LaTeX (``−`` ``×`` ``÷`` ``·`` ``π`` ``∞`` ``√``
+  ``≤`` ``≥`` ``°``, and a full-width digit or sign as its ASCII form); any other non-ASCII character the gold
+  does not have is refused (``12345 → 40``, ``40 或 12345``, a zero-width space, a Cyrillic ``о``), and so is
+  an answer longer than :data:`MAX_ANSWER_CHARS`, which keeps the screen's cost bounded;
+* the worker (``_checker.py``) parses with math-verify's LaTeX extraction only: its fallback that reads a bare
+  number out of unparseable text (``12345 ( 40`` read as 40, ``45²`` as 45) is never used;
 * the worker (``_checker.py``) adds the last rule: a decimal answer to a gold written without decimals
   must be *exactly* equal (``0.5`` for ``\\frac12``, ``\\$18.00`` for 18), never merely within
   math-verify's 6-digit rounding (``3.14159265`` for ``\\pi``, ``0.333333`` for ``\\frac13``).
@@ -38,7 +44,10 @@ Leniencies kept (MATH's own grading conventions, documented here on purpose): a 
 ``g\\%``; ``\\$``; ``\\dfrac``/``\\tfrac``; thousands written ``1,000``, ``1{,}000`` or ``70\\,000``; a
 base subscript omitted (``52`` for ``52_8``); a whole-answer wrapper (``\\textbf{40}``, ``\\text{40}``,
 ``$40$``, ``\\displaystyle``); brackets around a single value (``(40)``, ``\\{40\\}``); any expression
-math-verify proves equal (``\\sqrt{1600}`` for 40).
+math-verify proves equal (``\\sqrt{1600}`` for 40); units in LaTeX style (``9 \\mathrm{~cm}``); a bare
+trailing ``%`` (``10%``); a descriptive left side without digits (``m+n = 204``, ``AB = 5``,
+``\\text{Total} = 18``); ``{a \\over b}``; ``\\mathrm{}`` for ``\\text{}`` and the case of a text answer
+(``\\text{East}`` for ``\\text{east}``); thousands written ``11,\\! 111,\\! 100`` or ``11,111,100``.
 """
 
 from __future__ import annotations
@@ -60,11 +69,19 @@ CONNECTIVES = set("or and not nor but either neither wrong actually maybe perhap
                   "is are equals equal approx approximately about roughly nearly around answer final correct incorrect "
                   "false true otherwise alternatively".split())
 FORBIDDEN_CHARS = ";&?:#\"%@"
+MAX_ANSWER_CHARS = 1000  # a longer boxed answer scores 0 (no gold of the bundled suites is a tenth as long)
+# unicode read as LaTeX (or ASCII); any other non-ASCII character in an answer must be in the gold
+UNICODE = {"\u2212": "-", "\u2013": "-", "\u00d7": "\\times ", "\u00f7": "\\div ", "\u00b7": "\\cdot ", "\u22c5": "\\cdot ",
+           "\u03c0": "\\pi ", "\u221e": "\\infty ", "\u221a": "\\sqrt ", "\u2264": "\\le ", "\u2265": "\\ge ",
+           "\u00b0": "^{\\circ}", **{chr(0xFF10 + d): str(d) for d in range(10)}, "\uff0e": ".", "\uff0c": ",", "\uff0d": "-",
+           "\uff0b": "+", "\uff0f": "/"}
 VARIABLE = re.compile(r"(?:[A-Za-z]|\\(?:%s))(?:_\{?[A-Za-z0-9]+\}?)?(?:'|\^\{?\\prime\}?)*(?:\([A-Za-z0-9, ]*\))?" % "|".join(GREEK))
 _COMMAND = re.compile(r"\\([a-zA-Z]+|.)")
 _TEXT = re.compile(r"\\(%s)\s*\{" % "|".join(TEXT))
 _THOUSANDS = re.compile(r"(?<=\d)(?:\\[,;: ]|~|\\thinspace\s*)(?=\d{3}(?!\d))")
 _SUBSCRIPT = re.compile(r"_\s*\{?\s*(\d+)")
+_COMMA_THOUSANDS = re.compile(r"-?\d{1,3}(?:,\s*\d{3})+(?:\.\d+)?")
+_OVER = re.compile(r"\{([^{}]*)\\over(?![a-zA-Z])([^{}]*)\}")
 
 
 @dataclass(frozen=True)
@@ -75,6 +92,7 @@ class Screen:
     claims: tuple[str, ...] = ()
     gold: str = ""
     reason: str | None = None
+    same: bool = False  # the answer is the gold written another way (text case, \\mathrm for \\text, spacing): no check needed
 
 
 def _close(s: str, i: int) -> int:
@@ -110,7 +128,25 @@ def _unwrap(s: str) -> str:
 
 def _prepare(s: str) -> str:
     s = _unwrap(s).replace("\\!", "")
+    s = re.sub(r"(?<!\\)%\s*$", r"\\%", s)  # a bare trailing percent sign: the percent, not a comment
+    for _ in range(8):  # {a \over b}: \frac{a}{b}, innermost first
+        s, n = _OVER.subn(r"\\frac{\1}{\2}", s)
+        if not n:
+            break
+    s = "=".join(re.sub(r",\s*", "", side) if _COMMA_THOUSANDS.fullmatch(side.strip()) else side for side in s.split("="))
     return _THOUSANDS.sub("", s)
+
+
+def _unicode(s: str) -> str:
+    return "".join(UNICODE.get(ch, ch) for ch in s)
+
+
+def _canonical(s: str) -> str:
+    """``s`` with text commands spelled ``\\text``, their contents case-folded, and no spacing: two answers with
+    the same canonical form are the same answer."""
+    s = re.sub(r"\\(%s)\s*\{" % "|".join(TEXT), r"\\text{", s)
+    s = re.sub(r"\\text\{([^{}]*)\}", lambda m: "\\text{" + re.sub(r"[\s~]+", "", m.group(1)).casefold() + "}", s)
+    return re.sub(r"\s+|\\[,;: ]", "", s)
 
 
 def _texts(s: str) -> tuple[list[str], str]:
@@ -122,7 +158,7 @@ def _texts(s: str) -> tuple[list[str], str]:
         end = _close(s, m.end() - 1)
         if end < 0:
             break
-        texts.append(re.sub(r"\s+", " ", s[m.end():end]).strip().casefold())
+        texts.append(re.sub(r"[\s~]+", " ", s[m.end():end]).strip().casefold())
         rest.append(s[pos:m.start()])
         pos = end + 1
     rest.append(s[pos:])
@@ -167,9 +203,19 @@ def _unit_like(text: str) -> bool:
 
 def screen(answer: str, gold: str) -> Screen:
     """Read a boxed ``answer`` against ``gold`` (see the module docstring); never raises on model output."""
-    a, g = _prepare(str(answer)), _prepare(str(gold))
+    answer, gold = _unicode(str(answer)), _unicode(str(gold))
+    if len(answer) > MAX_ANSWER_CHARS:
+        return Screen(reason=f"an answer longer than {MAX_ANSWER_CHARS} characters")
+    foreign = sorted({ch for ch in answer if ord(ch) > 127} - set(gold))
+    if foreign:
+        return Screen(reason=f"non-ASCII character(s) {foreign} not in the gold")
+    answer, gold = re.sub(r"\s+", " ", answer), re.sub(r"\s+", " ", gold)  # a line break is a space (LaTeX's reading), never a separator the parser skips
+    a, g = _prepare(answer), _prepare(gold)
     if not a:
         return Screen(reason="empty answer")
+    if (_canonical(a) == _canonical(g) or _canonical(answer.strip().rstrip(".")) == _canonical(gold.strip().rstrip("."))) \
+            and not _commands(a) & BOXES:
+        return Screen(claims=(a,), gold=g, same=True)
     g_cmds = _commands(g)
     a_texts, a_rest = _texts(a)
     g_texts, g_rest = _texts(g)
@@ -185,6 +231,8 @@ def screen(answer: str, gold: str) -> Screen:
             return Screen(reason=f"{ch!r} in the answer, not in the gold")
     if "..." in bare_a and "..." not in bare_g:
         return Screen(reason="an ellipsis")
+    if len(_split_top(a_rest, ",")[0]) > 1 and "," not in g_rest:
+        return Screen(reason="a list (a top-level ',') for a gold that is one value")
     # commands
     for name in _commands(a_rest):
         if name in SAFE or name in g_cmds or (name in INEQUALITY and relation_ok):
@@ -210,7 +258,11 @@ def screen(answer: str, gold: str) -> Screen:
         sides = _split_top(a)[0]
         if any(not s.strip() for s in sides):
             return Screen(reason="an empty side of '='")
-        claims = [s.strip() for s in sides if not VARIABLE.fullmatch(s.strip())]
+        # a side that is a variable, or (before the last) a description without digits (m+n, AB, \text{Total}), claims nothing
+        claims = [s.strip() for k, s in enumerate(sides) if not (VARIABLE.fullmatch(s.strip())
+                                                                 or (k < len(sides) - 1 and not re.search(r"\d", s)))]
+        if not claims and VARIABLE.fullmatch(g.strip()):  # a variable gold (x = m for m): its side is the claim
+            claims = [sides[-1].strip()]
         if not claims:
             return Screen(reason="only variables")
     elif len(a_sides) > len(g_sides):
@@ -225,6 +277,7 @@ def screen(answer: str, gold: str) -> Screen:
             return Screen(reason=f"subscript {sorted(extra)} not in the gold")
 
     def strip_percent(s: str) -> str:
-        return re.sub(r"\\%", "", s).strip()
+        s = re.sub(r"\\%", "", s).strip()
+        return re.sub(r",\s*", "", s) if _COMMA_THOUSANDS.fullmatch(s) else s  # a side written 11,111,100
 
     return Screen(claims=tuple(strip_percent(c) for c in claims), gold=strip_percent(g))

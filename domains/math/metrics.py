@@ -1,8 +1,9 @@
 """Reward-independent eval metrics per suite, in CoMLRL 1.4.3's eval_logger / eval_aggregator form.
 
-Per decode: ``correct`` (the final answer checks against the gold), ``boxed`` (the final
-message has a balanced box) and message lengths in characters. Aggregated per suite as
-``<suite>/accuracy``, ``<suite>/boxed_rate`` and ``<suite>/len_<role>``, plus the same
+Per decode: ``correct`` (the final answer checks against the gold: the training reward),
+``correct_lenient`` (the paper-style check published tables use, :func:`~domains.math.answer.score_lenient`),
+``boxed`` (the final message has a balanced box) and message lengths in characters. Aggregated per suite as
+``<suite>/accuracy``, ``<suite>/accuracy_lenient``, ``<suite>/boxed_rate`` and ``<suite>/len_<role>``, plus the same
 over all suites under ``all/``. A sampled suite (``num_samples: k``: the trainer hands the
 logger k decodes of each item, tagged ``eval_index``) averages each item's decodes first, so
 ``accuracy`` is avg@k, and adds ``<suite>/avg@k`` and ``<suite>/pass@k'`` (:func:`pass_at_k`).
@@ -17,7 +18,7 @@ import numpy as np
 
 from c3_plugin.workflow import Workflow
 
-from .answer import last_boxed, score
+from .answer import last_boxed, score, score_lenient
 
 
 def _logger(agent_names: Sequence[str], final_agent: int, timeout_s: float) -> Callable[..., list[dict]]:
@@ -27,8 +28,9 @@ def _logger(agent_names: Sequence[str], final_agent: int, timeout_s: float) -> C
         rows = []
         for i, item in enumerate(items):
             final = agent_completions_turns[final_agent][i][-1] if agent_completions_turns[final_agent][i] else ""
-            row = {"datasource": str(item.get("datasource", "eval")), "correct": score(final, str(item.get("answer", "")), timeout_s),
-                   "boxed": float(last_boxed(final) is not None)}
+            gold = str(item.get("answer", ""))
+            row = {"datasource": str(item.get("datasource", "eval")), "correct": score(final, gold, timeout_s),
+                   "correct_lenient": score_lenient(final, gold, timeout_s), "boxed": float(last_boxed(final) is not None)}
             if item.get("eval_index") is not None:  # one of an item's k sampled decodes
                 row.update(item=int(item["eval_index"]), samples=int(item.get("eval_samples") or 1),
                            pass_k=[int(k) for k in (item.get("eval_pass_k") or [])])
@@ -68,6 +70,8 @@ def eval_aggregator(rows: Sequence[Mapping[str, Any]], num_turns: int = 1) -> di
         items = _items(rs)
         per_item = lambda key: float(np.mean([np.mean([r[key] for r in item]) for item in items]))
         out[f"{suite}/accuracy"] = per_item("correct")
+        if all("correct_lenient" in r for r in rs):
+            out[f"{suite}/accuracy_lenient"] = per_item("correct_lenient")
         out[f"{suite}/boxed_rate"] = per_item("boxed")
         for key in (k for k in rs[0] if k.startswith("len_")):
             out[f"{suite}/{key}"] = per_item(key)
