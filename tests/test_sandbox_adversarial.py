@@ -804,3 +804,36 @@ def test_the_attacks_fail_as_an_unprivileged_user_too():
     assert run.returncode == 0, tail
     passed = re.search(r"(\d+) passed", run.stdout)
     assert passed and int(passed.group(1)) >= 20 and "failed" not in run.stdout, tail
+
+
+def test_an_infinite_expected_value_is_matched_only_by_itself():
+    """MBPP+'s float tolerance ``atol + rtol * |expected|`` is infinite at an infinite expected value: any number
+    would pass (``return -12345.678`` scored on Mbpp/300). Infinities equal only themselves, as in EvalPlus."""
+    assert not values.equal(-12345.678, float("inf"), 1e-6, 1e-7) and not values.equal(float("-inf"), float("inf"), 1e-6, 1e-7)
+    assert values.equal(float("inf"), float("inf"), 1e-6, 1e-7) and values.equal(1.0 + 1e-9, 1.0, 1e-6, 1e-7)
+    assert not values.equal(complex(1, 5), complex(1, float("inf")), 1e-6, 1e-7)
+    items = [_item("f()", ["float", "inf"], 1e-6)] * 2
+    codes = ["def f():\n    return -12345.678", "def f():\n    return float('inf')"]
+    reward = dc.tasks.make_reward()
+    if REFUSES:
+        with pytest.raises(SandboxError):
+            reward(["plan"] * 2, codes, batch_items=items)
+        return
+    assert reward(["plan"] * 2, codes, batch_items=items) == [0.0, 1.0]
+    assert_host_alive()
+
+
+def test_a_lone_surrogate_in_an_error_never_reaches_a_prompt():
+    """``raise ValueError(chr(0xD800))``: the error reason and the output are candidate text that the multi-turn
+    feedback step puts into the next prompt; a lone surrogate there made the tokenizer raise."""
+    code = "import sys\ndef f():\n    sys.stdout.write(chr(0xDFFF))\n    raise ValueError(chr(0xD800) + 'x')"
+    results = attack(code, [Test(expected=1, expr="f()")])
+    if results is None:
+        return
+    assert not results[0].passed
+    text = dc.tasks.feedback_text(results, [Test(expected=1, expr="f()")], "f() == 1")
+    text.encode("utf-8")  # raises UnicodeEncodeError on a lone surrogate
+    from c3_plugin.testing import tiny_tokenizer
+
+    assert tiny_tokenizer()(text)["input_ids"]
+    assert_host_alive()

@@ -79,6 +79,16 @@ class TestResult:
     seconds: float = 0.0
     output: str = ""
 
+    def __post_init__(self) -> None:
+        # candidate-derived text (an exception message, its output) goes into feedback prompts and logs: a lone
+        # surrogate (raise ValueError(chr(0xD800))) would make the next tokenizer call raise, so it becomes '?'
+        self.reason, self.output = printable(self.reason), printable(self.output)
+
+
+def printable(text: Any) -> str:
+    """``text`` as a string that encodes to UTF-8: lone surrogates and other unencodable code points replaced."""
+    return str(text).encode("utf-8", "replace").decode("utf-8") if text else ""
+
 
 @dataclass
 class Test:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import cmath
 import math
 from collections import Counter
 from typing import Any
@@ -112,7 +113,7 @@ def equal(got: Any, expected: Any, atol: float = 0.0, rtol: float = 0.0) -> bool
     """Type-strict structural equality of plain builtin data. Types must match at every level,
     except that builtin numbers (bool, int, float) compare by value as Python compares them (so
     ``7 == True`` is false and ``1 == True`` true, as in the asserts this judges); floats (and
-    complex numbers) compare within ``atol + rtol * |expected|`` (NaN equals NaN). Values only
+    complex numbers) compare within ``atol + rtol * |expected|`` (NaN equals NaN; an infinity only itself). Values only
     ever come from the runner's encoder, so no user-defined ``__eq__`` takes part."""
     tg, te = type(got), type(expected)
     if tg in _NUMBERS and te in _NUMBERS:
@@ -133,9 +134,13 @@ def equal(got: Any, expected: Any, atol: float = 0.0, rtol: float = 0.0) -> bool
 
 
 def _close(got: Any, expected: Any, atol: float, rtol: float) -> bool:
+    """Within ``atol + rtol * |expected|``; an infinity (of either side, or of a complex part) equals only
+    itself, as in EvalPlus: ``rtol * inf`` is an infinite tolerance under which any number would pass."""
     if atol <= 0 and rtol <= 0:
         return False
     try:
+        if not (cmath.isfinite(got) and cmath.isfinite(expected)):
+            return False  # equal infinities were accepted by ``got == expected`` before the tolerance
         return abs(got - expected) <= atol + rtol * abs(expected)
-    except OverflowError:
+    except (OverflowError, TypeError):
         return False
