@@ -32,6 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 ROOT = os.geteuid() == 0
 REFUSES = not sbx.namespaces_available()  # this host cannot isolate candidates: each attack must be refused
 TIMEOUT = 3.0
+SIGSYS = "terminated by signal 31 (SIGSYS)"  # a refused system call (the runner's seccomp filter)
 
 
 def attack(code, tests, timeout_s=TIMEOUT):
@@ -273,7 +274,8 @@ def test_no_escape_from_the_root_or_the_namespaces():
     me = str(Path(__file__).resolve())
     results = attack(ESCAPE, [Test(Path(me).read_text()[:60], expr=f"escape({me!r})")])
     if results is not None:
-        assert not results[0].passed and results[0].reason == "got 'blocked: '", results[0].reason
+        # every trick blocked; the system-call filter now ends the test at the first filtered call (SIGSYS)
+        assert not results[0].passed and results[0].reason in ("got 'blocked: '", SIGSYS), results[0].reason
 
 
 DEVICES = '''
@@ -367,7 +369,8 @@ def test_keys_of_the_host_session_keyring_are_not_possessed_inside():
     if REFUSES and "refusing" in run.stderr:
         return
     assert run.returncode == 0, run.stderr[-2000:]
-    assert secret not in run.stdout and "not found" in run.stdout, run.stdout
+    # the keyring is not the host's ("not found"), and keyctl itself is filtered (the test ends by SIGSYS)
+    assert secret not in run.stdout and ("not found" in run.stdout or SIGSYS in run.stdout), run.stdout
 
 
 # --- Fail closed -----------------------------------------------------------------------------
@@ -837,3 +840,51 @@ def test_a_lone_surrogate_in_an_error_never_reaches_a_prompt():
 
     assert tiny_tokenizer()(text)["input_ids"]
     assert_host_alive()
+
+
+SYSCALL_ATTACKS = {
+    "keyctl (read the session keyring)": "import ctypes\ndef f():\n    ctypes.CDLL(None).syscall(250, 0, -3)\n    return 1",
+    "add_key": "import ctypes\ndef f():\n    ctypes.CDLL(None).syscall(248, b'user', b'k', b'v', 1, -3)\n    return 1",
+    "request_key (the kernel would run /sbin/request-key on the host)":
+        "import ctypes\ndef f():\n    ctypes.CDLL(None).syscall(249, b'dns_resolver', b'example.com', None, 0)\n    return 1",
+    "AF_VSOCK socket (outside the network namespace)": "import socket\ndef f():\n    try:\n        socket.socket(40, socket.SOCK_STREAM)\n"
+                                                       "    except OSError:\n        pass\n    return 1",
+    "AF_INET socket": "import socket\ndef f():\n    try:\n        socket.socket(socket.AF_INET)\n    except OSError:\n        pass\n    return 1",
+    "AF_NETLINK socket": "import socket\ndef f():\n    try:\n        socket.socket(16, socket.SOCK_RAW)\n    except OSError:\n        pass\n    return 1",
+    "unshare(CLONE_NEWUSER)": "import ctypes\ndef f():\n    ctypes.CDLL(None).syscall(272, 0x10000000)\n    return 1",
+    "bpf": "import ctypes\ndef f():\n    ctypes.CDLL(None).syscall(321, 0, None, 0)\n    return 1",
+    "perf_event_open": "import ctypes\ndef f():\n    ctypes.CDLL(None).syscall(298, None, 0, -1, -1, 0)\n    return 1",
+}
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the attacks call x86_64 system-call numbers")
+@pytest.mark.parametrize("name", list(SYSCALL_ATTACKS))
+def test_the_system_call_filter_kills_a_candidate_that_tries_a_refused_call(name):
+    """libseccomp filter in every test child: the keyring, every socket family but AF_UNIX, namespaces, BPF, perf
+    ... end the test (SIGSYS), even when the candidate catches the error it expects."""
+    results = attack(SYSCALL_ATTACKS[name], [Test(expected=1, expr="f()")])
+    if results is None:
+        return
+    assert not results[0].passed and results[0].reason == SIGSYS, (name, results[0])
+    assert_host_alive()
+
+
+def test_what_honest_code_needs_passes_the_filter():
+    honest = {"threads": "import threading\ndef f():\n    out = []\n    t = threading.Thread(target=lambda: out.append(1))\n"
+                         "    t.start()\n    t.join()\n    return out[0]",
+              "fork": "import os\ndef f():\n    pid = os.fork()\n    if pid == 0:\n        os._exit(0)\n    os.waitpid(pid, 0)\n    return 1",
+              "AF_UNIX socketpair": "import socket\ndef f():\n    a, b = socket.socketpair(socket.AF_UNIX)\n    a.send(b'x')\n"
+                                    "    return len(b.recv(1))",
+              "subprocess": "import subprocess\ndef f():\n    return int(subprocess.run(['/bin/true']).returncode == 0)"}
+    for name, code in honest.items():
+        results = attack(code, [Test(expected=1, expr="f()")])
+        if results is None:
+            return
+        assert results[0].passed, (name, results[0])
+
+
+def test_without_libseccomp_the_sandbox_fails_closed(monkeypatch):
+    """A runner that cannot load libseccomp never becomes ready: an infrastructure error, never a score."""
+    monkeypatch.setattr(sbx, "_SOURCE", [sbx.RUNNER.read_text().replace('"libseccomp.so.2"', '"libseccomp-missing.so.0"')])
+    with pytest.raises(SandboxError):
+        dc.execute("def f():\n    return 1", [Test(expected=1, expr="f()")], timeout_s=TIMEOUT)

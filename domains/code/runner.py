@@ -28,8 +28,8 @@ Building the sandbox (``isolation: namespaces``), before any candidate code runs
 Each test runs in a forked child that gets a fresh ``/sandbox``, keeps only stdin (``/dev/null``),
 its output (stdout and stderr: an anonymous memory file, size-capped by ``RLIMIT_FSIZE``) and
 its result pipe (fd 3), sets ``no_new_privs``, drops every capability (bounding, ambient,
-inheritable, permitted, effective), applies its resource limits and only then executes the
-candidate code. It sends back the *value*, encoded as plain builtin data: only builtin types
+inheritable, permitted, effective), applies its resource limits, loads the system-call filter
+(:func:`syscall_filter`, libseccomp) and only then executes the candidate code. It sends back the *value*, encoded as plain builtin data: only builtin types
 encode (exact type checks, so a subclass or an object with a rigged ``__eq__`` is rejected);
 the expected values never enter the sandbox and the comparison happens in the host. A child
 that exits early, raises anything, is killed by any signal, times out or sends a malformed
@@ -232,6 +232,76 @@ def mount(source, target, fstype, flags, data=None):
 
 def umount(target):
     _call("umount %s" % target, libc().umount2(_b(target), MNT_DETACH))
+
+
+# ----- the system-call filter (libseccomp through ctypes: the runner imports the stdlib only) -----------------
+SCMP_ACT_ALLOW = 0x7FFF0000
+SCMP_ACT_KILL_PROCESS = 0x80000000
+SCMP_ACT_ERRNO_ENOSYS = 0x00050000 | 38
+SCMP_CMP_NE, SCMP_CMP_MASKED_EQ = 1, 7
+AF_UNIX = 1
+# killed on use: the keyring calls (shared with the host kernel), namespaces and mounts, kernel modules, BPF,
+# perf, kexec, handle-based opens, userfaultfd and io_uring (no honest test needs them)
+KILLED_SYSCALLS = ("keyctl", "add_key", "request_key", "unshare", "setns", "mount", "umount2", "pivot_root", "chroot",
+                   "fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree", "mount_setattr",
+                   "init_module", "finit_module", "delete_module", "bpf", "perf_event_open", "kexec_load", "kexec_file_load",
+                   "open_by_handle_at", "name_to_handle_at", "userfaultfd", "io_uring_setup", "io_uring_enter",
+                   "io_uring_register", "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "syslog", "acct",
+                   "swapon", "swapoff", "reboot", "quotactl", "lookup_dcookie", "vhangup", "iopl", "ioperm")
+CLONE_NEW_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x00000080)  # NS CGROUP UTS IPC USER PID NET TIME
+
+
+class _ArgCmp(ctypes.Structure):
+    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64), ("datum_b", ctypes.c_uint64)]
+
+
+SECCOMP = []  # the filter context, built once by main()
+
+
+def syscall_filter():
+    """A libseccomp filter context for the test children (loaded by each with :func:`load_filter`): every call
+    allowed but :data:`KILLED_SYSCALLS`, any socket family but ``AF_UNIX`` (no ``AF_VSOCK``, no network of any
+    kind), ``clone`` with a namespace flag, and ``clone3`` (whose flags a filter cannot read: ENOSYS, so libc falls
+    back to ``clone``). Raises OSError when libseccomp cannot be loaded or a rule not added: the sandbox fails closed."""
+    try:
+        lib = ctypes.CDLL("libseccomp.so.2", use_errno=True)
+    except OSError as exc:
+        raise OSError("libseccomp.so.2 cannot be loaded (%s): install libseccomp2, or the sandbox has no system-call "
+                      "filter and refuses to run candidates" % exc) from None
+    lib.seccomp_init.restype = ctypes.c_void_p
+    lib.seccomp_init.argtypes = [ctypes.c_uint32]
+    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint, ctypes.POINTER(_ArgCmp)]
+    lib.seccomp_load.argtypes = [ctypes.c_void_p]
+    ctx = lib.seccomp_init(SCMP_ACT_ALLOW)
+    if not ctx:
+        raise OSError("seccomp_init failed")
+
+    def rule(action, name, *cmps):
+        number = lib.seccomp_syscall_resolve_name(name.encode())
+        if number < 0:  # not a call of this architecture, or unknown to this libseccomp
+            return
+        args = (_ArgCmp * max(1, len(cmps)))(*[_ArgCmp(*c) for c in cmps])
+        rc = lib.seccomp_rule_add_array(ctx, action, number, len(cmps), args)
+        if rc < 0:
+            raise OSError(-rc, "seccomp rule for %s: %s" % (name, os.strerror(-rc)))
+
+    for name in KILLED_SYSCALLS:
+        rule(SCMP_ACT_KILL_PROCESS, name)
+    for name in ("socket", "socketpair"):
+        rule(SCMP_ACT_KILL_PROCESS, name, (0, SCMP_CMP_NE, AF_UNIX, 0))
+    for flag in CLONE_NEW_FLAGS:
+        rule(SCMP_ACT_KILL_PROCESS, "clone", (0, SCMP_CMP_MASKED_EQ, flag, flag))
+    rule(SCMP_ACT_ERRNO_ENOSYS, "clone3")
+    return lib, ctx
+
+
+def load_filter(seccomp):
+    """Install the filter in this process (a test child, after it dropped its privileges); raises OSError."""
+    lib, ctx = seccomp
+    rc = lib.seccomp_load(ctx)
+    if rc < 0:
+        raise OSError(-rc, "seccomp_load: %s" % os.strerror(-rc))
 
 
 def prctl(option, arg=0):
@@ -568,6 +638,7 @@ def child(job, test, out, result_fd, box):
         cpu = max(int(job["limits"].get("RLIMIT_CPU", 0)), int(float(test.get("timeout_s", job["timeout_s"]))) + 2)
         limit(dict(job["limits"], RLIMIT_CORE=0, RLIMIT_CPU=cpu))  # CPU time: never below the test's own wall-clock limit
         drop_privileges()
+        load_filter(SECCOMP[0])  # last: no call of the candidate's runs unfiltered (a failure ends the test: fail closed)
         msg = evaluate(job, test)
         for stream in (sys.stdout, sys.stderr):  # what the candidate printed, into the output file
             try:
@@ -751,6 +822,7 @@ def main():
     isolated = job.get("isolation") == "namespaces"
     leased = job.get("uid") is not None
     try:
+        SECCOMP.append(syscall_filter())  # libseccomp is loaded while the host's tree is still the root
         if isolated:
             sources = enter_namespaces(job)
             report = build_root(job, sources)
