@@ -888,3 +888,43 @@ def test_without_libseccomp_the_sandbox_fails_closed(monkeypatch):
     monkeypatch.setattr(sbx, "_SOURCE", [sbx.RUNNER.read_text().replace('"libseccomp.so.2"', '"libseccomp-missing.so.0"')])
     with pytest.raises(SandboxError):
         dc.execute("def f():\n    return 1", [Test(expected=1, expr="f()")], timeout_s=TIMEOUT)
+
+
+SPINNER = '''
+import os, time
+def f():
+    for _ in range(30):
+        if os.fork() == 0:
+            os.setsid()
+            while True:
+                pass
+    time.sleep(6)
+    return 1
+'''
+
+
+def test_a_candidate_that_forks_spinners_does_not_take_a_neighbours_cpu():
+    """Two concurrent candidates: 30 spinning processes, each in its own session, in one sandbox must not time out
+    the other's honest tests. Each sandbox's cgroup gets the same CPU weight, whatever its process count."""
+    from domains.code import cgroups
+
+    sb = pool(workers=2)
+    if sb is None:
+        return
+    honest = "def g(n):\n    return sum(i * i for i in range(n))"
+    tests = [Test(expected=sum(i * i for i in range(1_500_000)), expr="g(1500000)") for _ in range(3)]
+    alone = time.perf_counter()
+    assert all(r.passed for r in sb.run(honest, tests, timeout_s=10))
+    alone = time.perf_counter() - alone
+    spin = threading.Thread(target=lambda: sb.run(SPINNER, [Test(expected=1, expr="f()")], timeout_s=8))
+    spin.start()
+    time.sleep(1.5)  # the spinners are running
+    start = time.perf_counter()
+    results = sb.run(honest, tests, timeout_s=10)
+    beside = time.perf_counter() - start
+    spin.join()
+    assert all(r.passed for r in results)
+    assert cgroups.cpu_weighted() or cgroups.available() is None  # where the host has cgroups, the CPU is weighted
+    if cgroups.cpu_weighted():
+        assert beside < 3 * alone + 1.0, (alone, beside)  # one sandbox's share, not 1/31 of the machine
+    assert_host_alive()

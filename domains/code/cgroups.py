@@ -1,7 +1,10 @@
 """Limits on a whole sandbox: one cgroup per sandbox holding the runner and everything it starts.
 
 ``memory`` caps all of the sandbox's memory together (its tmpfs included) and ``pids`` the number
-of its processes and threads; at the end every process in it is killed and the cgroup removed.
+of its processes and threads; ``cpu`` (where this process may use it) gives every sandbox the same
+CPU weight, so a candidate that forks thirty spinning processes gets one sandbox's share of the
+CPU, not thirty, and a concurrent candidate's tests keep theirs. At the end every process in it
+is killed and the cgroup removed.
 
 * cgroup v2: a child of ``$C3_SANDBOX_CGROUP`` when set (a folder the user may write whose
   ``cgroup.subtree_control`` enables memory and pids: how a cluster delegates one to a user),
@@ -23,7 +26,8 @@ import time
 _COUNTER = itertools.count()
 _FOUND: list = []
 _LOCK = threading.Lock()
-
+CPU_SHARES_V1 = 1024  # every sandbox the same CPU weight (cgroup v1 cpu.shares; v2 cpu.weight), however many processes it runs
+CPU_WEIGHT_V2 = 100
 
 def _read(path: str) -> str:
     with open(path) as fh:
@@ -50,7 +54,7 @@ def _mounts() -> tuple[str | None, dict[str, str]]:
             v2 = fields[4]
         elif tail[0] == "cgroup":
             for option in tail[2].split(","):
-                if option in ("memory", "pids"):
+                if option in ("memory", "pids", "cpu"):
                     v1.setdefault(option, fields[4])
     return v2, v1
 
@@ -77,6 +81,7 @@ def _v2_parent(mount: str) -> str | None:
             enabled = _read(os.path.join(mount, "cgroup.subtree_control")).split()
             if not {"memory", "pids"} <= set(enabled):
                 _write(os.path.join(mount, "cgroup.subtree_control"), "+memory +pids")
+            _enable_cpu(mount)
         except OSError:
             return None
     else:
@@ -84,13 +89,25 @@ def _v2_parent(mount: str) -> str | None:
     try:
         if not {"memory", "pids"} <= set(_read(os.path.join(parent, "cgroup.subtree_control")).split()):
             _write(os.path.join(parent, "cgroup.subtree_control"), "+memory +pids")
+        _enable_cpu(parent)
         return parent
     except OSError:
         return None
 
 
+def _enable_cpu(folder: str) -> None:
+    """Turn the cgroup2 CPU controller on for ``folder``'s children where it is offered (best effort)."""
+    try:
+        if "cpu" in _read(os.path.join(folder, "cgroup.controllers")).split() and \
+                "cpu" not in _read(os.path.join(folder, "cgroup.subtree_control")).split():
+            _write(os.path.join(folder, "cgroup.subtree_control"), "+cpu")
+    except OSError:
+        pass
+
+
 def _discover() -> tuple[str, list[str]] | None:
-    """("v2", [parent]) or ("v1", [memory parent, pids parent]) or None."""
+    """("v2", [parent]) or ("v1", [memory parent, pids parent(, cpu parent)]) or None. The CPU controller is used
+    where this process may write to it: each sandbox then gets an equal CPU weight, whatever its process count."""
     try:
         v2, v1 = _mounts()
         own = _own_paths()
@@ -103,7 +120,8 @@ def _discover() -> tuple[str, list[str]] | None:
     if "memory" in v1 and "pids" in v1 and "memory" in own and "pids" in own:
         parents = [os.path.join(v1[c], own[c].lstrip("/")) for c in ("memory", "pids")]
         if all(os.access(p, os.W_OK) for p in parents):
-            return "v1", parents
+            cpu = os.path.join(v1["cpu"], own["cpu"].lstrip("/")) if "cpu" in v1 and "cpu" in own else None
+            return "v1", parents + ([cpu] if cpu and os.access(cpu, os.W_OK) else [])
     return None
 
 
@@ -114,6 +132,19 @@ def available() -> str | None:
             _FOUND.append(_discover())
     found = _FOUND[0]
     return None if found is None else f"cgroup {found[0]}"
+
+
+def cpu_weighted() -> bool:
+    """Whether sandboxes get an equal CPU weight here (the cgroup CPU controller is usable)."""
+    if available() is None:
+        return False
+    kind, parents = _FOUND[0]
+    if kind == "v1":
+        return len(parents) > 2
+    try:
+        return "cpu" in _read(os.path.join(parents[0], "cgroup.subtree_control")).split()
+    except OSError:
+        return False
 
 
 class BoxCgroup:
@@ -140,6 +171,8 @@ class BoxCgroup:
                 if os.path.exists(os.path.join(box.dirs[0], "memory.swap.max")):
                     _write(os.path.join(box.dirs[0], "memory.swap.max"), "0")
                 _write(os.path.join(box.dirs[0], "pids.max"), str(processes))
+                if os.path.exists(os.path.join(box.dirs[0], "cpu.weight")):
+                    _write(os.path.join(box.dirs[0], "cpu.weight"), str(CPU_WEIGHT_V2))
             else:
                 _write(os.path.join(box.dirs[0], "memory.limit_in_bytes"), str(memory_bytes))
                 try:
@@ -147,6 +180,8 @@ class BoxCgroup:
                 except OSError:
                     pass  # no swap accounting
                 _write(os.path.join(box.dirs[1], "pids.max"), str(processes))
+                if len(box.dirs) > 2:
+                    _write(os.path.join(box.dirs[2], "cpu.shares"), str(CPU_SHARES_V1))
         except OSError:
             box.remove()
             raise

@@ -45,6 +45,7 @@ runner first becomes the leased uid.
 import base64
 import collections
 import ctypes
+import errno
 import json
 import os
 import resource
@@ -336,11 +337,15 @@ def permitted_capabilities():
 
 def leave_session_keyring():
     """Join a new, empty session keyring: the host's (a login's kerberos tickets, say) is no longer
-    possessed, so no candidate can read its keys."""
+    possessed, so no candidate can read its keys. Fails closed: a join that fails for any reason but a
+    kernel without keys (the uid's key quota full, say) ends the setup, so no test inherits the host's
+    keyring. (The test children cannot call keyctl at all: the system-call filter kills them.)"""
     number = SYS_KEYCTL.get(os.uname().machine)
     if number is not None:
-        # (ENOSYS on a kernel without keys: nothing to leave)
-        libc().syscall(ctypes.c_long(number), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), None)
+        rc = libc().syscall(ctypes.c_long(number), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), None)
+        if rc < 0 and ctypes.get_errno() != errno.ENOSYS:
+            err = ctypes.get_errno()
+            raise OSError(err, "cannot join a new session keyring: %s" % os.strerror(err))
 
 
 def drop_bounding_set():
