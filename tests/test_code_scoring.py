@@ -177,6 +177,20 @@ def test_checks_that_would_run_inside_are_refused_with_their_form():
         compile_assertion("assert sum([f(x) < 2 for x in range(3)]) == 3")
 
 
+@pytest.mark.parametrize("source", [
+    "assert operator.eq(f(1), 2)", "assert operator.contains(f(1), 2)", "assert cmath.isclose(f(1), 2)",
+    "assert re.fullmatch('a+', f('a'))", "assert re.search('a', f('a'))",
+    "assert str.startswith(f('a'), 'a')", "assert set.issubset(f(1), {1, 2})", "assert f(1).__eq__(2)",
+    "assert f('ab').startswith('a')",
+])
+def test_library_verdicts_that_would_run_inside_are_refused(source):
+    """A comparison or predicate computed in the sandbox by a module or type name (``operator.eq``, ``cmath.isclose``,
+    ``re.fullmatch``, ``str.startswith`` with ``str`` shadowed by the candidate): the candidate would decide it."""
+    with pytest.raises(AssertionFormError, match="would run inside the sandbox"):
+        compile_assertion(source)
+    assert compile_assertion("assert math.isclose(f(1), 2)").probes  # the host computes math.isclose itself
+
+
 # ----------------------------------------------------------------- the split and the host evaluator
 
 

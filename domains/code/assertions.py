@@ -59,6 +59,18 @@ MATH_NAMES = ("pi", "e", "tau", "inf", "nan", "isclose", "sqrt", "floor", "ceil"
 _ITER_FUNCS = {"all", "any", "frozenset", "len", "list", "set", "sorted", "sum", "tuple"}  # consume their first argument
 _ITER_UNLESS_MORE = {"max", "min"}  # max(xs) iterates; max(a, b) compares values
 _CHECK_FUNCS = {"isinstance", "callable", "bool", "isclose", "all", "any"}  # verdicts: never computed in the sandbox
+# library functions whose result is a verdict (a comparison, a predicate, a match): computed inside the sandbox, by a
+# module or a type name the candidate's code can replace, they would be its to decide, so a probe may not hold one
+VERDICT_LIBRARY = {
+    "operator": {"eq", "ne", "lt", "le", "gt", "ge", "not_", "truth", "is_", "is_not", "contains", "__eq__", "__ne__",
+                 "__lt__", "__le__", "__gt__", "__ge__", "__not__", "__contains__", "countOf", "indexOf"},
+    "cmath": {"isclose", "isnan", "isinf", "isfinite"},
+    "re": {"match", "fullmatch", "search"},
+}
+VERDICT_METHODS = {"startswith", "endswith", "isdigit", "isalpha", "isalnum", "isnumeric", "isdecimal", "isspace", "islower",
+                   "isupper", "istitle", "isidentifier", "isprintable", "isascii", "issubset", "issuperset", "isdisjoint",
+                   "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__contains__", "__bool__"}
+TYPE_NAMES = {"str", "bytes", "int", "float", "complex", "list", "tuple", "set", "frozenset", "dict", "bool", "object"}
 STDLIB_MODULES = frozenset(getattr(sys, "stdlib_module_names", ())) - {"__future__", "builtins", "this", "antigravity"}
 MAX_BITS = 1 << 20  # largest integer (in bits) the check may build with ** or <<
 MAX_ITEMS = 1 << 22  # longest sequence the check may build with *
@@ -278,10 +290,22 @@ def _call_name(node: ast.Call) -> str:
 
 
 def _check_call(node: ast.Call, splitter: _Splitter) -> bool:
+    """A call whose result is a verdict: a check function, a library comparison or predicate
+    (:data:`VERDICT_LIBRARY`: ``operator.eq``, ``cmath.isclose``, ``re.fullmatch``...) or a predicate method
+    (:data:`VERDICT_METHODS`) of a type name (``str.startswith(f(), "a")``, which a shadowed ``str`` would decide) or of
+    a value the candidate's code returns (``f(1).__eq__(2)``)."""
     f = node.func
     if isinstance(f, ast.Name):
         return f.id in _CHECK_FUNCS and splitter._host_name(f.id)
-    return isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "math" and f.attr in _CHECK_FUNCS
+    if isinstance(f, ast.Attribute) and f.attr in VERDICT_METHODS and not (isinstance(f.value, ast.Name) and splitter._module(f.value.id)):
+        return True  # f(1).__eq__(2), f(x).startswith("a"): the candidate's object decides
+    if not (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)):
+        return False
+    if f.value.id == "math" and f.attr in _CHECK_FUNCS:
+        return True
+    if f.attr in VERDICT_LIBRARY.get(f.value.id, ()):
+        return True
+    return f.value.id in TYPE_NAMES and f.attr in VERDICT_METHODS
 
 
 def _verdict_inside(node: ast.expr, splitter: _Splitter) -> ast.expr | None:
