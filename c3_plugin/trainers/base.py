@@ -513,7 +513,9 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
             metrics.update({k: v for k, v in self.rollout_metrics(rollout).items() if k not in metrics})
         if self.update_step % max(1, int(self.args.logging_steps)) == 0 or self.update_step == 1:
             if self.turns is not None and rollout is not None:
-                metrics.update(self.turns.metrics(rollout.turn_rewards))
+                from .turns import turn_metrics
+
+                metrics.update(turn_metrics(rollout.turn_rewards))
             else:
                 metrics.update({"turn_1/reward_mean": float(rewards.mean()),
                                 "turn_1/expected_return": float(rewards.reshape(len(items), -1).mean(1).mean())})

@@ -331,26 +331,12 @@ class WorkflowBridge:
                                         prompts=[str(it.get("prompt", it.get("question", ""))) for it, _ in rows])
             metrics.update({f"eval/{k}": float(v) for k, v in
                             self.eval_aggregator(detailed, num_turns=int(getattr(self.args, "num_turns", 1))).items()})
-        metrics.update(self._eval_turn_metrics(per_turn))
+        from .turns import turn_metrics  # CoMLRL's eval/turn_<t>/* from each decode's per-turn rewards (one turn: its reward)
+
+        metrics.update(turn_metrics(np.array([row for item in per_turn for row in item], dtype=float), "eval/"))
         broadcast(metrics)
         metrics["_outputs"] = (rewards, outputs, per_turn)
         return metrics
-
-    @staticmethod
-    def _eval_turn_metrics(per_turn: Sequence[Sequence[Sequence[float]]]) -> dict[str, float]:
-        """CoMLRL's ``eval/turn_<t>/reward_mean`` (the turn's reward over every decode) and
-        ``eval/turn_<t>/expected_return`` (the undiscounted reward from turn t on), from each decode's per-turn
-        rewards (one turn: its reward)."""
-        rows = np.array([row for item in per_turn for row in item], dtype=float)
-        if not rows.size:
-            return {}
-        out = {}
-        for t in range(rows.shape[1]):
-            played = ~np.isnan(rows[:, t])
-            if played.any():
-                out[f"eval/turn_{t + 1}/reward_mean"] = float(rows[played, t].mean())
-                out[f"eval/turn_{t + 1}/expected_return"] = float(np.nansum(rows[played, t:], axis=1).mean())
-        return out
 
     @contextmanager
     def _eval_rng(self, k: int, rank: int):

@@ -164,14 +164,15 @@ class Turns:
         scored = (~np.isnan(per_turn)) / tail  # [leaves, T]
         return np.rint(np.bincount(leaf_instance, weights=scored.sum(1), minlength=num_instances)).astype(np.int64)
 
-    def metrics(self, per_turn: np.ndarray, prefix: str = "") -> dict[str, float]:
-        """CoMLRL's per-turn keys: ``turn_<t>/reward_mean`` (the turn's reward over the paths that played it) and
-        ``turn_<t>/expected_return`` (the undiscounted reward from turn t on, CoMLRL's return)."""
-        out: dict[str, float] = {}
-        for t in range(self.T):
-            played = ~np.isnan(per_turn[:, t])
-            if not played.any():
-                continue
+
+def turn_metrics(per_turn: np.ndarray, prefix: str = "") -> dict[str, float]:
+    """CoMLRL's per-turn keys from ``[paths, turns]`` rewards (NaN after a path ended): ``turn_<t>/reward_mean``
+    (the turn's reward over the paths that played it) and ``turn_<t>/expected_return`` (the undiscounted reward
+    from turn t on, CoMLRL's return); training logs them bare, evaluation under ``eval/``."""
+    out: dict[str, float] = {}
+    for t in range(per_turn.shape[1] if per_turn.ndim == 2 else 0):
+        played = ~np.isnan(per_turn[:, t])
+        if played.any():
             out[f"{prefix}turn_{t + 1}/reward_mean"] = float(per_turn[played, t].mean())
             out[f"{prefix}turn_{t + 1}/expected_return"] = float(np.nansum(per_turn[played, t:], axis=1).mean())
-        return out
+    return out
