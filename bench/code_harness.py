@@ -8,6 +8,8 @@
 3. Wrong solutions (return None; return the first argument) fail.
 4. Throughput: canonical candidates evaluated per second with the pool, and the sandbox's overhead
    per candidate (a trivial candidate with one trivial test).
+5. The cost of a hostile candidate (one at a time, alone): wall time, the host's own CPU time (reading and
+   judging the report) and its peak memory above the baseline, and the sandbox's CPU time.
 
 Usage: python bench/code_harness.py [--data data] [--workers 2] [--limit N]
 (``--data``: a folder with ``mbpp/full.jsonl``, ``mbpp/sanitized.jsonl`` and ``mbppplus/test.jsonl``;
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import re
 import statistics
 import time
@@ -77,13 +80,64 @@ def report(name, sb, rows, wrong_solutions):
     return results, secs
 
 
+HOSTILE = {
+    "forged 4 MiB report (1.3 M empty lists), 1 value test": (
+        "import os\ndef f():\n    os.write(3, b'{\"status\": \"value\", \"value\": [' + b','.join([b'[]'] * 1300000) + b']}')\n"
+        "    os._exit(0)", 1, "f()", None),
+    "[[i] for i in range(49990)], 30 tests": ("def f():\n    return [[i] for i in range(49990)]", 30, "f()", [[i] for i in range(49990)]),
+    "20 spinning processes, 1 test (8 s limit)": ("import os, time\ndef f():\n    for _ in range(20):\n        if os.fork() == 0:\n"
+                                                   "            os.setsid()\n            while True:\n                pass\n"
+                                                   "    time.sleep(30)", 1, "f()", 1),
+    "sleeps past every limit, 3 tests": ("import time\ndef f():\n    time.sleep(60)", 3, "f()", 1),
+}
+
+
+def _peak_reset() -> int:
+    """Reset this process's peak resident memory (Linux ``clear_refs`` 5); returns the current resident KiB."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+    return _status_kib("VmRSS")
+
+
+def _status_kib(key: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def hostile(sb) -> None:
+    print("\nhostile candidates (one at a time): wall, host CPU (reading and judging its report), host peak memory above "
+          "the resident baseline, sandbox CPU")
+    for name, (code, n, expr, expected) in HOSTILE.items():
+        tests = [Test(expected=expected, expr=expr) for _ in range(n)]
+        for t in tests:  # a dataset's tests are built once: their value caps are not a candidate's cost
+            t.value_cap()
+        base = _peak_reset()
+        me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        t = time.perf_counter()
+        res = sb.run(code, tests, timeout_s=8.0)
+        wall = time.perf_counter() - t
+        me2, kids2 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        host = me2.ru_utime + me2.ru_stime - me.ru_utime - me.ru_stime
+        box = kids2.ru_utime + kids2.ru_stime - kids.ru_utime - kids.ru_stime
+        print(f"  {name}: {wall:.2f} s wall, host CPU {host:.2f} s, host peak +{(_status_kib('VmHWM') - base) / 1024:.0f} MiB, "
+              f"sandbox CPU {box:.2f} s; passed {sum(r.passed for r in res)}/{n} ({res[-1].reason[:70]})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=str(ROOT / "data"))
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--hostile-only", action="store_true", help="only part 5")
     args = ap.parse_args()
     sb = Sandbox(workers=args.workers)
+    if args.hostile_only:
+        hostile(sb)
+        return
     probe = isolation_probe()
     print(f"sandbox isolation: {sb.isolation} ({'available' if probe['namespaces'] else probe['reason']}); "
           f"box limits: {probe['box_limits']}; {args.workers} workers")
@@ -117,6 +171,7 @@ def main() -> None:
         test_s.append(res[0].seconds)
     print(f"\nsandbox overhead per candidate: {statistics.median(per) * 1000:.0f} ms wall for a trivial candidate "
           f"(of which the forked test itself {statistics.median(test_s) * 1000:.1f} ms)")
+    hostile(sb)
     sb.close()
 
 

@@ -222,11 +222,18 @@ def test_a_test_that_dies_by_any_signal_or_raises_anything_fails_alone():
 
 
 CAPS = '''
+import ctypes, os, struct
 def caps():
-    fields = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
-    sets = [fields[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")]
-    uids = fields["Uid"].split() + fields["Gid"].split()
-    return [sets, fields["NoNewPrivs"].strip(), "0" not in uids]
+    libc = ctypes.CDLL(None, use_errno=True)
+    header, data = ctypes.create_string_buffer(struct.pack("Ii", 0x20080522, 0)), ctypes.create_string_buffer(24)
+    assert libc.capget(header, data) == 0
+    eff0, prm0, inh0, eff1, prm1, inh1 = struct.unpack("6I", data.raw)
+    bounding = [c for c in range(64) if libc.prctl(23, c, 0, 0, 0) == 1]  # PR_CAPBSET_READ
+    ambient = [c for c in range(64) if libc.prctl(47, 1, c, 0, 0) == 1]  # PR_CAP_AMBIENT_IS_SET
+    sets = ["%016x" % (lo | hi << 32) for lo, hi in ((inh0, inh1), (prm0, prm1), (eff0, eff1))]
+    sets += ["%016x" % sum(1 << c for c in bounding), "%016x" % sum(1 << c for c in ambient)]
+    ids = list(os.getresuid()) + list(os.getresgid())
+    return [sets, str(libc.prctl(39, 0, 0, 0, 0)), 0 not in ids]  # PR_GET_NO_NEW_PRIVS
 '''
 
 
@@ -576,12 +583,13 @@ def test_the_box_is_size_capped():
 
 
 def test_the_runner_has_limits_of_its_own():
-    code = ("def limits():\n"
-            "    rows = {l[:26].strip(): l[26:].split()[:2] for l in open('/proc/1/limits').read().splitlines()[1:]}\n"
-            "    return [rows['Max core file size'], rows['Max address space'][1] != 'unlimited']\n")
-    results = attack(code, [Test([["0", "0"], True], expr="limits()")])
-    if results is not None:
-        assert results[0].passed, results[0].reason
+    """Read from the host (candidates have no /proc): the runner, the sandbox's PID 1, dumps no core and has an
+    address-space limit."""
+    limits = _while_a_candidate_sleeps(lambda inner: Path(f"/proc/{inner['1']}/limits").read_text())
+    if limits is None:
+        return
+    rows = {line[:26].strip(): line[26:].split()[:2] for line in limits.splitlines()[1:]}
+    assert rows["Max core file size"] == ["0", "0"] and rows["Max address space"][1] != "unlimited", rows
 
 
 def test_huge_results_are_cut_off_in_the_sandbox():
@@ -939,3 +947,253 @@ def test_a_candidate_that_forks_spinners_does_not_take_a_neighbours_cpu():
     if cgroups.cpu_weighted():
         assert beside < 3 * alone + 1.0, (alone, beside)  # one sandbox's share, not 1/31 of the machine
     assert_host_alive()
+
+
+# --- Resource counters, /proc, the box between tests, the OOM score, the host's cost ------------
+
+def _sandboxed_processes():
+    """{pid inside its sandbox: host pid} of this process's descendants that run in a PID namespace of their own
+    (the sandboxes' processes; read from ``status`` and ``stat``, which need no ptrace access)."""
+    inner = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as st:
+                nspids = [line.split()[1:] for line in st if line.startswith("NSpid:")][0]
+            if len(nspids) < 2:  # in the host's PID namespace (the runner's waiting parent outside it, say)
+                continue
+            chain = int(name)
+            while chain > 1 and chain != os.getpid():
+                with open(f"/proc/{chain}/stat", "rb") as fh:
+                    chain = int(fh.read().rsplit(b")", 1)[1].split()[1])
+            if chain == os.getpid():
+                inner[nspids[-1]] = int(name)
+        except (OSError, ValueError, IndexError):
+            continue
+    return inner
+
+
+OOM = '''
+import time
+def sleep():
+    time.sleep(2.5)
+    return 1
+'''
+
+
+def _while_a_candidate_sleeps(look):
+    """``look({pid inside the sandbox: host pid})`` while a candidate sleeps in its test (read from the host);
+    None where this host refuses to run candidates."""
+    sb = pool(workers=1)
+    if sb is None:
+        return None
+    out = {}
+    run = threading.Thread(target=lambda: out.setdefault("r", sb.run(OOM, [Test(expected=1, expr="sleep()")], timeout_s=6)))
+    run.start()
+    time.sleep(1.5)
+    seen = look(_sandboxed_processes())
+    run.join()
+    sb.close()
+    assert out["r"][0].passed, out["r"][0].reason
+    return seen
+
+
+def _namespace_owner(pid):
+    """The uid that owns ``pid``'s user namespace (NS_GET_OWNER_UID)."""
+    import array
+    import fcntl
+
+    fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY)
+    try:
+        buf = array.array("I", [0])
+        fcntl.ioctl(fd, 0xB704, buf)  # _IO(0xb7, 0x4)
+        return buf[0]
+    finally:
+        os.close(fd)
+
+
+COUNTERS = '''
+import ctypes, os, time
+def hold():
+    libc = ctypes.CDLL(None, use_errno=True)
+    rt = ctypes.CDLL("librt.so.1", use_errno=True)
+    queue = rt.mq_open(b"/c3q", os.O_CREAT | os.O_RDWR, 0o600, None)  # first: the descriptors run out below
+    fds = []
+    for _ in range(200):
+        fd = libc.inotify_init1(0)
+        if fd < 0:
+            break
+        fds.append(fd)
+    time.sleep(2.5)
+    return [len(fds), min(queue, 0)]
+'''
+
+
+def test_resource_counters_are_the_box_s_own_and_charged_to_its_own_user():
+    """inotify instances and message-queue bytes are charged to the user who owns the sandbox's user namespace:
+    that is the leased uid on a root host (host root before), and the box's own low limits cap what a candidate
+    holds (at most 8 inotify instances, no message queue), so the host user keeps its own."""
+    from domains.code import uids
+
+    sb = pool(workers=1)
+    if sb is None:
+        return
+    out = {}
+    run = threading.Thread(target=lambda: out.setdefault("r", sb.run(COUNTERS, [Test(expected=[8, -1], expr="hold()")], timeout_s=6)))
+    run.start()
+    time.sleep(1.5)  # the candidate holds its instances now
+    owners = set()
+    for inner, pid in _sandboxed_processes().items():
+        try:
+            owners.add(_namespace_owner(pid))
+        except OSError:  # the runner (not dumpable: an unprivileged host may not open its namespace)
+            assert inner == "1"
+    libc = __import__("ctypes").CDLL(None, use_errno=True)
+    host = [libc.inotify_init1(0) for _ in range(8)]
+    run.join()
+    for fd in host:
+        if fd >= 0:
+            os.close(fd)
+    result = out["r"][0]
+    assert result.passed, result.reason  # 8 instances (the box's limit of 200 tried), mq_open refused
+    assert all(fd >= 0 for fd in host)
+    assert owners, "no sandboxed process found"
+    if ROOT:
+        assert all(uids.UID_BASE <= o < uids.UID_BASE + uids.UID_COUNT for o in owners), owners  # never host root
+    else:
+        assert owners == {os.geteuid()}
+    sb.close()
+
+
+NO_PROC = '''
+import os
+def look():
+    readable = []
+    for path in ("/proc/cmdline", "/proc/self/mountinfo", "/proc/self/mounts", "/proc/stat", "/proc/meminfo",
+                 "/proc/partitions", "/proc/diskstats", "/proc/devices", "/proc/locks", "/proc/key-users",
+                 "/proc/sys/kernel/random/boot_id", "/proc/uptime", "/proc/loadavg", "/proc/vmstat", "/sys/block"):
+        try:
+            with open(path, "rb") as fh:
+                fh.read(1)
+            readable.append(path)
+        except OSError:
+            pass
+    return [readable, os.listdir("/proc"), os.cpu_count() is not None]
+'''
+
+
+def test_the_kernel_command_line_mount_table_devices_and_host_counters_are_not_readable():
+    """Candidates have no /proc (the runner keeps its own, by a descriptor): no kernel command line, mount paths
+    and device numbers, or host-wide counters; honest code that asks for the CPU count still gets one."""
+    results = attack(NO_PROC, [Test(expected=[[], [], True], expr="look()")])
+    if results is not None:
+        assert results[0].passed, results[0].reason
+
+
+BOX_MARKS = '''
+import os
+ACL = bytes.fromhex("02000000" "01000700ffffffff" "02000700e8030000" "04000500ffffffff" "10000700ffffffff" "20000500ffffffff")
+def mark(how):
+    if how == "times":
+        os.utime("/sandbox", (1, 1))
+    elif how == "xattr":
+        os.setxattr("/sandbox", "user.c3", b"left")
+    else:
+        os.setxattr("/sandbox", "system.posix_acl_access", ACL)
+    return how
+def read():
+    st = os.stat("/sandbox")
+    return [st.st_mtime == 1 or st.st_atime == 1, sorted(os.listxattr("/sandbox")), oct(st.st_mode)]
+'''
+
+
+def test_box_timestamps_attributes_and_acls_do_not_reach_the_next_test():
+    """Each of a test's marks on an otherwise untouched ``/sandbox`` (its times, a user extended attribute, a POSIX
+    ACL) is gone in the next test: the box is reused only when nothing about it changed."""
+    tests = []
+    for how in ("times", "xattr", "acl"):
+        tests += [Test(expected=None, expr=f"mark({how!r})"), Test(expected=[False, [], "0o40700"], expr="read()")]
+    results = attack(BOX_MARKS, tests)
+    if results is not None:
+        for mark, read in zip(results[::2], results[1::2]):
+            assert "got '" in mark.reason, mark.reason  # the mark was made (its value is no test's expected None)
+            assert read.passed, (mark.reason, read.reason)
+
+
+def test_every_test_child_is_the_first_to_go_when_the_sandbox_runs_out_of_memory():
+    """The test child's OOM score adjustment is 1000 (it was silently left at the runner's, so an out-of-memory
+    test could take the runner down), and the runner's is not."""
+    def scores(inner):
+        return {k: int(Path(f"/proc/{pid}/oom_score_adj").read_text()) for k, pid in inner.items()}
+
+    found = _while_a_candidate_sleeps(scores)
+    if found is None:
+        return
+    assert found.get("1") is not None and found["1"] < 1000, found  # the runner (the sandbox's PID 1)
+    assert [v for k, v in found.items() if k != "1"] == [1000], found  # the one test child
+
+
+REPORT = '''
+def many(n):
+    return [[i] for i in range(n)]
+def forged():
+    import os
+    os.write(3, b'{"status": "value", "value": [' + b",".join([b"[]"] * 1_300_000) + b']}')
+    os._exit(0)
+'''
+
+
+def test_the_host_reads_a_bounded_report_whatever_the_candidate_sends(monkeypatch):
+    """A forged 4 MiB report of 1.3 M empty lists is refused inside the sandbox (the host never parses it), a wrong
+    answer far larger than the expected value is cut there too, and a whole candidate's values are capped together: right-looking results of 100,000 items each reach the host
+    only up to ``max_report_bytes``; the tests over it fail with the reason."""
+    sizes = []
+    launch = sbx._launch
+
+    def spy(*args, **kwargs):
+        out, err, rc = launch(*args, **kwargs)
+        sizes.append(len(out))
+        return out, err, rc
+
+    monkeypatch.setattr(sbx, "_launch", spy)
+    sb = pool(workers=1, limits=Limits(max_report_bytes=4 << 20))
+    if sb is None:
+        return
+    forged = sb.run(REPORT, [Test.from_assert("assert forged() == []", ["forged"])])[0]  # an assert: no value cap of its own
+    assert not forged.passed and forged.reason == "malformed result message", forged.reason
+    assert sizes[-1] < 64 << 10  # the host read a short report, not the 4 MiB
+    wrong = sb.run(REPORT, [Test(expected=[[1]], expr="many(49990)") for _ in range(3)])
+    assert all(r.reason == f"result larger than {8 * len(json.dumps(['list', [['list', [['int', '1']]]]])) + 4096} bytes"
+               for r in wrong), wrong[0].reason  # a value test's own cap: 8 x its expected value's size + 4 KiB
+    assert sizes[-1] < 64 << 10
+    expected = [[i] for i in range(49_990)]
+    start = time.perf_counter()
+    results = sb.run(REPORT, [Test(expected=expected, expr="many(49990)") for _ in range(6)], timeout_s=10)
+    host_s = time.perf_counter() - start
+    passed = [r.passed for r in results]
+    assert passed == [True, True] + [False] * 4, passed  # 1,488,600 bytes each: two fit in 4 MiB
+    assert all("together are larger than" in r.reason for r in results if not r.passed)
+    assert sizes[-1] <= sbx._report_cap(sb.limits, 6)
+    sb.close()
+    assert host_s < 120
+
+
+IPC = '''
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+def make(key):
+    return [libc.shmget(key, 4096, 0o1666), libc.semget(key, 1, 0o1666), libc.msgget(key, 0o1666)]
+def find(key):
+    return [libc.shmget(key, 0, 0), libc.semget(key, 0, 0), libc.msgget(key, 0)]
+'''
+
+
+def test_system_v_objects_do_not_carry_anything_to_the_candidate_s_next_test():
+    """A shared memory segment, a semaphore set and a message queue made by one test are gone in the next one
+    (the runner removes every System V object of the sandbox's IPC namespace after each test)."""
+    results = attack(IPC, [Test(expected=None, expr="make(4242)"), Test(expected=[-1, -1, -1], expr="find(4242)")])
+    if results is not None:
+        made = json.loads(results[0].reason[4:])
+        assert all(x >= 0 for x in made), made  # the first test made all three
+        assert results[1].passed, results[1].reason

@@ -306,7 +306,7 @@ def mbppplus_rows(rows: Sequence[Mapping[str, Any]], name: str, sandbox: Sandbox
     key = [(r["task_id"], r["canonical_solution"], r.get("base_input"), r.get("plus_input")) for r in rows]
 
     def compute():
-        jobs = [(r["canonical_solution"], [Test(entry_point=r["entry_point"], args=a, mode=m).payload(i, TIME_CAP_S)
+        jobs = [(r["canonical_solution"], [Test(entry_point=r["entry_point"], args=a, mode=m).payload(i, TIME_CAP_S, judged=False)
                                            for i, a in enumerate(inp)], "") for r, inp, m in zip(rows, inputs, modes)]
         results = _raw_results(sandbox or default_sandbox(), jobs,
                                desc=f"{name}: expected outputs of {len(jobs)} reference solutions (once; cached)")

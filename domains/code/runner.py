@@ -57,6 +57,7 @@ import time
 
 MAX_DEPTH = 64
 MAX_ITEMS = 100000
+MAX_CHARS = 1 << 24  # characters of leaf text (str, bytes, digits) in one value
 INSIDE_UID = 1000  # the only uid (and gid) inside the sandbox's user namespace
 MAX_REASON = 500  # characters of an error reason kept
 
@@ -207,7 +208,16 @@ SYS_KEYCTL = {"x86_64": 250, "aarch64": 219, "ppc64le": 271, "s390x": 280, "risc
 KEYCTL_JOIN_SESSION_KEYRING = 1
 SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin", "/etc")
 DEVICES = ("null", "zero", "full", "random", "urandom")
+# The box's own limits on what the kernel charges to the user who owns its user namespace (the leased uid on
+# a root host, the host user otherwise): set before the namespace is made, these rlimits also cap the whole
+# namespace's total; the sysctls are the namespace's own counters (written from its init). No honest test
+# needs a message queue, locked memory, fanotify or more than a few inotify instances.
+BOX_RLIMITS = (("RLIMIT_MSGQUEUE", 0), ("RLIMIT_MEMLOCK", 0), ("RLIMIT_SIGPENDING", 256))
+BOX_SYSCTLS = (("user/max_inotify_instances", 8), ("user/max_inotify_watches", 1024),
+               ("user/max_fanotify_groups", 0), ("user/max_fanotify_marks", 0))
+NAMESPACE_KINDS = ("user", "mnt", "pid", "net", "ipc", "uts", "cgroup", "time")
 _LIBC = []
+_PROC = []  # the runner's own /proc (a directory descriptor; candidates have no /proc at all)
 
 
 def libc():
@@ -354,8 +364,12 @@ def drop_bounding_set():
     exec may gain; the runner never execs) and every test child inherits both."""
     prctl(PR_SET_NO_NEW_PRIVS, 1)
     try:
-        with open("/proc/sys/kernel/cap_last_cap") as fh:
-            last = int(fh.read())
+        fd = os.open("sys/kernel/cap_last_cap", os.O_RDONLY | os.O_CLOEXEC, dir_fd=_PROC[0]) if _PROC else \
+            os.open("/proc/sys/kernel/cap_last_cap", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            last = int(os.read(fd, 64))
+        finally:
+            os.close(fd)
     except (OSError, ValueError):
         last = 63
     for cap in range(last + 1):
@@ -386,49 +400,82 @@ def write_file(path, text):
 # ---------------------------------------------------------------------------------------------
 # Building the sandbox
 
+def box_rlimits():
+    """Lower this process's :data:`BOX_RLIMITS` (before it makes the user namespace, whose totals they cap)."""
+    limit(dict(BOX_RLIMITS))
+
+
+def setns(fd, nstype):
+    fn = getattr(libc(), "setns", None)
+    if fn is None:
+        raise SetupError("setns(2) is unavailable")
+    _call("setns", fn(fd, nstype))
+
+
+def leased_user_namespace(lease):
+    """A root host: a user namespace made by the leased uid (so the kernel charges what happens inside,
+    inotify instances and message-queue bytes included, to that uid and not to host root), mapped
+    1000 -> lease by this still privileged process, which then joins it (its file access is still root's,
+    for the bind sources; its capabilities are those of the new namespace only)."""
+    go_r, go_w = os.pipe()
+    made_r, made_w = os.pipe()
+    maker = os.fork()
+    if maker == 0:
+        code = 1
+        try:
+            os.close(go_w)
+            os.close(made_r)
+            os.setgroups([])
+            os.setresgid(lease, lease, lease)
+            os.setresuid(lease, lease, lease)
+            box_rlimits()
+            _call("unshare", libc().unshare(CLONE_NEWUSER))
+            os.write(made_w, b"x")
+            os.read(go_r, 1)  # alive until the runner holds the namespace
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(go_r)
+    os.close(made_w)
+    try:
+        if os.read(made_r, 1) != b"x":
+            raise SetupError("the leased uid %s could not make a user namespace" % lease)
+        write_file("/proc/%d/uid_map" % maker, "%d %d 1\n" % (INSIDE_UID, lease))
+        write_file("/proc/%d/gid_map" % maker, "%d %d 1\n" % (INSIDE_UID, lease))
+        ns = os.open("/proc/%d/ns/user" % maker, os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        os.close(go_w)
+        os.close(made_r)
+        os.waitpid(maker, 0)
+    try:
+        box_rlimits()
+        setns(ns, CLONE_NEWUSER)
+    finally:
+        os.close(ns)
+
+
 def enter_namespaces(job):
-    """Unshare every namespace and map uid/gid 1000 to the outer user; returns the opened bind
-    sources in the new PID namespace's init (the process that called this waits for it and exits
-    with its status)."""
+    """Make the user namespace (owned by the leased uid on a root host, by the host user otherwise; uid and
+    gid 1000 inside mapped to it) and, inside it, every other namespace; returns the opened bind sources in
+    the new PID namespace's init (the process that called this waits for it and exits with its status)."""
     lease = job.get("uid")
     uid, gid = os.geteuid(), os.getegid()
-    helper = None
-    if uid == 0:  # a root host: a helper still privileged outside maps the leased uid onto ours
-        if lease is None:
-            raise SetupError("a root host must lease an unprivileged uid for the sandbox")
-        go_r, go_w = os.pipe()
-        helper = os.fork()
-        if helper == 0:
-            code = 1
-            try:
-                os.close(go_w)
-                if os.read(go_r, 1) == b"x":
-                    target = os.getppid()
-                    write_file("/proc/%d/uid_map" % target, "%d %d 1\n" % (INSIDE_UID, lease))
-                    write_file("/proc/%d/gid_map" % target, "%d %d 1\n" % (INSIDE_UID, lease))
-                    code = 0
-            finally:
-                os._exit(code)
-        os.close(go_r)
-    flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP
     try:
-        _call("unshare", libc().unshare(flags))
+        if uid == 0:
+            if lease is None:
+                raise SetupError("a root host must lease an unprivileged uid for the sandbox")
+            leased_user_namespace(lease)
+        else:  # unprivileged: a single line mapping our own ids needs no privilege
+            box_rlimits()
+            _call("unshare", libc().unshare(CLONE_NEWUSER))
+            write_file("/proc/self/setgroups", "deny")
+            write_file("/proc/self/uid_map", "%d %d 1\n" % (INSIDE_UID, uid))
+            write_file("/proc/self/gid_map", "%d %d 1\n" % (INSIDE_UID, gid))
+        _call("unshare", libc().unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP))
     except OSError as exc:
-        if helper is not None:
-            os.close(go_w)
-            os.waitpid(helper, 0)
         raise SetupError("user namespaces are unavailable: %s" % exc)
-    if helper is None:  # unprivileged: a single line mapping our own ids needs no privilege
-        write_file("/proc/self/setgroups", "deny")
-        write_file("/proc/self/uid_map", "%d %d 1\n" % (INSIDE_UID, uid))
-        write_file("/proc/self/gid_map", "%d %d 1\n" % (INSIDE_UID, gid))
-    else:
-        os.write(go_w, b"x")
-        os.close(go_w)
-        if os.waitpid(helper, 0)[1] != 0:
-            raise SetupError("could not map the leased uid %s into the user namespace" % lease)
     sources = open_sources(job)  # in the new mount namespace (binds need that), still as the user who started us
-    if helper is not None:  # now the leased uid (caps of the new namespace kept, none outside it)
+    if uid == 0:  # now the leased uid (caps of the new namespace kept, none outside it)
         prctl(PR_SET_KEEPCAPS, 1)
         os.setgroups([])
         os.setresgid(INSIDE_UID, INSIDE_UID, INSIDE_UID)
@@ -503,41 +550,60 @@ def build_root(job, sources):
             bind_readonly("/proc/self/fd/%d" % what, rel, MS_NOSUID | MS_NOEXEC)
         if kind != "link":
             os.close(what)
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
-                         ("stderr", "/proc/self/fd/2"), ("shm", "/sandbox")):
-        os.symlink(target, "dev/" + name)
+    os.symlink("/sandbox", "dev/shm")
     for d in ("proc", "sandbox", "tmp"):
         os.mkdir(d, 0o755)
     proc = True
     try:
         mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    except OSError:
-        proc = False  # a host /proc with parts covered refuses a new one in a user namespace: go without
+        own = os.open("proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:  # a host /proc with parts covered refuses a new one in a user namespace: the host's, kept by
+        proc = False  # the runner only (its "self" is still the reader: a test child sets its own OOM score there)
+        own = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    _PROC[:] = [own]
     pivot_root(".", ".")
     umount(".")  # the host's tree, stacked on top by pivot_root, goes away
     os.chdir("/")
-    mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-    libc().sethostname(b"sandbox", 7)
     if proc:
-        for kind in ("user", "mnt", "pid", "net", "ipc", "uts", "cgroup", "time"):
-            try:  # no namespace of any kind can be made inside (the runner owns the user namespace)
-                write_file("/proc/sys/user/max_%s_namespaces" % kind, "0")
+        for kind in NAMESPACE_KINDS:
+            try:  # no namespace of any kind can be made inside (the system-call filter refuses them too)
+                write_proc("sys/user/max_%s_namespaces" % kind, "0")
             except OSError:
                 pass
+        for name, value in BOX_SYSCTLS:
+            try:
+                write_proc("sys/" + name, str(value))
+            except FileNotFoundError:
+                pass  # a kernel without this counter
+        umount("/proc")  # candidates get no /proc: no kernel command line, host counters, mount table or devices
+    mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    libc().sethostname(b"sandbox", 7)
     return {"proc": proc}
+
+
+def write_proc(rel, text):
+    """Write ``text`` to ``rel`` under the runner's own /proc (see :data:`_PROC`)."""
+    fd = os.open(rel, os.O_WRONLY | os.O_CLOEXEC, dir_fd=_PROC[0])
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
 
 
 _BOX = []  # (statvfs, stat) of /sandbox as it was mounted
 
 
 def _box_state():
+    """What a test could leave in an empty ``/sandbox``: its counts, mode and owner, and its times (a changed ACL,
+    extended attribute, mode or timestamp changes its ctime; the box is mounted ``noatime``, so reading it does not)."""
     v, st = os.statvfs("/sandbox"), os.stat("/sandbox")
-    return (v.f_bfree, v.f_ffree, st.st_mode, st.st_uid, st.st_gid, st.st_nlink, st.st_size)
+    return (v.f_bfree, v.f_ffree, st.st_mode, st.st_uid, st.st_gid, st.st_nlink, st.st_size,
+            st.st_atime_ns, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def fresh_box(job):
     """An empty ``/sandbox`` (and ``/tmp``, the same tmpfs) for the next test: the last test's when it
-    left it exactly as mounted (no file, same mode and owner; its processes are all dead by now), else
+    left it exactly as mounted (no file, same mode, owner and times; its processes are all dead by now), else
     a new tmpfs (a remount costs an RCU grace period, milliseconds)."""
     if _BOX and _box_state() == _BOX[0]:
         return
@@ -546,7 +612,7 @@ def fresh_box(job):
             umount(d)
         except OSError:
             pass
-    mount("tmpfs", "/sandbox", "tmpfs", MS_NOSUID | MS_NODEV,
+    mount("tmpfs", "/sandbox", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOATIME,
           "size=%dm,nr_inodes=%d,mode=0700,uid=%d,gid=%d" % (job["disk_mb"], job.get("inodes", 16384), INSIDE_UID, INSIDE_UID))
     mount("/sandbox", "/tmp", None, MS_BIND)
     _BOX[:] = [_box_state()]
@@ -596,16 +662,48 @@ def limit(limits):
         resource.setrlimit(res, (value, value))
 
 
-def _depth_ok(node, limit_depth):
-    stack = [(node, 0)]
+LEAVES = {"none": 0, "bool": 1, "int": 1, "float": 1, "complex": 2, "str": 1, "bytes": 1}
+CONTAINERS = ("list", "tuple", "set", "frozenset", "dict")
+
+
+def tree_ok(node):
+    """Whether ``node`` (a test child's message, parsed) is a tagged tree :func:`encode` could have made,
+    within its bounds: at most MAX_ITEMS nodes, MAX_DEPTH levels and MAX_CHARS characters of leaf text.
+    A child may write anything to its pipe; the host gets only what passes this (iterative; stops at the
+    first node over a bound, so a forged report costs the host nothing)."""
+    items, chars, stack = 0, 0, [(node, 0)]
     while stack:
         item, depth = stack.pop()
-        if depth > limit_depth:
+        items += 1
+        if items > MAX_ITEMS or depth > MAX_DEPTH or type(item) is not list or not item or type(item[0]) is not str:
             return False
-        if isinstance(item, list):
-            stack.extend((x, depth + 1) for x in item)
-        elif isinstance(item, dict):
-            stack.extend((x, depth + 1) for x in item.values())
+        tag = item[0]
+        if tag in LEAVES:
+            if len(item) != LEAVES[tag] + 1:
+                return False
+            for leaf in item[1:]:
+                if tag == "bool":
+                    if type(leaf) is not bool:
+                        return False
+                elif type(leaf) is not str:
+                    return False
+                else:
+                    chars += len(leaf)
+            if chars > MAX_CHARS:
+                return False
+        elif tag in CONTAINERS:
+            if len(item) != 2 or type(item[1]) is not list or len(item[1]) > MAX_ITEMS:
+                return False
+            if tag == "dict":
+                for pair in item[1]:
+                    if type(pair) is not list or len(pair) != 2:
+                        return False
+                    stack.append((pair[0], depth + 1))
+                    stack.append((pair[1], depth + 1))
+            else:
+                stack.extend((x, depth + 1) for x in item[1])
+        else:
+            return False
     return True
 
 
@@ -619,27 +717,53 @@ def parse_message(data):
         return None
     if msg["status"] == "error":
         return {"status": "error", "reason": str(msg.get("reason", ""))[:MAX_REASON]}
-    if "value" not in msg or not _depth_ok(msg["value"], 3 * MAX_DEPTH + 8):  # a dict level is three JSON levels
+    if "value" not in msg or not tree_ok(msg["value"]):
         return None
     return {"status": "value", "value": msg["value"]}
+
+
+def raise_oom_score():
+    """This test child first when the sandbox runs out of memory. Its /proc files are its own only when it is
+    dumpable (the runner is not, so a child starts with files owned by host root, which it cannot write); it
+    stays dumpable (no core: RLIMIT_CORE is 0; nothing inside can trace it: ptrace is filtered)."""
+    prctl(PR_SET_DUMPABLE, 1)
+    if _PROC:
+        write_proc("self/oom_score_adj", "1000")
+    else:
+        write_file("/proc/self/oom_score_adj", "1000")
+
+
+def send(msg):
+    """The test child's one message to the runner (fd 3)."""
+    try:
+        data = json.dumps(msg).encode()
+    except BaseException as exc:  # noqa: BLE001
+        data = json.dumps({"status": "error", "reason": "unsendable result: %s" % type(exc).__name__}).encode()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(3, view):]
 
 
 def child(job, test, out, result_fd, box):
     """The test child: never returns."""
     try:
         os.setpgid(0, 0)
+        try:  # fails closed: a test that could take the runner down with it does not run
+            raise_oom_score()
+            refused = None
+        except OSError as exc:
+            refused = "sandbox: this test's OOM score cannot be raised (%s)" % exc
         os.dup2(out, 1)  # first: ``out`` may be fd 3
         os.dup2(out, 2)
         if result_fd != 3:
             os.dup2(result_fd, 3)
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
-        os.closerange(4, 1 << 20)  # the runner's pipes to the host included (close_range(2) where Python has it)
+        os.closerange(4, 1 << 20)  # the runner's pipes to the host and its /proc included (close_range(2) where Python has it)
+        if refused:
+            send({"status": "error", "reason": refused})
+            return
         os.chdir(box)
-        try:
-            write_file("/proc/self/oom_score_adj", "1000")  # the first to go when the sandbox runs out of memory
-        except OSError:
-            pass
         cpu = max(int(job["limits"].get("RLIMIT_CPU", 0)), int(float(test.get("timeout_s", job["timeout_s"]))) + 2)
         limit(dict(job["limits"], RLIMIT_CORE=0, RLIMIT_CPU=cpu))  # CPU time: never below the test's own wall-clock limit
         drop_privileges()
@@ -650,13 +774,7 @@ def child(job, test, out, result_fd, box):
                 stream.flush()
             except BaseException:  # noqa: BLE001
                 pass
-        try:
-            data = json.dumps(msg).encode()
-        except BaseException as exc:  # noqa: BLE001
-            data = json.dumps({"status": "error", "reason": "unsendable result: %s" % type(exc).__name__}).encode()
-        view = memoryview(data)
-        while view:
-            view = view[os.write(3, view):]
+        send(msg)
     finally:
         os._exit(0)
 
@@ -737,6 +855,31 @@ def end_test(pid, isolated, leased, reaped):
     return status
 
 
+IPC_RMID = 0
+
+
+def clear_ipc():
+    """Remove every System V shared memory segment, semaphore set and message queue of the sandbox's IPC
+    namespace (its own: the host's are not in it), after a test's processes are dead, so no such object
+    carries anything to the next test."""
+    lib = libc()
+    removers = (("shm", lambda i: lib.shmctl(i, IPC_RMID, None)), ("sem", lambda i: lib.semctl(i, 0, IPC_RMID)),
+                ("msg", lambda i: lib.msgctl(i, IPC_RMID, None)))
+    for kind, remove in removers:
+        fd = os.open("sysvipc/" + kind, os.O_RDONLY | os.O_CLOEXEC, dir_fd=_PROC[0])
+        try:
+            chunks = []
+            while True:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        finally:
+            os.close(fd)
+        for line in b"".join(chunks).splitlines()[1:]:
+            _call("remove System V %s" % kind, remove(int(line.split()[1])))
+
+
 def _kill_children():
     """Unisolated and unprivileged: kill the orphans this subreaper adopted (best effort)."""
     me = str(os.getpid())
@@ -784,10 +927,13 @@ def run_test(job, test, isolated, leased, box):
     os.close(write_fd)
     reaped = []
     try:
-        data, status = wait_result(read_fd, pid, start + timeout, int(job["max_result_bytes"]), reaped)
+        cap = min(int(job["max_result_bytes"]), int(test.get("max_bytes", job["max_result_bytes"])))
+        data, status = wait_result(read_fd, pid, start + timeout, cap, reaped)
     finally:
         wstatus = end_test(pid, isolated, leased, reaped)
         os.close(read_fd)
+        if isolated:
+            clear_ipc()
     seconds = time.monotonic() - start
     try:
         output = os.pread(out, int(job["max_output_bytes"]), 0).decode("utf-8", "replace")
@@ -798,7 +944,7 @@ def run_test(job, test, isolated, leased, box):
     if status == "timeout":
         return dict(common, status="timeout", reason="exceeded %.1fs wall clock" % timeout)
     if status == "result_too_large":
-        return dict(common, status="error", reason="result larger than %d bytes" % job["max_result_bytes"])
+        return dict(common, status="error", reason="result larger than %d bytes" % cap)
     msg = parse_message(data) if data else None
     if msg is None:
         reason = describe_death(wstatus) if not data else "malformed result message"
@@ -807,17 +953,29 @@ def run_test(job, test, isolated, leased, box):
 
 
 def run_tests(job, isolated, leased, box):
+    """Every test's result; the values forwarded to the host are capped together (``max_report_bytes``), so a
+    candidate's whole report costs the host at most that much to read, whatever each test returns."""
     results = []
     deadline = time.monotonic() + job["candidate_timeout_s"]
+    left = int(job.get("max_report_bytes", job["max_result_bytes"]))
     for test in job["tests"]:
         if time.monotonic() > deadline:
             results.append({"status": "timeout", "reason": "candidate wall-clock budget exhausted", "seconds": 0.0, "output": ""})
             continue
         try:
-            results.append(run_test(job, test, isolated, leased, box))
+            result = run_test(job, test, isolated, leased, box)
         except Exception as exc:  # noqa: BLE001 - a test that breaks the runner's bookkeeping fails alone
-            results.append({"status": "error", "reason": "runner: %s: %s" % (type(exc).__name__, str(exc)[:200]),
-                            "seconds": 0.0, "output": ""})
+            result = {"status": "error", "reason": "runner: %s: %s" % (type(exc).__name__, str(exc)[:200]),
+                      "seconds": 0.0, "output": ""}
+        if result.get("status") == "value":
+            size = len(json.dumps(result["value"]))
+            if size > left:
+                result = dict(result, status="error", reason="the candidate's results together are larger than %d bytes"
+                              % job["max_report_bytes"])
+                del result["value"]
+            else:
+                left -= size
+        results.append(result)
     return results
 
 

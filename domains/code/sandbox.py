@@ -43,7 +43,7 @@ from typing import Any, Sequence
 
 from . import cgroups, uids
 from .assertions import Assertion, CheckError, compile_assertion
-from .runner import encode
+from .runner import MAX_REASON, encode
 from .values import decode, equal
 
 RUNNER = Path(__file__).with_name("runner.py")
@@ -66,6 +66,7 @@ class Limits:
     processes: int = 32  # RLIMIT_NPROC for the sandbox's uid
     max_output_bytes: int = 2000  # captured test output kept for the report
     max_result_bytes: int = 4 << 20  # largest encoded return value accepted
+    max_report_bytes: int = 16 << 20  # all of a candidate's encoded values together (what the host reads and decodes)
     box_memory_mb: int = 1536  # the whole sandbox's memory, its tmpfs included (cgroup memory.max, where available)
     box_processes: int = 128  # the whole sandbox's processes and threads (cgroup pids.max, where available)
     disk_mb: int = 64  # size of the tmpfs a test may write (/sandbox, /tmp)
@@ -107,6 +108,7 @@ class Test:
     mode: str = "value"  # how the sandbox reports a value test's value (see assertions.MODES)
     assertion: Assertion | None = None
     timeout_s: float | None = None  # this test's wall-clock limit; None: the limit the run is given
+    _cap: int | None = field(default=None, repr=False, compare=False)  # value_cap(), computed once
 
     @classmethod
     def from_assert(cls, source: str, defined: Sequence[str] = (), timeout_s: float | None = None) -> "Test":
@@ -131,9 +133,29 @@ class Test:
             return [{"expr": self.expr, "mode": self.mode}]
         return [{"call": self.entry_point, "args": encode(list(self.args), 0, [1 << 22]), "mode": self.mode}]
 
-    def payload(self, index: int, timeout_s: float = 5.0) -> dict:
-        """What the sandbox gets: the probes (the candidate's inputs) and this test's time limit."""
-        return {"index": index, "probes": self.probes(), "timeout_s": float(self.timeout_s or timeout_s)}
+    def payload(self, index: int, timeout_s: float = 5.0, judged: bool = True) -> dict:
+        """What the sandbox gets: the probes (the candidate's inputs), this test's time limit and, for a value
+        test, the size of the largest value it can pass (:meth:`value_cap`). ``judged=False``: a reference run
+        that computes the expected value (no cap of its own)."""
+        out = {"index": index, "probes": self.probes(), "timeout_s": float(self.timeout_s or timeout_s)}
+        cap = self.value_cap() if judged else None
+        if cap is not None:
+            out["max_bytes"] = cap
+        return out
+
+    def value_cap(self) -> int | None:
+        """A value test's cap on the candidate's encoded value: 8 x its expected value's encoding + 4 KiB (a value
+        equal to it, floats within tolerance included, encodes to at most about twice as many bytes), so a wrong
+        answer of any size costs the host no more than a right one. None for assertion tests (their probes'
+        honest sizes are not known here: the report's whole cap bounds them)."""
+        if self.assertion is not None:
+            return None
+        if self._cap is None:
+            try:
+                self._cap = 8 * len(json.dumps(encode(self.expected))) + 4096
+            except Exception:  # noqa: BLE001 - not plain data (no candidate can equal it): no cap of its own
+                self._cap = 0
+        return self._cap or None
 
     def judge(self, values: Sequence[Any]) -> bool:
         """Whether the probe values the sandbox returned pass this test (host-side, plain data only)."""
@@ -307,6 +329,12 @@ def configure(isolation: str) -> None:
             _DEFAULT = None
 
 
+def _report_cap(lim: Limits, tests: int) -> int:
+    """The most bytes a runner's report can hold: the values (``max_report_bytes``) and, per test, its output and
+    reason as JSON escapes them (6 bytes an output byte, 12 a reason character) and the fixed fields."""
+    return lim.max_report_bytes + tests * (6 * lim.max_output_bytes + 12 * MAX_REASON + 256)
+
+
 class Sandbox:
     """A pool that evaluates many candidates at once, each in its own sandbox.
 
@@ -366,6 +394,7 @@ class Sandbox:
         job = {"code": str(code), "setup": setup or "", "tests": list(payloads), "isolation": self.isolation,
                "timeout_s": float(timeout_s), "candidate_timeout_s": budget, "prefix": self.prefix, "disk_mb": lim.disk_mb,
                "max_output_bytes": lim.max_output_bytes, "max_result_bytes": lim.max_result_bytes,
+               "max_report_bytes": lim.max_report_bytes,
                "limits": {"RLIMIT_CPU": lim.cpu_s, "RLIMIT_AS": lim.memory_mb << 20, "RLIMIT_FSIZE": lim.file_mb << 20,
                           "RLIMIT_NOFILE": lim.open_files, "RLIMIT_NPROC": lim.processes}}
         outer = None
@@ -390,6 +419,8 @@ class Sandbox:
                 raise SandboxError(f"sandbox did not start (exit {rc}): {err.decode('utf-8', 'replace')[-500:]}")
             if len(lines) < 2 or not lines[1]:
                 return f"sandbox runner terminated (exit {rc}) before reporting"
+            if len(lines[1]) > _report_cap(lim, len(payloads)):  # the runner caps it; never parse more than that
+                return "sandbox runner sent an oversized report"
             try:
                 results = json.loads(lines[1])
             except (ValueError, RecursionError):

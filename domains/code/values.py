@@ -9,10 +9,10 @@ import math
 from collections import Counter
 from typing import Any
 
-from .runner import MAX_DEPTH, MAX_ITEMS
+from .runner import MAX_CHARS, MAX_DEPTH, MAX_ITEMS
 
 _NUMBERS = (bool, int, float)
-MAX_CHARS = 1 << 24  # characters of leaf text (str, bytes, digits) in one decoded value
+
 MAX_SAME_HASH = 32  # distinct set elements or dict keys sharing one hash (more: a hash-flooding attempt)
 _CONTAINERS = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}
 
