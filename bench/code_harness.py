@@ -11,7 +11,7 @@
 5. The cost of a hostile candidate (one at a time, alone): wall time, the host's own CPU time (reading and
    judging the report) and its peak memory above the baseline, and the sandbox's CPU time.
 
-Usage: python bench/code_harness.py [--data data] [--workers 2] [--limit N]
+Usage: python bench/code_harness.py [--data data] [--workers 2] [--limit N] [--costs-only] [--against REF]
 (``--data``: a folder with ``mbpp/full.jsonl``, ``mbpp/sanitized.jsonl`` and ``mbppplus/test.jsonl``;
 default: the bundled ``data/``. The first run times the canonical solutions and computes the MBPP+
 expected outputs, cached under ``$C3_CACHE``; ``--limit`` keeps the first N tasks of each file.)
@@ -127,15 +127,58 @@ def hostile(sb) -> None:
               f"sandbox CPU {box:.2f} s; passed {sum(r.passed for r in res)}/{n} ({res[-1].reason[:70]})")
 
 
+def overhead(sb) -> None:
+    """The sandbox's cost per trivial candidate (one trivial test), median of 10 after a warm-up."""
+    for _ in range(3):  # warm up
+        sb.raw("x = 1", [{"index": 0, "expr": "x"}], "", 5.0)
+    per, test_s = [], []
+    for _ in range(10):
+        t = time.perf_counter()
+        res = sb.run("def f():\n    return 1", [Test(expected=1, expr="f()")])
+        per.append(time.perf_counter() - t)
+        test_s.append(res[0].seconds)
+    print(f"\nsandbox overhead per candidate: {statistics.median(per) * 1000:.0f} ms wall for a trivial candidate "
+          f"(of which the forked test itself {statistics.median(test_s) * 1000:.1f} ms)")
+
+
+def against(sb, ref: str) -> None:
+    """The sandbox's cost per trivial candidate and per extra test under this runner and under the runner of the
+    git revision ``ref``, interleaved in one run (medians of 20 after 4 warm-ups each)."""
+    import subprocess
+
+    from domains.code import sandbox as sbx
+
+    sources = {f"runner of {ref}": subprocess.run(["git", "show", f"{ref}:domains/code/runner.py"], cwd=ROOT, check=True,
+                                                  capture_output=True, text=True).stdout, "this runner": sbx.RUNNER.read_text()}
+    one, twenty = {k: [] for k in sources}, {k: [] for k in sources}
+    for i in range(24):
+        for name, src in sources.items():
+            sbx._SOURCE[:] = [src]
+            for tests, out in (([Test(expected=1, expr="f()")], one), ([Test(expected=1, expr="f()")] * 20, twenty)):
+                t = time.perf_counter()
+                assert all(r.passed for r in sb.run("def f():\n    return 1", tests))
+                if i >= 4:
+                    out[name].append(time.perf_counter() - t)
+    sbx._SOURCE[:] = [sources["this runner"]]
+    for name in sources:
+        a, b = statistics.median(one[name]), statistics.median(twenty[name])
+        print(f"  {name}: {a * 1000:.0f} ms per trivial candidate, {(b - a) / 19 * 1000:.1f} ms per further test")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=str(ROOT / "data"))
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--limit", type=int, default=None)
-    ap.add_argument("--hostile-only", action="store_true", help="only part 5")
+    ap.add_argument("--costs-only", action="store_true", help="only the per-candidate overhead and part 5")
+    ap.add_argument("--against", default=None, metavar="REF", help="also time the runner of git revision REF, interleaved")
     args = ap.parse_args()
     sb = Sandbox(workers=args.workers)
-    if args.hostile_only:
+    if args.against:
+        print(f"\nsandbox overhead against {args.against}:")
+        against(sb, args.against)
+    if args.costs_only:
+        overhead(sb)
         hostile(sb)
         return
     probe = isolation_probe()
@@ -161,16 +204,7 @@ def main() -> None:
     report("MBPP sanitized", sb, sanitized, wrong_solutions=False)
     report("MBPP+ v0.1.0", sb, plus, wrong_solutions=True)
 
-    for _ in range(3):  # warm up
-        sb.raw("x = 1", [{"index": 0, "expr": "x"}], "", 5.0)
-    per, test_s = [], []
-    for _ in range(10):
-        t = time.perf_counter()
-        res = sb.run("def f():\n    return 1", [Test(expected=1, expr="f()")])
-        per.append(time.perf_counter() - t)
-        test_s.append(res[0].seconds)
-    print(f"\nsandbox overhead per candidate: {statistics.median(per) * 1000:.0f} ms wall for a trivial candidate "
-          f"(of which the forked test itself {statistics.median(test_s) * 1000:.1f} ms)")
+    overhead(sb)
     hostile(sb)
     sb.close()
 

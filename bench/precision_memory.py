@@ -84,9 +84,9 @@ def logprob_memory(sequences: int = 64, micro: int = 8) -> dict[str, float]:
 
 
 def logprob_gap() -> dict[str, float]:
-    from c3_plugin.generation import HFBackend, encode_prompt
+    from c3_plugin.generation import HFBackend
+    from c3_plugin.protocol import Prompt, Sampling, encode_prompt
     from c3_plugin.loss import sequence_logprobs
-    from c3_plugin.rollout import Prompt, Sampling
     from c3_plugin.testing import two_eos_team
 
     tok, model = two_eos_team()

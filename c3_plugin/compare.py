@@ -64,7 +64,8 @@ def plan(cfg_path: str | Path, algorithms: Sequence[str], seeds: Sequence[int], 
 
 def fingerprint(cfg: RunConfig) -> dict[str, Any]:
     """What every run of a comparison must share: data, evaluation sets, workflow and env-step budget."""
-    from .run import expected_budget, prepare
+    from .run import prepare
+    from .run_budget import expected_budget
 
     _, workflow, train, evals = prepare(cfg)
     suites: dict[str, int] = {}

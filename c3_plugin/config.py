@@ -14,11 +14,10 @@ from typing import Any, Mapping
 
 import yaml
 
+from .domain import load_domain
+from .errors import ConfigError
+from .model_paths import resolve_model_paths
 from .workflow import Workflow, WorkflowError, builtin_workflows, load_workflow
-
-
-class ConfigError(ValueError):
-    """A config that cannot run; the message names the key and the fix."""
 
 
 @dataclass
@@ -115,7 +114,7 @@ class WandbSection:
 @dataclass
 class RewardProcessorSection:
     scale: float = 1.0  # reward' = scale * reward + shift
-    shift: float = 0.0
+    shift: float = 0.0  # added after the scale
 
 
 @dataclass
@@ -203,8 +202,6 @@ def read_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: a config must be a mapping at the top level")
-    from .model_check import resolve_model_paths
-
     data = resolve_model_paths(data, path.parent)  # in the file that names them, so extends: chains keep their folders
     parent = data.get("extends")
     if parent:
@@ -265,7 +262,6 @@ def bind(cls: type, values: Mapping[str, Any] | None, where: str) -> Any:
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None, data: Mapping[str, Any] | None = None,
                 default_algorithm: str | None = None) -> RunConfig:
     """Read, merge, override and validate a run config."""
-    from .domain import load_domain
     from .registry import algorithms, resolve, section
 
     raw = read_yaml(path) if path is not None else dict(data or {})

@@ -24,6 +24,7 @@ from importlib import import_module
 from importlib.metadata import entry_points
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
+from .errors import ConfigError
 from .rollout import Leaf
 from .workflow import Workflow
 
@@ -53,6 +54,7 @@ class Domain:
     wandb_keys: Callable[[Any], list[str]] | None = None  # (domain config) -> metric globs published to W&B when the algorithm section sets none
     dry_run_extra: Callable[[Any, Any, Any], dict[str, Any]] | None = None  # (run config, train, eval) -> more --dry-run report fields
     joint_probe: Callable[[list], dict[str, Any]] | None = None  # (train rows) -> the centralized joint actor's dry-run probe
+    joint_adapter: Callable[[Workflow | None], Any] | None = None  # (joint workflow or None) -> the centralized joint actor's adapter (CoMLRL's CentralizedComparatorAdapter: joint prompt, split of a joint action into role actions)
 
     def workflow(self, name: str | None = None) -> Workflow:
         """The domain's workflow ``name`` (None: ``default_workflow``)."""
@@ -82,8 +84,6 @@ def load_domain(name: str) -> Domain:
 def single_train_source(section: Mapping[str, Any], domain: str) -> dict[str, Any]:
     """``dataset.train`` of a domain that reads one train source: the mapping (empty when unset); a list of
     sources (the math domain's weighted mix) is refused by name."""
-    from .config import ConfigError
-
     train = section.get("train") or {}
     if not isinstance(train, Mapping):
         raise ConfigError(f"dataset.train: the {domain} domain reads one train source (a mapping), got a list of "

@@ -1,4 +1,4 @@
-"""The Hugging Face generation backend behind :class:`~c3_plugin.rollout.GenerationBackend`.
+"""The Hugging Face generation backend behind :class:`~c3_plugin.protocol.GenerationBackend`.
 
 All prompts of one schedule step are sampled in one batched ``generate`` call per agent
 (left padding, ``n`` return sequences per prompt). The prompt is the role's chat
@@ -40,26 +40,12 @@ import copy
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
-from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
+from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from .loss import token_logprobs
 from .precision import compute_context, compute_module
-from .rollout import Generation, Prompt, Sampling
+from .protocol import Generation, Prompt, Sampling, encode_prompt
 from .structured import JsonStop, Skeleton, SkeletonLogitsProcessor, loss_mask_for, max_completion_tokens
-
-
-def encode_prompt(tokenizer: Any, prompt: Prompt, use_chat_template: bool = True) -> list[int]:
-    """Token ids the policy conditions on: chat-formatted context plus the response prefix."""
-    if use_chat_template and getattr(tokenizer, "chat_template", None):
-        messages = ([{"role": "system", "content": prompt.system}] if prompt.system else []) + [{"role": "user", "content": prompt.text}]
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    else:
-        text = (prompt.system + "\n\n" if prompt.system else "") + prompt.text
-        ids = tokenizer(text)["input_ids"]
-    if prompt.prefix:
-        ids = ids + tokenizer(prompt.prefix, add_special_tokens=False)["input_ids"]
-    return list(ids)
 
 
 class HFBackend:
@@ -90,7 +76,7 @@ class HFBackend:
     def generate(self, prompts: Sequence[Prompt], n: int, sampling: Sampling,
                  generate_kwargs: Mapping[str, Any] | None = None) -> list[list[Generation]]:
         """``n`` messages per prompt; ``generate_kwargs``: a generation hook's extra HF ``generate`` kwargs
-        (:func:`~c3_plugin.generation_hook.merge_generate_kwargs`)."""
+        (:func:`merge_generate_kwargs`)."""
         out: list[list[Generation] | None] = [None] * len(prompts)
         skeletons = [self._skeleton(p) for p in prompts]
         groups: dict[tuple[int, bool], list[int]] = {}
@@ -145,8 +131,6 @@ class HFBackend:
             kwargs["stopping_criteria"] = StoppingCriteriaList([json_stop])
         hook_stop = None
         if generate_kwargs:
-            from .generation_hook import merge_generate_kwargs
-
             kwargs, hook_stop = merge_generate_kwargs(kwargs, generate_kwargs, width)
         was_training = model.training
         model.eval()
@@ -241,3 +225,60 @@ def _trim(ids: list[int], cap: int, json_stop: int | None, stops: Sequence[int])
     stop_set = set(stops)
     end = next((i + 1 for i, t in enumerate(ids) if t in stop_set), len(ids))
     return ids[:end]
+
+
+# ----- a generation hook's extra HF generate kwargs (``generation_hook``): merged into the backend's own
+
+HOOK_KWARGS = ("logits_processor", "stopping_criteria", "prefix_allowed_tokens_fn", "bad_words_ids", "suppress_tokens",
+               "sequence_bias", "streamer")
+
+
+class RecordedStop(StoppingCriteria):
+    """A hook's stopping criteria, recording how many tokens each row had generated when they first stopped it."""
+
+    def __init__(self, criteria: Any, prompt_len: int):
+        self.criteria = StoppingCriteriaList(_as_list(criteria))
+        self.prompt_len = int(prompt_len)
+        self.stop_lengths: list[int | None] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
+        done = self.criteria(input_ids, scores, **kwargs)  # one flag per row
+        if not self.stop_lengths:
+            self.stop_lengths = [None] * input_ids.shape[0]
+        for r in torch.nonzero(done).reshape(-1).tolist():
+            if self.stop_lengths[r] is None:
+                self.stop_lengths[r] = input_ids.shape[1] - self.prompt_len
+        return done
+
+    def merged(self, other: Sequence[int | None] | None, rows: int) -> list[int | None]:
+        """Per row, the earlier of this record and ``other`` (another criterion's stop lengths)."""
+        mine = self.stop_lengths or [None] * rows
+        theirs = list(other) if other else [None] * rows
+        return [a if b is None else b if a is None else min(a, b) for a, b in zip(mine, theirs)]
+
+
+def _as_list(x: Any) -> list[Any]:
+    return [] if x is None else list(x) if isinstance(x, (list, tuple, LogitsProcessorList, StoppingCriteriaList)) else [x]
+
+
+def merge_generate_kwargs(own: dict[str, Any], extra: Mapping[str, Any], prompt_len: int) -> tuple[dict[str, Any], RecordedStop | None]:
+    """The HF backend's ``generate`` kwargs (``own``: its skeleton processor or JSON stop) with a hook's ``extra``
+    ones: processors and stopping criteria appended to the backend's, the hook's stops recorded per row
+    (:class:`RecordedStop`) so the message ends where they stopped it. Refuses kwargs outside :data:`HOOK_KWARGS`."""
+    extra = {k: v for k, v in extra.items() if k != "do_sample"}
+    bad = sorted(k for k in extra if k not in HOOK_KWARGS)
+    if bad:
+        raise ValueError(f"generate kwargs {bad} passed to _generate_completions are not supported: sampling is the trainer "
+                         "config's (temperature, top_p, top_k, max_new_tokens), so that the recorded behaviour log-probs are "
+                         f"the sampler's; shape tokens with {list(HOOK_KWARGS[:3])} instead")
+    out = dict(own)
+    for k, v in extra.items():
+        if k not in ("logits_processor", "stopping_criteria"):
+            out[k] = v
+    if extra.get("logits_processor") is not None:
+        out["logits_processor"] = LogitsProcessorList(_as_list(own.get("logits_processor")) + _as_list(extra["logits_processor"]))
+    stop = None
+    if extra.get("stopping_criteria") is not None:
+        stop = RecordedStop(extra["stopping_criteria"], prompt_len)
+        out["stopping_criteria"] = StoppingCriteriaList(_as_list(own.get("stopping_criteria")) + [stop])
+    return out, stop

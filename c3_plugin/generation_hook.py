@@ -10,7 +10,7 @@ with extra HF ``generate`` kwargs (``logits_processor``, ``stopping_criteria``,
   (:func:`rollout_backend`): every prompt the rollout samples goes through
   ``trainer._generate_completions(agent, [item], agent_idx, num_return_sequences=n, max_new_tokens,
   prompts_override=[context])``, and the returned CoMLRL dict becomes the rollout's
-  :class:`~c3_plugin.rollout.Generation` objects: ``completion_input_ids`` trimmed at ``response_lens``
+  :class:`~c3_plugin.protocol.Generation` objects: ``completion_input_ids`` trimmed at ``response_lens``
   are the trained tokens, ``prompt_input_ids`` (unpadded) the prompt they condition on (recorded in the
   trace as ``prompt_ids``), ``completions`` the text the reward and later roles read. Behaviour log-probs
   are the backend's when the hook returned the backend's tokens unchanged, else recomputed by the HF
@@ -19,7 +19,7 @@ with extra HF ``generate`` kwargs (``logits_processor``, ``stopping_criteria``,
   ``super()``) which rollout prompt and sampling it serves, so the super call samples that prompt from
   the backend directly (no recursion into the hook) with the rollout's sampling (greedy in evaluation).
 * :func:`backend_generate` runs a super call's extra ``generate`` kwargs on the HF backend
-  (:func:`merge_generate_kwargs`); the vLLM backend refuses them.
+  (:func:`c3_plugin.generation.merge_generate_kwargs`); the vLLM backend refuses them.
 
 Not supported with a hook (refused by name): a forced JSON skeleton (``grammar``), multi-turn external
 prompts, and HF kwargs that change the sampling configuration (temperature, top-p, ...: those are the
@@ -35,14 +35,13 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 
 import torch
-from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
-from .rollout import Generation, Prompt, Sampling
+from .generation import HFBackend
+from .protocol import Generation, Prompt, Sampling
 
 # HF ``generate`` kwargs a hook may pass through ``super()._generate_completions``: token constraints and
 # stops (``do_sample`` is dropped, as CoMLRL drops it); everything else would change the sampling config
-HOOK_KWARGS = ("logits_processor", "stopping_criteria", "prefix_allowed_tokens_fn", "bad_words_ids", "suppress_tokens",
-               "sequence_bias", "streamer")
+
 
 
 def overrides_hook(trainer: Any) -> bool:
@@ -186,64 +185,11 @@ def _unpadded(prompt_input_ids: Any, attention_mask: Any = None) -> list[int]:
     return _ids(ids[mask])
 
 
-class RecordedStop(StoppingCriteria):
-    """A hook's stopping criteria, recording how many tokens each row had generated when they first stopped it."""
-
-    def __init__(self, criteria: Any, prompt_len: int):
-        self.criteria = StoppingCriteriaList(_as_list(criteria))
-        self.prompt_len = int(prompt_len)
-        self.stop_lengths: list[int | None] = []
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
-        done = self.criteria(input_ids, scores, **kwargs)  # one flag per row
-        if not self.stop_lengths:
-            self.stop_lengths = [None] * input_ids.shape[0]
-        for r in torch.nonzero(done).reshape(-1).tolist():
-            if self.stop_lengths[r] is None:
-                self.stop_lengths[r] = input_ids.shape[1] - self.prompt_len
-        return done
-
-    def merged(self, other: Sequence[int | None] | None, rows: int) -> list[int | None]:
-        """Per row, the earlier of this record and ``other`` (another criterion's stop lengths)."""
-        mine = self.stop_lengths or [None] * rows
-        theirs = list(other) if other else [None] * rows
-        return [a if b is None else b if a is None else min(a, b) for a, b in zip(mine, theirs)]
-
-
-def _as_list(x: Any) -> list[Any]:
-    return [] if x is None else list(x) if isinstance(x, (list, tuple, LogitsProcessorList, StoppingCriteriaList)) else [x]
-
-
-def merge_generate_kwargs(own: dict[str, Any], extra: Mapping[str, Any], prompt_len: int) -> tuple[dict[str, Any], RecordedStop | None]:
-    """The HF backend's ``generate`` kwargs (``own``: its skeleton processor or JSON stop) with a hook's ``extra``
-    ones: processors and stopping criteria appended to the backend's, the hook's stops recorded per row
-    (:class:`RecordedStop`) so the message ends where they stopped it. Refuses kwargs outside :data:`HOOK_KWARGS`."""
-    extra = {k: v for k, v in extra.items() if k != "do_sample"}
-    bad = sorted(k for k in extra if k not in HOOK_KWARGS)
-    if bad:
-        raise ValueError(f"generate kwargs {bad} passed to _generate_completions are not supported: sampling is the trainer "
-                         "config's (temperature, top_p, top_k, max_new_tokens), so that the recorded behaviour log-probs are "
-                         f"the sampler's; shape tokens with {list(HOOK_KWARGS[:3])} instead")
-    out = dict(own)
-    for k, v in extra.items():
-        if k not in ("logits_processor", "stopping_criteria"):
-            out[k] = v
-    if extra.get("logits_processor") is not None:
-        out["logits_processor"] = LogitsProcessorList(_as_list(own.get("logits_processor")) + _as_list(extra["logits_processor"]))
-    stop = None
-    if extra.get("stopping_criteria") is not None:
-        stop = RecordedStop(extra["stopping_criteria"], prompt_len)
-        out["stopping_criteria"] = StoppingCriteriaList(_as_list(own.get("stopping_criteria")) + [stop])
-    return out, stop
-
-
 def backend_generate(backend: Any, prompts: Sequence[Prompt], n: int, sampling: Sampling,
                      generate_kwargs: Mapping[str, Any] | None = None) -> list[list[Generation]]:
     """``backend.generate``, with a hook's extra HF ``generate`` kwargs when it passed any (HF backend only)."""
     if not generate_kwargs:
         return backend.generate(prompts, n, sampling)
-    from .generation import HFBackend
-
     if not isinstance(backend, HFBackend):
         raise ValueError(f"{type(backend).__name__} cannot run the HF generate kwargs {sorted(generate_kwargs)} passed to "
                          "_generate_completions (they are transformers objects); set generation_backend: hf, or stop "

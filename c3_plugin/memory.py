@@ -102,7 +102,7 @@ def model_shape(name: str, revision: str | None = None, gguf_file: str | None = 
         return shape_from_config(KNOWN[name])
     from transformers import AutoConfig
 
-    from .policies import resolve_model_path
+    from .model_paths import resolve_model_path
 
     kwargs: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {"revision": revision}
     try:

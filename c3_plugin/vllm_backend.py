@@ -1,11 +1,11 @@
-"""The vLLM generation backend (``generation_backend: vllm``) behind :class:`~c3_plugin.rollout.GenerationBackend`.
+"""The vLLM generation backend (``generation_backend: vllm``) behind :class:`~c3_plugin.protocol.GenerationBackend`.
 
 One engine colocated in the training process, started from the trainer's own policy (its
 weights and tokenizer are written once to a temporary folder, so whatever the trainer loaded,
 a GGUF file or a tiny test model, the engine serves the same function). It follows the HF
 backend's rules (:mod:`c3_plugin.generation`):
 
-* prompts go in as :func:`~c3_plugin.generation.encode_prompt`'s token ids, ``n`` samples per
+* prompts go in as :func:`~c3_plugin.protocol.encode_prompt`'s token ids, ``n`` samples per
   prompt, each prompt's own ``max_new_tokens``, stopping at every id of
   :func:`~c3_plugin.generation.stop_ids` (the stop token is kept); the checkpoint's shipped
   generation config is ignored (``generation_config="vllm"``), so only temperature, top-p and
@@ -58,9 +58,9 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import torch
 
-from .generation import HFBackend, encode_prompt, stop_ids
+from .generation import HFBackend, stop_ids
+from .protocol import Generation, Prompt, Sampling, encode_prompt
 from .precision import compute_dtype_of, compute_module
-from .rollout import Generation, Prompt, Sampling
 from .structured import Skeleton, _JsonScan, _Row, _tables, loss_mask_for, max_completion_tokens
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from c3_plugin.config import ConfigError, load_config
-from c3_plugin.rollout import Sampling, role_sampling
+from c3_plugin.protocol import Sampling, role_sampling
 from c3_plugin.run import build_trainer, dry_run_report, prepare
 from c3_plugin.testing import killed_run, tiny_model, tiny_tokenizer
 from c3_plugin.workflow import WorkflowError

@@ -16,7 +16,8 @@ from c3_plugin.cli import console
 from c3_plugin.diagnose import adjacent_contrasts, contrast, decision_report
 from c3_plugin.fidelity import spearman_expectation
 from c3_plugin.plan import parse_plan
-from c3_plugin.rollout import Sampling, materialize
+from c3_plugin.protocol import Sampling
+from c3_plugin.rollout import materialize
 from c3_plugin.synthetic import SyntheticBackend, SyntheticEnv
 from c3_plugin.testing import template_config
 from c3_plugin.trace import read_jsonl, write_jsonl

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from c3_plugin.generation import HFBackend
-from c3_plugin.rollout import Prompt, Sampling
+from c3_plugin.protocol import Prompt, Sampling
 from c3_plugin.testing import tiny_model, tiny_tokenizer
 from c3_plugin.trainers import centralized
 from c3_plugin.trainers.centralized import (CentralizedAPIError, check_records, mark_joint, masked_joint_log_prob,
@@ -261,7 +261,7 @@ class JointScriptedBackend:
         self.grammar, self.calls, self.pools = grammar, 0, {}
 
     def _pool(self, prompt):
-        from c3_plugin.rollout import Generation
+        from c3_plugin.protocol import Generation
         from c3_plugin.structured import loss_mask_for
 
         if prompt.text not in self.pools:

@@ -8,7 +8,7 @@ import pytest
 import domains.code as dc
 from c3_plugin import materialize, replay_check
 from c3_plugin.config import load_config
-from c3_plugin.rollout import Generation
+from c3_plugin.protocol import Generation
 from c3_plugin.run import train
 from c3_plugin.testing import tiny_model, tiny_tokenizer
 

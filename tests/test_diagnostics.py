@@ -12,7 +12,8 @@ import pytest
 
 from c3_plugin import credit, load_workflow, materialize, parse_plan
 from c3_plugin.diagnostics import group_returns, independent_continuations, rollout_diagnostics
-from c3_plugin.rollout import Generation, Leaf
+from c3_plugin.protocol import Generation
+from c3_plugin.rollout import Leaf
 from c3_plugin.synthetic import SyntheticBackend, SyntheticEnv
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -224,7 +225,7 @@ def test_dry_run_names_the_decisions_c3_leaves_without_a_gradient(tmp_path):
 
 
 def test_decision_gradients_of_full_trees():
-    from c3_plugin.run import decision_gradients
+    from c3_plugin.run_budget import decision_gradients
 
     wf = load_workflow("reasoner_actor")
     assert decision_gradients("c3", "tree [2, 4]", wf) == {"trained_decisions": ["Reasoner_u0", "Actor_u1"], "untrained_decisions": []}

@@ -3,9 +3,9 @@ import pytest
 import torch
 
 from c3_plugin import load_workflow, materialize
-from c3_plugin.generation import HFBackend, encode_prompt
+from c3_plugin.generation import HFBackend
+from c3_plugin.protocol import Prompt, Sampling, encode_prompt
 from c3_plugin.loss import sequence_logprobs
-from c3_plugin.rollout import Prompt, Sampling
 from c3_plugin.testing import tiny_model, tiny_tokenizer, two_eos_team
 
 

@@ -7,10 +7,10 @@ import torch
 from datasets import Dataset
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from c3_plugin.generation import HFBackend, encode_prompt
+from c3_plugin.generation import HFBackend
+from c3_plugin.protocol import Prompt, Sampling, encode_prompt
 from c3_plugin.generation_hook import GenerationHook, backend_generate, overrides_hook
 from c3_plugin.loss import token_logprobs
-from c3_plugin.rollout import Prompt, Sampling
 from c3_plugin.testing import tiny_model, tiny_tokenizer
 from c3_plugin.trainers import C3Config, C3Trainer
 

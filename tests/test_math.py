@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from domains import math as dm
-from domains.math.data import DatasetError
+from c3_plugin.errors import DatasetError
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures" / "math"

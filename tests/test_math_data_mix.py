@@ -10,7 +10,7 @@ import pytest
 from c3_plugin.config import ConfigError, load_config
 from domains.math import data as dm
 from domains.math.answer import last_boxed
-from domains.math.data import DatasetError
+from c3_plugin.errors import DatasetError
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures" / "math"

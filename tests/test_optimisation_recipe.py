@@ -12,8 +12,9 @@ import torch
 from c3_plugin.config import ConfigError, load_config
 from c3_plugin.generation import sampling_config
 from c3_plugin.loss import sequence_logprobs
-from c3_plugin.rollout import Sampling
-from c3_plugin.run import build_trainer, expected_budget, prepare
+from c3_plugin.protocol import Sampling
+from c3_plugin.run import build_trainer, prepare
+from c3_plugin.run_budget import expected_budget
 from c3_plugin.testing import killed_run, tiny_model, tiny_tokenizer
 from c3_plugin.trainers.optim import KLController, LRSchedule, kl_per_token, lr_factor
 from c3_plugin.trainers.update import ppo_update as real_ppo_update

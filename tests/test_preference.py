@@ -15,9 +15,7 @@ import pytest
 import torch
 from comlrl.trainers.preference.iterative import MADPOIterTrainer
 from comlrl.trainers.preference.madpo import MADPOTrainer
-
-from c3_plugin.generation import encode_prompt
-from c3_plugin.rollout import Generation
+from c3_plugin.protocol import Generation, encode_prompt
 from c3_plugin.structured import loss_mask_for
 from c3_plugin.testing import tiny_model, tiny_tokenizer
 from c3_plugin.trainers.preference import (MaskedPreferenceTensors, WorkflowMADPOConfig, WorkflowMADPOIterConfig,

@@ -332,7 +332,7 @@ def test_evaluation_and_magrpo_never_share(monkeypatch):
 @pytest.mark.parametrize("share, messages", [(True, 2 + 4 + 4 + 8), (False, 2 + 4 + 8 + 8)])
 def test_dry_run_budget_counts_shared_samples_once(tmp_path, share, messages):
     from c3_plugin.config import load_config
-    from c3_plugin.run import expected_budget
+    from c3_plugin.run_budget import expected_budget
 
     data = {"algorithm": "c3", "domain": "math", "workflow": {"name": "branching"}, "output": {"base_dir": str(tmp_path)},
             "c3": {"num_train_epochs": 1, "plan": "tree [2, 2, 2, 1]", "share_parallel_samples": share}}

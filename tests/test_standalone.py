@@ -13,7 +13,7 @@ from c3_plugin.config import load_config
 from c3_plugin.run import dry_run_report
 from c3_plugin.testing import experiment_config, tiny_model, tiny_tokenizer
 from c3_plugin.trainers import C3Config, C3Trainer
-from domains.math.data import local_path
+from c3_plugin.sources import local_path
 
 ROOT = Path(__file__).resolve().parents[1]
 SKIP_DIRS = {".git", ".venv", "outputs", "wandb", "build", "__pycache__", ".pytest_cache"}

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from c3_plugin.generation import HFBackend, encode_prompt
+from c3_plugin.generation import HFBackend
+from c3_plugin.protocol import Prompt, Sampling, encode_prompt
 from c3_plugin.loss import sequence_logprobs
-from c3_plugin.rollout import Prompt, Sampling
 from c3_plugin.structured import (JsonStop, Skeleton, SkeletonLogitsProcessor, json_complete, loss_mask_for,
                                   max_completion_tokens, parse_assignments, value_vocabulary)
 from c3_plugin.testing import tiny_model, tiny_tokenizer

@@ -7,8 +7,8 @@ import hashlib
 import pytest
 
 from c3_plugin import TraceEntry, load_workflow, materialize, read_jsonl, replay_check, write_jsonl
-from c3_plugin.generation import HFBackend, encode_prompt
-from c3_plugin.rollout import Prompt, Sampling
+from c3_plugin.generation import HFBackend
+from c3_plugin.protocol import Prompt, Sampling, encode_prompt
 from c3_plugin.synthetic import SyntheticBackend, SyntheticEnv
 from c3_plugin.testing import CHAT_TEMPLATE, tiny_model, tiny_tokenizer
 from c3_plugin.trace import chat_template_hash

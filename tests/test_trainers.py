@@ -1,3 +1,4 @@
+import dataclasses
 import inspect
 import json
 from importlib.metadata import entry_points
@@ -13,7 +14,8 @@ from c3_plugin import registry
 from c3_plugin.config import load_config
 from c3_plugin.credit import group_advantages, tree_advantages
 from c3_plugin.rewards import batched
-from c3_plugin.run import build_trainer, expected_budget, latest_checkpoint, prepare, train
+from c3_plugin.run import build_trainer, latest_checkpoint, prepare, train
+from c3_plugin.run_budget import expected_budget
 from c3_plugin.testing import experiment_config, tiny_model, tiny_tokenizer
 from c3_plugin.trainers import C3Config, C3Trainer, MAPPOConfig, MAPPOTrainer, WorkflowMAGRPOTrainer
 from c3_plugin.trainers.mappo import gae
@@ -109,6 +111,8 @@ def test_each_algorithm_trains_through_the_run_path(tmp_path, algorithm):
     for f in ("config.json", "summary.json", "learning_curve.png", "traces.jsonl", "final/agent_0/config.json"):
         assert (run / f).exists(), f
     assert (run / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
+    recorded = json.loads((run / "config.json").read_text())[algorithm]  # the settled config is what ran
+    assert recorded == json.loads(json.dumps(dataclasses.asdict(cfg.algo), default=str)) and recorded["agent_devices"] == "cpu"
 
 
 def make_trainer(cls, plan=None, workflow="reasoner_actor", **cfg):

@@ -268,7 +268,7 @@ def test_curriculum_budget_is_5040_env_steps_and_126_updates_per_agent():
 
     from c3_plugin.config import load_config
     from c3_plugin.config import build_workflow
-    from c3_plugin.run import expected_budget
+    from c3_plugin.run_budget import expected_budget
     from c3_plugin.domain import load_domain
 
     rows = validation_shaped_rows()
@@ -331,7 +331,7 @@ def test_dry_run_without_the_hub_names_the_offline_fix():
     ("marlhf_iter", 14400, "online_joint_rollouts", 4320, 6)])
 def test_preference_budgets_match_the_specification(algo, collected, key, steps, refreshes):
     from c3_plugin.config import load_config
-    from c3_plugin.run import preference_budget
+    from c3_plugin.run_budget import preference_budget
 
     cfg = load_config(ROOT / "configs" / "travel" / f"{algo}.yaml")
     b = preference_budget(cfg, 60)

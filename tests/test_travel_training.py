@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from c3_plugin.config import load_config
-from c3_plugin.run import expected_budget, prepare, train
+from c3_plugin.run import prepare, train
+from c3_plugin.run_budget import expected_budget
 from c3_plugin.testing import tiny_model, tiny_tokenizer
 from c3_plugin.trace import TraceEntry
 from domains.travel import METRICS, parse_action

@@ -12,9 +12,9 @@ import os
 import pytest
 import torch
 
-from c3_plugin.generation import HFBackend, encode_prompt
+from c3_plugin.generation import HFBackend
+from c3_plugin.protocol import Prompt, Sampling, encode_prompt
 from c3_plugin.loss import token_logprobs
-from c3_plugin.rollout import Prompt, Sampling
 from c3_plugin.structured import Skeleton, loss_mask_for
 from c3_plugin.testing import tiny_model, tiny_tokenizer
 

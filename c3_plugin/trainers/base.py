@@ -29,9 +29,9 @@ import wandb
 from comlrl.trainers.reinforce.magrpo import MAGRPOConfig, MAGRPOTrainer
 
 from ..credit import NORMALIZATIONS, normalize_advantages
-from ..generation import encode_prompt
+from ..protocol import Prompt, encode_prompt
 from ..plan import parse_plan
-from ..rollout import Prompt, Rollout
+from ..rollout import Rollout
 from ..trace import write_jsonl
 from ..workflow import Workflow
 from .bridge import WorkflowBridge

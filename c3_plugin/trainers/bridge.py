@@ -39,12 +39,13 @@ import torch
 import wandb
 from tqdm import tqdm
 
-from ..generation import HFBackend, encode_prompt
+from ..generation import HFBackend
+from ..protocol import Prompt, Sampling, encode_prompt, role_sampling
 from ..generation_hook import active_call, backend_generate, rollout_backend
 from ..plan import parse_plan
 from ..precision import keep_fp32_masters
 from ..rewards import leaf_rewards
-from ..rollout import Leaf, Prompt, Rollout, Sampling, materialize, role_sampling
+from ..rollout import Leaf, Rollout, materialize
 from ..trace import path_to
 from ..workflow import Step, Workflow, load_workflow, parallel_workflow
 

@@ -7,6 +7,8 @@ import dataclasses
 import importlib
 from typing import Any
 
+from ..domain import load_domain
+
 FIX = ("install a CoMLRL that contains the centralized actor APIs (comlrl 1.4.3, or a CoMLRL checkout at or after the cen "
        "commit 998ea13) into this environment, e.g. `pip install 'comlrl>=1.4.3'`; keep an older core for other jobs in a "
        "separate environment")
@@ -73,3 +75,20 @@ def centralized_api_report() -> dict[str, Any]:
     require_centralized_api()
     return {"comlrl_version": _installed_version(), "centralized_api": "ok",
             "apis": [f"{m}.{a}" for m, a, _ in REQUIRED_API] + [".".join(CONFIG_FIELD)]}
+
+
+JOINT_DOMAIN = "travel"  # the domain whose joint workflow and adapter a centralized trainer uses when given none
+JOINT_WORKFLOW = "travel_joint"  # the default ``workflow`` of the centralized trainers: that domain's joint workflow
+
+
+def joint_domain() -> Any:
+    """The :data:`JOINT_DOMAIN`, found like any configured domain (its ``joint_adapter`` hook; the library imports no domain)."""
+    domain = load_domain(JOINT_DOMAIN)
+    if domain.joint_adapter is None:
+        raise ValueError(f"domain '{JOINT_DOMAIN}' has no joint_adapter hook: a centralized joint actor needs one")
+    return domain
+
+
+def default_joint_adapter(workflow: Any = None) -> Any:
+    """The joint domain's adapter for ``workflow``."""
+    return joint_domain().joint_adapter(workflow)

@@ -33,18 +33,16 @@ from comlrl.utils.distributed import unwrap_model
 from ..workflow import Workflow, load_workflow
 from .base import WorkflowTrainer
 from .bridge import WorkflowBridge
-from .centralized_api import require_centralized_api
+from .centralized_api import JOINT_WORKFLOW, default_joint_adapter, joint_domain, require_centralized_api
 from .joint_likelihood import LOSS_AGGREGATIONS, masked_joint_log_prob
 from .joint_records import check_records, mark_joint
 from .preference import (WorkflowMADPOConfig, WorkflowMADPOIterConfig, WorkflowMADPOIterTrainer, WorkflowMADPOTrainer,
                          WorkflowMARLHFConfig, WorkflowMARLHFIterConfig, WorkflowMARLHFIterTrainer, WorkflowMARLHFTrainer)
 
 
-def _default_adapter(workflow: Workflow) -> Any:
-    """The travel joint adapter (the domain the centralized actor is defined for)."""
-    from domains.travel.joint import TravelJointAdapter
-
-    return TravelJointAdapter(workflow)
+def _joint_workflow(workflow: Workflow | str | None) -> Workflow | str | None:
+    """``workflow``, with the default name resolved to the joint domain's workflow."""
+    return joint_domain().workflow(JOINT_WORKFLOW) if isinstance(workflow, str) and workflow == JOINT_WORKFLOW else workflow
 
 
 def _check_joint_workflow(workflow: Workflow) -> None:
@@ -70,7 +68,7 @@ class JointActorMixin:
         _check_joint_workflow(self.workflow)
         if agents is not None and len(agents) != 1:
             raise ValueError(f"the centralized joint actor is one model; got {len(agents)} agent models")
-        adapter = adapter if adapter is not None else _default_adapter(self.workflow)
+        adapter = adapter if adapter is not None else default_joint_adapter(self.workflow)
         roles = int(getattr(adapter, "num_roles", args.num_agents))
         if int(args.num_agents) != roles:
             raise ValueError(f"num_agents={args.num_agents} but the joint adapter splits actions into {roles} roles; "
@@ -237,15 +235,12 @@ class JointMAGRPOTrainer(JointMAGRPOMixin, WorkflowBridge, CentralizedMAGRPOTrai
                  tokenizer: Any = None, model_config: Mapping[str, Any] | None = None, train_dataset: Any = None,
                  eval_dataset: Any = None, reward_func: Any = None, reward_processor: Any = None, formatters: Any = None,
                  external_transition: Any = None, wandb_config: Mapping[str, Any] | None = None, eval_logger: Any = None,
-                 eval_aggregator: Any = None, args: JointMAGRPOConfig | None = None, *, workflow: Workflow | str | None = "travel_joint",
+                 eval_aggregator: Any = None, args: JointMAGRPOConfig | None = None, *, workflow: Workflow | str | None = JOINT_WORKFLOW,
                  plan: Any = None, run_dir: str | Path | None = None, lora_adapters: bool = False, grammar: Any = None,
                  centralized_adapter: Any = None):
         require_centralized_api()
         args = args or self.default_config_cls()
-        if isinstance(workflow, str) and workflow == "travel_joint":
-            from domains.travel.joint import joint_workflow
-
-            workflow = joint_workflow(True)
+        workflow = _joint_workflow(workflow)
         adapter = self._joint_setup(workflow, args, agents, centralized_adapter, lora_adapters)
         if num_agents is not None and int(num_agents) != int(args.num_agents):
             raise ValueError(f"num_agents={num_agents} but args.num_agents={args.num_agents} (the joint action's roles)")
@@ -334,17 +329,14 @@ class JointPreferenceMixin(JointActorMixin):
     every joint candidate (comparator candidates included) and scores them with the masked
     likelihood. Replay records carry ``"joint": true``; others are rejected."""
 
-    def __init__(self, *pos: Any, workflow: Workflow | str | None = "travel_joint", lora_adapters: bool = False,
+    def __init__(self, *pos: Any, workflow: Workflow | str | None = JOINT_WORKFLOW, lora_adapters: bool = False,
                  centralized_adapter: Any = None, centralized_comparator_adapter: Any = None, **kwargs: Any):
         require_centralized_api()
         if pos:
             raise TypeError(f"{type(self).__name__} takes keyword arguments only")
         args = kwargs.get("args") or self.default_config_cls()
         kwargs["args"] = args
-        if isinstance(workflow, str) and workflow == "travel_joint":
-            from domains.travel.joint import joint_workflow
-
-            workflow = joint_workflow(True)
+        workflow = _joint_workflow(workflow)
         adapter = self._joint_setup(workflow, args, kwargs.get("agents"), centralized_adapter or centralized_comparator_adapter,
                                     lora_adapters)
         self._joint_roles = int(args.num_agents)

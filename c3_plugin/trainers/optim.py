@@ -7,7 +7,7 @@ adaptive KL-in-reward controller of the workflow trainers.
 * :class:`LRSchedule`: one policy optimizer's learning rate as a function of its optimizer-step count,
   ``base_lr * lr_factor(k)`` (:func:`lr_factor`, the closed forms of Hugging Face's
   ``get_{constant,linear,cosine_with_min_lr}_schedule_with_warmup``). The run's total
-  (:func:`policy_optimizer_steps`) is counted as :func:`c3_plugin.run.expected_budget` counts it.
+  (:func:`policy_optimizer_steps`) is counted as :func:`c3_plugin.run_budget.expected_budget` counts it.
 * :class:`KLController`: the KL coefficient, fixed, or adapted after every rollout batch as in
   Ziegler et al. (2019) and TRL/OpenRLHF's ``AdaptiveKLController``.
 """

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from c3_plugin.domain import Domain, single_train_source
+from c3_plugin.sources import check_overlap
 
 from .assertions import Assertion, AssertionFormError, compile_assertion, defined_names
 from .data import CodeDatasetError, decode_tests, evaluate_constants, load_split
@@ -67,8 +68,6 @@ def pass_rate(code: str, tests: Sequence[Any], setup: str = "", timeout_s: float
 
 def load_datasets(section: Mapping[str, Any], seed: int = 0, config: Any = None):
     import datasets
-
-    from domains.math.data import check_overlap
 
     base = section.get("base_dir")
     train = load_split({"name": "mbpp_train", **single_train_source(section, "code")}, base) if section.get("train") else []

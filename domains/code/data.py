@@ -28,7 +28,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from domains.math.data import local_path, where
+from c3_plugin.sources import local_path, where
 
 from .assertions import Assertion, AssertionFormError, compile_assertion, defined_names, parse_module
 from .runner import encode

@@ -15,6 +15,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from c3_plugin.errors import DatasetError
+from c3_plugin.sources import check_overlap, local_path, where
+
 from .answer import last_boxed
 
 
@@ -48,10 +51,6 @@ TRAIN_KEYS = SOURCE_KEYS | {"weight"}
 EVAL_KEYS = SOURCE_KEYS | {"suite", "num_samples", "temperature", "top_p", "pass_k"}
 # Eval-row columns that ask the trainer for sampled decoding (c3_plugin/trainers/bridge.py: evaluate)
 SAMPLING_COLUMNS = ("eval_samples", "eval_temperature", "eval_top_p", "eval_pass_k")
-
-
-class DatasetError(ValueError):
-    """A dataset that cannot be loaded or used; the message says which and how to fix it."""
 
 
 def _row_id(row: Mapping[str, Any], name: str, index: int) -> str:
@@ -148,28 +147,6 @@ def synthetic_rows(name: str, task: str = "compare", size: int = 200, seed: int 
     return [{"id": f"{name}-{i}", "prompt": q, "question": q, "answer": s, "datasource": name} for i, (q, s) in enumerate(zip(qs, ans))]
 
 
-def local_path(source: str, base_dir: str | Path | None = None) -> Path | None:
-    """The file a local ``source`` (a ``.jsonl``/``.json`` path) names, None for a Hugging Face name.
-
-    A relative path resolves against ``base_dir`` (the config file's folder) when the file is
-    there, else against the working directory; so a config's paths work from any directory and
-    an ``--override`` path from the directory it was typed in."""
-    path = Path(str(source))
-    if path.suffix not in (".jsonl", ".json"):
-        return None
-    if not path.is_absolute() and base_dir is not None and (Path(base_dir) / path).exists():
-        return Path(base_dir) / path
-    return path
-
-
-def where(source: str, base_dir: str | Path | None = None) -> str:
-    """Where :func:`local_path` looked for ``source``, for error messages."""
-    if Path(str(source)).is_absolute():
-        return "an absolute path"
-    places = ([f"the config folder {Path(base_dir).resolve()}"] if base_dir is not None else []) + [f"the working directory {Path.cwd()}"]
-    return "looked in " + " and ".join(places)
-
-
 def _load_rows(name: str, source: str, config: Any, split: str, revision: Any, base_dir: str | Path | None):
     """``(label, rows)`` per loaded table: one for a local file or a single config, one per config of a list."""
     import datasets
@@ -225,21 +202,6 @@ def load_split(spec: Mapping[str, Any], base_dir: str | Path | None = None) -> l
         warnings.warn(f"{name}: {len(skipped)} row(s) without an answer were left out (schema {schema}; "
                       f"first: row {skipped[0]})", stacklevel=2)
     return rows[:limit] if limit else rows
-
-
-def _key(text: str) -> str:
-    return re.sub(r"\s+", " ", text).strip().lower()
-
-
-def check_overlap(train: Sequence[Mapping[str, Any]], evals: Sequence[Mapping[str, Any]], drop: bool = False) -> list[dict]:
-    """Refuse (or, with ``drop``, remove) training rows whose question is an evaluation question."""
-    eval_keys = {_key(r["question"]): r["datasource"] for r in evals}
-    clash = [r for r in train if _key(r["question"]) in eval_keys]
-    if clash and not drop:
-        suites = sorted({eval_keys[_key(r["question"])] for r in clash})
-        raise DatasetError(f"training set contains {len(clash)} evaluation problem(s) from {', '.join(suites)} "
-                           f"(e.g. {clash[0]['question'][:60]!r}); use disjoint data or set dataset.drop_overlap: true")
-    return [r for r in train if _key(r["question"]) not in eval_keys]
 
 
 def mix_counts(sizes: Sequence[int], weights: Sequence[float], total: int) -> list[int]:

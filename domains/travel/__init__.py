@@ -15,6 +15,7 @@ from c3_plugin.workflow import Workflow
 from .actions import ROLE_NAMES, merger, owned_slots, parse_action, plan_to_actions, render_action
 from .catalog import CatalogError, parse_reference, route_scaffold
 from .data import FILTERS, HF_NAME, HF_REVISION, PANELS, load_rows, normalise, read_source, split_rows
+from .eval_log import METRICS, eval_aggregator, eval_logger
 from .evaluate import evaluate_joint, task_of
 from .joint import (JOINT_ROLE, TravelJointAdapter, is_joint, item_days, joint_eval_logger, joint_grammar, joint_prefill,
                     joint_probe, joint_reward, joint_workflow, plan_to_joint, split_joint)
@@ -22,13 +23,6 @@ from .prompts import prefill, prompt_fields, skeleton_days, travel_workflow, wor
 from c3_plugin.rewards import batched
 
 from .reward import NAME as REWARD_BACKEND, RANGE as REWARD_RANGE, VARIANTS as REWARD_VARIANTS, make_reward, reward, terms
-
-METRICS = ("reward", "action_validity", "team_action_success", "required_cooperative_contribution",
-           "required_grounded_recall", "entity_grounding_precision", "grounding_f1", "required_cost_completeness",
-           "reference_budget_soft", "reference_budget_pass", "route_scaffold_match", "reference_plan_delivery",
-           "required_plan_completion", "reference_commonsense_micro", "reference_hard_micro", "reference_plan_success",
-           "collaboration_success")
-
 
 @dataclass
 class TravelConfig:
@@ -57,26 +51,6 @@ def load_datasets(section: Mapping[str, Any], seed: int = 0, config: Any = None)
             r.update(prompt_fields(r))
             r["datasource"] = "travel"
     return datasets.Dataset.from_list(train), datasets.Dataset.from_list(evals)
-
-
-def eval_logger(agent_completions_turns: Sequence[Sequence[Sequence[str]]], batch_items: Sequence[Mapping[str, Any]],
-                prompts: Sequence[str] | None = None) -> list[dict[str, float]]:
-    """Per sample: the reward and the reward-independent end metrics."""
-    rows = []
-    for k, item in enumerate(batch_items):
-        texts = [str(agent_completions_turns[a][k][-1]) if agent_completions_turns[a][k] else "" for a in range(2)]
-        task = task_of(item)
-        t = terms(task, texts)
-        joint = evaluate_joint(task, texts)
-        rows.append({"reward": t["reward"], **{m: float(joint.metrics[m]) for m in METRICS if m != "reward"}})
-    return rows
-
-
-def eval_aggregator(rows: Sequence[Mapping[str, float]], num_turns: int = 1) -> dict[str, float]:
-    """Means of the published metrics (names as in docs/metrics.md, under ``eval/``)."""
-    if not rows:
-        return {}
-    return {m: sum(float(r[m]) for r in rows) / len(rows) for m in METRICS}
 
 
 def pass_fail(item: Mapping[str, Any], texts: Sequence[str]) -> tuple[bool, ...]:
@@ -209,7 +183,7 @@ DOMAIN = Domain(name="travel", load_datasets=load_datasets, workflows=workflows,
                 eval_aggregator=eval_aggregator, dry_run_probe=dry_run_probe, config_cls=TravelConfig,
                 default_workflow="travel_planners", make_reward=lambda cfg: batched(make_reward(cfg.reward)), merger=merger, make_eval_logger=make_eval_logger, outcome=outcome,
                 validate_config=validate_config, grammar=make_grammar, wandb_keys=lambda cfg: list(cfg.wandb_keys),
-                dry_run_extra=dry_run_extra, joint_probe=joint_probe)
+                dry_run_extra=dry_run_extra, joint_probe=joint_probe, joint_adapter=TravelJointAdapter)
 
 __all__ = ["DOMAIN", "JOINT_ROLE", "METRICS", "REWARD_BACKEND", "REWARD_RANGE", "TravelConfig", "TravelJointAdapter", "all_dash", "catalog_report", "eval_aggregator",
            "eval_logger", "evaluate_joint", "grammar", "is_joint", "joint_eval_logger", "joint_grammar", "joint_reward", "joint_workflow",

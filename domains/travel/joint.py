@@ -48,6 +48,7 @@ from c3_plugin.workflow import Workflow, workflow_from_dict
 
 from .actions import EMPTY, FIELDS, ROLE_FIELDS, ROLE_NAMES, owned_slots, owner, render_action
 from .prompts import CONVENTIONS, prompt_fields, skeleton_days
+from .eval_log import eval_logger
 from .reward import RANGE, reward
 
 JOINT_ROLE = "Planner"  # the single role of the joint workflow (agent 0)
@@ -242,8 +243,6 @@ def joint_eval_logger(agent_completions_turns: Sequence[Sequence[Sequence[str]]]
                       prompts: Sequence[str] | None = None) -> list[dict[str, float]]:
     """The travel eval logger for a joint actor: one agent's joint texts are split into the two
     role actions first (two role lists, e.g. already split by CoMLRL, pass through unchanged)."""
-    from . import eval_logger
-
     if len(agent_completions_turns) == 1:
         roles: list[list[list[str]]] = [[], []]
         for turns, item in zip(agent_completions_turns[0], batch_items):

@@ -17,6 +17,7 @@ from comlrl.trainers.preference.madpo import PreferencePair
 from comlrl.utils.distributed import unwrap_model
 
 from ..bridge import WorkflowBridge
+from ..centralized_api import default_joint_adapter
 from .likelihood import MaskedPreferenceTensors, dropout_fields, masked_sequence_log_prob
 
 
@@ -41,9 +42,7 @@ class PreferenceBridge(WorkflowBridge):
                 raise ValueError("comparator_generation_mode=centralized needs structured generation (a value-only JSON "
                                  "grammar): central teacher projections are encoded under each actor's skeleton")
             if kwargs.get("centralized_comparator_adapter") is None:
-                from domains.travel.joint import TravelJointAdapter
-
-                kwargs["centralized_comparator_adapter"] = TravelJointAdapter()
+                kwargs["centralized_comparator_adapter"] = default_joint_adapter(None)
             if not hasattr(kwargs["centralized_comparator_adapter"], "workflow"):
                 raise ValueError("comparator_generation_mode=centralized needs a joint adapter with a one-role joint "
                                  "workflow (e.g. domains.travel.TravelJointAdapter)")

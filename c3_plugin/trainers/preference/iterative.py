@@ -107,8 +107,7 @@ class IterativeBridge:
         duplicated slots, a value the role grammar could not produce) keeps its text and reward
         but has no ids: ``completion_valid[0][j]`` is False and the pair builder excludes it
         from pairs."""
-        from c3_plugin.generation import encode_prompt
-        from c3_plugin.rollout import Prompt
+        from c3_plugin.protocol import Prompt, encode_prompt
 
         adapter = self.centralized_comparator_adapter
         wf = adapter.workflow
