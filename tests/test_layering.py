@@ -2,49 +2,18 @@
 count), the library imports no domain, a domain imports only the library's core and no other domain,
 and every library module belongs to a layer."""
 
-import ast
 import re
 from pathlib import Path
 
+from tests.test_imports import cycles, import_graph, module_files
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _modules(package):
-    out = {}
-    for path in (REPO / package).rglob("*.py"):
-        parts = path.relative_to(REPO).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        out[name] = path
-    return out
-
-
-MODULES = {**_modules("c3_plugin"), **_modules("domains")}
-
-
-def _targets(module, node):
-    """Project modules one import statement names (a package's submodule when the name is one)."""
-    if isinstance(node, ast.Import):
-        names = [a.name for a in node.names]
-    else:
-        base = node.module or ""
-        if node.level:
-            here = module.split(".") if MODULES[module].name == "__init__.py" else module.split(".")[:-1]
-            here = here[:len(here) - node.level + 1]
-            base = ".".join(here + ([base] if base else []))
-        names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
-    out = set()
-    for name in names:
-        while name and name not in MODULES:
-            name = name.rpartition(".")[0]
-        if name and name != module:
-            out.add(name)
-    return out
+MODULES = {**module_files(REPO, "c3_plugin"), **module_files(REPO, "domains")}
 
 
 def _graph():
-    """Every import, at the top of a module or inside a function."""
-    return {m: set().union(*[_targets(m, n) for n in ast.walk(ast.parse(p.read_text()))
-                             if isinstance(n, (ast.Import, ast.ImportFrom))] or [set()]) for m, p in MODULES.items()}
+    """Every import, at the top of a module or inside a function (tests/test_imports.py's graph)."""
+    return import_graph(MODULES)
 
 
 def _layers():
@@ -87,35 +56,7 @@ def test_no_module_imports_a_layer_above_its_own():
 
 
 def test_no_import_cycle_counting_imports_inside_functions():
-    graph = _graph()
-    index, low, stack, on, cycles, counter = {}, {}, [], set(), [], [0]
-
-    def visit(v):  # Tarjan's strongly connected components, iterative over the call stack depth we have
-        index[v] = low[v] = counter[0]
-        counter[0] += 1
-        stack.append(v)
-        on.add(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                cycles.append(sorted(comp))
-
-    for v in graph:
-        if v not in index:
-            visit(v)
-    assert not cycles, f"import cycles: {cycles}"
+    assert cycles(_graph()) == []
 
 
 def test_the_library_imports_no_domain_and_domains_only_its_core():
