@@ -21,6 +21,7 @@ import numpy as np
 
 from .config import ConfigError, RunConfig, load_config
 from .domain import Domain
+from .registry import capabilities
 from .rollout import Rollout, materialize
 from .trace import TraceEntry
 from .workflow import Workflow
@@ -103,7 +104,7 @@ def open_session(cfg: RunConfig, weights: Path | None = None) -> Session:
     from .run import build_trainer, prepare
     from .trainers.base import WorkflowTrainer
 
-    if is_centralized(cfg.algorithm) or not hasattr(cfg.algo, "plan"):
+    if is_centralized(cfg.algorithm) or capabilities(cfg.algo).budget != "plan":
         raise ConfigError(f"{cfg.algorithm} is not a workflow trainer: the analysis tools re-enter decision points of a "
                           "workflow; use a c3, magrpo or mappo config")
     cfg.wandb.enabled = False

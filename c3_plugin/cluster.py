@@ -73,13 +73,14 @@ from .config import ConfigError
 from .run_budget import credited_decisions, expected_budget
 from .distributed import divisibility_errors, placement_errors  # noqa: F401 (the split rules, checked at run time too)
 from .memory import DTYPE_BYTES, GIB, device_budgets, estimate_memory, memory_inputs
+from .registry import capabilities
 
 WORKFLOW_ALGORITHMS = "c3, magrpo and mappo"
 
 
 def is_workflow_algorithm(algo_cfg: Any) -> bool:
-    """The workflow trainers (a rollout plan, no preference candidates): the ones that run data-parallel."""
-    return hasattr(algo_cfg, "plan") and not hasattr(algo_cfg, "preference_num_candidates")
+    """The workflow trainers (a rollout plan over the workflow): the ones that run data-parallel."""
+    return capabilities(algo_cfg).data_parallel
 
 
 def world_layout(cluster: Any, env: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -385,7 +386,7 @@ def run_tokens(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
            "trained": epochs * trained_instances * trained,
            "reference_forward": epochs * trained_instances * trained if reference_kl_enabled(a) else 0,
            "critic_read": 0, "critic_trained": 0, "critic_params": 0.0}
-    if hasattr(a, "critic_max_tokens"):  # MAPPO: a state per run and decision point, each at most critic_max_tokens
+    if capabilities(a).decision_critic:  # MAPPO: a state per run and decision point, each at most critic_max_tokens
         runs = instances * budget["leaves_per_instance"]
         states = runs * sum(min(int(a.critic_max_tokens), ctx[u]) for u in range(len(caps)))
         out.update(critic_read=states, critic_trained=int(a.critic_epochs) * states,

@@ -17,6 +17,7 @@ import yaml
 from .domain import load_domain
 from .errors import ConfigError
 from .model_paths import resolve_model_paths
+from .registry import capabilities
 from .workflow import Workflow, WorkflowError, builtin_workflows, load_workflow
 
 
@@ -317,7 +318,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 def _default_plan(rc: "RunConfig", domain: Any, section_name: str) -> None:
     """A workflow trainer section without ``plan`` gets the algorithm's default plan over the config's workflow
     (:func:`c3_plugin.trainers.comlrl_compat.default_plan`), written into the section, then checked."""
-    if not hasattr(rc.algo, "default_plan_kind") or rc.algo.plan is not None:  # not a workflow trainer's config, or a plan given
+    if capabilities(rc.algo).budget != "plan" or rc.algo.plan is not None:  # not a workflow trainer's config, or a plan given
         return
     from .estimator_rules import check
     from .plan import default_plan
@@ -345,7 +346,7 @@ def _workflow_experiment_defaults(algo_cls: type, values: dict[str, Any]) -> Non
     """Fill a workflow trainer section's unset fields from :data:`WORKFLOW_EXPERIMENT_DEFAULTS`, and
     ``num_generations`` (the default plan's budget) from an explicit plan's leaves, so that an explicit plan
     is its own budget."""
-    if not hasattr(algo_cls, "default_plan_kind"):  # not a workflow trainer's config (WorkflowConfig's ClassVar)
+    if capabilities(algo_cls).budget != "plan":  # not a workflow trainer's config
         return
     for key, value in WORKFLOW_EXPERIMENT_DEFAULTS.items():
         values.setdefault(key, value)

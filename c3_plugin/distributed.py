@@ -26,6 +26,8 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
+from .registry import capabilities
+
 _CONTEXT: "DistContext | None" = None
 
 
@@ -143,7 +145,7 @@ def barrier() -> None:
 def divisibility_errors(algo_cfg: Any, world: int) -> list[str]:
     """Every rule of the split over ``world`` ranks that ``algo_cfg`` breaks, each naming its fix (empty: none)."""
     errors: list[str] = []
-    if world <= 1 or not hasattr(algo_cfg, "instances_per_update"):
+    if world <= 1 or not capabilities(algo_cfg).data_parallel:
         return errors
     ipu = int(algo_cfg.instances_per_update)
     if ipu % world:

@@ -57,6 +57,37 @@ def sequence_logprobs(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]
     return logp * cmask, cmask
 
 
+SEQUENCE_AGGREGATIONS = ("sequence_mean", "token_sum")  # one message's masked log-likelihood: the mean or the sum of its tokens
+
+
+def masked_sequence_log_prob(model: torch.nn.Module, prompt_ids: Sequence[int] | torch.Tensor,
+                             completion_ids: Sequence[int] | torch.Tensor, loss_mask: Sequence[int] | torch.Tensor | None = None,
+                             aggregation: str = "token_sum") -> torch.Tensor:
+    """log pi(completion | prompt) of one message over exactly ``completion_ids`` (the last token included), each
+    token weighted by ``loss_mask`` (None: every token; 0 on forced schema tokens): ``token_sum`` sums,
+    ``sequence_mean`` divides by the mask's sum. The same forward pass and float32 log-softmax as the PPO loss
+    (:func:`sequence_logprobs`, a batch of one). An empty completion gives a zero that still carries the graph."""
+    if aggregation not in SEQUENCE_AGGREGATIONS:
+        raise ValueError(f"loss_aggregation must be one of {SEQUENCE_AGGREGATIONS}, got {aggregation!r}")
+    device = next(model.parameters()).device
+    prompt = [int(x) for x in torch.as_tensor(prompt_ids, dtype=torch.long).reshape(-1).tolist()]
+    completion = [int(x) for x in torch.as_tensor(completion_ids, dtype=torch.long).reshape(-1).tolist()]
+    if not prompt:
+        raise ValueError("a scored sequence needs a non-empty tokenized prompt")
+    mask = (torch.ones(len(completion)) if loss_mask is None else
+            torch.as_tensor(loss_mask if torch.is_tensor(loss_mask) else list(loss_mask), dtype=torch.float32).reshape(-1))
+    if mask.numel() != len(completion):
+        raise ValueError(f"loss mask has {mask.numel()} entries for {len(completion)} completion tokens")
+    if not completion:
+        zero = torch.zeros((), device=device)
+        if torch.is_grad_enabled():
+            zero = zero + sum((p.sum() * 0.0 for p in model.parameters() if p.requires_grad), zero)
+        return zero
+    logp, _ = sequence_logprobs(model, [prompt], [completion], pad_id=0)
+    total = (logp[0] * mask.to(logp.device)).sum()
+    return total / mask.sum().clamp(min=1.0) if aggregation == "sequence_mean" else total
+
+
 @torch.no_grad()
 def token_logprobs(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
                    pad_id: int, temperature: float = 1.0, micro_batch_size: int = 8) -> list[list[float]]:

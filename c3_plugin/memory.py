@@ -42,6 +42,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from .registry import capabilities
+
 GIB = 2**30
 DEVICE_CLASSES = {"h100": 80.0, "h200": 141.0, "a100-80": 80.0, "a800": 80.0, "a100-40": 40.0, "l40s": 48.0}
 DEFAULT_CLASSES = ("h100", "h200")
@@ -224,7 +226,7 @@ def memory_inputs(cfg: Any, workflow: Any, ranks: int = 1) -> dict[str, Any]:
         critic = model_shape(a.critic_model) if a.critic_model else shape
     default_cap = int(getattr(a, "max_new_tokens", 256))
     caps = [int(workflow.roles[s.name].max_new_tokens or default_cap) for s in workflow.decision_steps]
-    if hasattr(a, "plan"):
+    if capabilities(a).budget == "plan":
         widths = parse_plan(a.plan).branching(workflow.num_decisions)
         per_instance = max(int(_prod(widths[: u + 1])) for u in range(len(widths)))
         sequences = -(-int(a.instances_per_update) // int(ranks)) * per_instance

@@ -10,12 +10,39 @@ config, read from the config section ``name:``); a built-in name cannot be shado
 
 The preference algorithms (MADPO, MARLHF and their iterative forms, centralized or not) read the
 shared config section ``mapl:``; every other algorithm reads the section named after it. ``centralized_*``
-algorithms train one joint actor and need CoMLRL's centralized APIs."""
+algorithms train one joint actor and need CoMLRL's centralized APIs.
+
+Each algorithm's config class declares its :class:`Capabilities` (how its env steps are counted, whether it
+runs data-parallel, ...); :func:`capabilities` reads them, and the run path asks nothing else of an algorithm."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from importlib import import_module
 from importlib.metadata import entry_points
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What the run path needs to know of an algorithm, declared by its config class (its ``capabilities``
+    attribute) instead of being guessed from the fields it happens to have."""
+
+    budget: str = "per_prompt"  # how its env steps are counted: "plan" (a rollout plan over the workflow: C3, MAGRPO, MAPPO), "preference" (candidates per prompt, then pairs: MADPO, MARLHF), "per_prompt" (num_generations samples per prompt of one decision point: the centralized joint actor, a CoMLRL trainer's own loop)
+    data_parallel: bool = False  # trains under torchrun with several ranks (instance sharding; the per-role agents section, the analysis tools)
+    learned_reward: bool = False  # fits a reward model before its online updates (MARLHF)
+    iterative: bool = False  # alternates collecting and training num_iterations times (the *_iter forms)
+    decision_critic: bool = False  # keeps a learned critic's state per run and decision point (MAPPO: memory and cluster plan)
+
+
+WORKFLOW = Capabilities(budget="plan", data_parallel=True)  # the workflow trainers
+UNDECLARED = Capabilities()  # a config class that declares nothing (another package's): CoMLRL's own loop
+
+
+def capabilities(config: Any) -> Capabilities:
+    """The capabilities an algorithm's config (instance or class) declares."""
+    cls = config if isinstance(config, type) else type(config)
+    return getattr(cls, "capabilities", UNDECLARED)
 
 _BUILTIN = {
     "c3": "c3_plugin.trainers.c3:C3Trainer",

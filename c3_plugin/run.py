@@ -17,6 +17,7 @@ from typing import Any
 from .config import ConfigError, RunConfig, build_workflow, load_config
 from .domain import Domain, load_domain
 from .plan import parse_plan
+from .registry import capabilities
 from .run_budget import decision_gradients, expected_budget
 from .workflow import Workflow, WorkflowError
 
@@ -45,7 +46,7 @@ def optimisation_settings(cfg: RunConfig, workflow: Workflow, train: Any, algori
     from .estimator_rules import NOT_OPTIMISATION, credit_fields
     from .registry import section
 
-    if not hasattr(cfg.algo, "plan"):  # preference and centralized trainers: CoMLRL's own loops, another workflow
+    if capabilities(cfg.algo).budget != "plan":  # preference and centralized trainers: CoMLRL's own loops, another workflow
         return {"settings": {}, "differ": [], "credit_fields": {}, "uncontrolled": {}, "ignored": []}
     names = list(algorithms) if algorithms else [cfg.algorithm] + [n for n in ("c3", "magrpo", "mappo") if n != cfg.algorithm and n in cfg.raw]
     table: dict[str, dict[str, Any]] = {}
@@ -53,7 +54,7 @@ def optimisation_settings(cfg: RunConfig, workflow: Workflow, train: Any, algori
     for name in names:
         other = cfg if name == cfg.algorithm else load_config(data={**cfg.raw, "algorithm": name})
         a = other.algo
-        if not hasattr(a, "plan") or not is_dataclass(a):
+        if capabilities(a).budget != "plan" or not is_dataclass(a):
             continue
         row = {f.name: getattr(a, f.name) for f in fields(a) if f.name not in NOT_OPTIMISATION and not f.name.startswith("_")}
         row["estimator"] = CREDIT.get(name, name).format(**{f.name: getattr(a, f.name) for f in fields(a)})
@@ -102,7 +103,7 @@ def prepare(cfg: RunConfig):
     train, evals = domain.load_datasets(section, cfg.seed, cfg.domain_cfg)
     if train is None or len(train) == 0:
         raise ConfigError("dataset.train is empty: give a source (a HF name, a JSONL path or 'synthetic')")
-    if hasattr(cfg.algo, "plan"):
+    if capabilities(cfg.algo).budget == "plan":
         parse_plan(cfg.algo.plan).branching(workflow.num_decisions)
     check_agent_training(cfg, workflow)
     return domain, workflow, train, evals
@@ -116,7 +117,7 @@ def check_agent_training(cfg: RunConfig, workflow: Workflow) -> dict[str, Any]:
     workflow.agent_temperatures()  # roles of one agent must agree on a temperature
     if not (ag.learning_rate or ag.learning_rate_scale or ag.trainable):
         return {}
-    if not hasattr(cfg.algo, "plan") or hasattr(cfg.algo, "preference_num_candidates"):
+    if not capabilities(cfg.algo).data_parallel:
         raise ConfigError(f"agents.learning_rate / learning_rate_scale / trainable are honoured by the workflow trainers "
                           f"(c3, magrpo, mappo), not by {cfg.algorithm}; remove them from the agents section")
     lrs = workflow.per_agent(ag.learning_rate, "agents.learning_rate")
@@ -144,7 +145,7 @@ def dry_run_report(cfg: RunConfig) -> dict[str, Any]:
     training = check_agent_training(cfg, workflow)
     if training:
         report["agent_training"] = training
-    if hasattr(cfg.algo, "plan") and not hasattr(cfg.algo, "preference_num_candidates"):  # the workflow trainers
+    if capabilities(cfg.algo).budget == "plan":  # the workflow trainers
         report.update(decision_gradients(cfg.algorithm, cfg.algo.plan, workflow))
         for line in report.get("warnings", []):
             warnings.warn(line, stacklevel=2)
@@ -259,7 +260,7 @@ def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool 
         if dp.launched_world() > 1:  # torchrun: data-parallel replicas of the team, one per process
             from .distributed import divisibility_errors, placement_errors
 
-            if not hasattr(cfg.algo, "plan") or hasattr(cfg.algo, "preference_num_candidates"):
+            if not capabilities(cfg.algo).data_parallel:
                 raise ConfigError(f"torchrun launched {dp.launched_world()} processes, but data parallelism covers the workflow "
                                   f"trainers (c3, magrpo, mappo), not {cfg.algorithm}; launch one process")
             errors = divisibility_errors(cfg.algo, dp.launched_world()) + placement_errors(cfg.algo, dp.launched_world())

@@ -12,6 +12,7 @@ from .config import RunConfig
 from .plan import parse_plan
 from .rollout import unique_samples
 from .workflow import Workflow
+from .registry import capabilities
 
 
 def credited_decisions(algorithm: str, plan: Any, workflow: Workflow) -> list[int]:
@@ -46,7 +47,7 @@ def preference_budget(cfg: RunConfig, rows: int) -> dict[str, Any]:
     ``environment_steps_per_pair`` env steps (replayed pairs included: an upper bound, ties give
     fewer); MARLHF runs ``num_generations`` online joint rollouts per prompt per epoch."""
     a = cfg.algo
-    iterative = hasattr(a, "num_iterations")
+    iterative = capabilities(a).iterative
     refreshes = int(a.num_iterations) if iterative else 1
     target = int(a.preference_num_candidates)
     comparator = int(getattr(a, "comparator_num_candidates", None) or target) if iterative else 0
@@ -54,7 +55,7 @@ def preference_budget(cfg: RunConfig, rows: int) -> dict[str, Any]:
     out: dict[str, Any] = {"refreshes": refreshes, "candidates_per_prompt": {"target": target, "comparator": comparator},
                            "preference_joint_rollouts": refreshes * rows * (target + comparator),
                            "epochs_per_refresh": epochs}
-    if hasattr(a, "reward_model_name"):  # MARLHF: a learned reward, then online MAGRPO
+    if capabilities(a).learned_reward:  # MARLHF: a learned reward, then online MAGRPO
         out["online_joint_rollouts"] = refreshes * epochs * rows * int(a.num_generations)
         out["expected_env_steps"] = out["online_joint_rollouts"]
         out["reward_model"] = {"name": a.reward_model_name or cfg.agent_model.name, "refits": refreshes,
@@ -77,9 +78,9 @@ def expected_budget(cfg: RunConfig, workflow: Workflow, train: Any) -> dict[str,
     from .curriculum import epoch_rows
 
     a = cfg.algo
-    if hasattr(a, "preference_num_candidates"):
+    if capabilities(a).budget == "preference":
         return preference_budget(cfg, train if isinstance(train, int) else len(train))
-    if not hasattr(a, "plan"):  # the centralized joint actor: one decision point, num_generations joint actions
+    if capabilities(a).budget == "per_prompt":  # the centralized joint actor: one decision point, num_generations joint actions
         from .trainers.centralized import joint_magrpo_budget
 
         return joint_magrpo_budget(a, train)

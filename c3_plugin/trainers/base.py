@@ -31,6 +31,7 @@ from comlrl.trainers.reinforce.magrpo import MAGRPOConfig, MAGRPOTrainer
 from ..credit import NORMALIZATIONS, normalize_advantages
 from ..protocol import Prompt, encode_prompt
 from ..plan import parse_plan
+from ..registry import WORKFLOW
 from ..rollout import Rollout
 from ..trace import write_jsonl
 from ..workflow import Workflow
@@ -43,6 +44,7 @@ class WorkflowConfig(MAGRPOConfig):
     """Fields shared by the workflow trainers (C3, MAGRPO, MAPPO); MAGRPOConfig's own fields keep
     their meaning and CoMLRL's defaults except where noted."""
 
+    capabilities = WORKFLOW  # a rollout plan over the workflow; data-parallel (registry.Capabilities)
     normalization_scaling: ClassVar[str] = "batch_zscore"  # what advantage_normalization=True means for this algorithm
     default_plan_kind: ClassVar[str] = "independent"  # the default plan's kind ("tree" or "independent")
 

@@ -30,6 +30,7 @@ import torch
 from comlrl.trainers.reinforce import CentralizedMAGRPOConfig, CentralizedMAGRPOTrainer
 from comlrl.utils.distributed import unwrap_model
 
+from ..registry import Capabilities
 from ..workflow import Workflow, load_workflow
 from .base import WorkflowTrainer
 from .bridge import WorkflowBridge
@@ -197,6 +198,8 @@ def _fresh_stats() -> dict[str, float]:
 class JointMAGRPOConfig(CentralizedMAGRPOConfig):
     """Centralized MAGRPO on a joint workflow; CoMLRL's MAGRPOConfig fields keep their meaning
     (``num_generations`` joint actions per prompt, ``rollout_buffer_size`` prompts per update)."""
+
+    capabilities = Capabilities(budget="per_prompt")  # registry.Capabilities
 
     num_agents: int = 2  # logical roles of the joint action (one actor model)
     num_turns: int = 1  # must stay 1

@@ -24,6 +24,7 @@ import torch
 
 from ..rollout import Rollout
 from ..trace import path_to
+from ..registry import Capabilities
 from .base import WorkflowConfig, WorkflowTrainer
 from .critic import POOLINGS, OnlineCritic, ValueCritic, default_pooling  # noqa: F401 (MAPPO's names for them)
 from .update import PolicySample, trained_tokens
@@ -32,6 +33,8 @@ from .update import PolicySample, trained_tokens
 @dataclass
 class MAPPOConfig(WorkflowConfig):
     """MAPPO's fields."""
+
+    capabilities = Capabilities(budget="plan", data_parallel=True, decision_critic=True)  # a critic state per run and decision point
 
     plan: str | None = None  # B full runs per instance, as MAGRPO (None: independent num_generations)
     gae_lambda: float = 0.95  # GAE lambda over decision points

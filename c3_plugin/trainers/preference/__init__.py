@@ -45,7 +45,8 @@ its trainer each).
 
 from .fields import PreferenceFields
 from .iterative import WorkflowMADPOIterConfig, WorkflowMADPOIterTrainer, WorkflowMARLHFIterConfig, WorkflowMARLHFIterTrainer
-from .likelihood import MaskedPreferenceTensors, dropout_fields, masked_sequence_log_prob
+from ...loss import masked_sequence_log_prob
+from .likelihood import MaskedPreferenceTensors, dropout_fields
 from .madpo import WorkflowMADPOConfig, WorkflowMADPOTrainer
 from .marlhf import WorkflowMARLHFConfig, WorkflowMARLHFTrainer
 from .reward_model import BackboneRewardModel

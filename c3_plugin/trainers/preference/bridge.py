@@ -18,7 +18,8 @@ from comlrl.utils.distributed import unwrap_model
 
 from ..bridge import WorkflowBridge
 from ..centralized_api import default_joint_adapter
-from .likelihood import MaskedPreferenceTensors, dropout_fields, masked_sequence_log_prob
+from ...loss import masked_sequence_log_prob
+from .likelihood import MaskedPreferenceTensors, dropout_fields
 
 
 class PreferenceBridge(WorkflowBridge):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-AGGREGATIONS = ("sequence_mean", "token_sum")
+from ...loss import SEQUENCE_AGGREGATIONS as AGGREGATIONS
 
 
 @dataclass

@@ -12,6 +12,7 @@ import torch
 from comlrl.trainers.preference.iterative import MADPOIterConfig, MADPOIterTrainer, MARLHFIterConfig, MARLHFIterTrainer
 from comlrl.trainers.preference.madpo import PreferencePair
 
+from ...registry import Capabilities
 from .bridge import PreferenceBridge, all_tied_message
 from .fields import PreferenceFields
 from .likelihood import MaskedPreferenceTensors
@@ -23,6 +24,8 @@ RECORD_KIND = False  # the "joint" marker of this trainer family's replay record
 @dataclass
 class WorkflowMADPOIterConfig(PreferenceFields, MADPOIterConfig):
     """Iterative MADPO: per refresh, current vs current-copy comparator candidates, lambda-decay replay, joint DPO."""
+
+    capabilities = Capabilities(budget="preference", iterative=True)  # registry.Capabilities
 
     num_iterations: int = 6  # preference refreshes
     num_train_epochs: int = 1  # joint DPO passes per refresh
@@ -39,6 +42,8 @@ class WorkflowMADPOIterConfig(PreferenceFields, MADPOIterConfig):
 @dataclass
 class WorkflowMARLHFIterConfig(PreferenceFields, MARLHFIterConfig):
     """Iterative MARLHF: per refresh, new comparisons, a refitted joint reward model, then MAGRPO epochs."""
+
+    capabilities = Capabilities(budget="preference", learned_reward=True, iterative=True)  # registry.Capabilities
 
     num_iterations: int = 6  # preference and reward-model refreshes
     num_train_epochs: int = 3  # online MAGRPO epochs per refresh

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from comlrl.trainers.preference.madpo import MADPOConfig, MADPOTrainer
 
+from ...registry import Capabilities
 from .bridge import PreferenceBridge
 from .fields import PreferenceFields
 
@@ -13,6 +14,8 @@ from .fields import PreferenceFields
 @dataclass
 class WorkflowMADPOConfig(PreferenceFields, MADPOConfig):
     """MADPO: task-reward preferences collected once, then joint DPO on that fixed set."""
+
+    capabilities = Capabilities(budget="preference")  # registry.Capabilities
 
     num_train_epochs: int = 7  # passes of joint DPO over the fixed preference set
     preference_num_candidates: int = 20  # joint candidates sampled per prompt

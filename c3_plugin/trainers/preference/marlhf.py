@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from comlrl.trainers.preference.madpo import PreferencePair
 from comlrl.trainers.preference.marlhf import MARLHFConfig, MARLHFTrainer
 
+from ...registry import Capabilities
 from ...precision import keep_fp32_masters
 from .bridge import PreferenceBridge, move_optimizer_state
 from .fields import PreferenceFields
@@ -23,6 +24,8 @@ from .reward_model import BackboneRewardModel, backbone_of
 @dataclass
 class WorkflowMARLHFConfig(PreferenceFields, MARLHFConfig):
     """MARLHF: task-reward preferences once, a joint reward model fitted on them, then online MAGRPO on it."""
+
+    capabilities = Capabilities(budget="preference", learned_reward=True)  # registry.Capabilities
 
     num_train_epochs: int = 21  # online MAGRPO epochs over the training prompts
     num_generations: int = 4  # online joint rollouts per prompt
