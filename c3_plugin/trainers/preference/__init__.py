@@ -45,7 +45,6 @@ its trainer each).
 
 from .fields import PreferenceFields
 from .iterative import WorkflowMADPOIterConfig, WorkflowMADPOIterTrainer, WorkflowMARLHFIterConfig, WorkflowMARLHFIterTrainer
-from ...loss import masked_sequence_log_prob
 from .likelihood import MaskedPreferenceTensors, dropout_fields
 from .madpo import WorkflowMADPOConfig, WorkflowMADPOTrainer
 from .marlhf import WorkflowMARLHFConfig, WorkflowMARLHFTrainer
@@ -53,4 +52,4 @@ from .reward_model import BackboneRewardModel
 
 __all__ = ["BackboneRewardModel", "MaskedPreferenceTensors", "PreferenceFields", "WorkflowMADPOConfig", "WorkflowMADPOIterConfig",
            "WorkflowMADPOIterTrainer", "WorkflowMADPOTrainer", "WorkflowMARLHFConfig", "WorkflowMARLHFIterConfig",
-           "WorkflowMARLHFIterTrainer", "WorkflowMARLHFTrainer", "dropout_fields", "masked_sequence_log_prob"]
+           "WorkflowMARLHFIterTrainer", "WorkflowMARLHFTrainer", "dropout_fields"]
