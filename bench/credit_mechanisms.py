@@ -6,7 +6,7 @@ Studies (each resumable: its raw groups are kept under --out and reused when run
   noise   the noise law: observed / predicted rollout noise at the 2-agent Reasoner over an (n, c) grid,
           and the split-half reliability c3 plan-budget predicts for each cell against the one observed;
   critic  C3's alternative ranking (4 continuations) against a 16-continuation reference, the
-          reference-vs-reference ceiling and a learned critic (c3_plugin.critic_study);
+          reference-vs-reference ceiling and a learned critic (bench.studies.critic_study);
   report  tables and figures (docs/figures/*.png) from whatever has been collected.
 
 Usage: python bench/credit_mechanisms.py depth noise critic report [--out runs/mechanisms] [--scale 1.0]
@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # for bench.studies
 CONFIG = ROOT / "configs" / "math" / "demo_cpu.yaml"
 FIGURES = ROOT / "docs" / "figures"
 HINT = "Give a one-line hint. No answer."
@@ -46,8 +47,8 @@ NOISE_GROUPS = 48
 
 
 def session(workflow: str | None = None):
-    from c3_plugin.analysis import open_session
-    from c3_plugin.config import load_config
+    from c3_plugin.tools.session import open_session
+    from c3_plugin.core.config import load_config
 
     spec = WORKFLOWS.get(workflow or "reasoner_actor")
     # diagnose sets its own plans; the config's training plan only has to fit the workflow's depth
@@ -56,14 +57,14 @@ def session(workflow: str | None = None):
 
 
 def depth(out: Path, scale: float) -> None:
-    from c3_plugin.diagnose import diagnose, print_report
+    from c3_plugin.tools.diagnose import diagnose, print_report
 
     for wf, (decisions, groups) in DEPTH.items():
         print_report(diagnose(session(wf), out / "depth" / wf, groups=max(8, int(groups * scale)), decisions=decisions))
 
 
 def noise(out: Path, scale: float) -> None:
-    from c3_plugin.diagnose import diagnose, print_report
+    from c3_plugin.tools.diagnose import diagnose, print_report
 
     s = session()
     for n, c in NOISE_GRID:
@@ -71,16 +72,16 @@ def noise(out: Path, scale: float) -> None:
 
 
 def critic(out: Path, scale: float) -> None:
-    from c3_plugin.critic_study import critic_comparison
+    from bench.studies.critic_study import critic_comparison
 
     result = critic_comparison(session(), out / "depth" / "reasoner_actor", out / "critic", held_out=max(8, int(48 * scale)))
     print(json.dumps({k: v for k, v in result.items() if k != "per_point"}, indent=2))
 
 
 def report(out: Path) -> None:
-    from c3_plugin.analysis import print_table
-    from c3_plugin.budget import predicted_reliability
-    from c3_plugin.diagnose import RAW, contrast, plot_depth, raw_groups
+    from c3_plugin.tools.session import print_table
+    from c3_plugin.tools.plan_budget import predicted_reliability
+    from c3_plugin.tools.diagnose import RAW, contrast, plot_depth, raw_groups
 
     FIGURES.mkdir(parents=True, exist_ok=True)
     reports = [json.loads(p.read_text()) for wf in DEPTH if (p := out / "depth" / wf / "diagnose.json").exists()]

@@ -18,8 +18,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
-from c3_plugin import fidelity
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for bench.studies
+
+from bench.studies import fidelity  # noqa: E402
 
 QUESTIONS = ["What is 2+3?", "Name a prime.", "Sort 3,1,2."]
 

@@ -1,6 +1,6 @@
 """Estimator to learning: tabular softmax teams trained on C3, MAGRPO-style and critic-based advantages.
 
-Synthetic environment with exact Q and V (c3_plugin.synthetic_learning): the 3-agent
+Synthetic environment with exact Q and V (bench.studies.synthetic_learning): the 3-agent
 Reasoner -> Actor -> Verifier workflow, 4 messages per role, the Reasoner's message decides most of
 the outcome (success probability 0.7 for one of its 4 messages, 0.3 for the others). Two environment
 variants (synthetic_learning.ENV_VARIANTS):
@@ -55,9 +55,11 @@ from pathlib import Path
 
 import numpy as np
 
-from c3_plugin.stats import area_under_curve, holm, paired_comparison, summarize
-from c3_plugin.advise import advise, print_advice
-from c3_plugin.synthetic_learning import (ENV_VARIANTS, REGIMES, LearningSetup, exact_diagnosis, learning_curves, make_env,
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for bench.studies
+
+from c3_plugin.core.stats import area_under_curve, holm, paired_comparison, summarize
+from c3_plugin.tools.advise import advise, print_advice
+from bench.studies.synthetic_learning import (ENV_VARIANTS, REGIMES, LearningSetup, exact_diagnosis, learning_curves, make_env,
                                           variance_decomposition)
 
 ROOT = Path(__file__).resolve().parent.parent

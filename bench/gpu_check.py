@@ -2,8 +2,8 @@
 C3 and of MAGRPO on a ~0.9B-parameter Llama-architecture team (random weights: the machine
 has no hub access) at the paper's learning rate 1e-6 (bf16 compute over fp32 masters: the share
 of master weights the run changed), generation throughput, update time, peak GPU memory against
-the dry-run's estimate (:mod:`c3_plugin.memory`), a bf16 DeepSpeed ZeRO-2 PPO step of one
-Qwen3-4B-shaped agent against the cluster plan's estimate (:mod:`c3_plugin.cluster`, within 15%), and
+the dry-run's estimate (:mod:`c3_plugin.run.memory`), a bf16 DeepSpeed ZeRO-2 PPO step of one
+Qwen3-4B-shaped agent against the cluster plan's estimate (:mod:`c3_plugin.run.cluster`, within 15%), and
 whether vLLM is importable (the CUDA vLLM wheel is too large to carry to the device machine). Writes
 gpu_check.json into --out and prints the figures.
 
@@ -64,8 +64,8 @@ def run(algorithm, tok, models, ds, args_kwargs):
 
 
 def estimate(models, tok, args_kwargs, prompt_tokens=256):
-    """The dry-run's memory estimate for this run (c3_plugin.memory), in GiB."""
-    from c3_plugin.memory import ModelShape, estimate_memory
+    """The dry-run's memory estimate for this run (c3_plugin.run.memory), in GiB."""
+    from c3_plugin.run.memory import ModelShape, estimate_memory
 
     cfg = models[0].config
     shape = ModelShape(params=sum(p.numel() for p in models[0].parameters()), layers=cfg.num_hidden_layers,
@@ -82,11 +82,11 @@ def zero_check(device: str, smoke: bool) -> dict:
     one-process DeepSpeed ZeRO-2 engine: peak GPU memory against the cluster plan's estimate."""
     import numpy as np
 
-    from c3_plugin import distributed as dp
-    from c3_plugin.cluster import zero_model_states
-    from c3_plugin.config import DeepSpeedSection
-    from c3_plugin.memory import ModelShape, estimate_memory
-    from c3_plugin.precision import keep_fp32_masters
+    from c3_plugin.scale import distributed as dp
+    from c3_plugin.run.cluster import zero_model_states
+    from c3_plugin.core.config import DeepSpeedSection
+    from c3_plugin.run.memory import ModelShape, estimate_memory
+    from c3_plugin.scale.precision import keep_fp32_masters
     from c3_plugin.trainers.update import PolicySample, ppo_update
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -147,7 +147,7 @@ def main() -> None:
         torch.cuda.is_bf16_supported = lambda *a: False
     from datasets import Dataset
 
-    from c3_plugin.testing import tiny_tokenizer
+    from c3_plugin.run.testing import tiny_tokenizer
 
     tok = tiny_tokenizer()
     if not args.smoke:

@@ -27,8 +27,8 @@ LR = 1e-6
 def changed_share(lr: float = LR, steps: int = 3) -> dict[str, float]:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from c3_plugin.loss import token_logprobs
-    from c3_plugin.precision import keep_fp32_masters
+    from c3_plugin.core.loss import token_logprobs
+    from c3_plugin.scale.precision import keep_fp32_masters
     from c3_plugin.trainers.update import PolicySample, ppo_update
 
     torch.manual_seed(0)
@@ -64,7 +64,7 @@ def changed_share(lr: float = LR, steps: int = 3) -> dict[str, float]:
 
 def _plain_step(model, opt, samples) -> None:
     """One token-mean policy-gradient step on the model's own (bf16) weights."""
-    from c3_plugin.loss import sequence_logprobs
+    from c3_plugin.core.loss import sequence_logprobs
 
     opt.zero_grad()
     lp, mask = sequence_logprobs(model, [s.prompt_ids for s in samples], [s.completion_ids for s in samples], 0)
@@ -75,7 +75,7 @@ def _plain_step(model, opt, samples) -> None:
 
 
 def logprob_memory(sequences: int = 64, micro: int = 8) -> dict[str, float]:
-    from c3_plugin.testing import logprob_peak_bytes
+    from c3_plugin.run.testing import logprob_peak_bytes
 
     mib = 2**20
     return {"logprob_peak_mib/one_pass_all_sequences": logprob_peak_bytes(sequences, sequences) / mib,
@@ -84,10 +84,10 @@ def logprob_memory(sequences: int = 64, micro: int = 8) -> dict[str, float]:
 
 
 def logprob_gap() -> dict[str, float]:
-    from c3_plugin.generation import HFBackend
-    from c3_plugin.protocol import Prompt, Sampling, encode_prompt
-    from c3_plugin.loss import sequence_logprobs
-    from c3_plugin.testing import two_eos_team
+    from c3_plugin.generation.hf import HFBackend
+    from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt
+    from c3_plugin.core.loss import sequence_logprobs
+    from c3_plugin.run.testing import two_eos_team
 
     tok, model = two_eos_team()
     prompts = [Prompt("abc", "R", 0), Prompt("ponmlkjih", "R", 0)]

@@ -15,7 +15,7 @@ and checked against the evaluators.
 
 Usage: python bench/reward_hunt.py [--only math,travel,code] [--math-every K] [--json out.json]
        [--scorer-root OLD_CHECKOUT] [--before old.json]   (before/after: run once with the old checkout's scorer)
-``tests/test_reward_hunt.py`` runs a fast subset of the same catalogues.
+``tests/bench/test_reward_hunt.py`` runs a fast subset of the same catalogues.
 """
 
 from __future__ import annotations

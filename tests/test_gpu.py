@@ -6,7 +6,7 @@ import pytest
 import torch
 from datasets import Dataset
 
-from c3_plugin.testing import experiment_config, tiny_model, tiny_tokenizer
+from c3_plugin.run.testing import experiment_config, tiny_model, tiny_tokenizer
 from c3_plugin.trainers import C3Config, C3Trainer
 from c3_plugin.trainers.update import PolicySample, ppo_update
 
@@ -23,8 +23,8 @@ def test_bf16_compute_over_fp32_masters_keeps_small_updates_on_cuda():
     the direction of the fp32 update; bf16 weights updated in place would keep about 2% of them."""
     import copy
 
-    from c3_plugin.loss import token_logprobs
-    from c3_plugin.precision import keep_fp32_masters
+    from c3_plugin.core.loss import token_logprobs
+    from c3_plugin.scale.precision import keep_fp32_masters
 
     tok = tiny_tokenizer()
     init = cuda_model(tok)
@@ -68,7 +68,7 @@ def test_c3_trainer_step_on_cuda_in_bf16():
 def test_the_inactive_actor_waits_on_the_cpu_during_the_other_actors_dpo_update(tmp_path):
     """offload_inactive_actor: while one actor takes its streamed joint-DPO step, the other actor
     (and its optimizer state) is on the CPU; afterwards both are back on the GPU."""
-    from tests.test_preference import make_trainer
+    from tests.trainers.test_preference import make_trainer
 
     trainer = make_trainer("madpo", tmp_path, agent_devices="cuda:0")
     for agent in trainer.agents:

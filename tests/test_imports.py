@@ -106,7 +106,7 @@ def test_the_cycle_finder_sees_imports_inside_functions(tmp_path):
 
 def test_no_import_cycle_among_the_trainer_modules():
     graph = import_graph(module_files(ROOT, "c3_plugin"))
-    assert {"c3_plugin.trainers.centralized", "c3_plugin.trainers.joint_actor"} <= set(graph)
+    assert {"c3_plugin.trainers.joint", "c3_plugin.trainers.joint.actor"} <= set(graph)
     assert [c for c in cycles(graph) if any(m.startswith("c3_plugin.trainers.") for m in c)] == []
 
 
@@ -119,7 +119,7 @@ def test_preference_package_files_stay_under_the_line_limit():
 
 def test_public_preference_names_import_from_the_package():
     import c3_plugin.trainers.preference as preference
-    from c3_plugin.registry import PREFERENCE, resolve
+    from c3_plugin.core.registry import PREFERENCE, resolve
 
     for name in preference.__all__:
         assert getattr(preference, name).__module__.startswith("c3_plugin.trainers.preference.")

@@ -171,7 +171,7 @@ class CallbackSample:
 
 def callback_samples(rollout: Any) -> list[CallbackSample]:
     """IAC's rollout list for a C3 rollout: for every path (joint action), one sample per agent message on it."""
-    from ..trace import path_to
+    from c3_plugin.core.trace import path_to
 
     by_node = {(e.instance, e.node): e for e in rollout.entries}
     items = {str(it["id"]): it for it in rollout.items}

@@ -5,7 +5,7 @@ its constructor keywords, outer epoch loop, checkpointing and W&B set-up, and re
 the hooks that must change for a workflow of roles that read each other:
 
 * ``_train_step_returns``: queue items; every ``instances_per_update`` items, materialise
-  the rollout plan breadth-first (:func:`c3_plugin.rollout.materialize`), credit it
+  the rollout plan breadth-first (:func:`c3_plugin.core.rollout.materialize`), credit it
   (:meth:`compute_advantages`, the one hook an algorithm overrides) and update;
 * ``_drain_ready_buffers``: flush the queue at each epoch's end, so checkpoints (written
   by CoMLRL at epoch boundaries) never hold a half-used rollout;
@@ -28,15 +28,15 @@ import torch
 import wandb
 from comlrl.trainers.reinforce.magrpo import MAGRPOConfig, MAGRPOTrainer
 
-from ..credit import NORMALIZATIONS, normalize_advantages
-from ..protocol import Prompt, encode_prompt
-from ..plan import parse_plan
-from ..registry import WORKFLOW
-from ..rollout import Rollout
-from ..trace import write_jsonl
-from ..workflow import Workflow
-from .bridge import WorkflowBridge
-from .update import PolicySample, ppo_update
+from c3_plugin.core.credit import NORMALIZATIONS, normalize_advantages
+from c3_plugin.core.protocol import Prompt, encode_prompt
+from c3_plugin.core.plan import parse_plan
+from c3_plugin.core.registry import WORKFLOW
+from c3_plugin.core.rollout import Rollout
+from c3_plugin.core.trace import write_jsonl
+from c3_plugin.core.workflow import Workflow
+from c3_plugin.trainers.bridge import WorkflowBridge, comlrl_constructor
+from c3_plugin.trainers.update import PolicySample, ppo_update
 
 
 @dataclass
@@ -103,7 +103,7 @@ class WorkflowConfig(MAGRPOConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         self._check_recipe()
-        from .comlrl_compat import resolve_comlrl_fields
+        from c3_plugin.trainers.comlrl_compat import resolve_comlrl_fields
 
         resolve_comlrl_fields(self)  # advantage_normalization, rollout_buffer_size, train_batch_size, joint_mode, discount, ...
         if self.advantage_scaling not in NORMALIZATIONS:
@@ -124,13 +124,13 @@ class WorkflowConfig(MAGRPOConfig):
                              f"cap {self.importance_sampling_cap}")
         if self.plan is not None:
             parse_plan(self.plan)
-        from ..curriculum import parse_curriculum
+        from c3_plugin.core.curriculum import parse_curriculum
 
         parse_curriculum(self.curriculum, int(self.num_train_epochs))
 
     def _check_recipe(self) -> None:
         """The learning-rate schedule, AdamW and KL-in-reward fields."""
-        from .optim import KL_ESTIMATORS, SCHEDULES
+        from c3_plugin.trainers.optim import KL_ESTIMATORS, SCHEDULES
 
         if self.lr_scheduler not in SCHEDULES:
             raise ValueError(f"lr_scheduler must be one of {SCHEDULES}, got {self.lr_scheduler!r}")
@@ -152,9 +152,9 @@ class WorkflowConfig(MAGRPOConfig):
 
 
 def _global_batch_scaling(adv: np.ndarray, mode: str, eps: float = 1e-6) -> np.ndarray:
-    """``batch_scale`` / ``batch_zscore`` (:func:`c3_plugin.credit.normalize_advantages`) with the mean and
+    """``batch_scale`` / ``batch_zscore`` (:func:`c3_plugin.core.credit.normalize_advantages`) with the mean and
     population std of every rank's advantages (a collective: every rank calls it, with or without rows)."""
-    from ..distributed import all_sum
+    from c3_plugin.scale.distributed import all_sum
 
     n, total, squares = all_sum([adv.size, float(adv.sum()), float((adv ** 2).sum())])
     if n == 0:
@@ -173,41 +173,35 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
     default_config_cls = WorkflowConfig
     algorithm_name = "workflow"
 
-    def __init__(self, agent_model: Any = None, agents: Sequence[Any] | None = None, num_agents: int | None = None,
-                 tokenizer: Any = None, model_config: Mapping[str, Any] | None = None, train_dataset: Any = None,
-                 eval_dataset: Any = None, reward_func: Any = None, reward_processor: Any = None, formatters: Any = None,
-                 external_transition: Any = None, wandb_config: Mapping[str, Any] | None = None, eval_logger: Any = None,
-                 eval_aggregator: Any = None, args: WorkflowConfig | None = None, *, workflow: Workflow | str | Mapping | None = None,
-                 plan: Any = None, run_dir: str | Path | None = None, lora_adapters: bool = False, grammar: Any = None,
+    @comlrl_constructor
+    def __init__(self, comlrl: dict[str, Any], *, workflow: Workflow | str | Mapping | None = None, plan: Any = None, run_dir: str | Path | None = None, lora_adapters: bool = False, grammar: Any = None,
                  outcome: Any = None, deepspeed: Any = None, learning_rates: Mapping[Any, float] | None = None,
                  learning_rate_scales: Mapping[Any, float] | None = None, trainable: Mapping[Any, bool] | None = None):
-        args = args or self.default_config_cls()
+        args = comlrl["args"] = comlrl["args"] or self.default_config_cls()
+        agents, formatters, external_transition = comlrl["agents"], comlrl["formatters"], comlrl["external_transition"]
         self._refuse_unused(args, workflow, formatters, external_transition)
         self.turns = None  # CoMLRL's multi-turn team (num_turns > 1): .turns.Turns
         if int(args.num_turns) > 1:
-            from .turns import Turns
+            from c3_plugin.trainers.turns import Turns
 
-            team = len(agents) if agents is not None else int(num_agents or args.num_agents)
+            team = len(agents) if agents is not None else int(comlrl["num_agents"] or args.num_agents)
             self.turns = Turns(self, team, int(args.num_turns), formatters, external_transition)
-        n = self._bridge_workflow(self.turns.workflow if self.turns else workflow, args, num_agents, agents,
+        n = self._bridge_workflow(self.turns.workflow if self.turns else workflow, args, comlrl["num_agents"], agents,
                                   None if self.turns else formatters)
         self._agent_training(args, n, learning_rates, learning_rate_scales, trainable)
         self._resolve_plan(args, plan)
         self.lora_adapters = lora_adapters  # agents share one PeftModel with adapters "agent0", "agent1", ...
         self.outcome = outcome  # the domain's outcome extractor (Domain.outcome) for the influence diagnostic; None: no influence
-        super().__init__(agent_model=agent_model, agents=agents, num_agents=n, tokenizer=tokenizer, model_config=model_config,
-                         train_dataset=train_dataset, eval_dataset=eval_dataset, reward_func=reward_func,
-                         reward_processor=reward_processor, formatters=formatters, external_transition=external_transition,
-                         wandb_config=wandb_config, eval_logger=eval_logger, eval_aggregator=eval_aggregator, args=args)
+        super().__init__(**{**comlrl, "num_agents": n})
         self._policy_groups()
         self._build_optimizers()
         self._reference_for_kl_reward()
         self._bridge_setup(args, grammar=grammar, run_dir=run_dir)
-        from ..curriculum import check_rows, parse_curriculum
+        from c3_plugin.core.curriculum import check_rows, parse_curriculum
 
         self.phases = parse_curriculum(args.curriculum, int(args.num_train_epochs))
-        if self.phases and train_dataset is not None:
-            check_rows(self.phases, train_dataset)
+        if self.phases and comlrl["train_dataset"] is not None:
+            check_rows(self.phases, comlrl["train_dataset"])
         self._setup_data_parallel(deepspeed)
         self._setup_lr_schedules()
         self.rng = np.random.default_rng([args.seed, self.dist.rank] if self.dist.enabled else args.seed)
@@ -265,10 +259,10 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
 
     def _resolve_plan(self, args: Any, plan: Any) -> None:
         """``self.plan``/``self.branching``: the ``plan`` given, else ``args.plan``, else the algorithm's default plan
-        (:func:`c3_plugin.plan.default_plan`: CoMLRL's env steps for ``num_generations``, written back to
+        (:func:`c3_plugin.core.plan.default_plan`: CoMLRL's env steps for ``num_generations``, written back to
         ``args.plan``); a plan of another budget is printed; ``joint_mode: cross`` needs C3's shared parallel samples."""
-        from ..estimator_rules import check
-        from ..plan import default_plan, note_budget
+        from c3_plugin.core.estimator_rules import check
+        from c3_plugin.core.plan import default_plan, note_budget
 
         turns = self.turns.turns if self.turns else [self.workflow.num_decisions]
         explicit = plan is not None or args.plan is not None
@@ -312,13 +306,14 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
                                  "agents.policy: per_agent to freeze one role")
 
     def _build_optimizers(self) -> None:
-        """Every policy optimizer from one factory (:func:`~.optim.make_policy_optimizer`: AdamW with the
-        ``adam_*``/``weight_decay`` fields), one per policy at its agent's learning rate, replacing CoMLRL's
+        """Every policy optimizer from the one factory (:func:`c3_plugin.scale.optimizers.make_adamw` with the
+        ``adam_*``/``weight_decay`` fields, :func:`~.optim.adam_kwargs`), one per policy at its agent's learning rate, replacing CoMLRL's
         (torch AdamW at ``agent_learning_rate``, torch's defaults: the fields' defaults); ``self.optimizers[a]``
         is its group's, one object for every agent of a shared model."""
-        from .optim import make_policy_optimizer
+        from c3_plugin.scale.optimizers import make_adamw
+        from c3_plugin.trainers.optim import adam_kwargs
 
-        built = {g[0]: make_policy_optimizer(self._trainable_parameters(g[0]), self.agent_lrs[g[0]], self.args)
+        built = {g[0]: make_adamw(self._trainable_parameters(g[0]), self.agent_lrs[g[0]], **adam_kwargs(self.args))
                  for g in self.policy_groups}
         self.optimizers = [built[self.policy_leader[a]] for a in range(self.num_agents)]
 
@@ -327,7 +322,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         (``reference_models[a]``): CoMLRL's (built when its ``reference_kl_enabled``), else, for the KL penalty
         in the reward (``kl_reward_coef`` > 0), CoMLRL's ``clone_reference_models`` of each distinct model on
         ``reference_devices``. A LoRA team's copy is the base with its zero-initialised adapters."""
-        from .optim import KLController
+        from c3_plugin.trainers.optim import KLController
 
         first = {}
         for a in range(self.num_agents):
@@ -352,7 +347,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         the run's optimizer steps of that policy (:func:`~.optim.policy_optimizer_steps`, from the train set);
         set only when the rate changes over the run (``lr_scheduler`` not constant, or a warm-up), so a constant
         rate steps as before and its checkpoints keep their components."""
-        from .optim import LRSchedule, policy_optimizer_steps
+        from c3_plugin.trainers.optim import LRSchedule, policy_optimizer_steps
 
         a = self.args
         if a.lr_scheduler == "constant" and not a.lr_warmup_ratio:
@@ -370,9 +365,9 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
     # ----- data parallelism -------------------------------------------------------------------------
     def _setup_data_parallel(self, section: Any) -> None:
         """Under ``torchrun`` (or ``deepspeed.enabled: true``): one DeepSpeed engine per agent
-        (:mod:`c3_plugin.distributed`), which then owns the optimizer states; ``self.optimizers`` is None."""
-        from .. import distributed as dp
-        from ..config import DeepSpeedSection
+        (:mod:`c3_plugin.scale.distributed`), which then owns the optimizer states; ``self.optimizers`` is None."""
+        from c3_plugin.scale import distributed as dp
+        from c3_plugin.core.config import DeepSpeedSection
 
         self.deepspeed = section if section is not None else DeepSpeedSection()
         world = dp.launched_world()
@@ -394,7 +389,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
             raise ValueError("a model shared by several roles (agents.policy: shared) runs under one DeepSpeed engine, whose "
                              "ZeRO-3 parameter gathering the per-agent generation paths would enter once per role; use "
                              "deepspeed.zero_stage: 1 or 2 with a shared model (or agents.policy: per_agent)")
-        from .optim import adam_kwargs
+        from c3_plugin.trainers.optim import adam_kwargs
 
         built = {g[0]: dp.make_engine(self.agents[g[0]], self._trainable_parameters(g[0]), self.agent_lrs[g[0]], self.deepspeed,
                                       self.args.max_grad_norm, adam_kwargs(self.args)) for g in self.policy_groups}
@@ -467,7 +462,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
     def get_train_dataloader(self):
         """A seeded shuffle per epoch, reproducible on resume (the epoch index seeds it); with a
         curriculum, the rows of the epoch's phase."""
-        from ..curriculum import phase_at
+        from c3_plugin.core.curriculum import phase_at
 
         rows = phase_at(self.phases, self._epoch).rows(self.train_dataset) if self.phases else list(range(len(self.train_dataset)))
         order = np.random.default_rng([self.args.seed, self._epoch]).permutation(len(rows))
@@ -479,7 +474,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
     def _flush(self) -> None:
         """One rollout batch: this rank's share of the queued instances (all of them on one process)
         is materialised, credited and trained on; budgets are summed and metrics combined over ranks."""
-        from ..distributed import all_sum, gather, gathered, shard
+        from c3_plugin.scale.distributed import all_sum, gather, gathered, shard
 
         items = [{**it, "id": str(it.get("id", f"item{k}"))} for k, it in enumerate(self._pending)]
         self._pending = []
@@ -515,7 +510,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
             metrics.update({k: v for k, v in self.rollout_metrics(rollout).items() if k not in metrics})
         if self.update_step % max(1, int(self.args.logging_steps)) == 0 or self.update_step == 1:
             if self.turns is not None and rollout is not None:
-                from .turns import turn_metrics
+                from c3_plugin.trainers.turns import turn_metrics
 
                 metrics.update(turn_metrics(rollout.turn_rewards))
             else:
@@ -536,7 +531,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         trace's rewards and ``train/reward_mean`` stay the task reward's."""
         if getattr(self, "kl_controller", None) is None:
             return {}
-        from ..distributed import all_sum
+        from c3_plugin.scale.distributed import all_sum
 
         kl = self.path_kl(rollout) if rollout is not None else np.zeros(0)
         coef = self.kl_controller.value
@@ -553,8 +548,8 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         excluded), ``pi`` the temperature-scaled full-vocabulary sampling policy (the recorded behaviour log-probs,
         before any top-p/top-k truncation) and ``pi_ref`` the agent's frozen reference at the same temperature. A
         shared sample is scored once and counts on every path it is on."""
-        from ..loss import token_logprobs
-        from .optim import kl_per_token
+        from c3_plugin.core.loss import token_logprobs
+        from c3_plugin.trainers.optim import kl_per_token
 
         owners: dict[int, list[int]] = {}
         for k, e in enumerate(rollout.entries):
@@ -590,7 +585,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         global, the same on every rank; per-rank diagnostics become their mean)."""
         if not self.dist.enabled:
             return metrics
-        from ..distributed import gather
+        from c3_plugin.scale.distributed import gather
 
         numeric = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float, np.number)) and np.isfinite(float(v))}
         merged: dict[str, list[float]] = {}
@@ -603,7 +598,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         return {**out, **media}
 
     def rollout_metrics(self, rollout: Rollout) -> dict[str, float]:
-        from ..diagnostics import rollout_diagnostics
+        from c3_plugin.core.credit_diagnostics import rollout_diagnostics
 
         return rollout_diagnostics(rollout, outcome=self.outcome)
 
@@ -697,7 +692,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         if engine:
             t0 = time.perf_counter()
             self.backend.wake_up()
-            from ..distributed import gathered
+            from c3_plugin.scale.distributed import gathered
 
             with gathered(self.engines, self.zero3):  # ZeRO-3: the engine gets whole weights
                 self.backend.sync()
@@ -711,7 +706,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
     def save_model(self, output_dir: str) -> None:
         """Per-agent models as CoMLRL saves them; shared LoRA adapters once, under ``adapters/``. Under
         data parallelism rank 0 writes (ZeRO-3 gathers the parameters on every rank first)."""
-        from ..distributed import barrier, gathered
+        from c3_plugin.scale.distributed import barrier, gathered
 
         with gathered(self.engines, self.zero3):
             if self.dist.is_main:
@@ -761,7 +756,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
     def save_checkpoint(self, output_dir: Any) -> Any:
         if self.engines is None:
             return super().save_checkpoint(output_dir)
-        from ..distributed import barrier, broadcast
+        from c3_plugin.scale.distributed import barrier, broadcast
 
         if self.dist.is_main:
             target = super().save_checkpoint(output_dir)  # calls _checkpoint_save_assets on the staging folder
@@ -792,7 +787,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
     def _checkpoint_save_assets(self, staging: Path) -> dict[str, Any] | None:
         if self.engines is None:
             return None
-        from ..distributed import broadcast
+        from c3_plugin.scale.distributed import broadcast
 
         broadcast(str(staging))
         self._save_rank_state(staging)
@@ -803,7 +798,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         """Every rank: the engines' shards, then this rank's RNG streams (sampling differs per rank)."""
         import random
 
-        from ..distributed import barrier
+        from c3_plugin.scale.distributed import barrier
 
         for tag, engine in self.ds_engines().items():
             engine.save_checkpoint(str(staging / "deepspeed"), tag=tag)

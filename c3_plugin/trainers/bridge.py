@@ -4,7 +4,7 @@ Mix it in *before* the CoMLRL base (``class T(WorkflowBridge, MADPOTrainer)``) a
 :meth:`WorkflowBridge._bridge_workflow` before and :meth:`WorkflowBridge._bridge_setup`
 after the base constructor. It supplies:
 
-* generation with the workflow's prompts through :class:`~c3_plugin.generation.HFBackend`
+* generation with the workflow's prompts through :class:`~c3_plugin.generation.hf.HFBackend`
   (forced JSON skeletons and value-token loss masks), both for the workflow rollouts
   (:meth:`collect`) and for CoMLRL's own ``_generate_completions`` contract, so CoMLRL's
   sampling loops (MAGRPO's tree, MADPO's candidate pools) play the workflow's roles;
@@ -15,18 +15,20 @@ after the base constructor. It supplies:
   panel against the hidden ``env_step`` x-axis.
 
 Precision: :meth:`_bridge_setup` keeps every trainable parameter as an fp32 master and runs
-the forward passes in the dtype the models were given (:func:`c3_plugin.precision.keep_fp32_masters`),
+the forward passes in the dtype the models were given (:func:`c3_plugin.scale.precision.keep_fp32_masters`),
 so bf16 models train without their updates rounding away.
 
 Attributes set here: ``workflow``, ``grammar``, ``backend``, ``run_dir``, ``totals``,
 ``update_step``, ``history``, ``compute_dtypes``. Config fields read (with defaults when a config lacks them):
 ``use_chat_template``, ``generation_batch_size``, ``json_stop``, ``wandb_keys``, ``generation_backend`` and the
-``vllm_*`` options (:class:`~c3_plugin.vllm_backend.VLLMBackend`, which wraps the HF backend),
+``vllm_*`` options (:class:`~c3_plugin.generation.vllm.VLLMBackend`, which wraps the HF backend),
 ``temperature``/``top_p``/``top_k``/``max_new_tokens``, ``eval_num_samples``, ``eval_batch_size``.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import math
 from contextlib import contextmanager
@@ -39,15 +41,49 @@ import torch
 import wandb
 from tqdm import tqdm
 
-from ..generation import HFBackend
-from ..protocol import Prompt, Sampling, encode_prompt, role_sampling
-from ..generation_hook import active_call, backend_generate, rollout_backend
-from ..plan import parse_plan
-from ..precision import keep_fp32_masters
-from ..rewards import leaf_rewards
-from ..rollout import Leaf, Rollout, materialize
-from ..trace import path_to
-from ..workflow import Step, Workflow, load_workflow, parallel_workflow
+from c3_plugin.generation.hf import HFBackend
+from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt, role_sampling
+from c3_plugin.generation.hook import active_call, backend_generate, rollout_backend
+from c3_plugin.core.plan import parse_plan
+from c3_plugin.scale.precision import keep_fp32_masters
+from c3_plugin.core.rewards import leaf_rewards
+from c3_plugin.core.rollout import Leaf, Rollout, materialize
+from c3_plugin.core.trace import path_to
+from c3_plugin.trainers.streamed_pg import train_mode_log_prob
+from c3_plugin.core.workflow import Step, Workflow, load_workflow, parallel_workflow
+
+
+COMLRL_ARGUMENTS = ("agent_model", "agents", "num_agents", "tokenizer", "model_config", "train_dataset", "eval_dataset",
+                    "reward_func", "reward_processor", "formatters", "external_transition", "wandb_config", "eval_logger",
+                    "eval_aggregator", "args")  # CoMLRL's trainer constructor, in its order
+
+
+def comlrl_constructor(init: Any) -> Any:
+    """Give ``init(self, comlrl, *, <own keywords>)`` CoMLRL's trainer constructor in front of its own keywords.
+
+    The call binds :data:`COMLRL_ARGUMENTS` positionally or by keyword, as CoMLRL's ``MAGRPOTrainer`` does (each
+    defaults to None), into the dict ``comlrl``; the rest goes to ``init``'s own keywords. ``inspect.signature``
+    shows CoMLRL's arguments, then the trainer's."""
+    own = inspect.signature(init)
+    first, _, *rest = own.parameters.values()
+
+    @functools.wraps(init)
+    def wrapper(self: Any, *pos: Any, **kw: Any) -> Any:
+        if len(pos) > len(COMLRL_ARGUMENTS):
+            raise TypeError(f"{type(self).__name__}() takes at most {len(COMLRL_ARGUMENTS)} positional arguments "
+                            f"{COMLRL_ARGUMENTS}, got {len(pos)}")
+        comlrl = dict.fromkeys(COMLRL_ARGUMENTS)
+        comlrl.update(zip(COMLRL_ARGUMENTS, pos))
+        for i, name in enumerate(COMLRL_ARGUMENTS):
+            if name in kw:
+                if i < len(pos):
+                    raise TypeError(f"{type(self).__name__}() got multiple values for argument '{name}'")
+                comlrl[name] = kw.pop(name)
+        return init(self, comlrl, **kw)
+
+    positional = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None) for n in COMLRL_ARGUMENTS]
+    wrapper.__signature__ = own.replace(parameters=[first, *positional, *rest])
+    return wrapper
 
 
 class WorkflowBridge:
@@ -58,7 +94,7 @@ class WorkflowBridge:
                          agents: Sequence[Any] | None = None, formatters: Any = None) -> int:
         """Set ``self.workflow`` and ``args.num_agents`` (call before the CoMLRL constructor); returns
         the agent count, checked against ``num_agents`` and ``agents``. Without a workflow, CoMLRL's team:
-        :func:`~c3_plugin.workflow.parallel_workflow` of ``len(agents)`` (else ``num_agents``, else
+        :func:`~c3_plugin.core.workflow.parallel_workflow` of ``len(agents)`` (else ``num_agents``, else
         ``args.num_agents``) independent agents, each reading the task through its formatter when
         ``formatters`` are given (CoMLRL's default: the item's ``prompt``)."""
         if workflow is None:
@@ -87,7 +123,7 @@ class WorkflowBridge:
                                  json_stop=getattr(args, "json_stop", False))
         self.compute_dtypes = [keep_fp32_masters(self.agents[a], self._trainable_parameters(a)) for a in range(self.num_agents)]
         if getattr(args, "generation_backend", "hf") == "vllm":
-            from ..vllm_backend import VLLMBackend, VLLMOptions
+            from c3_plugin.generation.vllm import VLLMBackend, VLLMOptions
 
             self.backend = VLLMBackend(self.backend, VLLMOptions(
                 gpu_memory_utilization=args.vllm_gpu_memory_utilization, kv_cache_gb=args.vllm_kv_cache_gb,
@@ -112,13 +148,21 @@ class WorkflowBridge:
             model.set_adapter(f"agent{agent}")
         return model
 
+    def _sequence_log_prob(self, agent_idx: int, prompt_input_ids: torch.Tensor, completion_ids: torch.Tensor,
+                           loss_mask: Any = None) -> torch.Tensor:
+        """Masked log-prob of exactly ``completion_ids`` (final token included) under agent ``agent_idx`` in train
+        mode, aggregated per the config's ``loss_aggregation``: the likelihood the preference and streamed
+        policy-gradient losses train."""
+        return train_mode_log_prob(self.agents[agent_idx], prompt_input_ids, completion_ids, loss_mask,
+                                   getattr(self.args, "loss_aggregation", "sequence_mean"))
+
     def sampling(self, greedy: bool = False) -> Sampling:
         a = self.args
         return Sampling(temperature=a.temperature, top_p=a.top_p, top_k=a.top_k, max_new_tokens=a.max_new_tokens, greedy=greedy)
 
     # ----- workflow rollouts ------------------------------------------------------------------------
     def reward_leaves(self, leaves: Sequence[Leaf]) -> list[float]:
-        """CoMLRL's reward contract (:mod:`c3_plugin.rewards`): each agent's latest message on the path,
+        """CoMLRL's reward contract (:mod:`c3_plugin.core.rewards`): each agent's latest message on the path,
         ``batch_items`` = the task item, ``prompts`` = the first decision point's context (CoMLRL's
         formatted prompt); once per joint action, or once per batch for a ``@batched`` reward."""
         per_agent: list[list[str]] = [[] for _ in range(self.num_agents)]
@@ -136,7 +180,7 @@ class WorkflowBridge:
     @property
     def share_identical_contexts(self) -> bool:
         """Whether training rollouts sample a parallel role once per distinct context (see
-        :func:`c3_plugin.rollout.materialize`); off here, C3 turns it on."""
+        :func:`c3_plugin.core.rollout.materialize`); off here, C3 turns it on."""
         return False
 
     def collect(self, items: Sequence[Mapping[str, Any]], plan: Any = None, greedy: bool = False,
@@ -145,7 +189,7 @@ class WorkflowBridge:
         algorithm shares; an explicit plan, such as evaluation's greedy one, never shares) under ``sampling``
         (default: :meth:`sampling`). The trace records the prompt token ids the policies condition on and
         their chat template hashes. A subclass's ``_generate_completions`` samples every message
-        (:func:`~c3_plugin.generation_hook.rollout_backend`)."""
+        (:func:`~c3_plugin.generation.hook.rollout_backend`)."""
         return materialize(self.workflow, plan if plan is not None else self.plan, items, rollout_backend(self),
                            self.reward_leaves, sampling if sampling is not None else self.sampling(greedy),
                            share_identical_contexts=plan is None and self.share_identical_contexts,
@@ -187,7 +231,7 @@ class WorkflowBridge:
         or another one (a frozen comparator copy) through a backend of its own; ``kwargs`` are extra HF
         ``generate`` kwargs (logits processors, stopping criteria; HF backend only). Called as a subclass
         hook's ``super()`` inside a rollout, it samples the rollout's prompt (text: ``prompts_override``)
-        under the rollout's sampling (:func:`~c3_plugin.generation_hook.active_call`)."""
+        under the rollout's sampling (:func:`~c3_plugin.generation.hook.active_call`)."""
         if len(batch_items) != 1:
             raise ValueError(f"_generate_completions serves one item at a time (CoMLRL's batch_size=1), got {len(batch_items)}")
         if external_prompts is not None:
@@ -280,7 +324,7 @@ class WorkflowBridge:
         (HF backend; vLLM samples with its engine's seed). ``eval/reward_mean`` is the mean over items of each
         item's mean reward; the eval logger gets one row per decode, a sampled decode's item tagged with its
         ``eval_index`` (position in the eval set) and ``eval_sample``."""
-        from ..distributed import broadcast, context, gather, gathered
+        from c3_plugin.scale.distributed import broadcast, context, gather, gathered
 
         dist = getattr(self, "dist", context())
         items = [dict(self.eval_dataset[i]) for i in range(limit)]
@@ -332,7 +376,7 @@ class WorkflowBridge:
                                         prompts=[str(it.get("prompt", it.get("question", ""))) for it, _ in rows])
             metrics.update({f"eval/{k}": float(v) for k, v in
                             self.eval_aggregator(detailed, num_turns=int(getattr(self.args, "num_turns", 1))).items()})
-        from .turns import turn_metrics  # CoMLRL's eval/turn_<t>/* from each decode's per-turn rewards (one turn: its reward)
+        from c3_plugin.trainers.turns import turn_metrics  # CoMLRL's eval/turn_<t>/* from each decode's per-turn rewards (one turn: its reward)
 
         metrics.update(turn_metrics(np.array([row for item in per_turn for row in item], dtype=float), "eval/"))
         broadcast(metrics)
@@ -369,7 +413,7 @@ class WorkflowBridge:
     def log_metrics(self, metrics: Mapping[str, Any]) -> None:
         """Append ``metrics`` to ``history`` and ``<run_dir>/metrics.jsonl``; publish the ``wandb_keys`` ones.
         Non-numeric values (W&B media such as distribution plots) go to W&B only."""
-        from ..distributed import context
+        from c3_plugin.scale.distributed import context
 
         if not getattr(self, "dist", context()).is_main:  # under data parallelism rank 0 logs (metrics already combined)
             return

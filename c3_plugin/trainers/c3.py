@@ -3,14 +3,14 @@
 ``C3Trainer`` overrides one hook of the shared workflow trainer, :meth:`compute_advantages`:
 at every decision point whose plan samples two or more alternatives from a context, each
 alternative is credited with its mean return minus the continuation-weighted mean return
-of the other alternatives (:func:`c3_plugin.credit.tree_advantages`).
+of the other alternatives (:func:`c3_plugin.core.credit.tree_advantages`).
 
 Parallel roles (``share_parallel_samples``): a role that reads nothing of its sibling is
 sampled once per context and its ``n1`` samples continue every one of the sibling's ``n0``
 alternatives, so the leaves are the cross product. The sibling's credit is the tree
 leave-one-out over common continuations; each shared sample is trained once with the mean of
 its per-copy advantages, ``mean_j R[j,k] - mean_{k'!=k} mean_j R[j,k']``
-(:meth:`c3_plugin.rollout.Rollout.unique_credit`, applied in ``build_samples``).
+(:meth:`c3_plugin.core.rollout.Rollout.unique_credit`, applied in ``build_samples``).
 
 Credit variants (``credit``). ``loo`` (the default) is the paper's estimator as its text states it
 (Sections 2-3, B.2): reward-only leave-one-out, no learned critic. ``value_assisted`` reproduces the
@@ -18,7 +18,7 @@ default of the authors' reference code (github.com/EIT-EAST-Lab/C3, ``c3_credit_
 decision-value critic ``Q_hat(h_u, a)`` (:class:`~c3_plugin.trainers.critic.OnlineCritic`, the same
 critic MAPPO trains; it reads the context followed by the alternative) replaces, in the proportion
 ``q_critic_alpha``, the returns of the other alternatives in the baseline, and the credit is z-scored
-within each group (:func:`c3_plugin.credit.value_assisted_advantages`; so a 2-alternative group gets
+within each group (:func:`c3_plugin.core.credit.value_assisted_advantages`; so a 2-alternative group gets
 +-1, which the trainer warns about). ``Q_hat`` is read before it trains on the batch, then regresses
 (mean squared error, ``q_critic_epochs`` steps) on every alternative's mean continuation return; its
 first ``q_critic_warmup_updates`` batches train it without using its term (the policies still train,
@@ -38,12 +38,12 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
-from ..credit import _masked_spearman, tree_advantages, value_assisted_advantages
-from ..rollout import Rollout
-from .actor_critic_fields import ActorCriticFields, actor_critic_keywords, honour_metrics_callback
-from .base import WorkflowConfig, WorkflowTrainer
-from .critic import OnlineCritic
-from .update import PolicySample
+from c3_plugin.core.credit import _masked_spearman, tree_advantages, value_assisted_advantages
+from c3_plugin.core.rollout import Rollout
+from c3_plugin.trainers.actor_critic_fields import ActorCriticFields, actor_critic_keywords, honour_metrics_callback
+from c3_plugin.trainers.base import WorkflowConfig, WorkflowTrainer
+from c3_plugin.trainers.critic import OnlineCritic
+from c3_plugin.trainers.update import PolicySample
 
 
 @dataclass
@@ -56,7 +56,7 @@ class C3Config(ActorCriticFields, WorkflowConfig):
     plan: str | None = None  # C3 needs groups: a tree (or diagnostic) plan (None: num_generations joint actions per turn split over its decision points, [2, 4] for 8 over two; comlrl_compat.default_plan)
     credit_diagnostics: bool = True  # log credit/* diagnostics (variance, reliability, influence, noise law) per batch
     share_parallel_samples: bool = True  # sample a parallel role once per distinct context, reuse it under each sibling alternative, train it once
-    allow_estimator_change: bool = False  # accept a setting that turns the leave-one-out credit into another estimator (advantage_scaling: group_zscore); c3_plugin/estimator_rules.py
+    allow_estimator_change: bool = False  # accept a setting that turns the leave-one-out credit into another estimator (advantage_scaling: group_zscore); c3_plugin/core/estimator_rules.py
     credit: str = "loo"  # "loo": the paper's reward-only leave-one-out; "value_assisted": the reference code's default, a learned Q_hat(h_u, a) baseline mixed in by q_critic_alpha, then z-scored per group
     q_critic_model: str | None = None  # value_assisted: backbone of Q_hat (None: a copy of agent 0's model; the paper's critic comparison used mmBERT-base)
     q_critic_alpha: float = 1.0  # value_assisted: weight in [0, 1] of Q_hat's leave-one-out baseline against the returns' (0: z-scored LOO; 1: the reference's default)
@@ -67,18 +67,18 @@ class C3Config(ActorCriticFields, WorkflowConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from ..plan import parse_plan
+        from c3_plugin.core.plan import parse_plan
 
         if self.plan is not None and parse_plan(self.plan).kind == "independent":
             raise ValueError(f"C3 needs alternatives that share a context; plan '{self.plan}' has none. Use 'tree [2, 4]'")
         self._check_credit_fields()
-        from ..estimator_rules import check
+        from c3_plugin.core.estimator_rules import check
 
         check(self, "c3")  # settings that change nothing, or change the estimator without allow_estimator_change
 
     def _check_credit_fields(self) -> None:
         """``credit`` and the ``q_critic_*`` fields (the value-assisted variant)."""
-        from ..credit import CREDITS
+        from c3_plugin.core.credit import CREDITS
 
         if self.credit not in CREDITS:
             raise ValueError(f"credit must be one of {CREDITS}, got {self.credit!r}")
@@ -165,7 +165,7 @@ class C3Trainer(WorkflowTrainer):
         return out
 
     def _value_assisted_advantages(self, rollout: Rollout) -> list[tuple[np.ndarray, np.ndarray]]:
-        """:func:`~c3_plugin.credit.value_assisted_advantages` at every decision point with a group, ``Q_hat``
+        """:func:`~c3_plugin.core.credit.value_assisted_advantages` at every decision point with a group, ``Q_hat``
         read before it trains on this batch (so its values here are out of sample); ``alpha`` is 0 during the
         ``q_critic_warmup_updates`` first batches. Stores the batch (every alternative, target its mean
         continuation return) for :meth:`update_q_critic`."""

@@ -2,9 +2,9 @@
 
 A CoMLRL script swaps ``MAGRPOConfig``/``MAGRPOTrainer`` for ``C3Config``/``C3Trainer`` and keeps every
 field: the defaults are CoMLRL's, so the swap changes the credit only. :data:`MAGRPO_FIELDS` says what each
-field means here (``tests/test_comlrl_fields.py`` walks ``dataclasses.fields(MAGRPOConfig)`` against it and
+field means here (``tests/trainers/test_comlrl_fields.py`` walks ``dataclasses.fields(MAGRPOConfig)`` against it and
 proves each entry); :func:`resolve_comlrl_fields` turns the CoMLRL fields into the workflow fields when a
-config is built; :func:`c3_plugin.plan.default_plan` spends the env steps CoMLRL would spend with the same config.
+config is built; :func:`c3_plugin.core.plan.default_plan` spends the env steps CoMLRL would spend with the same config.
 
 CoMLRL's budget per prompt: each turn node samples ``num_generations`` = K completions per agent and scores
 J joint actions (``joint_mode: aligned``: J = K; ``cross``: J = K^N for N agents), and every joint action of

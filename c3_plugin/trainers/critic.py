@@ -6,7 +6,7 @@ agent 0's model by default, or any model named by the config (its own tokenizer)
 encoder the paper used (mmBERT-base). A decoder's value is read at the input's last token, an
 encoder's at its first (``[CLS]``). :class:`OnlineCritic` holds the head with its tokenizer, its
 encoding (left-truncated to a token cap; an encoder keeps its leading special token), its fp32 master
-weights under the agents' compute dtype (:mod:`c3_plugin.precision`) and its optimizer: AdamW on one
+weights under the agents' compute dtype (:mod:`c3_plugin.scale.precision`) and its optimizer: AdamW on one
 process, a DeepSpeed engine under data parallelism. A trainer exposes the module as ``critics[0]`` and
 the optimizer as ``critic_optimizer``, the names CoMLRL's checkpoints save and restore.
 """
@@ -20,7 +20,9 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from ..precision import check_trainable_fp32, keep_fp32_masters
+from c3_plugin.scale.optimizers import make_adamw
+from c3_plugin.scale.policies import load_pretrained, load_tokenizer_for
+from c3_plugin.scale.precision import check_trainable_fp32, keep_fp32_masters
 
 POOLINGS = ("auto", "last", "first")
 ENCODERS = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "modernbert", "deberta", "deberta-v2", "distilbert")
@@ -70,10 +72,10 @@ class OnlineCritic:
                  field: str = "critic_model"):
         self.tokenizer = trainer.tokenizers[0]
         if model:  # any transformers encoder or decoder, e.g. a small encoder as in the paper
-            from transformers import AutoModel, AutoTokenizer
+            from transformers import AutoModel
 
-            backbone = AutoModel.from_pretrained(model)
-            self.tokenizer = AutoTokenizer.from_pretrained(model)
+            backbone = load_pretrained(AutoModel, model, field)
+            self.tokenizer = load_tokenizer_for(model, field)
         else:
             if trainer.zero3:
                 raise ValueError(f"{field}: None copies agent 0's backbone, whose parameters ZeRO-3 has already sharded; "
@@ -88,10 +90,10 @@ class OnlineCritic:
         check_trainable_fp32(self.module.parameters(), field)
         self.max_tokens = int(max_tokens)
         self.dist = trainer.dist
-        self.optimizer: torch.optim.Optimizer | None = torch.optim.AdamW(self.module.parameters(), lr=learning_rate)
+        self.optimizer: torch.optim.Optimizer | None = make_adamw(self.module.parameters(), learning_rate)
         self.engine = None
         if trainer.engines is not None:  # data parallelism: the critic's update under DeepSpeed as well
-            from ..distributed import make_engine
+            from c3_plugin.scale.distributed import make_engine
 
             self.engine = make_engine(self.module, list(self.module.parameters()), learning_rate, trainer.deepspeed,
                                       trainer.args.max_grad_norm, {"weight_decay": 0.01})
@@ -134,7 +136,7 @@ class OnlineCritic:
         """Regress on ``targets``: one optimizer step per pass (``epochs`` passes), mean squared error over
         every state of the batch (of every rank under data parallelism, where a rank without states joins
         with zero-weight passes). Returns the loss of each micro-batch with states, per state."""
-        from ..distributed import all_sum
+        from c3_plugin.scale.distributed import all_sum
 
         critic, engine = self.module, self.engine
         critic.train()

@@ -9,9 +9,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..credit import group_advantages
-from ..rollout import Rollout
-from .base import WorkflowConfig, WorkflowTrainer
+from c3_plugin.core.credit import group_advantages
+from c3_plugin.core.rollout import Rollout
+from c3_plugin.trainers.base import WorkflowConfig, WorkflowTrainer
 
 
 @dataclass
@@ -24,11 +24,11 @@ class WorkflowMAGRPOConfig(WorkflowConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from ..plan import parse_plan
+        from c3_plugin.core.plan import parse_plan
 
         if self.plan is not None and parse_plan(self.plan).kind != "independent":
             raise ValueError(f"MAGRPO runs independent full runs; plan '{self.plan}' is not 'independent B'")
-        from ..estimator_rules import check
+        from c3_plugin.core.estimator_rules import check
 
         check(self, "magrpo")  # advantage_mode / scaling / clip combinations that change nothing
 

@@ -10,7 +10,7 @@ Advantages come from GAE over the run's decision points with the terminal reward
 last one; the critic regresses on the GAE returns. During ``critic_warmup_updates`` rollout
 batches only the critic trains. As in the paper, ``advantage_per_token`` divides each
 message's (scaled) advantage by its trained token count. The critic trains on fp32 masters
-in the agents' compute dtype (:mod:`c3_plugin.precision`); the critic itself is
+in the agents' compute dtype (:mod:`c3_plugin.scale.precision`); the critic itself is
 :class:`~c3_plugin.trainers.critic.OnlineCritic`, shared with C3's ``value_assisted`` credit.
 """
 
@@ -22,12 +22,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from ..rollout import Rollout
-from ..trace import path_to
-from ..registry import Capabilities
-from .base import WorkflowConfig, WorkflowTrainer
-from .critic import POOLINGS, OnlineCritic, ValueCritic, default_pooling  # noqa: F401 (MAPPO's names for them)
-from .update import PolicySample, trained_tokens
+from c3_plugin.core.rollout import Rollout
+from c3_plugin.core.trace import path_to
+from c3_plugin.core.registry import Capabilities
+from c3_plugin.trainers.base import WorkflowConfig, WorkflowTrainer
+from c3_plugin.trainers.critic import POOLINGS, OnlineCritic, ValueCritic, default_pooling  # noqa: F401 (MAPPO's names for them)
+from c3_plugin.trainers.update import PolicySample, trained_tokens
 
 
 @dataclass
@@ -49,7 +49,7 @@ class MAPPOConfig(WorkflowConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from ..plan import parse_plan
+        from c3_plugin.core.plan import parse_plan
 
         if self.plan is not None and parse_plan(self.plan).kind != "independent":
             raise ValueError(f"MAPPO runs independent full runs; plan '{self.plan}' is not 'independent B'")
@@ -57,7 +57,7 @@ class MAPPOConfig(WorkflowConfig):
             raise ValueError("gae_lambda must be in [0, 1] and gamma in (0, 1]")
         if self.critic_pooling not in POOLINGS:
             raise ValueError(f"critic_pooling must be one of {POOLINGS}, got {self.critic_pooling!r}")
-        from ..estimator_rules import check
+        from c3_plugin.core.estimator_rules import check
 
         check(self, "mappo")  # settings MAPPO does not read, or that change nothing
 

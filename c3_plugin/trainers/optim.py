@@ -1,13 +1,13 @@
-"""The policy optimizer recipe: the one optimizer factory, the learning-rate schedule and the
+"""The policy optimizer recipe: the AdamW hyper-parameters, the learning-rate schedule and the
 adaptive KL-in-reward controller of the workflow trainers.
 
-* :func:`make_policy_optimizer`: torch AdamW from ``adam_beta1``, ``adam_beta2``, ``adam_eps`` and
-  ``weight_decay`` (defaults: torch's, which CoMLRL's optimizers use); :func:`adam_kwargs` gives the
-  same hyper-parameters to a DeepSpeed engine's optimizer.
+* :func:`adam_kwargs`: AdamW's ``adam_beta1``, ``adam_beta2``, ``adam_eps`` and ``weight_decay`` (defaults:
+  torch's, which CoMLRL's optimizers use) for the one optimizer factory,
+  :func:`c3_plugin.scale.optimizers.make_adamw`, in one process or inside a DeepSpeed engine.
 * :class:`LRSchedule`: one policy optimizer's learning rate as a function of its optimizer-step count,
   ``base_lr * lr_factor(k)`` (:func:`lr_factor`, the closed forms of Hugging Face's
   ``get_{constant,linear,cosine_with_min_lr}_schedule_with_warmup``). The run's total
-  (:func:`policy_optimizer_steps`) is counted as :func:`c3_plugin.run_budget.expected_budget` counts it.
+  (:func:`policy_optimizer_steps`) is counted as :func:`c3_plugin.run.budget.expected_budget` counts it.
 * :class:`KLController`: the KL coefficient, fixed, or adapted after every rollout batch as in
   Ziegler et al. (2019) and TRL/OpenRLHF's ``AdaptiveKLController``.
 """
@@ -18,7 +18,6 @@ import math
 from typing import Any, Sequence
 
 import numpy as np
-import torch
 
 SCHEDULES = ("constant", "cosine", "linear")
 KL_ESTIMATORS = ("k1", "k2", "k3")
@@ -28,11 +27,6 @@ def adam_kwargs(args: Any) -> dict[str, Any]:
     """AdamW's hyper-parameters (all but the learning rate) from a config."""
     return {"betas": (float(args.adam_beta1), float(args.adam_beta2)), "eps": float(args.adam_eps),
             "weight_decay": float(args.weight_decay)}
-
-
-def make_policy_optimizer(params: Sequence[torch.nn.Parameter], lr: float, args: Any) -> torch.optim.AdamW:
-    """The optimizer of one policy (an agent's model, a LoRA adapter, or a model every role shares)."""
-    return torch.optim.AdamW(list(params), lr=float(lr), **adam_kwargs(args))
 
 
 def lr_factor(kind: str, step: int, total: int, warmup: int, min_ratio: float = 0.0) -> float:
@@ -88,9 +82,9 @@ def policy_optimizer_steps(args: Any, workflow: Any, train: Any, groups: Sequenc
     agents that share one model, one optimizer): per rollout batch, ``ppo_epochs`` passes of
     ``ceil(messages / minibatch_size)`` steps (1 without a minibatch size) over the messages its agents are
     credited for, MAPPO's critic warm-up batches excluded. ``train`` is the training set (or its row count)."""
-    from ..curriculum import epoch_rows
-    from ..plan import parse_plan
-    from ..rollout import unique_samples
+    from c3_plugin.core.curriculum import epoch_rows
+    from c3_plugin.core.plan import parse_plan
+    from c3_plugin.core.rollout import unique_samples
 
     plan = parse_plan(args.plan)
     branching = plan.branching(workflow.num_decisions)

@@ -30,8 +30,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..rewards import leaf_rewards
-from ..workflow import EPISODE_END, Workflow, join_messages, workflow_from_dict
+from c3_plugin.core.rewards import leaf_rewards
+from c3_plugin.core.workflow import EPISODE_END, Workflow, join_messages, workflow_from_dict
 
 
 def turn_role(agent: int, turn: int) -> str:

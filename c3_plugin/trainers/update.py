@@ -20,8 +20,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from ..loss import ppo_loss, sequence_logprobs
-from ..precision import check_trainable_fp32
+from c3_plugin.core.loss import ppo_loss, sequence_logprobs
+from c3_plugin.scale.precision import check_trainable_fp32
 
 
 @dataclass
@@ -43,12 +43,12 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, 
     A learning-rate ``schedule`` (:class:`~.optim.LRSchedule`) sets the rate before every step and
     counts it after.
 
-    With a DeepSpeed ``engine`` (data parallelism, :mod:`c3_plugin.distributed`) ``samples`` are this
+    With a DeepSpeed ``engine`` (data parallelism, :mod:`c3_plugin.scale.distributed`) ``samples`` are this
     rank's share: each optimizer step takes ``minibatch_size / world`` of every rank's messages (all of
     them when ``minibatch_size`` is None), the token counts that weight the loss are global, and every
     rank runs the same number of steps and micro-batches (a rank short of messages runs zero-weight
     passes), so the step equals the one-process step on the combined minibatch."""
-    from ..distributed import all_sum, context
+    from c3_plugin.scale.distributed import all_sum, context
 
     samples = [s for s in samples if s.completion_ids and trained_tokens(s) > 0]
     world = context().world if engine is not None else 1

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from c3_plugin.domain import Domain, single_train_source
-from c3_plugin.sources import check_overlap
+from c3_plugin.core.domain import Domain, probe_only, single_train_source
+from c3_plugin.core.sources import check_overlap
 
 from .assertions import Assertion, AssertionFormError, compile_assertion, defined_names
 from .data import CodeDatasetError, decode_tests, evaluate_constants, load_split
@@ -98,10 +98,10 @@ def dry_run_probe(config: CodeConfig | None = None) -> dict[str, Any]:
     return report
 
 
-DOMAIN = Domain(name="code", load_datasets=load_datasets, workflows=workflows, reward=reward,
-                eval_logger=make_eval_logger(reasoner_actor()), eval_aggregator=eval_aggregator, dry_run_probe=dry_run_probe,
-                config_cls=CodeConfig, default_workflow="reasoner_actor", make_eval_logger=make_eval_logger, outcome=outcome,
-                validate_config=configure_from)
+DOMAIN = Domain(name="code", load_datasets=load_datasets, workflows=workflows,
+                make_reward=lambda config: reward,  # one reward; the config reaches the sandbox through validate_config
+                make_eval_logger=make_eval_logger, eval_aggregator=eval_aggregator, dry_run=probe_only(dry_run_probe),
+                config_cls=CodeConfig, default_workflow="reasoner_actor", outcome=outcome, validate_config=configure_from)
 
 __all__ = ["Assertion", "AssertionFormError", "CodeConfig", "CodeDatasetError", "DOMAIN", "Limits", "Sandbox", "SandboxError", "Test",
            "TestResult", "compile_assertion", "configure", "decode", "decode_tests", "encode", "equal", "execute", "extract_code",

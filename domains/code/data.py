@@ -28,7 +28,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from c3_plugin.sources import local_path, where
+from c3_plugin.core.sources import local_path, where
 
 from .assertions import Assertion, AssertionFormError, compile_assertion, defined_names, parse_module
 from .runner import encode
@@ -205,7 +205,7 @@ def _mbpp_seconds(sandbox: Sandbox, rows: Sequence[Mapping[str, Any]], name: str
 
 # MBPP+'s JSON file turned the tuples, complex numbers and sets of its inputs into lists and
 # strings. These converters give them back, per task and argument, as EvalPlus does when it loads
-# the file (``mbpp_deserialize_inputs``); tests/test_code_scoring.py checks that every task's base
+# the file (``mbpp_deserialize_inputs``); tests/domains/test_code_scoring.py checks that every task's base
 # inputs then equal, type for type, the arguments of the original asserts in its ``assertion`` field
 # (except the tasks listed there, whose canonical solutions take lists where MBPP wrote tuples).
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from c3_plugin.workflow import Workflow, workflow_from_dict
+from c3_plugin.core.workflow import Workflow, workflow_from_dict
 
 PLAN = "You are the Reasoner. Read the task and write a short numbered plan for the function. Do not write code."
 CODE = "You are the Actor. Implement the function in Python following the plan. Reply with one ```python code block."

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from c3_plugin.rewards import batched
+from c3_plugin.core.rewards import batched
 
 from .data import decode_tests
 from .sandbox import Sandbox, Test, TestResult, default_sandbox
@@ -90,7 +90,7 @@ def make_reward(timeout_s: float | None = None, sandbox: Sandbox | None = None):
             cache.put(ResultCache.key(code, item), res)
         return [rate(r) for r in results]
 
-    batched(reward)  # one call judges a batch's sandboxes together (c3_plugin.rewards)
+    batched(reward)  # one call judges a batch's sandboxes together (c3_plugin.core.rewards)
     reward.reward_range = (0.0, 1.0)
     reward.results = cache  # the per-test results behind recent rewards (read by make_outcome)
     reward.timeout_s, reward.sandbox = timeout_s, sandbox

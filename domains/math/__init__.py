@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from c3_plugin.domain import Domain
-from c3_plugin.rewards import batched
-from c3_plugin.workflow import Workflow
+from c3_plugin.core.domain import Domain, probe_only
+from c3_plugin.core.rewards import batched
+from c3_plugin.core.workflow import Workflow
 
 from .answer import _normalise, last_boxed, score
 from .data import SUITES, check_overlap, load_datasets, load_split, synthetic_rows
@@ -86,10 +86,10 @@ def dry_run_probe(config: MathConfig | None = None) -> dict[str, Any]:
     return {"probe_reward": right, "probe_unboxed_reward": unboxed, "probe_malformed_reward": malformed, "probe_ok": ok}
 
 
-DOMAIN = Domain(name="math", load_datasets=load_datasets, workflows=workflows, reward=reward,
-                eval_logger=default_eval_logger, eval_aggregator=eval_aggregator, dry_run_probe=dry_run_probe,
-                config_cls=MathConfig, default_workflow="reasoner_actor", make_reward=make_reward, formatters=formatters, make_eval_logger=make_eval_logger, outcome=outcome)
+DOMAIN = Domain(name="math", load_datasets=load_datasets, workflows=workflows, make_reward=make_reward,
+                make_eval_logger=make_eval_logger, eval_aggregator=eval_aggregator, dry_run=probe_only(dry_run_probe),
+                config_cls=MathConfig, default_workflow="reasoner_actor", formatters=formatters, outcome=outcome)
 
-__all__ = ["DOMAIN", "MathConfig", "SUITES", "check_overlap", "dry_run_probe", "eval_aggregator", "formatters",
+__all__ = ["DOMAIN", "MathConfig", "SUITES", "check_overlap", "default_eval_logger", "dry_run_probe", "eval_aggregator", "formatters",
            "last_boxed", "load_datasets", "load_split", "make_eval_logger", "make_reward", "math_workflow", "outcome", "reward", "score",
            "synthetic_rows", "workflows"]

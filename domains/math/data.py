@@ -15,8 +15,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from c3_plugin.errors import DatasetError
-from c3_plugin.sources import check_overlap, local_path, where
+from c3_plugin.core.errors import DatasetError
+from c3_plugin.core.sources import check_overlap, local_path, where
 
 from .answer import last_boxed
 
@@ -252,7 +252,7 @@ def check_sources(specs: Any) -> None:
 
 def mix_sources(sources: Sequence[tuple[Mapping[str, Any], list[dict]]], seed: int) -> list[dict]:
     """The train set of several sources (``dataset.train`` as a list; the definition is documented at
-    ``c3_plugin/config.py:DatasetSection.train``): without weights every row of every source once, in
+    ``c3_plugin/core/config.py:DatasetSection.train``): without weights every row of every source once, in
     source order; with weights, as many rows as the sources hold together, split by :func:`mix_counts`
     and drawn from each source by :func:`draw`."""
     weights = [spec.get("weight") for spec, _ in sources]

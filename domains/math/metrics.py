@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from c3_plugin.workflow import Workflow
+from c3_plugin.core.workflow import Workflow
 
 from .answer import last_boxed, score, score_lenient
 

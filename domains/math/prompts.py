@@ -6,7 +6,7 @@ and the messages it reads. Only the final role answers, within \\boxed{}.
 
 from __future__ import annotations
 
-from c3_plugin.workflow import Workflow, load_workflow, workflow_from_dict
+from c3_plugin.core.workflow import Workflow, load_workflow, workflow_from_dict
 
 TEAM = {
     "reasoner_actor": "Two agents (Reasoner -> Actor) solve a math problem together.",

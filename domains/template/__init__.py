@@ -13,9 +13,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from c3_plugin.domain import Domain, single_train_source
-from c3_plugin.rewards import batched
-from c3_plugin.workflow import Workflow, workflow_from_dict
+from c3_plugin.core.domain import Domain, probe_only, single_train_source
+from c3_plugin.core.rewards import batched
+from c3_plugin.core.workflow import Workflow, workflow_from_dict
 
 WORDS = ("apple", "river", "stone", "cloud", "maple", "ember", "quartz", "meadow")
 
@@ -100,6 +100,6 @@ def dry_run_probe(config: TemplateConfig | None = None) -> dict[str, Any]:
     return {"probe_reward": right, "probe_wrong_reward": wrong, "probe_ok": right == 1.0 and wrong == 0.0}
 
 
-DOMAIN = Domain(name="template", load_datasets=load_datasets, workflows=workflows, reward=reward, eval_logger=eval_logger,
-                eval_aggregator=eval_aggregator, dry_run_probe=dry_run_probe, config_cls=TemplateConfig,
-                default_workflow="echo_pair", make_reward=make_reward, outcome=outcome)
+DOMAIN = Domain(name="template", load_datasets=load_datasets, workflows=workflows, make_reward=make_reward,
+                make_eval_logger=lambda workflow: eval_logger, eval_aggregator=eval_aggregator,
+                dry_run=probe_only(dry_run_probe), config_cls=TemplateConfig, default_workflow="echo_pair", outcome=outcome)

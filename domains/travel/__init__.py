@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Mapping, Sequence
 
-from c3_plugin.domain import Domain, single_train_source
-from c3_plugin.workflow import Workflow
+from c3_plugin.core.domain import Domain, single_train_source
+from c3_plugin.core.registry import is_centralized
+from c3_plugin.core.workflow import Workflow
 
 from .actions import ROLE_NAMES, merger, owned_slots, parse_action, plan_to_actions, render_action
 from .catalog import CatalogError, parse_reference, route_scaffold
@@ -20,7 +21,7 @@ from .evaluate import evaluate_joint, task_of
 from .joint import (JOINT_ROLE, TravelJointAdapter, is_joint, item_days, joint_eval_logger, joint_grammar, joint_prefill,
                     joint_probe, joint_reward, joint_workflow, plan_to_joint, split_joint)
 from .prompts import prefill, prompt_fields, skeleton_days, travel_workflow, workflows as role_workflows
-from c3_plugin.rewards import batched
+from c3_plugin.core.rewards import batched
 
 from .reward import NAME as REWARD_BACKEND, RANGE as REWARD_RANGE, VARIANTS as REWARD_VARIANTS, make_reward, reward, terms
 
@@ -86,7 +87,7 @@ def workflows() -> dict[str, Workflow]:
 def grammar(prompt: Any, max_value_tokens: int = 64):
     """The forced JSON skeleton of a travel role's prompt (None for other prompts): the role's owned
     slots for the trip length its checklist states (all seven fields of every day for the joint planner)."""
-    from c3_plugin.structured import Skeleton
+    from c3_plugin.core.structured import Skeleton
 
     if prompt.role == JOINT_ROLE:
         return joint_grammar(prompt, max_value_tokens)
@@ -179,11 +180,20 @@ def make_eval_logger(workflow: Workflow):
     return joint_eval_logger if is_joint(workflow) else eval_logger
 
 
-DOMAIN = Domain(name="travel", load_datasets=load_datasets, workflows=workflows, reward=reward, eval_logger=eval_logger,
-                eval_aggregator=eval_aggregator, dry_run_probe=dry_run_probe, config_cls=TravelConfig,
-                default_workflow="travel_planners", make_reward=lambda cfg: batched(make_reward(cfg.reward)), merger=merger, make_eval_logger=make_eval_logger, outcome=outcome,
-                validate_config=validate_config, grammar=make_grammar, wandb_keys=lambda cfg: list(cfg.wandb_keys),
-                dry_run_extra=dry_run_extra, joint_probe=joint_probe, joint_adapter=TravelJointAdapter)
+def dry_run(cfg: Any, train: Any, evals: Any) -> dict[str, Any]:
+    """The travel domain's ``--dry-run`` fields: the probe, the split and catalog checks on the configured data, and
+    under a centralized joint actor the joint contract's probe."""
+    out = {"probe": dry_run_probe(cfg.domain_cfg), **dry_run_extra(cfg, train, evals)}
+    if is_centralized(cfg.algorithm):
+        out["joint_probe"] = joint_probe(list(train))
+    return out
+
+
+DOMAIN = Domain(name="travel", load_datasets=load_datasets, workflows=workflows,
+                make_reward=lambda cfg: batched(make_reward(cfg.reward)), make_eval_logger=make_eval_logger,
+                eval_aggregator=eval_aggregator, dry_run=dry_run, config_cls=TravelConfig, default_workflow="travel_planners",
+                merger=merger, outcome=outcome, validate_config=validate_config, grammar=make_grammar,
+                wandb_keys=lambda cfg: list(cfg.wandb_keys), joint_adapter=TravelJointAdapter)
 
 __all__ = ["DOMAIN", "JOINT_ROLE", "METRICS", "REWARD_BACKEND", "REWARD_RANGE", "TravelConfig", "TravelJointAdapter", "all_dash", "catalog_report", "eval_aggregator",
            "eval_logger", "evaluate_joint", "grammar", "is_joint", "joint_eval_logger", "joint_grammar", "joint_reward", "joint_workflow",

@@ -11,7 +11,7 @@ value text, with the same per-value token cap.
 Output budget: a joint action has ``7 x days`` values, exactly the Logistics role's
 ``3 x days`` plus the Experience role's ``4 x days``, each under the same
 ``travel.max_value_tokens``; its worst-case length
-(:func:`c3_plugin.structured.max_completion_tokens` of the joint skeleton, which the
+(:func:`c3_plugin.core.structured.max_completion_tokens` of the joint skeleton, which the
 generation backend uses as the token cap, so a joint message is never cut mid-schema) is the
 sum of the two roles' worst cases plus one forced ``between`` segment and minus one closing
 segment (:func:`output_budget`). The nominal ``max_new_tokens`` of a centralized run is the
@@ -44,7 +44,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping, Sequence
 
-from c3_plugin.workflow import Workflow, workflow_from_dict
+from c3_plugin.core.workflow import Workflow, workflow_from_dict
 
 from .actions import EMPTY, FIELDS, ROLE_FIELDS, ROLE_NAMES, owned_slots, owner, render_action
 from .prompts import CONVENTIONS, prompt_fields, skeleton_days
@@ -99,7 +99,7 @@ def joint_slots(days: int) -> list[tuple[int, str]]:
 
 def joint_prefill() -> str:
     """The joint planner's assistant prefill: the JSON up to the first value's opening quote."""
-    from c3_plugin.structured import Skeleton
+    from c3_plugin.core.structured import Skeleton
 
     return Skeleton(tuple(joint_slots(1))).prefill()
 
@@ -121,7 +121,7 @@ def joint_grammar(prompt: Any, max_value_tokens: int = 64):
     """The forced skeleton of the joint planner's prompt: all ``7 x days`` slots (None for other prompts).
 
     The trip length comes from the prompt's ``Trip length: N days`` line, as for a role."""
-    from c3_plugin.structured import Skeleton
+    from c3_plugin.core.structured import Skeleton
 
     if prompt.role != JOINT_ROLE or prompt.prefix != joint_prefill():
         return None
@@ -133,7 +133,7 @@ def joint_grammar(prompt: Any, max_value_tokens: int = 64):
 
 def output_budget(tokenizer: Any, days: int, max_value_tokens: int) -> dict[str, int]:
     """Worst-case completion tokens of each role's skeleton and of the joint skeleton."""
-    from c3_plugin.structured import Skeleton, max_completion_tokens
+    from c3_plugin.core.structured import Skeleton, max_completion_tokens
 
     roles = [max_completion_tokens(tokenizer, Skeleton(tuple(owned_slots(a, days)), max_value_tokens)) for a in range(2)]
     joint = max_completion_tokens(tokenizer, Skeleton(tuple(joint_slots(days)), max_value_tokens))

@@ -9,7 +9,7 @@ import math
 import re
 from typing import Any, Mapping
 
-from c3_plugin.workflow import Workflow, workflow_from_dict
+from c3_plugin.core.workflow import Workflow, workflow_from_dict
 
 from .actions import EMPTY, ROLE_FIELDS, ROLE_NAMES, owned_slots
 from .catalog import Accommodation, Ground
@@ -209,7 +209,7 @@ SYSTEM = ("You are the {role} planner of a two-agent travel team. You own {field
 
 def prefill(agent: int) -> str:
     """The assistant prefill: the JSON up to the opening quote of the first owned value."""
-    from c3_plugin.structured import Skeleton
+    from c3_plugin.core.structured import Skeleton
 
     return Skeleton(tuple(owned_slots(agent, 1))).prefill()
 

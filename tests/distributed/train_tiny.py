@@ -1,5 +1,5 @@
 """A short training run of tiny random models on the template domain, through the run path
-(``c3_plugin.run.train``), under torchrun or as one process.
+(``c3_plugin.run.train.train``), under torchrun or as one process.
 
     torchrun --nproc_per_node 2 tests/distributed/train_tiny.py '<config JSON>' [KILL_RANK:KILL_AT_UPDATE]
 
@@ -11,9 +11,9 @@ import os
 import signal
 import sys
 
-from c3_plugin.config import load_config
-from c3_plugin.run import train
-from c3_plugin.testing import tiny_model, tiny_tokenizer
+from c3_plugin.core.config import load_config
+from c3_plugin.run.train import train
+from c3_plugin.run.testing import tiny_model, tiny_tokenizer
 
 
 def main() -> None:

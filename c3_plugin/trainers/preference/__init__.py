@@ -17,7 +17,7 @@ fixed task reward. What changes against CoMLRL:
   the other kind, or a text-only CoMLRL record, is rejected; with
   ``comparator_generation_mode=centralized`` (iterative trainers) one teacher, policy index 0's
   comparator model, writes the joint action, which is split into the role actions and encoded
-  under each actor's own prompt and skeleton (:func:`~c3_plugin.structured.encode_values`); a
+  under each actor's own prompt and skeleton (:func:`~c3_plugin.core.structured.encode_values`); a
   projection that is not a valid role action is scored but forms no pair;
 * **likelihood**: a sequence's log-prob covers exactly its stored continuation ids, the final
   selected token included, restricted to value tokens by the loss mask, summed
@@ -43,12 +43,12 @@ joint DPO), :mod:`.madpo`, :mod:`.marlhf` (with :mod:`.reward_model`) and :mod:`
 its trainer each).
 """
 
-from .fields import PreferenceFields
-from .iterative import WorkflowMADPOIterConfig, WorkflowMADPOIterTrainer, WorkflowMARLHFIterConfig, WorkflowMARLHFIterTrainer
-from .likelihood import MaskedPreferenceTensors, dropout_fields
-from .madpo import WorkflowMADPOConfig, WorkflowMADPOTrainer
-from .marlhf import WorkflowMARLHFConfig, WorkflowMARLHFTrainer
-from .reward_model import BackboneRewardModel
+from c3_plugin.trainers.preference.fields import PreferenceFields
+from c3_plugin.trainers.preference.iterative import WorkflowMADPOIterConfig, WorkflowMADPOIterTrainer, WorkflowMARLHFIterConfig, WorkflowMARLHFIterTrainer
+from c3_plugin.trainers.preference.likelihood import MaskedPreferenceTensors, dropout_fields
+from c3_plugin.trainers.preference.madpo import WorkflowMADPOConfig, WorkflowMADPOTrainer
+from c3_plugin.trainers.preference.marlhf import WorkflowMARLHFConfig, WorkflowMARLHFTrainer
+from c3_plugin.trainers.preference.reward_model import BackboneRewardModel
 
 __all__ = ["BackboneRewardModel", "MaskedPreferenceTensors", "PreferenceFields", "WorkflowMADPOConfig", "WorkflowMADPOIterConfig",
            "WorkflowMADPOIterTrainer", "WorkflowMADPOTrainer", "WorkflowMARLHFConfig", "WorkflowMARLHFIterConfig",

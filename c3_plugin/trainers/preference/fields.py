@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...loss import SEQUENCE_AGGREGATIONS as AGGREGATIONS
+from c3_plugin.core.loss import SEQUENCE_AGGREGATIONS as AGGREGATIONS
 
 
 @dataclass

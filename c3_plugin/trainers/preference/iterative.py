@@ -12,11 +12,11 @@ import torch
 from comlrl.trainers.preference.iterative import MADPOIterConfig, MADPOIterTrainer, MARLHFIterConfig, MARLHFIterTrainer
 from comlrl.trainers.preference.madpo import PreferencePair
 
-from ...registry import Capabilities
-from .bridge import PreferenceBridge, all_tied_message
-from .fields import PreferenceFields
-from .likelihood import MaskedPreferenceTensors
-from .marlhf import MARLHFBridge
+from c3_plugin.core.registry import Capabilities
+from c3_plugin.trainers.preference.shared import PreferenceBridge, all_tied_message
+from c3_plugin.trainers.preference.fields import PreferenceFields
+from c3_plugin.trainers.preference.likelihood import MaskedPreferenceTensors
+from c3_plugin.trainers.preference.marlhf import MARLHFBridge
 
 RECORD_KIND = False  # the "joint" marker of this trainer family's replay records (decentralized actors)
 
@@ -107,12 +107,12 @@ class IterativeBridge:
 
         Per role the result is a workflow generation dict whose prompt ids are the actor's own
         prompt (as for a native generation) and whose completion ids/masks are
-        :func:`~c3_plugin.structured.encode_values` of the projected values under the role's
+        :func:`~c3_plugin.core.structured.encode_values` of the projected values under the role's
         skeleton. A projection that is not a strictly valid role action (failed split, missing or
         duplicated slots, a value the role grammar could not produce) keeps its text and reward
         but has no ids: ``completion_valid[0][j]`` is False and the pair builder excludes it
         from pairs."""
-        from c3_plugin.protocol import Prompt, encode_prompt
+        from c3_plugin.core.protocol import Prompt, encode_prompt
 
         adapter = self.centralized_comparator_adapter
         wf = adapter.workflow
@@ -241,7 +241,7 @@ def _project(tokenizer: Any, skeleton: Any, text: str) -> tuple[list[int], list[
     exactly ``skeleton.render(values)`` for values the role grammar can produce."""
     import json
 
-    from c3_plugin.structured import encode_values
+    from c3_plugin.core.structured import encode_values
 
     try:
         data = json.loads(text)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import random
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -14,11 +14,14 @@ import torch.nn.functional as F
 from comlrl.trainers.preference.madpo import PreferencePair
 from comlrl.trainers.preference.marlhf import MARLHFConfig, MARLHFTrainer
 
-from ...registry import Capabilities
-from ...precision import keep_fp32_masters
-from .bridge import PreferenceBridge, move_optimizer_state
-from .fields import PreferenceFields
-from .reward_model import BackboneRewardModel, backbone_of
+from c3_plugin.core.registry import Capabilities
+from c3_plugin.scale.optimizers import make_adamw
+from c3_plugin.scale.policies import load_pretrained, load_tokenizer_for
+from c3_plugin.scale.precision import keep_fp32_masters
+from c3_plugin.trainers.preference.shared import PreferenceBridge, move_optimizer_state
+from c3_plugin.trainers.preference.fields import PreferenceFields
+from c3_plugin.trainers.streamed_pg import StreamedPolicyGradient
+from c3_plugin.trainers.preference.reward_model import BackboneRewardModel, backbone_of
 
 
 @dataclass
@@ -35,7 +38,7 @@ class WorkflowMARLHFConfig(PreferenceFields, MARLHFConfig):
     reward_model_name: str | None = None  # reward backbone source (None: a snapshot of agent 0's initial backbone)
 
 
-class MARLHFBridge(PreferenceBridge):
+class MARLHFBridge(StreamedPolicyGradient, PreferenceBridge):
     """Reward model and MAGRPO online stage of the workflow MARLHF trainers."""
 
     def __init__(self, *args: Any, **kwargs: Any):
@@ -72,14 +75,12 @@ class MARLHFBridge(PreferenceBridge):
         """A fresh :class:`BackboneRewardModel` on CPU: ``reward_model_name`` loaded with ``AutoModel`` (no LM
         head), or the snapshot of agent 0's initial backbone. It moves to ``reward_model_device`` when it is
         fitted (after the actors went to CPU) or first scores."""
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoModel
 
         source = self.args.reward_model_name
         if source:
-            backbone = AutoModel.from_pretrained(source, **self._model_kwargs_from_config())
-            tokenizer = AutoTokenizer.from_pretrained(source)
-            if tokenizer.pad_token_id is None:
-                tokenizer.pad_token = tokenizer.eos_token
+            backbone = load_pretrained(AutoModel, source, "reward_model_name", **self._model_kwargs_from_config())
+            tokenizer = load_tokenizer_for(source, "reward_model_name")
         else:
             config, state, dtype = self._reward_template
             backbone = AutoModel.from_config(copy.deepcopy(config), dtype=dtype)
@@ -91,8 +92,7 @@ class MARLHFBridge(PreferenceBridge):
         keep_fp32_masters(model, compute_dtype=self.compute_dtypes[0])  # fp32 masters, the agents' compute dtype
         self.reward_model = model
         self.reward_tokenizer = tokenizer
-        self.reward_optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
-                                                  lr=float(self.args.reward_learning_rate))
+        self.reward_optimizer = make_adamw([p for p in model.parameters() if p.requires_grad], self.args.reward_learning_rate)
 
     def _train_reward_model(self, preference_pairs: list[PreferencePair]) -> None:
         """Bradley-Terry fit on the joint texts; then the optimizer is released, the model frozen for
@@ -155,60 +155,7 @@ class MARLHFBridge(PreferenceBridge):
             att[i, : len(r)] = 1
         return self.reward_model(input_ids=ids.to(self.reward_device), attention_mask=att.to(self.reward_device))
 
-    # ----- online MAGRPO stage ------------------------------------------------------------------
-    def _pack_completions_for_buffer(self, completions_data: dict[str, Any]) -> dict[str, Any]:
-        packed = super()._pack_completions_for_buffer(completions_data)
-        packed["completion_loss_masks"] = [list(m) for m in completions_data["completion_loss_masks"][0]]
-        return packed
-
-    def _pg_advantages(self, completions_data: Mapping[str, Any], returns: Sequence[float]) -> torch.Tensor:
-        """CoMLRL's advantages: returns (minus a reference KL when enabled), group baseline, optional z-score."""
-        r = torch.tensor(list(returns), dtype=torch.float32)
-        adv = self._compute_advantages(self._apply_reference_kl_to_returns(r, completions_data))
-        if self.args.advantage_normalization and adv.numel() > 1:
-            adv = (adv - adv.mean()) / adv.std(unbiased=False).clamp(min=1e-6)
-        return adv
-
-    def _pg_terms(self, agent_idx: int, completions_data: Mapping[str, Any], returns: Sequence[float]):
-        """Yield each sequence's policy-gradient loss ``-A_j log pi(y_j) / n`` (masked log-probs), one graph at a time."""
-        adv = self._pg_advantages(completions_data, returns)
-        prompt = completions_data["prompt_input_ids"][0]
-        seqs = completions_data["completion_input_ids"][0]
-        masks = completions_data["completion_loss_masks"]
-        n = min(len(seqs), adv.numel())
-        for j in range(n):
-            lp = self._sequence_log_prob(agent_idx, prompt, seqs[j], masks[j])
-            yield -lp * float(adv[j]) / n
-
-    def _compute_loss_with_gradients(self, agent: Any, completions_data: Mapping[str, Any], returns: Sequence[float]) -> torch.Tensor:
-        """The whole node's loss at once (CoMLRL's contract); training uses the streamed :meth:`_update_from_samples`."""
-        agent_idx = next(i for i, a in enumerate(self.agents) if a is agent)
-        terms = list(self._pg_terms(agent_idx, completions_data, returns))
-        loss = torch.stack(terms).sum() if terms else torch.zeros(())
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite policy loss for agent {agent_idx}: {float(loss)}")
-        return loss
-
-    def _update_from_samples(self, agent_idx: int, samples: list[Any]) -> None:
-        """CoMLRL's per-agent update (batches of ``train_batch_size`` nodes, mean over nodes), streamed:
-        each sequence's graph is backpropagated before the next is built."""
-        if not samples:
-            return
-        random.shuffle(samples)
-        size = int(getattr(self.args, "train_batch_size", len(samples)) or 1)
-        opt = self.optimizers[agent_idx]
-        for start in range(0, len(samples), size):
-            batch = samples[start:start + size]
-            opt.zero_grad(set_to_none=True)
-            for sample in batch:
-                for term in self._pg_terms(agent_idx, sample.completions_data, sample.returns):
-                    loss = term / len(batch)
-                    if not torch.isfinite(loss):
-                        raise FloatingPointError(f"non-finite policy loss for agent {agent_idx}: {float(loss)}")
-                    if loss.requires_grad:
-                        loss.backward()
-            opt.step()
-
+    # ----- online MAGRPO stage: StreamedPolicyGradient ------------------------------------------
     def _drain_ready_buffers(self, ready_agents: list[int]) -> None:
         """Update the ready agents; log ``turn_1/*`` (learned-reward scores) once per joint step."""
         if not ready_agents:

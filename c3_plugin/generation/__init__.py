@@ -1,0 +1,2 @@
+"""Generation backends behind ``core.protocol.GenerationBackend``: Hugging Face ``generate`` (``hf``), vLLM
+(``vllm``) and the CoMLRL generation-hook adapter (``hook``)."""

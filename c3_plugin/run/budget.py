@@ -1,0 +1,119 @@
+"""What a run will spend, from its config alone: env steps, messages and optimizer updates per agent
+(curriculum-aware), and which decision points get a gradient. Read by the dry-run, ``c3 compare`` and
+the cluster plan before anything loads.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from c3_plugin.core.config import RunConfig
+from c3_plugin.core.plan import parse_plan
+from c3_plugin.core.rollout import unique_samples
+from c3_plugin.core.workflow import Workflow
+from c3_plugin.core.registry import capabilities
+
+
+def credited_decisions(algorithm: str, plan: Any, workflow: Workflow) -> list[int]:
+    """Decision points whose messages are trained on: C3's groups; every decision for MAGRPO/MAPPO."""
+    plan = parse_plan(plan)
+    if plan.kind == "independent":
+        return list(range(workflow.num_decisions))
+    return plan.credit_points(workflow.num_decisions)
+
+
+def decision_gradients(algorithm: str, plan: Any, workflow: Workflow) -> dict[str, Any]:
+    """Which decision points get a gradient (``<role>_u<u>``, as in the ``credit/*`` keys), and a warning
+    for each that MAGRPO (``independent B``, every decision trained) would train but this plan does not:
+    C3 forms no group where a context has a single alternative (``b_u = 1``)."""
+    names = [f"{s.name}_u{u}" for u, s in enumerate(workflow.decision_steps)]
+    trained = set(credited_decisions(algorithm, plan, workflow))
+    untrained = [names[u] for u in range(len(names)) if u not in trained]
+    out: dict[str, Any] = {"trained_decisions": [names[u] for u in sorted(trained)], "untrained_decisions": untrained}
+    if untrained:
+        out["warnings"] = [f"{algorithm} with plan '{parse_plan(plan).describe()}': no gradient for {', '.join(untrained)} "
+                           "(one alternative per context, so no group), while MAGRPO trains every decision; give a "
+                           "decision 2 or more alternatives in the plan to train it"]
+    return out
+
+
+def preference_budget(cfg: RunConfig, rows: int) -> dict[str, Any]:
+    """What a preference run (MADPO, MARLHF and their iterative forms) collects and trains on.
+
+    Collection: every prompt of every refresh samples ``preference_num_candidates`` joint
+    candidates (plus as many comparator candidates in the iterative forms). MADPO then trains on
+    at most ``pairs_per_sample`` pairs per prompt per epoch, each pair counting
+    ``environment_steps_per_pair`` env steps (replayed pairs included: an upper bound, ties give
+    fewer); MARLHF runs ``num_generations`` online joint rollouts per prompt per epoch."""
+    a = cfg.algo
+    iterative = capabilities(a).iterative
+    refreshes = int(a.num_iterations) if iterative else 1
+    target = int(a.preference_num_candidates)
+    comparator = int(getattr(a, "comparator_num_candidates", None) or target) if iterative else 0
+    epochs = int(a.num_train_epochs)
+    out: dict[str, Any] = {"refreshes": refreshes, "candidates_per_prompt": {"target": target, "comparator": comparator},
+                           "preference_joint_rollouts": refreshes * rows * (target + comparator),
+                           "epochs_per_refresh": epochs}
+    if capabilities(a).learned_reward:  # MARLHF: a learned reward, then online MAGRPO
+        out["online_joint_rollouts"] = refreshes * epochs * rows * int(a.num_generations)
+        out["expected_env_steps"] = out["online_joint_rollouts"]
+        out["reward_model"] = {"name": a.reward_model_name or cfg.agent_model.name, "refits": refreshes,
+                               "device": a.reward_model_device}
+    else:
+        pairs = int(a.preference_pairs_per_sample or 0)
+        out["pair_counted_env_steps_upper_bound"] = refreshes * epochs * rows * pairs * int(a.environment_steps_per_pair)
+        out["expected_env_steps"] = out["pair_counted_env_steps_upper_bound"]
+    if iterative:
+        out["comparator"] = {"policy": a.comparator_policy, "generation_mode": a.comparator_generation_mode,
+                             "devices": a.comparator_devices, "history_k": a.comparator_history_k,
+                             "model": a.comparator_model_name}
+        out["replay"] = {"mode": a.preference_replay_mode, "lambda": a.preference_replay_lambda}
+    return out
+
+
+def expected_budget(cfg: RunConfig, workflow: Workflow, train: Any) -> dict[str, Any]:
+    """Env steps, messages and optimizer updates per agent the run will spend (curriculum-aware);
+    ``train`` is the training dataset or its row count."""
+    from c3_plugin.core.curriculum import epoch_rows
+
+    a = cfg.algo
+    if capabilities(a).budget == "preference":
+        return preference_budget(cfg, train if isinstance(train, int) else len(train))
+    if capabilities(a).budget == "per_prompt":  # the centralized joint actor: one decision point, num_generations joint actions
+        from c3_plugin.trainers.joint import joint_magrpo_budget
+
+        return joint_magrpo_budget(a, train)
+    plan = parse_plan(a.plan)
+    k = workflow.num_decisions
+    branching = plan.branching(k)
+    epochs = int(a.num_train_epochs)
+    ipu = int(a.instances_per_update)
+    phases, rows_per_epoch = epoch_rows(getattr(a, "curriculum", None), epochs, train)
+    batches = [min(ipu, rows - s) for rows in rows_per_epoch for s in range(0, rows, ipu)]
+    shared = bool(getattr(a, "share_parallel_samples", False)) and plan.kind != "independent"
+    unique = unique_samples(workflow, branching, shared)  # messages sampled (and trained) per instance per decision
+    credited = credited_decisions(cfg.algorithm, plan, workflow)
+    warmup = int(getattr(a, "critic_warmup_updates", 0))
+    updates = []
+    for agent in range(workflow.num_agents):
+        per_instance = sum(unique[u] for u in credited
+                           if workflow.roles[workflow.decision_steps[u].name].agent == agent)
+        total = 0
+        for b, size in enumerate(batches):
+            if b < warmup or per_instance == 0:
+                continue
+            samples = per_instance * size
+            total += int(a.ppo_epochs) * (math.ceil(samples / a.minibatch_size) if a.minibatch_size else 1)
+        updates.append(total)
+    instances = sum(rows_per_epoch)
+    messages = sum(unique)  # a shared sample counts once
+    out = {"plan": plan.describe(), "branching": list(branching), "epochs": epochs, "rollout_batches": len(batches),
+           "expected_env_steps": instances * plan.leaves(k), "expected_messages": instances * messages,
+           "leaves_per_instance": plan.leaves(k), "messages_per_instance": messages,
+           "expected_optimizer_updates_per_agent": updates}
+    if phases:
+        out["curriculum"] = [{"name": p.name, "epochs": p.epochs, "where": {f: list(v) for f, v in (p.where or {}).items()},
+                              "rows": len(p.rows(train)), "env_steps": p.epochs * len(p.rows(train)) * plan.leaves(k),
+                              "eval_every_env_steps": p.eval_every} for p in phases]
+    return out

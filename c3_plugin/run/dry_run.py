@@ -1,0 +1,174 @@
+"""The dry-run: everything but the accelerator is checked (data, workflow, plan, budget, reward, the
+domain's probe, memory and cluster plans, model paths) without loading a model; and :func:`prepare`, the
+domain, workflow and datasets a run and a dry-run share."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from typing import Any
+
+from c3_plugin.core.config import ConfigError, RunConfig, build_workflow, load_config
+from c3_plugin.core.domain import load_domain
+from c3_plugin.core.plan import parse_plan
+from c3_plugin.core.registry import capabilities
+from c3_plugin.run.budget import decision_gradients, expected_budget
+from c3_plugin.core.workflow import Workflow
+
+
+CREDIT = {"c3": "leave-one-out over counterfactual continuations (credit: {credit})",
+          "magrpo": "group baseline over B joint runs ({advantage_mode})", "mappo": "critic values, GAE over decision points"}
+
+
+SETTINGS = ("estimator", "optimizer_updates_per_agent", "updates_per_1k_env_steps", "expected_env_steps")  # rows besides the config's fields: the credit in words, the budget
+
+
+DERIVED = ("estimator", "optimizer_updates_per_agent", "updates_per_1k_env_steps")  # follow from fields (the plan a credit needs, a critic's warm-up): shown, never refused themselves
+
+
+ABSENT = "(absent)"  # a field the algorithm's config does not have
+
+
+def optimisation_settings(cfg: RunConfig, workflow: Workflow, train: Any, algorithms: Any = None) -> dict[str, Any]:
+    """Every effective setting of the config's algorithm and of each other workflow algorithm whose section the
+    config holds (the head-to-head a shared base config sets up), or of ``algorithms``; which differ; and which of
+    those a controlled comparison refuses.
+
+    A row holds every field of the algorithm's config dataclass (walked, so new fields are picked up) except
+    :data:`c3_plugin.core.estimator_rules.NOT_OPTIMISATION` (output, logging, throughput), plus :data:`SETTINGS` (the budget
+    rows only when ``workflow`` and ``train`` are given).
+    ``credit_fields``: per algorithm, the fields that are its credit (:func:`c3_plugin.core.estimator_rules.credit_fields`).
+    ``uncontrolled``: per differing key, the algorithm pairs that differ in it although it is the credit of neither
+    of the two (what ``c3 compare`` refuses without ``--allow-differences``)."""
+    from dataclasses import fields, is_dataclass
+    from itertools import combinations
+
+    from c3_plugin.core.estimator_rules import NOT_OPTIMISATION, credit_fields
+    from c3_plugin.core.registry import section
+
+    if capabilities(cfg.algo).budget != "plan":  # preference and centralized trainers: CoMLRL's own loops, another workflow
+        return {"settings": {}, "differ": [], "credit_fields": {}, "uncontrolled": {}, "ignored": []}
+    names = list(algorithms) if algorithms else [cfg.algorithm] + [n for n in ("c3", "magrpo", "mappo") if n != cfg.algorithm and n in cfg.raw]
+    table: dict[str, dict[str, Any]] = {}
+    credit: dict[str, set[str]] = {}
+    for name in names:
+        other = cfg if name == cfg.algorithm else load_config(data={**cfg.raw, "algorithm": name})
+        a = other.algo
+        if capabilities(a).budget != "plan" or not is_dataclass(a):
+            continue
+        row = {f.name: getattr(a, f.name) for f in fields(a) if f.name not in NOT_OPTIMISATION and not f.name.startswith("_")}
+        row["estimator"] = CREDIT.get(name, name).format(**{f.name: getattr(a, f.name) for f in fields(a)})
+        if workflow is not None and train is not None:  # without them (a config-only check): the fields alone
+            budget = expected_budget(other, workflow, train)
+            row["optimizer_updates_per_agent"] = budget["expected_optimizer_updates_per_agent"]
+            row["updates_per_1k_env_steps"] = [round(1000 * u / max(1, budget["expected_env_steps"]), 3)
+                                               for u in budget["expected_optimizer_updates_per_agent"]]
+            row["expected_env_steps"] = budget["expected_env_steps"]
+        table[section(name)] = row
+        credit[section(name)] = credit_fields(name, type(a))
+    keys = sorted({k for row in table.values() for k in row})
+
+    def value(algo: str, key: str) -> str:
+        return json.dumps(table[algo].get(key, ABSENT), default=str, sort_keys=True)
+
+    differ = sorted(k for k in keys if len({value(a, k) for a in table}) > 1)
+    uncontrolled: dict[str, list[str]] = {}
+    for key in differ:
+        if key in DERIVED:
+            continue
+        pairs = [f"{a} vs {b}" for a, b in combinations(table, 2)
+                 if value(a, key) != value(b, key) and key not in credit[a] | credit[b]]
+        if pairs:
+            uncontrolled[key] = pairs
+    return {"settings": table, "differ": differ, "credit_fields": {a: sorted(c & set(keys)) for a, c in credit.items()},
+            "uncontrolled": uncontrolled, "ignored": sorted(NOT_OPTIMISATION)}
+
+
+def prepare(cfg: RunConfig):
+    """Domain, workflow and datasets: everything but the models."""
+    from c3_plugin.core.registry import is_centralized
+
+    if is_centralized(cfg.algorithm):  # fail before any model or data is loaded, never fall back to two actors
+        from c3_plugin.trainers.joint import check_replay_dir, require_centralized_api
+
+        require_centralized_api()
+        if getattr(cfg.algo, "preference_replay_dir", None):
+            check_replay_dir(cfg.algo.preference_replay_dir, joint=True)
+    domain = load_domain(cfg.domain)
+    workflow = build_workflow(cfg, domain)
+    section = {"train": cfg.dataset.train, "eval": cfg.dataset.eval, "drop_overlap": cfg.dataset.drop_overlap,
+               "base_dir": cfg.dataset.base_dir}
+    if domain.validate_config is not None:
+        domain.validate_config(cfg, workflow)
+    train, evals = domain.load_datasets(section, cfg.seed, cfg.domain_cfg)
+    if train is None or len(train) == 0:
+        raise ConfigError("dataset.train is empty: give a source (a HF name, a JSONL path or 'synthetic')")
+    if capabilities(cfg.algo).budget == "plan":
+        parse_plan(cfg.algo.plan).branching(workflow.num_decisions)
+    check_agent_training(cfg, workflow)
+    return domain, workflow, train, evals
+
+
+def check_agent_training(cfg: RunConfig, workflow: Workflow) -> dict[str, Any]:
+    """The ``agents`` section's per-role learning rates and frozen agents, resolved per agent (what the dry-run
+    reports), refused where they would do nothing: under the preference and centralized trainers, which keep
+    CoMLRL's own optimizers."""
+    ag = cfg.agents
+    workflow.agent_temperatures()  # roles of one agent must agree on a temperature
+    if not (ag.learning_rate or ag.learning_rate_scale or ag.trainable):
+        return {}
+    if not capabilities(cfg.algo).data_parallel:
+        raise ConfigError(f"agents.learning_rate / learning_rate_scale / trainable are honoured by the workflow trainers "
+                          f"(c3, magrpo, mappo), not by {cfg.algorithm}; remove them from the agents section")
+    lrs = workflow.per_agent(ag.learning_rate, "agents.learning_rate")
+    scales = workflow.per_agent(ag.learning_rate_scale, "agents.learning_rate_scale")
+    frozen = workflow.per_agent(ag.trainable, "agents.trainable")
+    base = float(cfg.algo.agent_learning_rate)
+    return {"learning_rate": [0.0 if frozen.get(a) is False else float(lrs.get(a, base * float(scales.get(a, 1.0))))
+                              for a in range(workflow.num_agents)],
+            "frozen_agents": sorted(a for a, v in frozen.items() if v is False)}
+
+
+def dry_run_report(cfg: RunConfig) -> dict[str, Any]:
+    domain, workflow, train, evals = prepare(cfg)
+    eval_rows: dict[str, int] = {}
+    for ds in (evals["datasource"] if evals is not None else []):
+        eval_rows[ds] = eval_rows.get(ds, 0) + 1
+    checks = domain.dry_run(cfg, train, evals)
+    probe = checks.pop("probe")
+    reward_range = list(getattr(domain.make_reward(cfg.domain_cfg), "reward_range", (None, None)))
+    report = {"status": "ok", "algorithm": cfg.algorithm, "domain": cfg.domain,
+              "workflow": {"name": workflow.name, "decision_points": workflow.decision_points(),
+                           "parallel_stages": workflow.parallel_stages(), "agents": workflow.num_agents},
+              "train_rows": len(train), "eval_rows": eval_rows, **expected_budget(cfg, workflow, train),
+              "reward_range": reward_range, "probe_reward": probe.get("probe_reward"), "probe": probe,
+              "model": cfg.agent_model.name, "policy": cfg.agents.policy}
+    training = check_agent_training(cfg, workflow)
+    if training:
+        report["agent_training"] = training
+    if capabilities(cfg.algo).budget == "plan":  # the workflow trainers
+        report.update(decision_gradients(cfg.algorithm, cfg.algo.plan, workflow))
+        for line in report.get("warnings", []):
+            warnings.warn(line, stacklevel=2)
+    from c3_plugin.core.registry import is_centralized
+
+    report["devices"] = {"agents": cfg.agent_model.device}
+    from c3_plugin.run.memory import memory_report
+
+    report["memory"] = memory_report(cfg, workflow)
+    from c3_plugin.run.cluster import cluster_plan, gpu_hours
+
+    report["cluster"] = cluster_plan(cfg, workflow, train)
+    report["gpu_hours"] = gpu_hours(cfg, workflow, train)  # the run's and the experiment's GPU-hours on that cluster
+    report["optimisation"] = optimisation_settings(cfg, workflow, train)
+    from c3_plugin.scale.model_check import check_models
+
+    report["model_check"] = check_models(cfg)  # a local model folder holds weights and a tokenizer; a hub name: "hub"
+    if is_centralized(cfg.algorithm):
+        from c3_plugin.trainers.joint import centralized_api_report
+
+        report.update(centralized_api_report())
+        report["c3"] = ("not defined for the centralized joint actor: one model writes the whole joint action at one "
+                        "decision point, so no other role's message can be continued counterfactually")
+    report.update(checks)  # the domain's own checks (travel: split, catalog parse, the joint probe under a joint actor)
+    return report

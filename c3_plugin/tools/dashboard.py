@@ -1,0 +1,202 @@
+"""``c3 dashboard FOLDER``: one self-contained HTML page (no server, no network, no script) for a
+comparison folder of ``c3 compare`` or a single run folder.
+
+The page holds: eval curves per suite metric (``eval/*/accuracy``, else ``eval/reward_mean``) against
+env steps (per algorithm the mean over seeds, with a band from the lowest to the highest seed), the
+results table (mean +- std and 95% interval over seeds, paired differences with t-test, Holm-corrected
+and Wilcoxon p-values) when the folder is a comparison, cost bars (tokens, messages, env steps, wall
+time per run: mean with min-max whiskers), the credit diagnostics over training, and a link to each
+run's folder. Charts are inline SVG drawn by matplotlib.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+CREDIT_KEYS = ("within_group_variance", "split_half_reliability", "zero_signal_share", "influence", "noise_ratio")
+COST_KEYS = (("tokens", ("totals", "tokens_generated")), ("messages", ("totals", "messages")), ("env steps", ("env_steps",)),
+             ("wall s", ("wall_s",)))
+
+
+def load_runs(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The runs under ``folder`` (a comparison's ``<algorithm>-s<seed>`` folders, or the folder itself when it is one
+    run) with their metrics rows and summaries, and the comparison's summary (None for a single run)."""
+    summary_path = folder / "summary.json"
+    comparison = json.loads(summary_path.read_text()) if summary_path.exists() else None
+    if comparison is not None and "algorithms" in comparison:
+        from c3_plugin.tools.compare import run_name
+
+        folders = [(a, s, folder / run_name(a, s)) for a in comparison["algorithms"] for s in comparison["seeds"]]
+    elif (folder / "metrics.jsonl").exists():
+        config = json.loads((folder / "config.json").read_text()) if (folder / "config.json").exists() else {}
+        folders, comparison = [(config.get("algorithm", "run"), config.get("seed", 0), folder)], None
+    else:
+        raise FileNotFoundError(f"{folder} holds neither a comparison (c3 compare's summary.json) nor a run (metrics.jsonl)")
+    runs = []
+    for algorithm, seed, path in folders:
+        if not (path / "metrics.jsonl").exists():
+            continue
+        rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        done = path / "summary.json"
+        runs.append({"algorithm": algorithm, "seed": seed, "path": path, "rows": rows,
+                     "summary": json.loads(done.read_text()) if done.exists() else {}})
+    if not runs:
+        raise FileNotFoundError(f"no run under {folder} has logged metrics yet")
+    return runs, comparison
+
+
+def _curve(rows: list[dict], key: str) -> dict[float, float]:
+    return {r["env_step"]: r[key] for r in rows if r.get(key) is not None and r.get("env_step") is not None}
+
+
+def _svg(fig: Any) -> str:
+    import matplotlib.pyplot as plt
+
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight",
+                metadata={"Creator": None, "Date": None, "Format": None, "Type": None})  # no RDF block (no outside URIs)
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def curves_chart(runs: list[dict], key: str, title: str) -> str | None:
+    """Per algorithm: the mean over seeds at each env step all its seeds logged, and the min-max band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.2, 3.2))
+    drawn = False
+    for algorithm in dict.fromkeys(r["algorithm"] for r in runs):
+        curves = [_curve(r["rows"], key) for r in runs if r["algorithm"] == algorithm]
+        curves = [c for c in curves if c]
+        if not curves:
+            continue
+        steps = sorted(set.intersection(*(set(c) for c in curves)))
+        if not steps:
+            continue
+        values = np.array([[c[s] for s in steps] for c in curves])
+        line, = ax.plot(steps, values.mean(0), marker="o", ms=3, label=f"{algorithm} (n={len(curves)})")
+        if len(curves) > 1:
+            ax.fill_between(steps, values.min(0), values.max(0), color=line.get_color(), alpha=0.2)
+        drawn = True
+    if not drawn:
+        plt.close(fig)
+        return None
+    ax.set(title=title, xlabel="env steps")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _svg(fig)
+
+
+def cost_chart(runs: list[dict]) -> str | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    algorithms = list(dict.fromkeys(r["algorithm"] for r in runs))
+    fig, axes = plt.subplots(1, len(COST_KEYS), figsize=(2.6 * len(COST_KEYS), 2.8))
+    drawn = False
+    for ax, (label, path) in zip(axes, COST_KEYS):
+        means, lows, highs = [], [], []
+        for algorithm in algorithms:
+            vals = []
+            for r in runs:
+                v: Any = r["summary"]
+                for k in path:
+                    v = v.get(k) if isinstance(v, dict) else None
+                if r["algorithm"] == algorithm and v is not None:
+                    vals.append(float(v))
+            m = float(np.mean(vals)) if vals else 0.0
+            means.append(m)
+            lows.append(m - (min(vals) if vals else 0.0))
+            highs.append((max(vals) if vals else 0.0) - m)
+            drawn = drawn or bool(vals)
+        ax.bar(algorithms, means, yerr=[lows, highs], capsize=3, color=[f"C{i}" for i in range(len(algorithms))])
+        ax.set_title(label, fontsize=9)
+        ax.tick_params(labelsize=8)
+    if not drawn:
+        plt.close(fig)
+        return None
+    return _svg(fig)
+
+
+def results_table(comparison: dict) -> str:
+    """The comparison's final metrics and paired tests as HTML tables."""
+    algos = comparison["algorithms"]
+
+    def cell(s: dict) -> str:
+        return f"{s['mean']:.3f} &plusmn; {s['std']:.3f} <small>[{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}]</small>"
+
+    def p(v: Any) -> str:
+        return "&ndash;" if v is None else f"{v:.3g}"
+
+    out = ["<table><tr><th>metric</th>" + "".join(f"<th>{html.escape(a)}</th>" for a in algos) + "</tr>"]
+    for m in comparison["metrics"]:
+        per = comparison["final"][m]["algorithms"]
+        out.append(f"<tr><td>{html.escape(m)}</td>" + "".join(f"<td>{cell(per[a]) if a in per else '&ndash;'}</td>" for a in algos) + "</tr>")
+    out.append("</table><table><tr><th>metric</th><th>pair</th><th>mean difference [95% CI]</th><th>p (paired t)</th>"
+               "<th>p (Holm)</th><th>p (Wilcoxon)</th><th>seeds</th></tr>")
+    for m in comparison["metrics"]:
+        for pair, c in comparison["final"][m]["pairs"].items():
+            if not c.get("n"):
+                continue
+            out.append(f"<tr><td>{html.escape(m)}</td><td>{html.escape(pair)}</td><td>{c['mean_diff']:+.3f} "
+                       f"<small>[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]</small></td><td>{p(c.get('p'))}</td>"
+                       f"<td>{p(c.get('p_holm'))}</td><td>{p((c.get('wilcoxon') or {}).get('p'))}</td><td>{c['n']}</td></tr>")
+    out.append("</table>")
+    return "\n".join(out)
+
+
+STYLE = """body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}h1{font-size:22px}
+h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}.grid{display:flex;flex-wrap:wrap;gap:12px}
+.grid>div{flex:0 0 auto}table{border-collapse:collapse;margin:10px 0;font-size:13px}td,th{border:1px solid #ccc;
+padding:4px 8px;text-align:left}th{background:#f3f3f3}svg{max-width:100%;height:auto}"""
+
+
+def write_dashboard(folder: str | Path, out: str | Path | None = None) -> Path:
+    """Write ``<folder>/dashboard.html`` (or ``out``) and return its path."""
+    folder = Path(folder)
+    runs, comparison = load_runs(folder)
+    keys = sorted({k for r in runs for row in r["rows"] for k in row})
+    from c3_plugin.run.report import eval_metrics
+
+    eval_keys = eval_metrics(keys)  # every eval/*/accuracy, else eval/reward_mean (any domain)
+    credit = [k for k in keys if k.startswith("credit/") and k.rsplit("/", 1)[-1] in CREDIT_KEYS]
+    title = (f"Comparison {html.escape(folder.name)}: {', '.join(comparison['algorithms'])}, seeds {comparison['seeds']}"
+             if comparison else f"Run {html.escape(folder.name)}")
+    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{title}</title><style>{STYLE}</style>"
+             f"</head><body><h1>{title}</h1>"]
+    if comparison:
+        parts += ["<h2>Results</h2>", results_table(comparison)]
+    charts = [c for k in eval_keys if (c := curves_chart(runs, k, k))]
+    parts += ["<h2>Evaluation</h2><div class='grid'>" + "".join(f"<div>{c}</div>" for c in charts) + "</div>"]
+    train = [c for k in ("train/reward_mean", "budget/total_tokens_generated") if (c := curves_chart(runs, k, k))]
+    parts += ["<h2>Training</h2><div class='grid'>" + "".join(f"<div>{c}</div>" for c in train) + "</div>"]
+    costs = cost_chart(runs)
+    if costs:
+        parts += ["<h2>Costs per run</h2>", costs]
+    credit_charts = [c for k in credit if (c := curves_chart(runs, k, k))]
+    if credit_charts:
+        parts += ["<h2>Credit diagnostics</h2><div class='grid'>" + "".join(f"<div>{c}</div>" for c in credit_charts) + "</div>"]
+    target = Path(out) if out else folder / "dashboard.html"
+    links = "".join(f"<li><a href='{html.escape(_relative(r['path'], target.parent))}'>{html.escape(r['algorithm'])} seed "
+                    f"{r['seed']}</a></li>" for r in runs)
+    parts += [f"<h2>Runs</h2><ul>{links}</ul></body></html>"]
+    target.write_text("\n".join(parts), encoding="utf-8")
+    return target
+
+
+def _relative(path: Path, start: Path) -> str:
+    import os
+
+    return os.path.relpath(path.resolve(), start.resolve()) + "/"

@@ -1,0 +1,38 @@
+"""Each algorithm's config declares what the run path needs to know (registry.Capabilities); no module tells
+algorithm families apart by the fields a config happens to have."""
+
+import re
+from pathlib import Path
+
+from c3_plugin.core.registry import UNDECLARED, WORKFLOW, _BUILTIN, Capabilities, capabilities, resolve
+
+ROOT = Path(__file__).resolve().parents[2]
+MARKERS = ("plan", "preference_num_candidates", "num_iterations", "reward_model_name", "critic_max_tokens",
+           "instances_per_update", "default_plan_kind")
+
+
+def test_every_builtin_algorithm_declares_its_capabilities():
+    caps = {name: capabilities(resolve(name)[0]) for name in _BUILTIN}
+    assert all(c is not UNDECLARED for c in caps.values())
+    assert caps["c3"] == caps["magrpo"] == WORKFLOW and caps["mappo"] == Capabilities("plan", True, decision_critic=True)
+    assert caps["centralized_magrpo"] == Capabilities("per_prompt")
+    for name in ("madpo", "marlhf", "madpo_iter", "marlhf_iter"):
+        for n in (name, f"centralized_{name}"):
+            c = caps[n]
+            assert c.budget == "preference" and not c.data_parallel
+            assert c.learned_reward == ("marlhf" in n) and c.iterative == n.endswith("_iter")
+    assert capabilities(resolve("c3")[0]()) is caps["c3"]  # an instance answers as its class
+
+
+def test_a_config_that_declares_nothing_is_a_comlrl_loop():
+    class Other:
+        plan = "tree [2, 4]"  # a field with a family's name does not make it one
+
+    assert capabilities(Other) is UNDECLARED and capabilities(Other()).budget == "per_prompt"
+
+
+def test_no_module_dispatches_on_a_config_s_fields():
+    pattern = re.compile(r"hasattr\([^)]*,\s*[\"'](%s)[\"']\)" % "|".join(MARKERS))
+    found = [f"{p.relative_to(ROOT)}:{i}" for p in (ROOT / "c3_plugin").rglob("*.py")
+             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert found == [], found

@@ -1,0 +1,1198 @@
+"""The sandbox against an attacker who controls the candidate code, one class of hole at a time:
+harm to the host, resources, failing closed, parallel sandboxes, hostile results. Every test
+asserts that the attack fails *and* that the host is unharmed (a planted host file keeps its
+owner, mode and content; /dev/null stays a 0666 character device; the reward returns numbers).
+
+The module runs as whoever runs the suite and, when that is root, once more as an unprivileged
+user (``test_the_attacks_fail_as_an_unprivileged_user_too``). Where the host cannot build the
+sandbox's namespaces, every attack must be refused instead (``SandboxError``): fail closed.
+"""
+
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+import domains.code as dc
+from domains.code import sandbox as sbx
+from domains.code import values
+from domains.code.sandbox import Limits, Sandbox, SandboxError, Test
+
+REPO = Path(__file__).resolve().parents[2]
+ROOT = os.geteuid() == 0
+REFUSES = not sbx.namespaces_available()  # this host cannot isolate candidates: each attack must be refused
+TIMEOUT = 3.0
+SIGSYS = "terminated by signal 31 (SIGSYS)"  # a refused system call (the runner's seccomp filter)
+
+
+def attack(code, tests, timeout_s=TIMEOUT):
+    """The results of a hostile candidate on ``tests``; None where this host refuses to run it (asserted)."""
+    if REFUSES:
+        with pytest.raises(SandboxError, match="refusing"):
+            dc.execute(code, tests, timeout_s=timeout_s)
+        return None
+    return dc.execute(code, tests, timeout_s=timeout_s)
+
+
+def pool(**kwargs):
+    """A sandbox pool; None where this host refuses to build one (asserted)."""
+    if REFUSES and kwargs.get("isolation") != "none":
+        with pytest.raises(SandboxError, match="refusing"):
+            Sandbox(**kwargs)
+        return None
+    return Sandbox(**kwargs)
+
+
+def assert_devnull_intact():
+    st = os.stat("/dev/null")
+    assert stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (1, 3)
+    assert st.st_uid == 0 and stat.S_IMODE(st.st_mode) == 0o666
+
+
+def assert_host_alive():
+    if not REFUSES:
+        assert dc.pass_rate("def f():\n    return 1", [Test(expected=1, expr="f()")]) == 1.0
+
+
+@pytest.fixture
+def host_secret():
+    """A root-only host file in a folder the sandbox sees (/etc): (path, content); None when not root."""
+    if not ROOT:
+        yield None
+        return
+    path, content = f"/etc/c3-sandbox-secret-{uuid.uuid4().hex[:12]}", f"secret-{uuid.uuid4().hex}"
+    with open(path, "w") as fh:
+        fh.write(content)
+    os.chmod(path, 0o600)
+    try:
+        yield path, content
+    finally:
+        os.unlink(path)
+
+
+def assert_secret_intact(secret, results=()):
+    if secret is None:
+        return
+    path, content = secret
+    st = os.lstat(path)
+    assert stat.S_ISREG(st.st_mode) and st.st_uid == 0 and st.st_gid == 0 and stat.S_IMODE(st.st_mode) == 0o600
+    assert Path(path).read_text() == content
+    assert not any(content in (r.output + r.reason) for r in results or [])
+
+
+def _boxes():
+    return {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("c3sbx-")}
+
+
+# --- Host harm -------------------------------------------------------------------------------
+
+SPRAY = '''
+import os
+NAMES = ["out-%d.txt" % i for i in range(8)] + ["job.json", "runner.py", "result.json", "output"]
+def spray(target):
+    for d in {os.getcwd(), "/sandbox", "/tmp", os.environ.get("TMPDIR", "/tmp")}:
+        for n in NAMES:
+            p = os.path.join(d, n)
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+            for make in (os.link, os.symlink):  # a hard link where the kernel allows one, else a symbolic one
+                try:
+                    make(target, p)
+                    break
+                except OSError:
+                    pass
+    return "sprayed"
+def show():
+    print("hello from a test")
+    return 1
+'''
+
+
+def test_names_the_runner_used_cannot_be_swapped_for_host_files(host_secret):
+    """Links (symbolic and hard) at every name the runner ever opened, read or chowned as root:
+    the next test must not chown, truncate or read /dev/null or a host file through them."""
+    target = host_secret[0] if host_secret else "/etc/passwd"
+    tests = [Test("x", expr="spray('/dev/null')"), Test(1, expr="show()"), Test("x", expr=f"spray({target!r})"),
+             Test(1, expr="show()")]
+    before = os.stat("/etc/passwd")
+    results = attack(SPRAY, tests)
+    assert_devnull_intact()
+    assert_secret_intact(host_secret, results)
+    after = os.stat("/etc/passwd")
+    assert (after.st_uid, after.st_mode, after.st_size) == (before.st_uid, before.st_mode, before.st_size)
+    if results is not None:
+        assert results[1].passed and results[3].passed and "hello from a test" in results[3].output
+
+
+DEEP = '''
+import os
+def bury():
+    base = os.environ["TMPDIR"]  # the box
+    os.chdir(base)
+    for i in range(5000):
+        os.mkdir("d")
+        os.chdir("d")
+    for i in range(20):
+        open("f%d" % i, "w").close()
+    for name, target in (("to-root", "/"), ("to-passwd", "/etc/passwd"), ("to-null", "/dev/null")):
+        os.symlink(target, name)
+    os.chdir(base)
+    os.mkdir("locked")
+    open("locked/x", "w").close()
+    os.chmod("locked", 0)
+    os.symlink("/etc", "etc-link")
+    return 1
+'''
+
+
+def test_deep_trees_links_and_locked_folders_do_not_break_the_clean_up(host_secret):
+    before = _boxes()
+    results = attack(DEEP, [Test(1, expr="bury()")], timeout_s=20.0)
+    assert results is None or results[0].passed, results
+    assert _boxes() <= before  # nothing of the sandbox left on the host's disk
+    assert os.path.isfile("/etc/passwd") and os.listdir("/etc")
+    assert_devnull_intact()
+    assert_secret_intact(host_secret, results)
+
+
+def test_the_runner_imports_nothing_the_candidate_can_write():
+    code = ("import os, sys\n"
+            "def plant():\n"
+            "    for d in {os.getcwd(), '/sandbox', '/tmp'}:\n"
+            "        for m in ('json', 'signal', 'select', 'time', 'resource', 'encodings', '_strptime'):\n"
+            "            try:\n"
+            "                open(os.path.join(d, m + '.py'), 'w').write('raise SystemExit(\"hijacked\")')\n"
+            "            except OSError:\n"
+            "                pass\n"
+            "    return 0\n"
+            "def flags():\n"
+            "    writable = [p for p in sys.path if os.access(p or '.', os.W_OK)]\n"
+            "    env = sorted(k for k in os.environ if k.startswith('PYTHON') and k != 'PYTHONHASHSEED')\n"
+            "    return [bool(sys.flags.safe_path or sys.flags.isolated), bool(sys.flags.no_user_site), writable, env]\n")
+    results = attack(code, [Test(0, expr="plant()"), Test([True, True, [], []], expr="flags()")])
+    if results is not None:
+        assert results[0].passed and results[1].passed, results[1].reason
+
+
+SUICIDES = '''
+import os, signal, stat
+def die(sig):
+    os.kill(os.getpid(), sig)
+    return "survived"
+class Weird(BaseException):
+    def __str__(self):
+        raise RuntimeError("no string for you")
+def weird():
+    raise Weird()
+def forge(payload):
+    for fd in range(3, 256):
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.write(fd, payload.encode("latin-1"))
+        except OSError:
+            pass
+    os._exit(0)
+def honest():
+    return 1
+'''
+
+
+def test_a_test_that_dies_by_any_signal_or_raises_anything_fails_alone():
+    calls = ["die(signal.SIGSEGV)", "die(40)", "die(signal.SIGRTMAX)", "die(signal.SIGXCPU)", "die(signal.SIGABRT)", "weird()",
+             "forge('[' * 100000)", "forge('{\"status\": \"value\"}')", "forge('\\xff\\xfe not json')",
+             "forge('{\"status\": \"value\", \"value\": ' + '[\"list\", [' * 300 + '[\"none\"]' + ']]' * 300 + '}')"]
+    tests = [Test("survived", expr=c) for c in calls] + [Test(1, expr="honest()")]
+    results = attack(SUICIDES, tests)
+    if results is not None:
+        assert [r.passed for r in results] == [False] * len(calls) + [True], [(r.status, r.reason) for r in results]
+        assert all(r.status == "error" for r in results[:-1])
+    assert_host_alive()
+
+
+CAPS = '''
+import ctypes, os, struct
+def caps():
+    libc = ctypes.CDLL(None, use_errno=True)
+    header, data = ctypes.create_string_buffer(struct.pack("Ii", 0x20080522, 0)), ctypes.create_string_buffer(24)
+    assert libc.capget(header, data) == 0
+    eff0, prm0, inh0, eff1, prm1, inh1 = struct.unpack("6I", data.raw)
+    bounding = [c for c in range(64) if libc.prctl(23, c, 0, 0, 0) == 1]  # PR_CAPBSET_READ
+    ambient = [c for c in range(64) if libc.prctl(47, 1, c, 0, 0) == 1]  # PR_CAP_AMBIENT_IS_SET
+    sets = ["%016x" % (lo | hi << 32) for lo, hi in ((inh0, inh1), (prm0, prm1), (eff0, eff1))]
+    sets += ["%016x" % sum(1 << c for c in bounding), "%016x" % sum(1 << c for c in ambient)]
+    ids = list(os.getresuid()) + list(os.getresgid())
+    return [sets, str(libc.prctl(39, 0, 0, 0, 0)), 0 not in ids]  # PR_GET_NO_NEW_PRIVS
+'''
+
+
+def test_candidates_have_no_capability_no_new_privileges_and_are_not_root():
+    expected = [["0000000000000000"] * 5, "1", True]
+    results = attack(CAPS, [Test(expected, expr="caps()")])
+    if results is not None:
+        assert results[0].passed, results[0].reason
+
+
+ESCAPE = '''
+import ctypes, os
+def escape(path):
+    libc = ctypes.CDLL(None, use_errno=True)
+    tricks = []
+    def chroot_out():
+        os.makedirs("jail", exist_ok=True)
+        os.chroot("jail")
+        for _ in range(64):
+            os.chdir("..")
+        os.chroot(".")
+    def new_user_namespace():
+        if libc.unshare(0x10000000 | 0x00020000) != 0:
+            raise OSError(ctypes.get_errno(), "unshare")
+        chroot_out()
+    def become_root():
+        os.setuid(0)
+    def remount():
+        if libc.mount(None, b"/", None, 32, None) != 0:
+            raise OSError(ctypes.get_errno(), "mount")
+    for trick in (chroot_out, new_user_namespace, become_root, remount):
+        try:
+            trick()
+            tricks.append(trick.__name__)
+        except Exception:
+            pass
+    try:
+        return open(path).read(60)
+    except Exception:
+        return "blocked: " + ",".join(tricks)
+'''
+
+
+def test_no_escape_from_the_root_or_the_namespaces():
+    me = str(Path(__file__).resolve())
+    results = attack(ESCAPE, [Test(Path(me).read_text()[:60], expr=f"escape({me!r})")])
+    if results is not None:
+        # every trick blocked; the system-call filter now ends the test at the first filtered call (SIGSYS)
+        assert not results[0].passed and results[0].reason in ("got 'blocked: '", SIGSYS), results[0].reason
+
+
+DEVICES = '''
+import os, sys
+def probe():
+    flags = {}
+    for p in ("/", "/usr", "/etc", sys.prefix, "/dev/null", "/dev/urandom"):
+        f = os.statvfs(p).f_flag
+        flags[p] = (bool(f & os.ST_RDONLY), bool(f & os.ST_NOSUID))
+    tries = []
+    for attempt in (lambda: os.chmod("/dev/null", 0o600), lambda: os.chown("/dev/null", os.getuid(), -1),
+                    lambda: os.unlink("/dev/null"), lambda: os.rename("/dev/null", "/dev/gone"),
+                    lambda: os.utime("/dev/null"), lambda: open(os.path.join(sys.prefix, "c3-owned"), "w"),
+                    lambda: open("/etc/c3-owned", "w"), lambda: os.mknod("/sandbox/null", 0o20666, os.makedev(1, 3))):
+        try:
+            attempt()
+            tries.append("done")
+        except OSError:
+            tries.append("refused")
+    with open("/dev/null", "w") as sink:
+        sink.write("a sink still")
+    return [sorted(set(flags.values())), tries]
+'''
+
+
+def test_device_nodes_and_host_files_cannot_be_changed_from_inside():
+    results = attack(DEVICES, [Test([[(True, True)], ["refused"] * 8], expr="probe()")])
+    if results is not None:
+        assert results[0].passed, results[0].reason
+    assert_devnull_intact()
+    assert not os.path.exists(os.path.join(os.path.realpath(sys.base_prefix), "c3-owned"))
+    assert not os.path.exists("/etc/c3-owned")
+
+
+PROC = '''
+import os
+def look():
+    if not os.path.isdir("/proc"):
+        return [True, []]
+    pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    leaks = []
+    for path in ("/proc/1/environ", "/proc/1/mem", "/proc/1/fd/1", "/proc/1/root/etc/hostname", "/proc/1/maps"):
+        for mode in ("rb", "wb"):
+            try:
+                with open(path, mode) as fh:
+                    fh.read(1) if mode == "rb" else fh.write(b"READY")
+                leaks.append(path + ":" + mode)
+            except (OSError, ValueError):
+                pass
+    return [len(pids) <= 3, leaks]
+'''
+
+
+def test_only_the_sandbox_processes_are_visible_and_the_runner_is_out_of_reach():
+    results = attack(PROC, [Test([True, []], expr="look()")])
+    if results is not None:
+        assert results[0].passed, results[0].reason
+
+
+KEYRING_HOST = '''
+import ctypes, os, sys, warnings
+warnings.simplefilter("ignore")
+NR = {"x86_64": (248, 250), "aarch64": (217, 219)}[os.uname().machine]  # add_key, keyctl
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall(NR[1], 1, None)  # a session keyring of our own, as a login session has
+secret = sys.argv[2].encode()
+assert libc.syscall(NR[0], b"user", b"c3-secret", secret, len(secret), ctypes.c_long(-3)) > 0
+import domains.code as dc
+from domains.code.sandbox import Test
+print(dc.execute(sys.argv[1], [Test("", expr="steal()")])[0].reason)
+'''
+KEYRING_THIEF = '''
+import ctypes, os
+def steal():
+    nr = {"x86_64": 250, "aarch64": 219}[os.uname().machine]
+    libc = ctypes.CDLL(None, use_errno=True)
+    kid = libc.syscall(nr, 10, ctypes.c_long(-3), b"user", b"c3-secret", 0)  # KEYCTL_SEARCH the session keyring
+    if kid < 0:
+        return "not found"
+    buf = ctypes.create_string_buffer(256)
+    n = libc.syscall(nr, 11, kid, buf, 256)  # KEYCTL_READ
+    return buf.raw[:max(n, 0)].decode(errors="replace")
+'''
+
+
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="system call numbers known for x86_64 and aarch64")
+def test_keys_of_the_host_session_keyring_are_not_possessed_inside():
+    secret = f"key-{uuid.uuid4().hex}"
+    run = subprocess.run([sys.executable, "-c", KEYRING_HOST, KEYRING_THIEF, secret], cwd=REPO, capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    if REFUSES and "refusing" in run.stderr:
+        return
+    assert run.returncode == 0, run.stderr[-2000:]
+    # the keyring is not the host's ("not found"), and keyctl itself is filtered (the test ends by SIGSYS)
+    assert secret not in run.stdout and ("not found" in run.stdout or SIGSYS in run.stdout), run.stdout
+
+
+# --- Fail closed -----------------------------------------------------------------------------
+
+def test_without_namespaces_candidates_are_refused_unless_isolation_none_is_explicit(monkeypatch, caplog):
+    probe = sbx.isolation_probe()
+    monkeypatch.setattr(sbx, "_PROBE", dict(probe, namespaces=False, reason="no user namespaces here (test)"))
+    with pytest.raises(SandboxError, match="refusing to run model-written code.*no user namespaces here.*isolation: none"):
+        Sandbox(workers=1)
+    with pytest.raises(ValueError, match="isolation"):
+        Sandbox(workers=1, isolation="maybe")
+    with pytest.warns(RuntimeWarning, match="WITHOUT namespaces"), caplog.at_level("WARNING"):
+        sb = Sandbox(workers=1, isolation="none")
+    assert "WITHOUT namespaces" in caplog.text
+    assert sb.run("def f():\n    return 2", [Test(2, expr="f()")])[0].passed
+    sb.close()
+    monkeypatch.setattr(sbx, "_DEFAULT", None)
+    monkeypatch.setattr(sbx, "_ISOLATION", ["namespaces"])
+    with pytest.raises(SandboxError, match="refusing"):
+        dc.pass_rate("def f():\n    return 1", [Test(1, expr="f()")])
+    with pytest.raises(SandboxError, match="refusing"):
+        dc.dry_run_probe()
+    dc.configure("none")
+    try:
+        with pytest.warns(RuntimeWarning):
+            report = dc.dry_run_probe()
+        assert report["sandbox_isolation"].startswith("NONE") and "WITHOUT namespaces" in report["sandbox_warning"]
+        assert report["probe_ok"]
+    finally:
+        dc.configure("namespaces")
+        if sbx._DEFAULT is not None:
+            sbx._DEFAULT.close()
+
+
+def test_the_config_chooses_the_isolation(tmp_path, monkeypatch):
+    from c3_plugin.core.config import ConfigError, load_config
+
+    monkeypatch.setattr(sbx, "_ISOLATION", ["namespaces"])
+    base = {"algorithm": "c3", "domain": "code", "dataset": {"train": {"name": "mbpp_train", "source": "x.jsonl"}}}
+    cfg = load_config(data=dict(base, code={"isolation": "none"}))
+    dc.DOMAIN.validate_config(cfg, None)
+    assert sbx._ISOLATION == ["none"]
+    dc.DOMAIN.validate_config(load_config(data=base), None)
+    assert sbx._ISOLATION == ["namespaces"]
+    dc.DOMAIN.validate_config(load_config(data=base, overrides=["code.isolation=none"]), None)  # the override's null
+    assert sbx._ISOLATION == ["none"]
+    dc.configure("namespaces")
+    with pytest.raises((ValueError, ConfigError), match="isolation"):
+        dc.DOMAIN.validate_config(load_config(data=dict(base, code={"isolation": "chroot"})), None)
+
+
+# --- Resources -------------------------------------------------------------------------------
+
+HOG = '''
+import os, time
+def hog(children, mb):
+    pids = []
+    for _ in range(children):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                block = bytearray(mb << 20)
+                for i in range(0, len(block), 4096):
+                    block[i] = 1
+                time.sleep(1.0)
+                code = 0
+            finally:
+                os._exit(code)
+        pids.append(pid)
+    return "owned" if all(os.waitpid(p, 0)[1] == 0 for p in pids) else "stopped"
+'''
+
+
+def test_the_whole_sandbox_has_one_memory_limit():
+    sb = pool(workers=1, limits=Limits(box_memory_mb=200))
+    if sb is None:
+        return
+    try:
+        under = sb.run(HOG, [Test("owned", expr="hog(1, 40)")], timeout_s=15.0)[0]
+        assert under.passed, under.reason
+        if sb.box_limits == "rlimits only":  # the documented fallback: each process alone is capped
+            r = sb.run(HOG, [Test("owned", expr="hog(1, 2000)")], timeout_s=15.0)[0]
+        else:  # four children under the per-process cap, together over the sandbox's
+            r = sb.run(HOG, [Test("owned", expr="hog(4, 100)")], timeout_s=15.0)[0]
+        assert not r.passed
+    finally:
+        sb.close()
+    assert_host_alive()
+
+
+DAEMONS = '''
+import os, signal, time
+def daemon(body):
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            try:
+                os.closerange(3, 1024)  # hold nothing of the test's: it ends as soon as spawn() does
+                body()
+            finally:
+                os._exit(0)
+        os._exit(0)
+def killer():
+    end = time.time() + 8.0
+    while time.time() < end:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+        time.sleep(0.005)
+def spawn():
+    daemon(lambda: os.execv("/bin/sleep", ["sleep", "4242.25"]))
+    daemon(killer)
+    time.sleep(0.3)
+    return "spawned"
+def honest():
+    time.sleep(0.5)
+    return 1
+'''
+
+
+def _host_has(marker):
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+def test_processes_that_leave_the_group_die_before_the_next_test():
+    results = attack(DAEMONS, [Test("spawned", expr="spawn()"), Test(1, expr="honest()")], timeout_s=5.0)
+    if results is not None:
+        assert results[1].passed, results[1].reason
+    time.sleep(0.2)
+    assert not _host_has(b"4242.25")
+    assert_host_alive()
+
+
+SHM = '''
+import ctypes
+def make(key):
+    return ctypes.CDLL(None, use_errno=True).shmget(key, 4096, 0o1666)
+def find(key):
+    return ctypes.CDLL(None, use_errno=True).shmget(key, 0, 0)
+'''
+
+
+def _host_shm_keys():
+    lines = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+    return {int(line.split()[0]) for line in lines}
+
+
+def test_system_v_shared_memory_does_not_outlive_the_candidate():
+    key = 0x0C3C0000 + os.getpid() % 0xFFFF
+    try:
+        first = attack(SHM, [Test(-1, expr=f"make({key})")])
+        if first is not None:
+            assert first[0].reason.startswith("got ") and int(first[0].reason[4:]) >= 0  # the segment was made inside
+        assert key not in _host_shm_keys()
+        second = attack(SHM, [Test(-1, expr=f"find({key})")])
+        assert second is None or second[0].passed  # the next candidate does not find it either
+    finally:
+        if key in _host_shm_keys():  # clean up after an unisolated sandbox
+            import ctypes
+
+            libc = ctypes.CDLL(None)
+            libc.shmctl(libc.shmget(key, 0, 0), 0, None)
+
+
+def test_the_host_name_is_not_the_candidate_s():
+    code = ("import socket\ndef name():\n    try:\n        socket.sethostname('owned')\n    except OSError:\n        pass\n"
+            "    return socket.gethostname()")
+    results = attack(code, [Test("sandbox", expr="name()")])
+    if results is not None:
+        assert results[0].passed, results[0].reason
+    assert os.uname().nodename != "owned"
+
+
+FILL = '''
+import os
+def fill(where, mb):
+    for i in range(mb):
+        try:
+            with open(os.path.join(where, "fill-%d" % i), "wb") as fh:
+                fh.write(b"x" * (1 << 20))
+        except OSError:
+            return "stopped at %d MB" % i
+    return "owned"
+'''
+
+
+def test_the_box_is_size_capped():
+    tests = [Test("owned", expr=f"fill({where}, 200)") for where in ("'.'", "os.environ['TMPDIR']", "'/tmp'")]
+    before = _boxes()
+    results = attack(FILL, tests, timeout_s=20.0)
+    if results is not None:
+        assert not any(r.passed for r in results), [r.reason for r in results]
+    assert _boxes() <= before
+
+
+def test_the_runner_has_limits_of_its_own():
+    """Read from the host (candidates have no /proc): the runner, the sandbox's PID 1, dumps no core and has an
+    address-space limit."""
+    limits = _while_a_candidate_sleeps(lambda inner: Path(f"/proc/{inner['1']}/limits").read_text())
+    if limits is None:
+        return
+    rows = {line[:26].strip(): line[26:].split()[:2] for line in limits.splitlines()[1:]}
+    assert rows["Max core file size"] == ["0", "0"] and rows["Max address space"][1] != "unlimited", rows
+
+
+def test_huge_results_are_cut_off_in_the_sandbox():
+    code = "def big():\n    return 'x' * (64 << 20)\ndef many():\n    return [[i] for i in range(10 ** 6)]"
+    results = attack(code, [Test("x", expr="big()"), Test([], expr="many()")], timeout_s=10.0)
+    if results is not None:
+        assert not any(r.passed for r in results)
+        assert "larger than" in results[0].reason and "too deep or too large" in results[1].reason
+
+
+# --- What the host does with a result ----------------------------------------------------------
+
+def test_decoding_is_iterative_bounded_and_raises_one_error_type():
+    ResultError = getattr(values, "ResultError", None)
+    assert ResultError is not None and issubclass(ResultError, ValueError)
+    deep = ["none"]
+    for _ in range(200_000):
+        deep = ["list", [deep]]
+    flood = ["set", [["int", str(7 + k * ((1 << 61) - 1))] for k in range(50_000)]]
+    bad = [deep, flood, [], None, "int", ["int"], ["int", 5], ["int", "9" * 100_000], ["bool", 1], ["float", "x"], ["bytes", "!"],
+           ["list", [["none"]] * 200_000], ["str", "y" * (1 << 25)], ["dict", [[["list", []], ["none"]]]], ["set", [["list", []]]],
+           ["dict", [[["none"]]]], ["tuple", "ab"], ["spam", []], [["list"], []]]
+    for node in bad:
+        start = time.perf_counter()
+        with pytest.raises(ResultError):
+            values.decode(node)
+        assert time.perf_counter() - start < 2.0
+    nested = ["none"]
+    for _ in range(64):
+        nested = ["dict", [[["int", "1"], nested]]]
+    assert values.decode(nested) is not None  # as deep as the runner encodes
+
+
+FORGE = '''
+import json, os, stat
+def send(message):
+    data = message.encode()
+    for fd in range(3, 256):
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.write(fd, data)
+        except OSError:
+            pass
+    os._exit(0)
+def nested(depth):
+    node = '["none"]'
+    for _ in range(depth):
+        node = '["list", [' + node + ']]'
+    return '{"status": "value", "value": ' + node + '}'
+def flood(n):
+    m = (1 << 61) - 1
+    return json.dumps({"status": "value", "value": ["set", [["int", str(7 + k * m)] for k in range(n)]]})
+'''
+
+
+def _item(expr, expected, atol=0.0):
+    return {"tests": json.dumps([{"expr": expr, "expected": expected, "atol": atol}]), "setup": ""}
+
+
+def test_hostile_results_fail_their_test_and_never_the_reward():
+    """One batch: forged messages (deep, malformed, hash-flooding), a huge int against a float with a
+    tolerance, NaN against a huge int, and one honest candidate: a list of numbers comes back."""
+    forged = [("send(nested(180))", ["none"]), ("send(nested(900))", ["none"]), ("send(flood(60000))", ["none"]),
+              ("send('{\"status\": \"value\", \"value\": [\"int\", 5]}')", ["int", "5"]),
+              ("send('{\"status\": \"value\", \"value\": [\"dict\", [[1]]]}')", ["none"]),
+              ("send('{\"status\": \"value\", \"value\": {\"a\": 1}}')", ["none"])]
+    items = [_item(expr, exp) for expr, exp in forged]
+    codes = [FORGE] * len(forged)
+    items += [_item("f()", ["float", "1.5"], 1e-6), _item("f()", ["int", str(10 ** 400)], 1e-6), _item("f()", ["int", "3"])]
+    codes += ["def f():\n    return 10 ** 400", "def f():\n    return float('nan')", "def f():\n    return 3"]
+    reward = dc.tasks.make_reward()
+    if REFUSES:
+        with pytest.raises(SandboxError):
+            reward(["plan"] * len(codes), codes, batch_items=items)
+        return
+    start = time.perf_counter()
+    scores = reward(["plan"] * len(codes), codes, batch_items=items)
+    assert scores == [0.0] * (len(codes) - 1) + [1.0]
+    assert time.perf_counter() - start < 60
+
+
+def test_a_report_with_the_wrong_number_of_results_fails_every_test(monkeypatch):
+    sb = pool(workers=1)
+    if sb is None:
+        return
+    tests = [Test(1, expr="f()"), Test(2, expr="g()")]
+    for report in ([{"status": "value", "value": ["int", "1"]}], [1, 2], [{"status": "value", "value": ["int", "1"]}] * 3):
+        monkeypatch.setattr(sb, "raw", lambda *a, report=report, **k: report)
+        results = sb.run("", tests)
+        assert len(results) == 2 and not any(r.passed for r in results)
+    sb.close()
+
+
+# --- Parallel sandboxes ----------------------------------------------------------------------
+
+HOLD = '''
+import os, time
+def hold(n, seconds):
+    pids = []
+    for _ in range(n):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(seconds)
+            os._exit(0)
+        pids.append(pid)
+    for p in pids:
+        os.waitpid(p, 0)
+    return n
+'''
+OTHER_POOL = '''
+import sys
+from domains.code.sandbox import Sandbox, Test
+sb = Sandbox(workers=1)
+print("start", flush=True)
+r = sb.run(sys.argv[1], [Test(28, expr="hold(28, 5.0)")], timeout_s=15.0)[0]
+print("done", r.passed, r.reason, flush=True)
+'''
+
+
+def test_sandboxes_of_other_processes_and_pools_do_not_collide():
+    """Another process's pool holds 29 processes of its sandbox's uid (the per-uid limit is 32)
+    while two pools here fork 8 each: they must not share its uid, or their forks would fail."""
+    if REFUSES:
+        assert pool(workers=1) is None
+        return
+    other = subprocess.Popen([sys.executable, "-c", OTHER_POOL, HOLD], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    try:
+        assert other.stdout.readline().strip() == "start"
+        time.sleep(1.5)  # its candidate is holding its processes now
+        pools = [Sandbox(workers=1), Sandbox(workers=1)]
+        out = {}
+        threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, pools[i].run(HOLD, [Test(8, expr="hold(8, 1.0)")])[0]))
+                   for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert out[0].passed and out[1].passed, (out[0].reason, out[1].reason)
+        rest, err = other.communicate(timeout=60)
+        assert rest.startswith("done True"), rest + err
+        for p in pools:
+            p.close()
+    finally:
+        if other.poll() is None:
+            other.kill()
+
+
+# --- isolation: none (explicit) ----------------------------------------------------------------
+
+def test_an_unisolated_box_is_removed_without_following_links(tmp_path, host_secret):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("keep")
+    code = DEEP.replace('("to-null", "/dev/null")', f'("to-null", "/dev/null"), ("to-outside", {str(outside)!r})')
+    moved = f"/tmp/c3-moved-box-{uuid.uuid4().hex[:8]}"
+    code += (f"def move():\n    box = os.environ['TMPDIR']\n    os.rename(box, {moved!r})\n"
+             f"    os.symlink({str(outside)!r}, box)\n    return 1\n")
+    before = _boxes()
+    with pytest.warns(RuntimeWarning):
+        sb = Sandbox(workers=1, isolation="none")
+    try:
+        r, swap = sb.run(code, [Test(1, expr="bury()"), Test(1, expr="move()")], timeout_s=30.0)
+        assert r.passed, r.reason
+        if ROOT:  # the box's folder is root's: the leased uid can neither move its box nor put a link in its place
+            assert not swap.passed and "PermissionError" in swap.reason
+    finally:
+        sb.close()
+        if not ROOT:  # unisolated as the host user, the candidate may move its box away (documented); tidy up
+            sbx.remove_tree(moved)
+    assert _boxes() <= before and not os.path.lexists(moved)
+    assert (outside / "keep.txt").read_text() == "keep"
+    assert_devnull_intact()
+    assert_secret_intact(host_secret)
+    tree = tmp_path / "tree"  # remove_tree itself: links to folders and files, a 000 folder, depth beyond its descriptor stack
+    deep = tree
+    for _ in range(300):
+        deep = deep / "d"
+    deep.mkdir(parents=True)
+    (deep / "to-outside").symlink_to(outside)
+    (tree / "to-keep").symlink_to(outside / "keep.txt")
+    (tree / "locked").mkdir()
+    (tree / "locked" / "x").write_text("x")
+    (tree / "locked").chmod(0)
+    sbx.remove_tree(str(tree))
+    assert not tree.exists() and (outside / "keep.txt").read_text() == "keep"
+
+
+# --- The same attacks as an unprivileged user ---------------------------------------------------
+
+def _exposing_script(paths):
+    """sh lines that, in a private mount namespace, make ``paths`` reachable for every user: each
+    ancestor folder others may not enter is covered by a tmpfs through which the path is bound back.
+    Every path is staged before any ancestor is covered, so paths under one closed folder (a clone,
+    its venv and the Python installation all under /root) all come back."""
+    stage, cover = ["set -e"], []
+    for k, path in enumerate(paths):
+        parts = Path(path).parts
+        for i in range(2, len(parts)):
+            top = Path(*parts[:i])
+            if os.stat(top).st_mode & 0o001 == 0:
+                stage += [f'S{k}=$(mktemp -d)', f'mount --bind "{path}" "$S{k}"']
+                cover += [f'mountpoint -q "{top}" || mount -t tmpfs -o mode=0755 none "{top}"',
+                          f'mkdir -p "{path}"', f'mount --move "$S{k}" "{path}"']
+                break
+    return stage + cover
+
+
+def test_the_attacks_fail_as_an_unprivileged_user_too():
+    """Run as root, this re-runs the module as ``nobody`` (the Python installation, the virtual
+    environment and the repository made readable in a private mount namespace only). An
+    unprivileged user without user namespaces sees every attack refused instead: fail closed."""
+    if not ROOT:
+        return  # this run is the unprivileged one
+    needed = sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix), str(REPO)})
+    script = _exposing_script(needed) + [
+        "exec setpriv --reuid=65534 --regid=65534 --clear-groups env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp "
+        f"PYTHONDONTWRITEBYTECODE=1 TMPDIR=/tmp {sys.executable} -m pytest -q -p no:cacheprovider -x "
+        f"-k 'not unprivileged_user' {Path(__file__).relative_to(REPO)}"]
+    run = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(script)], cwd=REPO,
+                         capture_output=True, text=True, timeout=900)
+    tail = (run.stdout + run.stderr)[-3000:]
+    assert run.returncode == 0, tail
+    passed = re.search(r"(\d+) passed", run.stdout)
+    assert passed and int(passed.group(1)) >= 20 and "failed" not in run.stdout, tail
+
+
+def test_an_infinite_expected_value_is_matched_only_by_itself():
+    """MBPP+'s float tolerance ``atol + rtol * |expected|`` is infinite at an infinite expected value: any number
+    would pass (``return -12345.678`` scored on Mbpp/300). Infinities equal only themselves, as in EvalPlus."""
+    assert not values.equal(-12345.678, float("inf"), 1e-6, 1e-7) and not values.equal(float("-inf"), float("inf"), 1e-6, 1e-7)
+    assert values.equal(float("inf"), float("inf"), 1e-6, 1e-7) and values.equal(1.0 + 1e-9, 1.0, 1e-6, 1e-7)
+    assert not values.equal(complex(1, 5), complex(1, float("inf")), 1e-6, 1e-7)
+    items = [_item("f()", ["float", "inf"], 1e-6)] * 2
+    codes = ["def f():\n    return -12345.678", "def f():\n    return float('inf')"]
+    reward = dc.tasks.make_reward()
+    if REFUSES:
+        with pytest.raises(SandboxError):
+            reward(["plan"] * 2, codes, batch_items=items)
+        return
+    assert reward(["plan"] * 2, codes, batch_items=items) == [0.0, 1.0]
+    assert_host_alive()
+
+
+def test_a_lone_surrogate_in_an_error_never_reaches_a_prompt():
+    """``raise ValueError(chr(0xD800))``: the error reason and the output are candidate text that the multi-turn
+    feedback step puts into the next prompt; a lone surrogate there made the tokenizer raise."""
+    code = "import sys\ndef f():\n    sys.stdout.write(chr(0xDFFF))\n    raise ValueError(chr(0xD800) + 'x')"
+    results = attack(code, [Test(expected=1, expr="f()")])
+    if results is None:
+        return
+    assert not results[0].passed
+    text = dc.tasks.feedback_text(results, [Test(expected=1, expr="f()")], "f() == 1")
+    text.encode("utf-8")  # raises UnicodeEncodeError on a lone surrogate
+    from c3_plugin.run.testing import tiny_tokenizer
+
+    assert tiny_tokenizer()(text)["input_ids"]
+    assert_host_alive()
+
+
+def _nr(name):
+    """This architecture's number of a system call, resolved by libseccomp (the library the filter is built with)."""
+    import ctypes
+
+    lib = ctypes.CDLL("libseccomp.so.2")
+    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    return lib.seccomp_syscall_resolve_name(name.encode())
+
+
+def _raw(name, args):
+    return f"import ctypes\ndef f():\n    ctypes.CDLL(None).syscall({_nr(name)}, {args})\n    return 1"
+
+
+SYSCALL_ATTACKS = {
+    "keyctl (read the session keyring)": _raw("keyctl", "0, -3"),
+    "add_key": _raw("add_key", "b'user', b'k', b'v', 1, -3"),
+    "request_key (the kernel would run /sbin/request-key on the host)": _raw("request_key", "b'dns_resolver', b'example.com', None, 0"),
+    "AF_VSOCK socket (outside the network namespace)": "import socket\ndef f():\n    try:\n        socket.socket(40, socket.SOCK_STREAM)\n"
+                                                       "    except OSError:\n        pass\n    return 1",
+    "AF_INET socket": "import socket\ndef f():\n    try:\n        socket.socket(socket.AF_INET)\n    except OSError:\n        pass\n    return 1",
+    "AF_NETLINK socket": "import socket\ndef f():\n    try:\n        socket.socket(16, socket.SOCK_RAW)\n    except OSError:\n        pass\n    return 1",
+    "unshare(CLONE_NEWUSER)": _raw("unshare", "0x10000000"),
+    "bpf": _raw("bpf", "0, None, 0"),
+    "perf_event_open": _raw("perf_event_open", "None, 0, -1, -1, 0"),
+}
+
+
+@pytest.mark.parametrize("name", list(SYSCALL_ATTACKS))
+def test_the_system_call_filter_kills_a_candidate_that_tries_a_refused_call(name):
+    """libseccomp filter in every test child: the keyring, every socket family but AF_UNIX, namespaces, BPF, perf
+    ... end the test (SIGSYS), even when the candidate catches the error it expects."""
+    results = attack(SYSCALL_ATTACKS[name], [Test(expected=1, expr="f()")])
+    if results is None:
+        return
+    assert not results[0].passed and results[0].reason == SIGSYS, (name, results[0])
+    assert_host_alive()
+
+
+def test_what_honest_code_needs_passes_the_filter():
+    honest = {"threads": "import threading\ndef f():\n    out = []\n    t = threading.Thread(target=lambda: out.append(1))\n"
+                         "    t.start()\n    t.join()\n    return out[0]",
+              "fork": "import os\ndef f():\n    pid = os.fork()\n    if pid == 0:\n        os._exit(0)\n    os.waitpid(pid, 0)\n    return 1",
+              "AF_UNIX socketpair": "import socket\ndef f():\n    a, b = socket.socketpair(socket.AF_UNIX)\n    a.send(b'x')\n"
+                                    "    return len(b.recv(1))",
+              "subprocess": "import subprocess\ndef f():\n    return int(subprocess.run(['/bin/true']).returncode == 0)"}
+    for name, code in honest.items():
+        results = attack(code, [Test(expected=1, expr="f()")])
+        if results is None:
+            return
+        assert results[0].passed, (name, results[0])
+
+
+def test_without_libseccomp_the_sandbox_fails_closed(monkeypatch):
+    """A runner that cannot load libseccomp never becomes ready: an infrastructure error, never a score."""
+    monkeypatch.setattr(sbx, "_SOURCE", [sbx.RUNNER.read_text().replace('"libseccomp.so.2"', '"libseccomp-missing.so.0"')])
+    with pytest.raises(SandboxError):
+        dc.execute("def f():\n    return 1", [Test(expected=1, expr="f()")], timeout_s=TIMEOUT)
+
+
+SPINNER = '''
+import os, time
+def f():
+    for _ in range(30):
+        if os.fork() == 0:
+            os.setsid()
+            while True:
+                pass
+    time.sleep(6)
+    return 1
+'''
+
+
+def test_a_candidate_that_forks_spinners_does_not_take_a_neighbours_cpu():
+    """Two concurrent candidates: 30 spinning processes, each in its own session, in one sandbox must not time out
+    the other's honest tests. Each sandbox's cgroup gets the same CPU weight, whatever its process count."""
+    from domains.code import cgroups
+
+    sb = pool(workers=2)
+    if sb is None:
+        return
+    honest = "def g(n):\n    return sum(i * i for i in range(n))"
+    tests = [Test(expected=sum(i * i for i in range(1_500_000)), expr="g(1500000)") for _ in range(3)]
+    alone = time.perf_counter()
+    assert all(r.passed for r in sb.run(honest, tests, timeout_s=10))
+    alone = time.perf_counter() - alone
+    spin = threading.Thread(target=lambda: sb.run(SPINNER, [Test(expected=1, expr="f()")], timeout_s=8))
+    spin.start()
+    time.sleep(1.5)  # the spinners are running
+    start = time.perf_counter()
+    results = sb.run(honest, tests, timeout_s=10)
+    beside = time.perf_counter() - start
+    spin.join()
+    assert all(r.passed for r in results)
+    assert cgroups.cpu_weighted() or cgroups.available() is None  # where the host has cgroups, the CPU is weighted
+    if cgroups.cpu_weighted():
+        assert beside < 3 * alone + 1.0, (alone, beside)  # one sandbox's share, not 1/31 of the machine
+    assert_host_alive()
+
+
+# --- Resource counters, /proc, the box between tests, the OOM score, the host's cost ------------
+
+def _sandboxed_processes():
+    """{pid inside its sandbox: host pid} of this process's descendants that run in a PID namespace of their own
+    (the sandboxes' processes; read from ``status`` and ``stat``, which need no ptrace access)."""
+    inner = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as st:
+                nspids = [line.split()[1:] for line in st if line.startswith("NSpid:")][0]
+            if len(nspids) < 2:  # in the host's PID namespace (the runner's waiting parent outside it, say)
+                continue
+            chain = int(name)
+            while chain > 1 and chain != os.getpid():
+                with open(f"/proc/{chain}/stat", "rb") as fh:
+                    chain = int(fh.read().rsplit(b")", 1)[1].split()[1])
+            if chain == os.getpid():
+                inner[nspids[-1]] = int(name)
+        except (OSError, ValueError, IndexError):
+            continue
+    return inner
+
+
+OOM = '''
+import time
+def sleep():
+    time.sleep(2.5)
+    return 1
+'''
+
+
+def _while_a_candidate_sleeps(look):
+    """``look({pid inside the sandbox: host pid})`` while a candidate sleeps in its test (read from the host);
+    None where this host refuses to run candidates."""
+    sb = pool(workers=1)
+    if sb is None:
+        return None
+    out = {}
+    run = threading.Thread(target=lambda: out.setdefault("r", sb.run(OOM, [Test(expected=1, expr="sleep()")], timeout_s=6)))
+    run.start()
+    time.sleep(1.5)
+    seen = look(_sandboxed_processes())
+    run.join()
+    sb.close()
+    assert out["r"][0].passed, out["r"][0].reason
+    return seen
+
+
+def _namespace_owner(pid):
+    """The uid that owns ``pid``'s user namespace (NS_GET_OWNER_UID)."""
+    import array
+    import fcntl
+
+    fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY)
+    try:
+        buf = array.array("I", [0])
+        fcntl.ioctl(fd, 0xB704, buf)  # _IO(0xb7, 0x4)
+        return buf[0]
+    finally:
+        os.close(fd)
+
+
+COUNTERS = '''
+import ctypes, os, time
+def hold():
+    libc = ctypes.CDLL(None, use_errno=True)
+    rt = ctypes.CDLL("librt.so.1", use_errno=True)
+    queue = rt.mq_open(b"/c3q", os.O_CREAT | os.O_RDWR, 0o600, None)  # first: the descriptors run out below
+    fds = []
+    for _ in range(200):
+        fd = libc.inotify_init1(0)
+        if fd < 0:
+            break
+        fds.append(fd)
+    time.sleep(2.5)
+    return [len(fds), min(queue, 0)]
+'''
+
+
+def test_resource_counters_are_the_box_s_own_and_charged_to_its_own_user():
+    """inotify instances and message-queue bytes are charged to the user who owns the sandbox's user namespace:
+    that is the leased uid on a root host (host root before), and the box's own low limits cap what a candidate
+    holds (at most 8 inotify instances, no message queue), so the host user keeps its own."""
+    from domains.code import uids
+
+    sb = pool(workers=1)
+    if sb is None:
+        return
+    out = {}
+    run = threading.Thread(target=lambda: out.setdefault("r", sb.run(COUNTERS, [Test(expected=[8, -1], expr="hold()")], timeout_s=6)))
+    run.start()
+    time.sleep(1.5)  # the candidate holds its instances now
+    owners = set()
+    for inner, pid in _sandboxed_processes().items():
+        try:
+            owners.add(_namespace_owner(pid))
+        except OSError:  # the runner (not dumpable: an unprivileged host may not open its namespace)
+            assert inner == "1"
+    libc = __import__("ctypes").CDLL(None, use_errno=True)
+    host = [libc.inotify_init1(0) for _ in range(8)]
+    run.join()
+    for fd in host:
+        if fd >= 0:
+            os.close(fd)
+    result = out["r"][0]
+    assert result.passed, result.reason  # 8 instances (the box's limit of 200 tried), mq_open refused
+    assert all(fd >= 0 for fd in host)
+    assert owners, "no sandboxed process found"
+    if ROOT:
+        assert all(uids.UID_BASE <= o < uids.UID_BASE + uids.UID_COUNT for o in owners), owners  # never host root
+    else:
+        assert owners == {os.geteuid()}
+    sb.close()
+
+
+NO_PROC = '''
+import os
+def look():
+    readable = []
+    for path in ("/proc/cmdline", "/proc/self/mountinfo", "/proc/self/mounts", "/proc/stat", "/proc/meminfo",
+                 "/proc/partitions", "/proc/diskstats", "/proc/devices", "/proc/locks", "/proc/key-users",
+                 "/proc/sys/kernel/random/boot_id", "/proc/uptime", "/proc/loadavg", "/proc/vmstat", "/sys/block"):
+        try:
+            with open(path, "rb") as fh:
+                fh.read(1)
+            readable.append(path)
+        except OSError:
+            pass
+    return [readable, os.listdir("/proc"), os.cpu_count() is not None]
+'''
+
+
+def test_the_kernel_command_line_mount_table_devices_and_host_counters_are_not_readable():
+    """Candidates have no /proc (the runner keeps its own, by a descriptor): no kernel command line, mount paths
+    and device numbers, or host-wide counters; honest code that asks for the CPU count still gets one."""
+    results = attack(NO_PROC, [Test(expected=[[], [], True], expr="look()")])
+    if results is not None:
+        assert results[0].passed, results[0].reason
+
+
+BOX_MARKS = '''
+import os
+ACL = bytes.fromhex("02000000" "01000700ffffffff" "02000700e8030000" "04000500ffffffff" "10000700ffffffff" "20000500ffffffff")
+def mark(how):
+    if how == "times":
+        os.utime("/sandbox", (1, 1))
+    elif how == "xattr":
+        os.setxattr("/sandbox", "user.c3", b"left")
+    else:
+        os.setxattr("/sandbox", "system.posix_acl_access", ACL)
+    return how
+def read():
+    st = os.stat("/sandbox")
+    return [st.st_mtime == 1 or st.st_atime == 1, sorted(os.listxattr("/sandbox")), oct(st.st_mode)]
+'''
+
+
+def test_box_timestamps_attributes_and_acls_do_not_reach_the_next_test():
+    """Each of a test's marks on an otherwise untouched ``/sandbox`` (its times, a user extended attribute, a POSIX
+    ACL) is gone in the next test: the box is reused only when nothing about it changed."""
+    tests = []
+    for how in ("times", "xattr", "acl"):
+        tests += [Test(expected=None, expr=f"mark({how!r})"), Test(expected=[False, [], "0o40700"], expr="read()")]
+    results = attack(BOX_MARKS, tests)
+    if results is not None:
+        for mark, read in zip(results[::2], results[1::2]):
+            assert "got '" in mark.reason, mark.reason  # the mark was made (its value is no test's expected None)
+            assert read.passed, (mark.reason, read.reason)
+
+
+def test_every_test_child_is_the_first_to_go_when_the_sandbox_runs_out_of_memory():
+    """The test child's OOM score adjustment is 1000 (it was silently left at the runner's, so an out-of-memory
+    test could take the runner down), and the runner's is not."""
+    def scores(inner):
+        return {k: int(Path(f"/proc/{pid}/oom_score_adj").read_text()) for k, pid in inner.items()}
+
+    found = _while_a_candidate_sleeps(scores)
+    if found is None:
+        return
+    assert found.get("1") is not None and found["1"] < 1000, found  # the runner (the sandbox's PID 1)
+    assert [v for k, v in found.items() if k != "1"] == [1000], found  # the one test child
+
+
+REPORT = '''
+def many(n):
+    return [[i] for i in range(n)]
+def forged():
+    import os
+    os.write(3, b'{"status": "value", "value": [' + b",".join([b"[]"] * 1_300_000) + b']}')
+    os._exit(0)
+'''
+
+
+def test_the_host_reads_a_bounded_report_whatever_the_candidate_sends(monkeypatch):
+    """A forged 4 MiB report of 1.3 M empty lists is refused inside the sandbox (the host never parses it), a wrong
+    answer far larger than the expected value is cut there too, and a whole candidate's values are capped together: right-looking results of 100,000 items each reach the host
+    only up to ``max_report_bytes``; the tests over it fail with the reason."""
+    sizes = []
+    launch = sbx._launch
+
+    def spy(*args, **kwargs):
+        out, err, rc = launch(*args, **kwargs)
+        sizes.append(len(out))
+        return out, err, rc
+
+    monkeypatch.setattr(sbx, "_launch", spy)
+    sb = pool(workers=1, limits=Limits(max_report_bytes=4 << 20))
+    if sb is None:
+        return
+    forged = sb.run(REPORT, [Test.from_assert("assert forged() == []", ["forged"])])[0]  # an assert: no value cap of its own
+    assert not forged.passed and forged.reason == "malformed result message", forged.reason
+    assert sizes[-1] < 64 << 10  # the host read a short report, not the 4 MiB
+    wrong = sb.run(REPORT, [Test(expected=[[1]], expr="many(49990)") for _ in range(3)])
+    assert all(r.reason == f"result larger than {8 * len(json.dumps(['list', [['list', [['int', '1']]]]])) + 4096} bytes"
+               for r in wrong), wrong[0].reason  # a value test's own cap: 8 x its expected value's size + 4 KiB
+    assert sizes[-1] < 64 << 10
+    expected = [[i] for i in range(49_990)]
+    start = time.perf_counter()
+    results = sb.run(REPORT, [Test(expected=expected, expr="many(49990)") for _ in range(6)], timeout_s=10)
+    host_s = time.perf_counter() - start
+    passed = [r.passed for r in results]
+    assert passed == [True, True] + [False] * 4, passed  # 1,488,600 bytes each: two fit in 4 MiB
+    assert all("together are larger than" in r.reason for r in results if not r.passed)
+    assert sizes[-1] <= sbx._report_cap(sb.limits, 6)
+    sb.close()
+    assert host_s < 120
+
+
+IPC = '''
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+def make(key):
+    return [libc.shmget(key, 4096, 0o1666), libc.semget(key, 1, 0o1666), libc.msgget(key, 0o1666)]
+def find(key):
+    return [libc.shmget(key, 0, 0), libc.semget(key, 0, 0), libc.msgget(key, 0)]
+'''
+
+
+def test_system_v_objects_do_not_carry_anything_to_the_candidate_s_next_test():
+    """A shared memory segment, a semaphore set and a message queue made by one test are gone in the next one
+    (the runner removes every System V object of the sandbox's IPC namespace after each test)."""
+    results = attack(IPC, [Test(expected=None, expr="make(4242)"), Test(expected=[-1, -1, -1], expr="find(4242)")])
+    if results is not None:
+        made = json.loads(results[0].reason[4:])
+        assert all(x >= 0 for x in made), made  # the first test made all three
+        assert results[1].passed, results[1].reason

@@ -1,0 +1,169 @@
+"""``c3 advise`` (c3_plugin.tools.advise): the noise of every plan's advantage estimates matches a simulation of the
+additive model it is derived from; on the synthetic regimes, the advice from the exact diagnosis names the
+algorithm that measurably learns faster there (C3 for a learner downstream of a frozen teammate, MAGRPO for the
+all-trained 4-agent chain); the CLI writes its JSON; diagnose reports the last decision point's reward variance."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from c3_plugin.core import credit
+from c3_plugin.tools.advise import advise, plan_noise, plan_snr, team_variances
+from c3_plugin.tools.cli import console
+from c3_plugin.tools.diagnose import decision_report
+from c3_plugin.core.stats import area_under_curve
+from bench.studies.synthetic_learning import REGIMES, LearningSetup, exact_diagnosis, learning_curves, make_env
+
+ITEM = {"question": "task"}
+
+
+def diagnosis(S, O, roles=None):
+    """A diagnose.json of the additive model with signals ``S`` per decision point and outcome variance ``O``."""
+    k = len(S)
+    roles = roles or [f"R{u}" for u in range(k)]
+    rows = [{"u": u, "role": roles[u], "signal_S": S[u], "return_variance": sum(S[u + 1:]) + O} for u in range(k - 1)]
+    rows.append({"u": k - 1, "role": roles[-1], "reward_variance": S[-1] + O})
+    return {"workflow": "test", "decision_points": roles, "decisions": rows, "outcome_variance": O}
+
+
+def simulate(tree, S, O, instances, rng):
+    """Additive-model runs on ``tree``: every level-v message adds an independent N(0, S_v) to its leaves' return,
+    every leaf its own N(0, O). Returns the rewards [instances, *tree] and each level's true credits."""
+    shape = (instances, *tree)
+    credits = []
+    rewards = rng.normal(0.0, np.sqrt(O), shape)
+    for v, s in enumerate(S):
+        a = rng.normal(0.0, np.sqrt(s), (instances, *tree[: v + 1]))
+        credits.append(a)
+        rewards = rewards + a.reshape(a.shape + (1,) * (len(tree) - v - 1))
+    return rewards, credits
+
+
+@pytest.mark.parametrize("tree", [(2, 4), (4, 2), (2, 2, 2), (3, 1, 2), (1, 4, 2)])
+def test_tree_noise_matches_the_additive_model(tree):
+    """N_u = S_u / (n-1) + M_u n / (n-1), M_u the noise of the mean of the leaves below an alternative, which share
+    the messages between: the variance of (leave-one-out advantage - true credit) in a simulation."""
+    S = [0.05, 0.02, 0.03][: len(tree)]
+    O = 0.1
+    var = team_variances(diagnosis(S, O))
+    rng = np.random.default_rng(0)
+    rewards, credits = simulate(tree, S, O, 40000, rng)
+    predicted = plan_noise(tree, 0, var)
+    for u, n in enumerate(tree):
+        if n < 2:
+            assert predicted[u] == (0, np.inf)
+            continue
+        groups = rewards.reshape(-1, n, int(np.prod(tree[u + 1:])))
+        err = credit.loo_advantages_batch(groups) - credits[u].reshape(-1, n)
+        m, noise = predicted[u]
+        assert m == int(np.prod(tree[: u + 1]))
+        assert err.mean() == pytest.approx(0.0, abs=0.01)  # unbiased
+        assert err.var() == pytest.approx(noise, rel=0.03), (u, tree)
+
+
+def test_independent_continuations_give_the_noise_law():
+    """A level whose continuations are independent (only the next level branches below it): the rollout term of
+    N_u is the noise law sigma^2 n^2 / (B_u (n-1)), plus the baseline's S / (n-1)."""
+    S, O = [0.04, 0.01], 0.12
+    var = team_variances(diagnosis(S, O))
+    for n, c in ((2, 4), (4, 2), (8, 1)):
+        (_, noise), _ = plan_noise((n, c), 0, var)
+        assert noise == pytest.approx(S[0] / (n - 1) + credit.noise_variance(S[1] + O, n, n * c), abs=1e-12)
+
+
+@pytest.mark.parametrize("u", [0, 1, 2])
+def test_broadcast_noise_matches_the_additive_model(u):
+    """MAGRPO's broadcast score R_i - mean_{k != i} R_k hands decision point u every other point's variance and the
+    outcome's, upstream ones included: N_u = T - S_u + T / (B - 1)."""
+    S, O, B = [0.05, 0.02, 0.03], 0.1, 8
+    var = team_variances(diagnosis(S, O))
+    rng = np.random.default_rng(1)
+    rewards, credits = simulate((B, 1, 1), S, O, 40000, rng)
+    runs = rewards.reshape(-1, B)
+    adv = credit.group_advantages(runs, "rloo")
+    err = adv - credits[u].reshape(-1, B)
+    m, noise = plan_noise(None, B, var)[u]
+    assert m == B and noise == pytest.approx(sum(S) + O - S[u] + (sum(S) + O) / (B - 1), abs=1e-12)
+    assert err.var() == pytest.approx(noise, rel=0.03)
+
+
+def test_upstream_variance_costs_magrpo_not_c3():
+    """Moving variance from the outcome to an upstream teammate leaves C3's downstream SNR unchanged (its groups
+    share the context) and lowers MAGRPO's by exactly that much noise."""
+    a, b = team_variances(diagnosis([0.0, 0.01], 0.2)), team_variances(diagnosis([0.1, 0.01], 0.2))
+    assert plan_snr((2, 4), 8, a)[1] == pytest.approx(plan_snr((2, 4), 8, b)[1], abs=1e-12)
+    assert plan_noise(None, 8, b)[1][1] - plan_noise(None, 8, a)[1][1] == pytest.approx(0.1 * (1 + 1 / 7), abs=1e-12)
+    assert b["U"] == pytest.approx([0.0, 0.1])
+
+
+def test_advice_inputs_are_checked():
+    d = diagnosis([0.05, 0.01], 0.1)
+    with pytest.raises(ValueError, match="one multiplier >= 0 per decision point"):
+        advise(d, 8, [1.0])
+    with pytest.raises(ValueError, match="no learning decision point"):
+        advise(d, 8, [0.0, 0.0])
+    with pytest.raises(ValueError, match="at least 2 reward calls"):
+        advise(d, 1)
+    partial = {**d, "decisions": d["decisions"][1:]}
+    with pytest.raises(ValueError, match="run c3 diagnose --decisions all"):
+        advise(partial, 8)
+    no_o = {k: v for k, v in d.items() if k != "outcome_variance"}  # a real diagnosis: O from the flag, default 0
+    assert team_variances(no_o)["S"][1] == pytest.approx(0.11) and team_variances(no_o, 0.1)["S"][1] == pytest.approx(0.01)
+    r = advise(d, 8)
+    assert {p["plan"] for p in r["plans"]} == {"independent 8", "tree [1, 8]", "tree [2, 4]", "tree [4, 2]", "tree [8, 1]"}
+    assert r["algorithm"] in ("c3", "magrpo") and r["plan"] == r["plans"][0]["plan"] and r["verdict"].startswith("use ")
+
+
+def regime_advice(name, seeds=range(3)):
+    setup = dataclasses.replace(LearningSetup(), **REGIMES[name])
+    env = make_env(setup, 0)
+    scale = setup.agent_scales(env.workflow)
+    diags = [exact_diagnosis(make_env(setup, s), ITEM) for s in seeds]
+    return setup, advise(diags[0], setup.leaves, [scale[r] for r in env.workflow.decision_points()])
+
+
+def auc_diff(setup, lr, seeds, env_steps):
+    """Per seed, C3's AUC minus MAGRPO's at step size ``lr``."""
+    out = {}
+    for m in ("c3", "magrpo"):
+        rows = learning_curves(m, seeds, env_steps, dataclasses.replace(setup, lr=lr))
+        out[m] = np.array([area_under_curve([r["env_step"] for r in rows if r["seed"] == s], [r["success"] for r in rows if r["seed"] == s])
+                           for s in seeds])
+    return out["c3"] - out["magrpo"]
+
+
+def test_advice_picks_c3_downstream_of_a_frozen_teammate_and_it_wins():
+    setup, advice = regime_advice("downstream learner (frozen upstream)")
+    scores = {r["plan"]: r["score"] for r in advice["plans"]}
+    assert advice["algorithm"] == "c3" and scores["tree [2, 4]"] > scores["independent 8"]  # the benched tree too
+    d = auc_diff(setup, 16.0, range(8), 480)  # both at MAGRPO's best step size of the 30-seed study
+    assert d.mean() > 0.01 and (d > 0).mean() >= 0.75
+
+
+def test_advice_picks_magrpo_on_the_all_trained_4_agent_chain_and_it_wins():
+    setup, advice = regime_advice("all-trained 4-agent chain")
+    scores = {r["plan"]: r["score"] for r in advice["plans"]}
+    assert advice["algorithm"] == "magrpo" and advice["plan"] == "independent 16"
+    assert scores["tree [2, 2, 2, 2]"] < 0.7 * scores["independent 16"]
+    d = auc_diff(setup, 16.0, range(6), 640)
+    assert d.mean() < -0.02 and (d < 0).mean() >= 0.6
+
+
+def test_cli_writes_the_advice(tmp_path, capsys):
+    src = tmp_path / "diagnose.json"
+    src.write_text(json.dumps(diagnosis([0.1, 0.008], 0.11, ["Reasoner", "Actor"])))
+    assert console(["advise", "--from", str(src), "--budget", "8", "--lr-scale", "0", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "verdict: use C3" in out and "SNR Actor" in out
+    saved = json.loads((tmp_path / "advice.json").read_text())
+    assert saved["algorithm"] == "c3" and saved["decisions"][0]["weight"] == 0.0
+
+
+def test_diagnose_reports_the_last_points_reward_variance():
+    rng = np.random.default_rng(0)
+    groups = (rng.random((50, 4, 1)) < 0.4).astype(float)
+    rep = decision_report(groups)
+    assert rep["reward_variance"] == pytest.approx(float(np.mean(groups[..., 0].var(-1, ddof=1))), abs=1e-12)
+    assert "signal_S" not in rep

@@ -1,0 +1,254 @@
+"""``c3 compare`` end to end on tiny models saved to a folder (each run is its own ``python -m c3_plugin train``
+process), and the ``c3`` console script."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from c3_plugin.tools.compare import aggregate, compare, controlled, plan
+from c3_plugin.core.config import ConfigError
+from c3_plugin.core.stats import summarize
+from c3_plugin.run.testing import template_config
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.fixture(scope="module")
+def base_config(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("compare")
+    cfg = template_config(
+        folder, dataset={"train": {"size": 4}, "eval": [{"name": "echo", "size": 3}, {"name": "copy", "size": 2, "seed": 9}]},
+        output={"verbose": False, "plot": False, "save_model": False},
+        c3={"num_train_epochs": 1, "max_new_tokens": 3, "instances_per_update": 2, "plan": "tree [2, 4]", "advantage_scaling": "none"},
+        magrpo={"num_train_epochs": 1, "max_new_tokens": 3, "instances_per_update": 2, "plan": "independent 8",
+                "advantage_scaling": "none"})  # one scaling: the runs differ in credit only
+    path = folder / "base.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.fixture(scope="module")
+def comparison(base_config, tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "h2h"
+    logs: list[str] = []
+    result = compare(base_config, ["c3", "magrpo"], [0, 1], out, log=logs.append)
+    return out, result, logs
+
+
+def test_compare_runs_every_algorithm_and_seed_once_and_aggregates(base_config, comparison):
+    out, result, logs = comparison
+    assert "effective settings that differ" in logs[0] and "| plan | credit |" in logs[0]  # what differs is printed first
+    assert "consent to other differences: none" in logs[0]
+    record = json.loads((out / "summary.json").read_text())["controlled_comparison"]
+    assert record["consent"] == "none" and record["allowed"] == [] and record["uncontrolled"] == {}
+    assert record["kind"]["plan"] == "credit" and record["differences"]["plan"] == {"c3": "tree [2, 4]", "magrpo": "independent 8"}
+    assert "## Settings that differ" in (out / "summary.md").read_text()
+    for run in ("c3-s0", "c3-s1", "magrpo-s0", "magrpo-s1"):
+        summary = json.loads((out / run / "summary.json").read_text())
+        assert summary["env_steps"] == 4 * 8 and summary["wall_s"] > 0 and summary["peak_rss_gib"] > 0
+        assert json.loads((out / run / "config.json").read_text())["wandb"]["group"] == "h2h"
+    assert result["metrics"] == ["eval/copy/accuracy", "eval/echo/accuracy"]
+    for metric in result["metrics"]:
+        finals = {algo: [json.loads((out / f"{algo}-s{s}" / "summary.json").read_text())["eval_after"][metric] for s in (0, 1)]
+                  for algo in ("c3", "magrpo")}
+        for algo, values in finals.items():
+            assert result["final"][metric]["algorithms"][algo] == summarize(values)
+        pair = result["final"][metric]["pairs"]["c3 vs magrpo"]
+        assert pair["n"] == 2 and "p_holm" in pair
+        assert pair["diffs"] == pytest.approx([c - m for c, m in zip(finals["c3"], finals["magrpo"])])  # paired by seed
+    assert result["costs"]["env_steps"]["c3"]["mean"] == 32
+    assert json.loads((out / "summary.json").read_text())["metrics"] == result["metrics"]
+    assert "| eval/echo/accuracy |" in (out / "summary.md").read_text()
+    # a finished comparison is not redone; a run without its summary (killed) runs again, alone
+    (out / "magrpo-s1" / "summary.json").unlink()
+    logs = []
+    compare(base_config, ["c3", "magrpo"], [0, 1], out, log=logs.append)
+    assert sum("finished, kept" in line for line in logs) == 3 and any("magrpo-s1: " in line for line in logs)
+    assert (out / "magrpo-s1" / "summary.json").exists()
+
+
+def test_dashboard_is_one_self_contained_page(comparison):
+    from c3_plugin.tools.dashboard import write_dashboard
+
+    out, result, _ = comparison
+    page = write_dashboard(out).read_text()
+    assert page.count("<svg") >= 4  # two suites' eval curves, training curves, cost bars
+    for text in ("eval/echo/accuracy", "c3 vs magrpo", "Credit diagnostics", "Costs per run", "href='c3-s0/'"):
+        assert text in page, text
+    assert "<script" not in page and "http://" not in page.replace("http://www.w3.org", "")  # nothing to fetch or run
+    one_run = write_dashboard(out / "c3-s0")  # a single run folder (make demo writes the demo run's)
+    assert "<svg" in one_run.read_text() and "Results" not in one_run.read_text()
+
+
+@pytest.mark.browser
+def test_dashboard_renders_in_headless_chromium_without_console_errors(comparison, tmp_path):
+    """Chromium from Debian's packages (installed here when missing, with apt and root) loads the page: no console
+    errors, and the screenshot is not blank (the charts are drawn)."""
+    import os
+    import shutil
+
+    import numpy as np
+    from PIL import Image
+
+    from c3_plugin.tools.dashboard import write_dashboard
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        assert shutil.which("apt-get") and os.geteuid() == 0, "no Chromium and no apt/root to install it: apt-get install chromium"
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-qq"], check=True, capture_output=True, env=env)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], check=True, capture_output=True, env=env)
+        browser = shutil.which("chromium")
+    page = write_dashboard(comparison[0])
+    shot = tmp_path / "dashboard.png"
+    proc = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
+                           "--window-size=1280,2400", f"--screenshot={shot}", page.resolve().as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    assert shot.exists(), proc.stderr[-3000:]
+    console = [line for line in proc.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+    assert console == [], console
+    pixels = np.asarray(Image.open(shot).convert("L"), dtype=float)
+    assert pixels.std() > 10 and (pixels < 128).mean() > 0.005  # lines, text and bars drawn on the white page
+
+
+def test_compare_refuses_runs_with_different_budgets(base_config, tmp_path):
+    with pytest.raises(ConfigError, match="expected_env_steps: c3 has 32, magrpo has 16"):
+        compare(base_config, ["c3", "magrpo"], [0], tmp_path / "bad", overrides=["magrpo.plan=independent 4"], run=False)
+    with pytest.raises(ConfigError, match="at least two algorithms"):
+        compare(base_config, ["c3"], [0], tmp_path / "bad")
+
+
+def test_aggregate_without_finished_runs_names_the_fix(tmp_path):
+    with pytest.raises(ConfigError, match="no finished run"):
+        aggregate(tmp_path, ["c3", "magrpo"], [0])
+
+
+def test_console_script_lists_its_commands_and_dry_runs(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "c3_plugin", "--help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert all(cmd in out for cmd in ("train", "dry-run", "compare", "dashboard", "diagnose", "plan-budget", "audit"))
+    spec = tmp_path / "ws.json"  # offline, the W&B workspace is written as its specification
+    subprocess.run([sys.executable, "-m", "c3_plugin", "dashboard", "--wandb", "me/proj", "--group", "h2h", "--metric",
+                    "eval/math500/accuracy", "--out", str(spec)], cwd=ROOT, capture_output=True, text=True, check=True)
+    written = json.loads(spec.read_text())
+    assert written["entity"] == "me" and "h2h" in json.dumps(written["spec"]) and "eval/math500/accuracy" in json.dumps(written)
+    dry = subprocess.run([sys.executable, "-m", "c3_plugin", "dry-run", "--config", "configs/math/demo_cpu.yaml"], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout
+    assert json.loads(dry)["status"] == "ok"
+
+
+def test_compare_hands_each_run_to_the_launcher(base_config, tmp_path):
+    """--launcher: each run is a torchrun job of 2 data-parallel ranks (the same budget, rank 0's summary)."""
+    out = tmp_path / "launched"
+    launcher = f"{sys.executable} -m torch.distributed.run --standalone --nproc_per_node 2"
+    result = compare(base_config, ["c3", "magrpo"], [0], out, launcher=launcher, log=lambda *_: None)
+    for run in ("c3-s0", "magrpo-s0"):
+        summary = json.loads((out / run / "summary.json").read_text())
+        assert summary["world_size"] == 2 and summary["env_steps"] == 32
+    assert result["costs"]["env_steps"]["magrpo"]["mean"] == 32
+
+
+def test_compare_refuses_settings_that_differ_beyond_the_credit_unless_allowed(base_config, tmp_path):
+    """A learning rate that differs is not credit: refused with the key, the table and both flags; accepted when
+    named or with the bare flag, and the consent is recorded."""
+    lr = ["magrpo.agent_learning_rate=1e-3"]
+    with pytest.raises(ConfigError, match=r"differ beyond the credit") as info:
+        compare(base_config, ["c3", "magrpo"], [0], tmp_path / "lr", overrides=lr, run=False)
+    text = str(info.value)
+    assert "| agent_learning_rate | refused |" in text and "refused: agent_learning_rate (c3 vs magrpo)" in text
+    assert "--allow-differences agent_learning_rate" in text and "bare --allow-differences" in text
+    assert not (tmp_path / "lr").exists()  # refused before anything is written
+    configs = plan(base_config, ["c3", "magrpo"], [0], tmp_path / "lr", lr)
+    for allow, consent in ((["agent_learning_rate"], "named"), (True, "all")):
+        record = controlled(configs, allow)
+        assert record["allowed"] == ["agent_learning_rate"] and record["consent"] == consent
+        assert record["kind"]["agent_learning_rate"] == "allowed" and record["kind"]["plan"] == "credit"
+        assert record["differences"]["agent_learning_rate"] == {"c3": 5e-06, "magrpo": 1e-3}
+    with pytest.raises(ConfigError, match="differ beyond the credit"):
+        controlled(configs, ["clip_eps"])  # naming another key does not allow this one
+    with pytest.raises(ConfigError, match="did you mean 'agent_learning_rate'"):
+        controlled(configs, ["agent_learning_rat"])
+    # the advantage scaling is not credit either: MAGRPO's CoMLRL default against C3's leave-one-out values
+    with pytest.raises(ConfigError, match=r"\| advantage_scaling \| refused \| none \| group_zscore \|"):
+        controlled(plan(base_config, ["c3", "magrpo"], [0], tmp_path / "z", ["magrpo.advantage_scaling=group_zscore"]))
+    # a credit field may differ: MAGRPO's advantage mode
+    record = controlled(plan(base_config, ["c3", "magrpo"], [0], tmp_path / "m", ["magrpo.advantage_mode=max"]))
+    assert record["kind"]["advantage_mode"] == "credit"
+
+
+def test_cli_allow_differences_flags(base_config, tmp_path):
+    """The compare sub-parser: no flag refuses, a named key or the bare flag consents (then --aggregate-only finds no
+    finished run, which is the next check)."""
+    base = [sys.executable, "-m", "c3_plugin", "compare", "--config", str(base_config), "--algorithms", "c3", "magrpo",
+            "--seeds", "0", "--out", str(tmp_path / "cli"), "--aggregate-only", "--override", "magrpo.agent_learning_rate=1e-3"]
+    for extra, expect in (([], "--allow-differences agent_learning_rate"), (["--allow-differences", "agent_learning_rate"], "no finished run"),
+                          (["--allow-differences"], "no finished run")):
+        proc = subprocess.run(base + extra, cwd=ROOT, capture_output=True, text=True)
+        assert proc.returncode != 0 and expect in proc.stdout + proc.stderr, (extra, proc.stdout[-2000:], proc.stderr[-2000:])
+
+
+def test_the_diff_walks_every_field_of_the_algorithm_configs(base_config, tmp_path):
+    """New shared fields (WorkflowConfig) are diffed without a list to update: every field but the output-only ones."""
+    import dataclasses
+
+    from c3_plugin.core.estimator_rules import NOT_OPTIMISATION
+    from c3_plugin.trainers.c3 import C3Config
+    from c3_plugin.trainers.magrpo import WorkflowMAGRPOConfig
+
+    configs = plan(base_config, ["c3", "magrpo"], [0], tmp_path / "f")
+    from c3_plugin.tools.compare import settings_listing
+
+    listing = settings_listing(configs["c3", 0], ["c3", "magrpo"])
+    for name, cls in (("c3", C3Config), ("magrpo", WorkflowMAGRPOConfig)):
+        fields = {f.name for f in dataclasses.fields(cls)} - set(NOT_OPTIMISATION)
+        assert fields <= set(listing["settings"][name]), fields - set(listing["settings"][name])
+        assert not set(NOT_OPTIMISATION) & set(listing["settings"][name])
+
+
+SHIPPED = [("configs/math/c3.yaml", ["c3", "magrpo", "mappo"], []),
+           ("configs/math/demo_cpu.yaml", ["c3", "magrpo", "mappo"], []),
+           ("configs/math/h2h_cpu.yaml", ["c3", "magrpo", "mappo"], []),
+           ("configs/math/h2h_frozen_cpu.yaml", ["c3", "magrpo"], []),
+           ("configs/travel/c3.yaml", ["c3", "magrpo"], ["dataset.train.source=data/travelplanner/train.jsonl",
+                                                         "dataset.train.split=train", "dataset.train.eval_panels=null"])]
+
+
+@pytest.mark.parametrize("path, algorithms, overrides", SHIPPED, ids=[p for p, _, _ in SHIPPED])
+def test_shipped_head_to_heads_differ_in_credit_only(path, algorithms, overrides, tmp_path):
+    """c3 compare's planning and check on the shipped head-to-heads (the code configs' data loading runs MBPP+'s
+    reference solutions once, minutes: those are covered field by field below)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        record = controlled(plan(ROOT / path, algorithms, [0], tmp_path / "h2h", overrides))
+    assert record["uncontrolled"] == {} and record["allowed"] == []
+    assert set(record["kind"].values()) <= {"credit", "derived"}
+    if "mappo" not in algorithms:
+        assert "advantage_scaling" not in record["differences"]
+    else:
+        assert record["kind"]["advantage_scaling"] == "credit"  # MAPPO's own batch standardisation of GAE advantages
+
+
+def test_every_shipped_config_shares_its_settings_but_the_credit():
+    """Every shipped config with several workflow-algorithm sections: the algorithm sections' fields differ in credit only."""
+    from c3_plugin.core.config import load_config
+    from c3_plugin.run.dry_run import optimisation_settings
+
+    checked = 0
+    for path in sorted((ROOT / "configs").glob("*/*.yaml")):
+        cfg = load_config(path)
+        names = [n for n in ("c3", "magrpo", "mappo") if n in cfg.raw or n == cfg.algorithm]
+        if path.name == "h2h_frozen_cpu.yaml":  # a c3 vs magrpo study: its mappo section is demo_cpu's (another curriculum)
+            names = ["c3", "magrpo"]
+        if not hasattr(cfg.algo, "plan") or len(names) < 2:
+            continue
+        listing = optimisation_settings(cfg, None, None, names)
+        assert listing["uncontrolled"] == {}, (path.name, listing["uncontrolled"])
+        assert listing["settings"]["c3"]["advantage_scaling"] == listing["settings"]["magrpo"]["advantage_scaling"]
+        checked += 1
+    assert checked >= 10
