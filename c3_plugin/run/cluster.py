@@ -152,6 +152,10 @@ def _generator(cfg: Any, world: int, sequences: int | None) -> dict[str, Any]:
     if getattr(a, "generation_backend", "hf") != "vllm":
         return {"backend": "hf", "engines": 0, "where": "transformers generate on every rank, on the rank's replica",
                 "sequences_per_generate_call_per_rank": sequences}
+    if getattr(a, "vllm_server_url", None):
+        return {"backend": "vllm", "colocated": False, "server": a.vllm_server_url, "engines_per_rank": 0, "engines_total": 1,
+                "where": "a vLLM server on its own GPUs (python -m c3_plugin.generation.server), weights pushed after every "
+                         "update through vllm_server_weights_dir", "sequences_per_rollout_depth_per_rank": sequences}
     lora = cfg.agents.policy == "lora" and a.vllm_lora_adapters
     tp = int(a.vllm_tensor_parallel_size)
     out = {"backend": "vllm", "colocated": True, "engines_per_rank": 1, "engines_total": world, "tensor_parallel_size": tp,

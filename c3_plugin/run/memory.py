@@ -243,7 +243,8 @@ def memory_inputs(cfg: Any, workflow: Any, ranks: int = 1) -> dict[str, Any]:
                 reference=reference_kl_enabled(a) or float(getattr(a, "kl_reward_coef", 0.0) or 0.0) > 0, critic=critic, device_memory_gb=m.device_memory_gb,
                 engine=({"fraction": a.vllm_gpu_memory_utilization, "kv_cache_gib": a.vllm_kv_cache_gb,
                          "sleeps": a.vllm_enable_sleep_mode}
-                        if getattr(a, "generation_backend", "hf") == "vllm" else None))
+                        if getattr(a, "generation_backend", "hf") == "vllm" and not getattr(a, "vllm_server_url", None)
+                        else None))  # a vLLM server's engine lives on its own GPUs
 
 
 def _prod(values: Any) -> float:

@@ -178,9 +178,22 @@ def placement_errors(algo_cfg: Any, world: int) -> list[str]:
     if str(getattr(algo_cfg, "parallel_training", "none")).lower() == "mp":
         errors.append(f"parallel_training: mp is CoMLRL's one-process model parallelism; with {world} ranks the team is "
                       "data-parallel: set parallel_training: none")
-    if getattr(algo_cfg, "generation_backend", "hf") == "vllm":
-        errors.append(f"generation_backend: vllm with {world} ranks is not supported yet (each rank's engine would be placed "
-                      "on the first GPU): use generation_backend: hf with several ranks, or vllm on one process")
+    return errors + vllm_placement_errors(algo_cfg, world)
+
+
+def vllm_placement_errors(algo_cfg: Any, world: int) -> list[str]:
+    """What ``generation_backend: vllm`` cannot do with ``world > 1`` ranks (each rank runs its own engine)."""
+    if world <= 1 or getattr(algo_cfg, "generation_backend", "hf") != "vllm":
+        return []
+    errors = []
+    if getattr(algo_cfg, "vllm_server_url", None):
+        errors.append(f"vllm_server_url with {world} ranks: a generation server takes one trainer process's weight pushes; "
+                      "under torchrun drop vllm_server_url (each rank then runs its own colocated engine), or run one process")
+    if int(getattr(algo_cfg, "vllm_tensor_parallel_size", 1)) > 1:
+        errors.append(f"vllm_tensor_parallel_size={algo_cfg.vllm_tensor_parallel_size} with {world} ranks: each rank runs its "
+                      "own engine on its own GPU over its own shard of the rollout (vllm_tensor_parallel_size: 1); an engine "
+                      "sharded over a group of ranks would need every rank of the group to generate in lock-step, which "
+                      "the ranks' different rollouts do not. Set vllm_tensor_parallel_size: 1, or run one process")
     return errors
 
 

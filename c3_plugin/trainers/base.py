@@ -84,6 +84,8 @@ class WorkflowConfig(MAGRPOConfig):
     vllm_max_model_len: int | None = None  # vLLM: longest prompt + message the engine serves (None: the model's maximum)
     vllm_lora_adapters: bool = True  # vLLM: serve agents.policy: lora adapters as vLLM LoRA adapters (False: push the base with each agent's adapter merged in)
     vllm_enforce_eager: bool = True  # vLLM: no graph capture (faster start-up, slower GPU decoding)
+    vllm_server_url: str | None = None  # vLLM: sample through this running generation server on its own GPUs (python -m c3_plugin.generation.server; e.g. http://gen-node:8000) instead of a colocated engine; one trainer process
+    vllm_server_weights_dir: str | None = None  # vLLM server: folder for the weight pushes, readable by the server at the same path (None: a temporary folder, for a server on this machine)
     logprob_mismatch: bool = True  # vLLM: recompute the trainer's log-probs of every sample and log the sampler/trainer mismatch
     importance_sampling_cap: float | None = None  # vLLM: truncated importance-sampling correction, weight min(pi_trainer / pi_vllm, cap) per token (None: off; needs logprob_mismatch)
     # The policy optimizers (c3_plugin/trainers/optim.py; MAPPO's critic keeps its own AdamW at critic_learning_rate, unscheduled):
@@ -122,6 +124,8 @@ class WorkflowConfig(MAGRPOConfig):
             raise ValueError("importance_sampling_cap needs generation_backend: vllm, logprob_mismatch: true and a cap >= 1, "
                              f"got backend {self.generation_backend!r}, logprob_mismatch {self.logprob_mismatch}, "
                              f"cap {self.importance_sampling_cap}")
+        if self.vllm_server_url is not None and self.generation_backend != "vllm":
+            raise ValueError("vllm_server_url needs generation_backend: vllm (it names the vLLM server to sample through)")
         if self.plan is not None:
             parse_plan(self.plan)
         from c3_plugin.core.curriculum import parse_curriculum
@@ -203,6 +207,11 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         if self.phases and comlrl["train_dataset"] is not None:
             check_rows(self.phases, comlrl["train_dataset"])
         self._setup_data_parallel(deepspeed)
+        if self.dist.enabled and hasattr(self.backend, "start"):  # torchrun: every rank's vLLM engine starts here, together
+            from c3_plugin.scale.distributed import gathered
+
+            with gathered(self.engines, self.zero3):
+                self.backend.start()
         self._setup_lr_schedules()
         self.rng = np.random.default_rng([args.seed, self.dist.rank] if self.dist.enabled else args.seed)
         self._pending: list[dict] = []
@@ -382,9 +391,9 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         if self.lora_adapters:
             raise ValueError("agents.policy: lora shares one model between the agents' adapters, which one DeepSpeed engine "
                              "per agent cannot shard; under DeepSpeed (torchrun, deepspeed.enabled) use agents.policy: per_agent")
-        if getattr(self.args, "generation_backend", "hf") == "vllm" and world > 1:
-            raise ValueError("generation_backend: vllm under torchrun is not supported yet (each rank's engine would be "
-                             "placed on the first GPU); use generation_backend: hf with several processes, or vllm on one")
+        errors = dp.vllm_placement_errors(self.args, world)
+        if errors:
+            raise ValueError("; ".join(errors))
         if int(self.deepspeed.zero_stage) == 3 and any(len(g) > 1 for g in self.policy_groups):
             raise ValueError("a model shared by several roles (agents.policy: shared) runs under one DeepSpeed engine, whose "
                              "ZeRO-3 parameter gathering the per-agent generation paths would enter once per role; use "

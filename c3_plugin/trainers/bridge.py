@@ -125,11 +125,17 @@ class WorkflowBridge:
         if getattr(args, "generation_backend", "hf") == "vllm":
             from c3_plugin.generation.vllm import VLLMBackend, VLLMOptions
 
-            self.backend = VLLMBackend(self.backend, VLLMOptions(
+            options = VLLMOptions(
                 gpu_memory_utilization=args.vllm_gpu_memory_utilization, kv_cache_gb=args.vllm_kv_cache_gb,
                 tensor_parallel_size=args.vllm_tensor_parallel_size,
                 enable_sleep_mode=args.vllm_enable_sleep_mode, max_model_len=args.vllm_max_model_len,
-                enforce_eager=args.vllm_enforce_eager, lora_adapters=args.vllm_lora_adapters, measure_mismatch=args.logprob_mismatch, seed=int(args.seed)))
+                enforce_eager=args.vllm_enforce_eager, lora_adapters=args.vllm_lora_adapters, measure_mismatch=args.logprob_mismatch, seed=int(args.seed))
+            if getattr(args, "vllm_server_url", None):  # the separate-GPU layout: a running server
+                from c3_plugin.generation.server import ServerBackend
+
+                self.backend = ServerBackend(self.backend, args.vllm_server_url, options, args.vllm_server_weights_dir)
+            else:
+                self.backend = VLLMBackend(self.backend, options)
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.update_step = 0
         self.totals = {"env_steps": 0, "messages": 0, "tokens_generated": 0}

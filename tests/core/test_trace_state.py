@@ -128,7 +128,7 @@ def test_tampered_token_ids_are_reported(rollout, team):
 
 
 def test_the_trainers_rollouts_record_token_ids(tmp_path):
-    from .test_trainers import template_trainer
+    from tests.trainers.test_trainers import template_trainer
 
     trainer, wf, train = template_trainer(tmp_path, "magrpo", "independent 2", 2)
     ro = trainer.collect([dict(train[i]) for i in range(2)])

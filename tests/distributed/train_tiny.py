@@ -4,6 +4,8 @@
     torchrun --nproc_per_node 2 tests/distributed/train_tiny.py '<config JSON>' [KILL_RANK:KILL_AT_UPDATE]
 
 With the second argument, that rank SIGKILLs itself when it reaches that update (a crash mid-epoch).
+``C3_TINY_HIDDEN`` sets the models' width (vLLM's CPU attention needs a head size of 32 or more: 64); with
+``generation_backend: vllm`` each rank prints ``ENGINE <json>`` (its rank and engine seed) when its engine starts.
 """
 
 import json
@@ -30,8 +32,19 @@ def main() -> None:
             flush(self)
 
         WorkflowTrainer._flush = crashing_flush
+    if getattr(cfg.algo, "generation_backend", "hf") == "vllm":
+        from c3_plugin.generation.vllm import VLLMBackend
+
+        start = VLLMBackend._start
+
+        def reporting_start(self, agent):
+            start(self, agent)
+            print("ENGINE " + json.dumps({"rank": self.rank, "world": self.world, "seed": self.engine_seed}), flush=True)
+
+        VLLMBackend._start = reporting_start
     tok = tiny_tokenizer()
-    models = [tiny_model(tok, seed=a) for a in range(2)]
+    hidden = int(os.environ.get("C3_TINY_HIDDEN", "32"))
+    models = [tiny_model(tok, seed=a, hidden=hidden) for a in range(2)]
     train(cfg, models=models, tokenizer=tok)
 
 

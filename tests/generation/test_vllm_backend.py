@@ -277,3 +277,121 @@ def test_c3_diagnose_samples_through_vllm_on_smollm2(tmp_path):
     assert report["backend"] == "vllm"
     (point,) = report["decisions"]
     assert point["u"] == 0 and point["groups"] == 4 and point["env_steps"] == 4 * 4 * 4 and point["messages"] == 4 * (4 + 16)
+
+
+@pytest.mark.parametrize("stage", [2, 3], ids=["zero2", "zero3"])
+def test_two_ranks_each_run_their_own_engine_like_one_process(tmp_path, stage):
+    """torchrun with 2 ranks and ``generation_backend: vllm``: each rank starts its own engine (vLLM's
+    external_launcher on torchrun's gloo group), seeded per rank, and samples its shard; the run spends the
+    one-process budget (same env steps, same updates) and after every update each rank's engine holds the
+    trainer's weights (the sampler/trainer log-prob mismatch stays ~0; under ZeRO-3 the engine gets the
+    whole weights, gathered once per update, never the empty shards)."""
+    import json
+    import math
+
+    from tests.scale.test_distributed import final_weights, metrics, tiny_config, torchrun
+
+    runs = {}
+    for name, world in (("one", 1), ("two", 2)):
+        out = tmp_path / name
+        cfg = tiny_config(out, deepspeed={"zero_stage": stage}, generation_backend="vllm",
+                          logprob_mismatch=True, vllm_kv_cache_gb=0.25)
+        proc = torchrun("train_tiny.py", cfg, nproc=world, env={"C3_TINY_HIDDEN": "64", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+        engines = [json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines() if line.startswith("ENGINE ")]
+        runs[name] = (json.loads((out / "run" / "summary.json").read_text()), metrics(out / "run"), engines, out / "run")
+    (s1, rows1, e1, _), (s2, rows2, e2, run2) = runs["one"], runs["two"]
+    assert s1["world_size"] == 1 and s2["world_size"] == 2
+    assert s2["env_steps"] == s1["env_steps"] == 64 and s2["updates"] == s1["updates"] == 8
+    assert s2["totals"]["messages"] == s1["totals"]["messages"]
+    assert sorted({(e["rank"], e["world"]) for e in e2}) == [(0, 2), (1, 2)] and {e["world"] for e in e1} == {1}
+    seeds = {e["rank"]: e["seed"] for e in e2}
+    assert seeds[0] != seeds[1]  # each rank samples its own stream
+    for rows in (rows1, rows2):
+        trained = [r for r in rows if "train/update_step" in r]
+        assert len(trained) == 8
+        for r in trained[1:]:  # every update after the first samples from pushed weights
+            for a in (0, 1):
+                kl = r[f"train/agent{a}/logprob_mismatch_kl"]
+                assert math.isfinite(kl) and 0 <= kl < 1e-3, (a, kl)
+    moved = final_weights(run2)
+    assert all(torch.isfinite(v).all() for v in moved.values())
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """vLLM's OpenAI server on loopback (python -m c3_plugin.generation.server), started from a tiny model folder."""
+    import socket
+    import subprocess
+
+    from c3_plugin.generation.server import command, wait_ready
+
+    folder = tmp_path_factory.mktemp("served")
+    tok = tiny_tokenizer()
+    tiny_model(tok, seed=11, hidden=64).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = __import__("pathlib").Path(__file__).resolve().parents[2]
+    argv, env = command(str(folder), port=port, dtype="float32", kv_cache_gb=0.25)
+    log = open(folder / "server.log", "w")
+    proc = subprocess.Popen(argv, env={**env, "PYTHONPATH": str(root)}, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", timeout_s=600, process=proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        log.close()
+
+
+def test_the_server_layout_samples_the_pushed_policy(server):
+    """Through the server: the behaviour log-probs are the trainer policy's (pushed before the first request,
+    though the server started from other weights), and after an update and a sync, the new policy's."""
+    from c3_plugin.generation.server import ServerBackend
+    from c3_plugin.generation.vllm import VLLMOptions
+
+    tok = tiny_tokenizer()
+    model = tiny_model(tok, seed=5, hidden=64)
+    backend = ServerBackend(HFBackend(lambda a: model, [tok], micro_batch_size=4), server, VLLMOptions(seed=0))
+    try:
+        prompts = _prompts(cap=12)
+        sampling = Sampling(temperature=0.7, max_new_tokens=40)
+        first = backend.generate(prompts, 3, sampling)
+        assert [len(g) for g in first] == [3, 3] and len({tuple(x.token_ids) for g in first for x in g}) > 1
+        _close([x.logprobs for g in first for x in g], _hf_logprobs(tok, model, prompts, first, 0.7))
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+        backend.stale = True
+        backend.sync()
+        after = backend.generate(prompts, 3, sampling)
+        _close([x.logprobs for g in after for x in g], _hf_logprobs(tok, model, prompts, after, 0.7))
+        assert backend.timings["syncs"] == 2  # the first push and the sync
+    finally:
+        backend.close()
+
+
+def test_a_c3_run_trains_through_the_generation_server(tmp_path, server):
+    """A whole tiny C3 run with ``vllm_server_url``: the one-process budget, a weight push after every update,
+    and the sampler/trainer mismatch ~0 (the server serves what the trainer holds)."""
+    import json
+    import math
+
+    from tests.scale.test_distributed import metrics, tiny_config
+
+    cfg = tiny_config(tmp_path, generation_backend="vllm", vllm_server_url=server, logprob_mismatch=True)
+    env = {**os.environ, "C3_TINY_HIDDEN": "64", "PYTHONPATH": str(__import__("pathlib").Path(__file__).resolve().parents[2])}
+    import subprocess
+    import sys
+
+    root = __import__("pathlib").Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, str(root / "tests/distributed/train_tiny.py"), cfg], cwd=root, env=env, check=True, timeout=800)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["env_steps"] == 64 and summary["updates"] == 8
+    trained = [r for r in metrics(tmp_path / "run") if "train/update_step" in r]
+    assert len(trained) == 8 and all(r["time/sync_s"] > 0 for r in trained)
+    for r in trained:
+        for a in (0, 1):
+            kl = r[f"train/agent{a}/logprob_mismatch_kl"]
+            assert math.isfinite(kl) and 0 <= kl < 1e-3, (a, kl)

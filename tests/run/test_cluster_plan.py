@@ -163,8 +163,18 @@ def test_generator_and_weight_sync_volume(workflow):
     adapters = lora["memory_per_gpu"]["trainable_params_per_agent"]
     assert lora["weight_sync"]["engine_push_per_update_per_rank_gib"] == pytest.approx(2 * 4 * adapters / GIB, abs=0.01)
     assert lora["memory_per_gpu"]["model_states_per_agent_gib"]["total"] < 1  # the adapters only; the base is shared
-    with pytest.raises(ConfigError, match="generation_backend: vllm with 4 ranks is not supported yet"):
-        plan(workflow, "cluster.nproc_per_node=4", "c3.generation_backend=vllm")  # refused at run time too
+    ranks = plan(workflow, "cluster.nproc_per_node=4", "c3.generation_backend=vllm")  # one engine per rank, on its own GPU
+    assert (ranks["generator"]["engines_per_rank"], ranks["generator"]["engines_total"]) == (1, 4)
+    assert ranks["weight_sync"]["engine_push_per_update_per_rank_gib"] == v["weight_sync"]["engine_push_per_update_per_rank_gib"]
+    with pytest.raises(ConfigError, match="vllm_tensor_parallel_size=2 with 4 ranks"):  # refused at run time too
+        plan(workflow, "cluster.nproc_per_node=4", "c3.generation_backend=vllm", "c3.vllm_tensor_parallel_size=2")
+    server = plan(workflow, "c3.generation_backend=vllm", "c3.vllm_server_url=http://gen-node:8000")  # the separate-GPU layout
+    assert (server["generator"]["colocated"], server["generator"]["engines_per_rank"]) == (False, 0)
+    assert "engine_gib" not in server["memory_per_gpu"] or not any(server["memory_per_gpu"]["engine_gib"].values())
+    with pytest.raises(ConfigError, match="vllm_server_url with 4 ranks"):
+        plan(workflow, "cluster.nproc_per_node=4", "c3.generation_backend=vllm", "c3.vllm_server_url=http://gen-node:8000")
+    with pytest.raises((ConfigError, ValueError), match="vllm_server_url needs generation_backend: vllm"):
+        plan(workflow, "c3.vllm_server_url=http://gen-node:8000")
     with pytest.raises(ConfigError, match="agents.policy: lora .* per_agent under DeepSpeed"):
         plan(workflow, "cluster.nproc_per_node=4", "agents.policy=lora")
 

@@ -60,6 +60,19 @@ def test_paper_configs_dry_run_with_the_gpu_hours_of_the_experiment(name):
     assert hours["experiment"]["gpu_hours_5_seeds"] == pytest.approx(5 * hours["experiment"]["gpu_hours_per_seed"], rel=1e-3)
 
 
+def test_the_paper_config_on_vllm_plans_8_ranks_with_an_engine_each():
+    report = dry_run_report(load_config(PAPER / "c3.yaml", OFFLINE + ["c3.generation_backend=vllm"]))
+    assert report["status"] == "ok"
+    cluster = report["cluster"]
+    assert cluster["world_size"] == 8 and cluster["launcher"] == "torchrun"
+    gen = cluster["generator"]
+    assert (gen["backend"], gen["engines_per_rank"], gen["engines_total"], gen["tensor_parallel_size"]) == ("vllm", 1, 8, 1)
+    assert cluster["weight_sync"]["engine_push_per_update_per_rank_gib"] > 0  # every rank's engine gets the update
+    per_gpu = cluster["memory_per_gpu"]  # each rank's GPU holds its own engine beside its share of the training
+    assert all(v > 0 for v in per_gpu["engine_gib"].values())
+    assert all(per_gpu["total_gib"][d] > per_gpu["engine_gib"][d] for d in per_gpu["engine_gib"])
+
+
 def test_the_reference_kl_recipe_is_a_difference_that_needs_consent(tmp_path):
     configs = plan(PAPER / "reference_kl.yaml", ["c3", "magrpo"], [0], tmp_path / "cmp", OFFLINE)
     with pytest.raises(ConfigError, match="kl_reward_coef"):

@@ -61,7 +61,7 @@ def test_resume_reuses_the_folder_and_a_fresh_one_is_claimed_when_empty(tmp_path
 
 
 def test_a_run_that_fails_before_training_leaves_no_folder(tmp_path, monkeypatch, capsys):
-    from c3_plugin.run.train import train as run
+    from c3_plugin.run import train as run
     from c3_plugin.tools.cli import main
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -28,10 +28,11 @@ def _env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1", "WANDB_MODE": "offline", "PYTHONPATH": str(ROOT)}
 
 
-def torchrun(script: str, *args: str, nproc: int = 2, check: bool = True, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+def torchrun(script: str, *args: str, nproc: int = 2, check: bool = True, extra: tuple[str, ...] = (),
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     launch = extra or ("--nproc_per_node", str(nproc), "--master_addr", "127.0.0.1", "--master_port", str(_port()))
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", *launch, str(SCRIPTS / script), *args],
-                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=800)
+                          cwd=ROOT, env={**_env(), **(env or {})}, capture_output=True, text=True, timeout=800)
     if check and proc.returncode != 0:
         raise AssertionError(f"torchrun {script} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
     return proc
