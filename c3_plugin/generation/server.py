@@ -168,8 +168,6 @@ class ServerBackend(VLLMBackend):
 
     def _engine_generate(self, agent: int, encoded: Sequence[list[int]], kwargs: Sequence[dict[str, Any]],
                          keys: Sequence[int | None]) -> list[list[tuple[list[int], list[float]]]]:
-        if any(k is not None for k in keys):
-            raise ValueError("a vLLM server does not serve forced JSON skeletons (grammar); use the colocated engine")
         with ThreadPoolExecutor(max_workers=max(1, min(32, len(encoded)))) as pool:  # the server batches them
             return list(pool.map(self.llm.complete, [list(ids) for ids in encoded], kwargs))
 
