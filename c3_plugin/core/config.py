@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import copy
 import difflib
+import json
 import math
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any, Mapping
 import yaml
 
 from c3_plugin.core.domain import load_domain
+from c3_plugin.core.config_types import check_fields
 from c3_plugin.core.errors import ConfigError
 from c3_plugin.core.model_paths import resolve_model_paths
 from c3_plugin.core.registry import capabilities
@@ -248,21 +250,47 @@ def _nearest(key: str, valid: list[str], prefix: str = "") -> str:
 
 
 def bind(cls: type, values: Mapping[str, Any] | None, where: str) -> Any:
-    """Instantiate ``cls`` from a mapping, rejecting unknown keys by name."""
+    """Instantiate ``cls`` from a mapping, rejecting unknown keys by name and values that do not fit their field's
+    type or range (:func:`c3_plugin.core.config_types.check_fields`)."""
     values = dict(values or {})
     valid = [f.name for f in fields(cls) if not f.name.startswith("_")]
     for key in values:
         if key not in valid:
             raise ConfigError(f"unknown key '{where}.{key}'{_nearest(key, valid, where + '.')}")
     try:
-        return cls(**values)
+        return cls(**check_fields(cls, values, where))
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{where}: {exc}") from exc
+        message = str(exc)
+        raise ConfigError(message if message.startswith(f"{where}.") else f"{where}: {message}") from exc
+
+
+def check_keys(raw: Mapping[str, Any], names: list[str], domain_name: str) -> None:
+    """Every key of the merged config is a known section or field, checked before any trainer, domain or data is
+    imported (a typo fails in well under a second, naming the nearest valid key): top-level keys, the sections of
+    :data:`SECTIONS`, and the algorithm and domain sections listed in ``config_keys.json`` (generated with
+    ``docs/config.md``; another package's sections are checked when their class binds)."""
+    from c3_plugin.core.registry import section
+
+    valid_top = set(SCALARS) | set(SECTIONS) | {section(n) for n in names} | {domain_name}
+    for key in raw:
+        if key not in valid_top:
+            raise ConfigError(f"unknown key '{key}'{_nearest(key, sorted(valid_top))}")
+    index = {name: [f.name for f in fields(cls) if not f.name.startswith("_")] for name, cls in SECTIONS.items()}
+    keys_file = Path(__file__).with_name("config_keys.json")
+    if keys_file.exists():
+        index = {**json.loads(keys_file.read_text()), **index}
+    for where, valid in index.items():
+        values = raw.get(where)
+        for key in (values if isinstance(values, Mapping) else {}):
+            if key not in valid:
+                raise ConfigError(f"unknown key '{where}.{key}'{_nearest(key, valid, where + '.')}")
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None, data: Mapping[str, Any] | None = None,
-                default_algorithm: str | None = None) -> RunConfig:
-    """Read, merge, override and validate a run config."""
+                default_algorithm: str | None = None, hub_preflight: bool = False) -> RunConfig:
+    """Read, merge, override and validate a run config. Keys are checked first, before any trainer or domain is
+    imported; ``hub_preflight`` (the entry points) then fails at once when the Hub cannot be used and a dataset
+    source on it is not cached (:func:`c3_plugin.core.hub.require_hub_data`)."""
     from c3_plugin.core.registry import algorithms, resolve, section
 
     raw = read_yaml(path) if path is not None else dict(data or {})
@@ -278,14 +306,15 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     if algorithm not in names:
         raise ConfigError(f"unknown algorithm '{algorithm}'{_nearest(algorithm, names)}")
     domain_name = raw.get("domain", SCALARS["domain"])
+    check_keys(raw, names, domain_name)
+    if hub_preflight:
+        from c3_plugin.core.hub import require_hub_data
+
+        require_hub_data(raw.get("dataset"))
     try:
         domain = load_domain(domain_name)
     except KeyError as exc:
         raise ConfigError(str(exc.args[0])) from exc
-    valid_top = set(SCALARS) | set(SECTIONS) | {section(n) for n in names} | {domain_name}
-    for key in raw:
-        if key not in valid_top:
-            raise ConfigError(f"unknown key '{key}'{_nearest(key, sorted(valid_top))}")
     sections = {name: bind(cls, raw.get(name), name) for name, cls in SECTIONS.items()}
     seed = raw.get("seed", SCALARS["seed"])
     if not isinstance(seed, int):

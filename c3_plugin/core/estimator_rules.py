@@ -39,6 +39,7 @@ CREDIT_FIELDS: dict[str, tuple[str, ...]] = {
 
 NOT_OPTIMISATION: tuple[str, ...] = (
     "save_traces", "wandb_keys", "logging_steps",  # output and logging
+    "untrained_decisions",  # the dry-run's acknowledgement of the plan's untrained decisions (the plan itself is diffed)
     "eval_batch_size", "generation_batch_size",  # sequences per generate call: throughput (the same decoding)
     "micro_batch_size",  # gradient accumulation: the step equals the one-batch step (tests/core/test_loss.py)
     "logprob_mismatch",  # a measurement (importance_sampling_cap, which it enables, is diffed)

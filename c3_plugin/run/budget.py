@@ -9,10 +9,12 @@ import math
 from typing import Any
 
 from c3_plugin.core.config import RunConfig
+from c3_plugin.core.curriculum import epoch_rows
+from c3_plugin.core.errors import ConfigError
 from c3_plugin.core.plan import parse_plan
 from c3_plugin.core.rollout import unique_samples
 from c3_plugin.core.workflow import Workflow
-from c3_plugin.core.registry import capabilities
+from c3_plugin.core.registry import capabilities, section
 
 
 def credited_decisions(algorithm: str, plan: Any, workflow: Workflow) -> list[int]:
@@ -23,19 +25,50 @@ def credited_decisions(algorithm: str, plan: Any, workflow: Workflow) -> list[in
     return plan.credit_points(workflow.num_decisions)
 
 
-def decision_gradients(algorithm: str, plan: Any, workflow: Workflow) -> dict[str, Any]:
+def decision_gradients(algorithm: str, plan: Any, workflow: Workflow, acknowledged: Any = None) -> dict[str, Any]:
     """Which decision points get a gradient (``<role>_u<u>``, as in the ``credit/*`` keys), and a warning
     for each that MAGRPO (``independent B``, every decision trained) would train but this plan does not:
-    C3 forms no group where a context has a single alternative (``b_u = 1``)."""
+    C3 forms no group where a context has a single alternative (``b_u = 1``). ``acknowledged`` (the algorithm
+    section's ``untrained_decisions``) names decision points the config leaves untrained on purpose: they are
+    listed (``untrained_acknowledged``) without the warning; a name that is no decision point of the workflow
+    raises :class:`ConfigError`."""
     names = [f"{s.name}_u{u}" for u, s in enumerate(workflow.decision_steps)]
+    acknowledged = [acknowledged] if isinstance(acknowledged, str) else list(acknowledged or [])
+    unknown = [n for n in acknowledged if n not in names]
+    if unknown:
+        raise ConfigError(f"untrained_decisions names {', '.join(map(repr, unknown))}, which is no decision point of the "
+                          f"workflow '{workflow.name}' (its decision points: {', '.join(names)}); list the plan's untrained "
+                          f"decisions as the dry-run names them, or remove the field "
+                          f"(--override {section(algorithm)}.untrained_decisions=null)")
     trained = set(credited_decisions(algorithm, plan, workflow))
     untrained = [names[u] for u in range(len(names)) if u not in trained]
     out: dict[str, Any] = {"trained_decisions": [names[u] for u in sorted(trained)], "untrained_decisions": untrained}
-    if untrained:
-        out["warnings"] = [f"{algorithm} with plan '{parse_plan(plan).describe()}': no gradient for {', '.join(untrained)} "
+    if acknowledged:
+        out["untrained_acknowledged"] = [n for n in untrained if n in acknowledged]
+    unexplained = [n for n in untrained if n not in acknowledged]
+    if unexplained:
+        out["warnings"] = [f"{algorithm} with plan '{parse_plan(plan).describe()}': no gradient for {', '.join(unexplained)} "
                            "(one alternative per context, so no group), while MAGRPO trains every decision; give a "
-                           "decision 2 or more alternatives in the plan to train it"]
+                           "decision 2 or more alternatives in the plan to train it, or list it under the algorithm "
+                           "section's untrained_decisions (with the reason in a comment) if that is the intent"]
     return out
+
+
+def rollout_batch_sizes(cfg: RunConfig, train: Any) -> list[int]:
+    """Instances in each rollout batch of the run, in order (curriculum-aware): each epoch's rows in batches of
+    ``instances_per_update``, the epoch's last batch smaller where they do not divide. ``train`` is the training
+    dataset or its row count."""
+    a = cfg.algo
+    ipu = int(a.instances_per_update)
+    _, rows_per_epoch = epoch_rows(getattr(a, "curriculum", None), int(a.num_train_epochs), train)
+    return [min(ipu, rows - s) for rows in rows_per_epoch for s in range(0, rows, ipu)]
+
+
+def instances_by_rank(batch_sizes: list[int], world: int) -> list[int]:
+    """Instances each of ``world`` ranks runs over these batches: rank ``r`` takes positions ``r, r + world, ...``
+    of every batch (:func:`c3_plugin.scale.distributed.shard`), so a batch that does not split evenly gives its
+    remainder to the lowest ranks, one instance each."""
+    return [sum(len(range(r, size, world)) for size in batch_sizes) for r in range(world)]
 
 
 def preference_budget(cfg: RunConfig, rows: int) -> dict[str, Any]:
@@ -75,8 +108,6 @@ def preference_budget(cfg: RunConfig, rows: int) -> dict[str, Any]:
 def expected_budget(cfg: RunConfig, workflow: Workflow, train: Any) -> dict[str, Any]:
     """Env steps, messages and optimizer updates per agent the run will spend (curriculum-aware);
     ``train`` is the training dataset or its row count."""
-    from c3_plugin.core.curriculum import epoch_rows
-
     a = cfg.algo
     if capabilities(a).budget == "preference":
         return preference_budget(cfg, train if isinstance(train, int) else len(train))
@@ -88,9 +119,8 @@ def expected_budget(cfg: RunConfig, workflow: Workflow, train: Any) -> dict[str,
     k = workflow.num_decisions
     branching = plan.branching(k)
     epochs = int(a.num_train_epochs)
-    ipu = int(a.instances_per_update)
     phases, rows_per_epoch = epoch_rows(getattr(a, "curriculum", None), epochs, train)
-    batches = [min(ipu, rows - s) for rows in rows_per_epoch for s in range(0, rows, ipu)]
+    batches = rollout_batch_sizes(cfg, train)
     shared = bool(getattr(a, "share_parallel_samples", False)) and plan.kind != "independent"
     unique = unique_samples(workflow, branching, shared)  # messages sampled (and trained) per instance per decision
     credited = credited_decisions(cfg.algorithm, plan, workflow)

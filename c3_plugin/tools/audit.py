@@ -12,7 +12,9 @@ can be re-entered. At decision point ``u`` of a run, with the policies of the ch
   (the diagnostic plan ``diagnostic n u c`` entered at the recorded prefix).
 
 The message's credit is ``Q - V`` with a Welch 95% interval; its verdict is *helped* or *hurt* when the interval excludes 0, else *no
-measurable effect*; messages are ranked by how much they lost (most negative credit first).
+measurable effect*; messages are ranked by how much they lost (most negative credit first). An interval of
+zero width, where every Q return and every alternative's mean return agreed, says so (``interval_note``:
+"no spread" in the table and the figure).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import numpy as np
 
 from c3_plugin.tools.session import Session, fmt, print_table, seed_all
 from c3_plugin.core.trace import TraceEntry, read_jsonl, replay_check
+from c3_plugin.trainers.bridge import progress_bar, stepping
 
 VERDICTS = ("hurt", "no measurable effect", "helped")
 
@@ -113,8 +116,31 @@ def _welch(q: np.ndarray, alt_means: np.ndarray) -> tuple[float, float, float]:
     return diff, diff - h, diff + h
 
 
-def audit(session: Session, runs: Sequence[RecordedRun], n: int = 4, c: int = 4, seed: int = 0) -> dict[str, Any]:
-    """Credit every decision of ``runs`` (see the module doc); returns the report."""
+def interval_note(message: Mapping[str, Any]) -> str | None:
+    """Why a message's ``Q - V`` interval has zero width (``ci_lo == ci_hi``), or None when it has a width. The Welch
+    interval is zero wide exactly when neither side spreads: every Q return is the same (or there is one) and every
+    alternative has the same mean return. That is what a few samples that all agreed measure, not certainty: a
+    deterministic reward re-scored, or a policy that answers alike, gives it; more ``--n`` / ``--c`` may show spread."""
+    if message["ci_hi"] > message["ci_lo"]:
+        return None
+    q, alt = message["q_returns"], message["alternative_means"]
+    side = f"all {len(q)} Q returns are {q[0]:g}" if len(q) > 1 else f"the one Q return is {q[0]:g}"
+    return (f"no spread: {side} and all {len(alt)} fresh alternatives' mean returns are {alt[0]:g}, so the interval has "
+            "zero width (every sample agreed; a larger --n / --c may show spread)")
+
+
+def text_colour(background: Any) -> str:
+    """Black or white, whichever reads better on ``background`` (a matplotlib colour): white where its WCAG relative
+    luminance is below 0.179, the luminance at which black and white text have the same contrast ratio."""
+    from matplotlib.colors import to_rgb
+
+    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in to_rgb(background)]
+    return "white" if 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2] < 0.179 else "black"
+
+
+def audit(session: Session, runs: Sequence[RecordedRun], n: int = 4, c: int = 4, seed: int = 0,
+          progress: bool = True) -> dict[str, Any]:
+    """Credit every decision of ``runs`` (see the module doc); returns the report (``progress``: a bar on stderr)."""
     if n < 2 or c < 1:
         raise ValueError(f"--n {n} --c {c}: need n >= 2 alternatives and c >= 1 continuations")
     wf = session.workflow
@@ -128,14 +154,23 @@ def audit(session: Session, runs: Sequence[RecordedRun], n: int = 4, c: int = 4,
     top = session.reward_top
     out_runs = [{"instance": r.instance, "occurrence": r.occurrence, "leaf": r.path[-1].node, "reward": r.reward,
                  "question": r.path[0].context, "messages": []} for r in runs]
+    # a bar on stderr over the decision points, moving as each decision step of their Q and V rollouts is generated
+    bar = progress_bar(k, f"audit ({len(runs)} run{'s' if len(runs) != 1 else ''})", "point", disable=not progress)
     for u, step in enumerate(wf.decision_steps):
         cu = c if u < k - 1 else 1  # the diagnostic plan's continuations (none after the last decision point)
         seed_all(seed, "audit", u)
+        q_share = (k - 1 - u) / (2 * (k - u) - 1)  # of this point's decision steps: Q generates the k-1-u after it, V k-u
         # Q: the recorded message kept and the rest of the run re-sampled c times (c re-scorings at the last decision point)
         q_items = [{**it, "id": f"{it['id']}-q{j}"} for it in items for j in range(c)]
-        q_ro = session.collect(q_items, {"tree": [1] * k}, given=[r.path[1:step.index + 2] for r in runs for _ in range(c)])
+        bar.set_postfix_str(f"u={u} {step.name}: Q", refresh=False)
+        with stepping([bar], q_share, k - 1 - u) as tick:
+            q_ro = session.collect(q_items, {"tree": [1] * k}, given=[r.path[1:step.index + 2] for r in runs for _ in range(c)],
+                                   tick=tick)
         # V: n fresh alternatives from the recorded context, each continued cu times
-        v_ro = session.collect(items, f"diagnostic n={n} u={u} c={cu}", given=[r.path[1:step.index + 1] for r in runs])
+        bar.set_postfix_str(f"u={u} {step.name}: V", refresh=False)
+        with stepping([bar], 1 - q_share, k - u) as tick:
+            v_ro = session.collect(items, f"diagnostic n={n} u={u} c={cu}", given=[r.path[1:step.index + 1] for r in runs],
+                                   tick=tick)
         q_ret = q_ro.rewards.reshape(len(runs), c)
         v_ret = v_ro.rewards.reshape(len(runs), n, -1)
         for i, r in enumerate(runs):
@@ -152,14 +187,17 @@ def audit(session: Session, runs: Sequence[RecordedRun], n: int = 4, c: int = 4,
                 "q_returns": q_ret[i].tolist(), "alternative_means": alt_means.tolist(),
                 "alternatives": alternatives, "best_alternative": alternatives[best],
                 "best_alternative_mean": float(alt_means[best])})
+    bar.close()
     ranking = sorted(((i, j) for i, run in enumerate(out_runs) for j in range(len(run["messages"]))),
                      key=lambda ij: out_runs[ij[0]]["messages"][ij[1]]["advantage"])
     for rank, (i, j) in enumerate(ranking, 1):
         out_runs[i]["messages"][j]["rank"] = rank
+        out_runs[i]["messages"][j]["interval_note"] = interval_note(out_runs[i]["messages"][j])
     return {"workflow": wf.name, "decision_points": wf.decision_points(), "n": n, "c": c, "seed": seed,
             "success_threshold": top, "runs": out_runs,
             "ranking": [{"run": i, "instance": out_runs[i]["instance"], **{key: out_runs[i]["messages"][j][key]
-                        for key in ("u", "role", "advantage", "ci_lo", "ci_hi", "verdict")}} for i, j in ranking]}
+                        for key in ("u", "role", "advantage", "ci_lo", "ci_hi", "interval_note", "verdict")}}
+                        for i, j in ranking]}
 
 
 def shorten(text: str, width: int) -> str:
@@ -175,12 +213,16 @@ def print_audit(report: Mapping[str, Any]) -> None:
         for m in run["messages"]:
             rows.append({"rank": m["rank"], "run": i, "instance": run["instance"], "reward": run["reward"], "u": m["u"],
                          "role": m["role"], "message": shorten(m["message"], 36),
-                         "Q-V": m["advantage"], "ci_lo": m["ci_lo"], "ci_hi": m["ci_hi"], "success": m["success_share"],
+                         "Q-V": m["advantage"], "ci_lo": m["ci_lo"], "ci_hi": m["ci_hi"],
+                         "note": "no spread" if m.get("interval_note") else "", "success": m["success_share"],
                          "verdict": m["verdict"]})
-    print_table(sorted(rows, key=lambda r: r["rank"]),
-                ["rank", "run", "instance", "reward", "u", "role", "message", "Q-V", "ci_lo", "ci_hi", "success", "verdict"])
+    print_table(sorted(rows, key=lambda r: r["rank"]), ["rank", "run", "instance", "reward", "u", "role", "message", "Q-V",
+                                                        "ci_lo", "ci_hi", "note", "success", "verdict"])
     print("rank 1 lost the most: Q - V is the recorded message's value minus its context's value under the policy; "
           "success: share of its continuations that reached the top reward")
+    if any(r["note"] for r in rows):
+        print("note 'no spread': every Q return and every fresh alternative's mean return agreed, so the interval has zero "
+              "width; few samples that agreed, not certainty (interval_note in audit.json; a larger --n / --c may show spread)")
     hurt = [(run, m) for run in report["runs"] for m in run["messages"] if m["verdict"] == "hurt"]
     for run, m in sorted(hurt, key=lambda rm: rm[1]["rank"]):
         print(f"  #{m['rank']} {run['instance']} {m['role']}: {shorten(m['message'], 48)!r} (Q {m['q']:.2f}); "
@@ -188,7 +230,8 @@ def print_audit(report: Mapping[str, Any]) -> None:
 
 
 def plot_audit(report: Mapping[str, Any], path: str | Path) -> Path:
-    """One row per audited run, one box per message, coloured by its credit Q - V (red lost, green helped)."""
+    """One row per audited run, one box per message, coloured by its credit Q - V (red lost, green helped), its text
+    black or white by the box's luminance (:func:`text_colour`), "no spread" after a zero-width interval."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -204,10 +247,13 @@ def plot_audit(report: Mapping[str, Any], path: str | Path) -> Path:
         y = len(runs) - 1 - i
         ax.text(-0.08, y + 0.4, f"{run['instance']}\nreward {fmt(run['reward'], 2)}", ha="right", va="center", fontsize=7)
         for m in run["messages"]:
-            ax.add_patch(plt.Rectangle((m["u"], y), 0.94, 0.8, color=cmap(norm(m["advantage"])), ec="0.3"))
+            colour = cmap(norm(m["advantage"]))
+            ax.add_patch(plt.Rectangle((m["u"], y), 0.94, 0.8, color=colour, ec="0.3"))
             text = shorten(m["message"], 60)
             ax.text(m["u"] + 0.47, y + 0.4, f"{m['role']} (#{m['rank']})\n" + "\n".join(textwrap.wrap(text, 30)[:2])
-                    + f"\nQ-V {m['advantage']:+.2f} [{m['ci_lo']:+.2f}, {m['ci_hi']:+.2f}]", ha="center", va="center", fontsize=6)
+                    + f"\nQ-V {m['advantage']:+.2f} [{m['ci_lo']:+.2f}, {m['ci_hi']:+.2f}]"
+                    + (" no spread" if m.get("interval_note") else ""), ha="center", va="center", fontsize=6,
+                    color=text_colour(colour))  # white on the dark ends of the colour map
     ax.set_xlim(-1.3, k)
     ax.set_ylim(-0.2, len(runs))
     ax.axis("off")
@@ -221,11 +267,12 @@ def plot_audit(report: Mapping[str, Any], path: str | Path) -> Path:
 
 
 def audit_run(session: Session, run_dir: str | Path, out_dir: str | Path, instance: str | None = None,
-              failed: int | None = None, n: int = 4, c: int = 4, seed: int = 0) -> dict[str, Any]:
-    """Select runs from ``run_dir``'s traces, audit them, write ``audit.json`` and ``audit.png`` to ``out_dir``."""
+              failed: int | None = None, n: int = 4, c: int = 4, seed: int = 0, progress: bool = True) -> dict[str, Any]:
+    """Select runs from ``run_dir``'s traces, audit them, write ``audit.json`` and ``audit.png`` to ``out_dir``
+    (``progress``: a bar on stderr)."""
     entries = [e for f in trace_files(run_dir) for e in read_jsonl(f)]
     runs = select_runs(recorded_runs(entries, len(session.workflow.steps)), instance, failed)
-    report = {"run": str(run_dir), **audit(session, runs, n, c, seed)}
+    report = {"run": str(run_dir), **audit(session, runs, n, c, seed, progress)}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "audit.json").write_text(json.dumps(report, indent=2))

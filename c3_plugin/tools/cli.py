@@ -10,25 +10,46 @@ import sys
 from pathlib import Path
 
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows every option's default: argparse's ``(default: value)``, except for a required option and an
+    option whose help already says what its default is (a default computed from other options)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        return text if action.required or "default" in text else super()._get_help_string(action)
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser with :class:`DefaultsHelpFormatter`; its subcommands' parsers are ones too."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
 def main(argv: list[str] | None = None, algorithm: str | None = None, default_config: str | Path | None = None) -> int:
-    parser = argparse.ArgumentParser(description=f"Train a team with {algorithm or 'any algorithm'} (comlrl-c3).")
+    parser = Parser(description=f"Train a team with {algorithm or 'any algorithm'} (comlrl-c3).")
     parser.add_argument("--config", default=str(default_config) if default_config else None,
                         help="run config YAML" + (f" (default: {default_config})" if default_config else ""))
     parser.add_argument("--override", action="append", default=[], metavar="a.b=value",
                         help="override a config value (repeatable); true/false/none, Python literals, else strings")
     parser.add_argument("--dry-run", action="store_true", help="validate and report the budget without loading a model")
+    parser.add_argument("--json", action="store_true", help="--dry-run: print the whole report as JSON instead of its summary")
+    parser.add_argument("--report", default=None, metavar="FILE", help="--dry-run: also write the whole report as JSON to FILE")
     args = parser.parse_args(argv)
     if not args.config:
         parser.error("--config is required")
     from c3_plugin.core.config import load_config
-    from c3_plugin.run.dry_run import dry_run_report
+    from c3_plugin.run.dry_run import dry_run_report, summary
     from c3_plugin.run.train import train, validate_or_exit
 
-    cfg = validate_or_exit(lambda: load_config(args.config, args.override, default_algorithm=algorithm))
+    cfg = validate_or_exit(lambda: load_config(args.config, args.override, default_algorithm=algorithm, hub_preflight=True))
     if args.dry_run:
         report = validate_or_exit(lambda: dry_run_report(cfg))
-        print(json.dumps(report, indent=2))
-        return 0
+        if args.report:
+            Path(args.report).write_text(json.dumps(report, indent=2))
+        print(json.dumps(report, indent=2) if args.json else summary(report, args.report))
+        return 2 if report["status"] == "error" else 0
     try:
         train(cfg)
     except Exception as exc:  # failed before training started (bad model, data, ...): one line, like a config error
@@ -48,7 +69,7 @@ def main(argv: list[str] | None = None, algorithm: str | None = None, default_co
 
 def console(argv: list[str] | None = None) -> int:
     """``c3 <command>``: train, dry-run, compare, dashboard, diagnose, plan-budget, advise or audit."""
-    parser = argparse.ArgumentParser(prog="c3", description="comlrl-c3: train LLM teams with C3, MAGRPO, MAPPO and compare them.")
+    parser = Parser(prog="c3", description="comlrl-c3: train LLM teams with C3, MAGRPO, MAPPO and compare them.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
 
     def common(p: argparse.ArgumentParser) -> None:
@@ -57,7 +78,10 @@ def console(argv: list[str] | None = None) -> int:
                        help="override a config value (repeatable); true/false/none, Python literals, else strings")
 
     common(sub.add_parser("train", help="train one run (the algorithm named in the config); torchrun for several processes"))
-    common(sub.add_parser("dry-run", help="check the config, data, budget, memory and cluster plan without loading a model"))
+    dry = sub.add_parser("dry-run", help="check the config, data, budget, memory and cluster plan without loading a model")
+    common(dry)
+    dry.add_argument("--json", action="store_true", help="print the whole report as JSON instead of its summary")
+    dry.add_argument("--report", default=None, metavar="FILE", help="also write the whole report as JSON to FILE")
     cmp = sub.add_parser("compare", help="run every (algorithm, seed) from one config and compare them with statistics")
     common(cmp)
     cmp.add_argument("--algorithms", nargs="+", required=True, help="algorithms to compare, e.g. c3 magrpo mappo")
@@ -71,7 +95,8 @@ def console(argv: list[str] | None = None) -> int:
                      help="compare although settings other than the credit differ: the named keys (e.g. agent_learning_rate), "
                           "or every difference when given alone; the consent goes into summary.json")
     dash = sub.add_parser("dashboard", help="an HTML page for a comparison or run folder, or a W&B workspace for a comparison")
-    dash.add_argument("folder", nargs="?", help="a c3 compare folder or a run folder: writes <folder>/dashboard.html")
+    dash.add_argument("folder", nargs="?", help="a c3 compare folder (results table over seeds) or a run folder (its final "
+                                                "metrics and before/after table): writes <folder>/dashboard.html")
     dash.add_argument("--out", default=None, help="where the HTML page goes (default <folder>/dashboard.html)")
     dash.add_argument("--wandb", default=None, metavar="ENTITY/PROJECT", help="build the W&B workspace of a comparison instead")
     dash.add_argument("--group", default=None, help="the comparison's W&B group (its folder's name)")
@@ -91,7 +116,7 @@ def console(argv: list[str] | None = None) -> int:
     diag.add_argument("--chunk", type=int, default=8, help="groups per generation batch; each finished chunk is saved (resumable)")
     diag.add_argument("--seed", type=int, default=0, help="seeds every chunk (a resumed diagnosis gives the same numbers)")
     diag.add_argument("--out", default=None, help="output folder (default <run>/diagnose or runs/diagnose/<config name>); rerun to resume")
-    diag.add_argument("--quiet", action="store_true", help="no progress bar")
+    diag.add_argument("--quiet", action="store_true", help="no progress bars")
     plan = sub.add_parser("plan-budget", help="the (n, c) split of B reward calls per decision point that maximises reliability")
     plan.add_argument("--from", dest="source", required=True, help="a diagnose.json written by c3 diagnose")
     plan.add_argument("--budget", type=int, required=True, help="reward calls B per decision point (and leaves of the tree plans)")
@@ -116,6 +141,7 @@ def console(argv: list[str] | None = None) -> int:
     aud.add_argument("--c", type=int, default=4, help="continuations per alternative and of the recorded message (Q)")
     aud.add_argument("--seed", type=int, default=0, help="sampling seed")
     aud.add_argument("--out", default=None, help="output folder (default <run>/audit): audit.json and audit.png")
+    aud.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     if args.command == "dashboard":
         return dashboard(args, parser)
@@ -125,7 +151,8 @@ def console(argv: list[str] | None = None) -> int:
         return validate_or_exit(lambda: analysis_command(args, parser))
     if args.command in ("train", "dry-run"):
         return main(["--config", args.config, *sum((["--override", o] for o in args.override), []),
-                     *(["--dry-run"] if args.command == "dry-run" else [])])
+                     *(["--dry-run"] if args.command == "dry-run" else []), *(["--json"] if getattr(args, "json", False) else []),
+                     *(["--report", args.report] if getattr(args, "report", None) else [])])
     from c3_plugin.tools.compare import compare
     from c3_plugin.run.train import validate_or_exit
 
@@ -173,7 +200,8 @@ def analysis_command(args: argparse.Namespace, parser: argparse.ArgumentParser) 
                                          else "latest" if any((Path(args.run) / "checkpoints").glob("checkpoint-*")) else "base")
         session = open_session(run_config(args.run, args.override), weights_folder(args.run, checkpoint))
         report = audit_run(session, args.run, args.out or Path(args.run) / "audit", args.instance,
-                           args.failed if args.failed is not None or args.instance else 3, args.n, args.c, args.seed)
+                           args.failed if args.failed is not None or args.instance else 3, args.n, args.c, args.seed,
+                           progress=not args.quiet)
         print_audit(report)
         print(f"policies: {checkpoint}; wrote {Path(args.out or Path(args.run) / 'audit') / 'audit.json'} and audit.png")
         return 0

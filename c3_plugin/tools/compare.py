@@ -23,8 +23,11 @@ import json
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Sequence
+
+from tqdm import tqdm
 
 from c3_plugin.core.config import ConfigError, RunConfig, load_config
 from c3_plugin.run.report import ACCURACY_METRICS, eval_metrics
@@ -78,7 +81,9 @@ def fingerprint(cfg: RunConfig) -> dict[str, Any]:
 
 def check_comparable(configs: dict[tuple[str, int], RunConfig]) -> None:
     """One fingerprint per algorithm (the seed only reorders the data) compared across algorithms."""
-    prints = {a: fingerprint(cfg) for (a, s), cfg in configs.items() if s == min(s2 for a2, s2 in configs if a2 == a)}
+    firsts = [(a, cfg) for (a, s), cfg in configs.items() if s == min(s2 for a2, s2 in configs if a2 == a)]
+    prints = {a: fingerprint(cfg) for a, cfg in tqdm(firsts, desc="compare: checking data and budgets", unit="algorithm",
+                                                      leave=False)}
     first, *rest = prints
     diffs = []
     for other in rest:
@@ -189,8 +194,11 @@ def differences_table(record: dict[str, Any], keys: Sequence[str] | None = None)
 
 def execute(cfg_path: str | Path, configs: dict[tuple[str, int], RunConfig], out: Path, overrides: Sequence[str],
             launcher: str | None = None, log=print) -> list[str]:
-    """Run what is not finished yet, one after another; returns the names of the runs started."""
+    """Run what is not finished yet, one after another; returns the names of the runs started. Before each run and
+    after the last, :func:`progress_line` shows the comparison's progress on stderr."""
     started = []
+    kept = sum((out / run_name(a, s) / "summary.json").exists() for a, s in configs)
+    began = time.monotonic()
     for (algorithm, seed), cfg in configs.items():
         name = run_name(algorithm, seed)
         if (out / name / "summary.json").exists():
@@ -201,12 +209,23 @@ def execute(cfg_path: str | Path, configs: dict[tuple[str, int], RunConfig], out
             args += ["--override", item]
         prefix = shlex.split(launcher) + ["-m", "c3_plugin"] if launcher else [sys.executable, "-m", "c3_plugin"]
         log(f"[compare] {name}: {'resuming' if (out / name / 'checkpoints').exists() else 'starting'}")
+        progress_line(kept + len(started), len(configs), kept, time.monotonic() - began, f"running {name}")
         code = subprocess.call(prefix + args)
         if code != 0:
             raise RuntimeError(f"run {name} failed (exit code {code}); fix it and run the same c3 compare again: "
                                "finished runs are kept and this one resumes from its last checkpoint")
         started.append(name)
+    if started:
+        progress_line(kept + len(started), len(configs), kept, time.monotonic() - began, "done")
     return started
+
+
+def progress_line(done: int, total: int, kept: int, elapsed: float, note: str) -> None:
+    """A tqdm bar of the comparison's runs, as one line on stderr: ``done`` of ``total`` runs, the time so far and
+    left (the rate leaves out the ``kept`` runs, finished before this comparison started), ``note``. A line, not a
+    live bar: each run's own process draws its training and evaluation bars below it."""
+    print(tqdm.format_meter(done, total, elapsed, prefix="compare", unit="run", postfix=note, initial=kept),
+          file=sys.stderr, flush=True)
 
 
 def _dig(summary: dict, path: Sequence[str]) -> Any:

@@ -3,7 +3,8 @@ read from the comment beside it where its default is defined (or the comment blo
 
 Fields a class inherits from CoMLRL's configs (which carry no per-field comments) take what
 ``trainers/comlrl_compat.MAGRPO_FIELDS`` says about them. ``python -m c3_plugin.tools.config_docs`` rewrites the
-file; ``--check`` exits non-zero when it is stale (``tests/tools/test_config_docs.py`` does the same).
+file and ``c3_plugin/core/config_keys.json`` (the field names the config loader checks keys against before it
+imports any trainer); ``--check`` exits non-zero when either is stale (``tests/tools/test_config_docs.py`` does the same).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import dataclasses
 import functools
 import inspect
 import io
+import json
 import sys
 import textwrap
 import tokenize
@@ -26,6 +28,7 @@ from c3_plugin.core.registry import _BUILTIN, resolve, section
 from c3_plugin.trainers.comlrl_compat import MAGRPO_FIELDS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "config.md"
+KEYS = Path(cfg_module.__file__).with_name("config_keys.json")  # every documented section's field names, for the fast key check at load
 DOMAINS = ("math", "code", "travel")  # the shipped domains whose config sections are documented
 
 
@@ -137,6 +140,20 @@ def render() -> str:
     return "\n".join(lines)
 
 
+def key_index() -> str:
+    """``core/config_keys.json``: the field names of every algorithm and domain section documented here, so that
+    :func:`c3_plugin.core.config.check_keys` can name a typo before the trainers (torch) are imported."""
+    index: dict[str, list[str]] = {}
+    for name in _BUILTIN:
+        names = {f.name for f in dataclasses.fields(resolve(name)[0]) if not f.name.startswith("_")}
+        index[section(name)] = sorted(names | set(index.get(section(name), [])))  # a shared section (mapl): every reader's fields
+    for name in DOMAINS:
+        cls = load_domain(name).config_cls
+        if cls is not None:
+            index[name] = sorted(f.name for f in dataclasses.fields(cls) if not f.name.startswith("_"))
+    return json.dumps(index, indent=1, sort_keys=True) + "\n"
+
+
 def undocumented() -> list[str]:
     """``Class.field`` for every field this project defines without a doc line where its default is."""
     return sorted({f"{defined_in(cls, name).__name__}.{name}" for _, cls in sections() for name, doc in field_docs(cls).items()
@@ -147,15 +164,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="exit 1 when docs/config.md is not what the dataclasses give")
     args = ap.parse_args(argv)
-    text = render()
+    outputs = {DOC: render(), KEYS: key_index()}
     if args.check:
-        current = DOC.read_text() if DOC.exists() else ""
-        if current != text:
-            print(f"{DOC} is stale: run python -m c3_plugin.tools.config_docs", file=sys.stderr)
-            return 1
-        return 0
-    DOC.write_text(text)
-    print(f"wrote {DOC}")
+        stale = [path for path, text in outputs.items() if (path.read_text() if path.exists() else "") != text]
+        for path in stale:
+            print(f"{path} is stale: run python -m c3_plugin.tools.config_docs", file=sys.stderr)
+        return 1 if stale else 0
+    for path, text in outputs.items():
+        path.write_text(text)
+        print(f"wrote {path}")
     return 0
 
 

@@ -2,11 +2,13 @@
 comparison folder of ``c3 compare`` or a single run folder.
 
 The page holds: eval curves per suite metric (``eval/*/accuracy``, else ``eval/reward_mean``) against
-env steps (per algorithm the mean over seeds, with a band from the lowest to the highest seed), the
-results table (mean +- std and 95% interval over seeds, paired differences with t-test, Holm-corrected
-and Wilcoxon p-values) when the folder is a comparison, cost bars (tokens, messages, env steps, wall
-time per run: mean with min-max whiskers), the credit diagnostics over training, and a link to each
-run's folder. Charts are inline SVG drawn by matplotlib.
+env steps (per algorithm the mean over seeds, with a band from the lowest to the highest seed; a point at
+every evaluation that all its seeds logged), the results table (mean +- std and 95% interval over seeds,
+paired differences with t-test, Holm-corrected and Wilcoxon p-values) when the folder is a comparison, or
+for a single run its final metrics and costs and the before/after table training printed
+(``run.report.before_after``), cost bars (tokens, messages, env steps, wall time per run: mean with
+min-max whiskers), the credit diagnostics over training, and a link to each run's folder. Charts are
+inline SVG drawn by matplotlib.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from c3_plugin.run.report import before_after, eval_metrics, summary_headline
 
 CREDIT_KEYS = ("within_group_variance", "split_half_reliability", "zero_signal_share", "influence", "noise_ratio")
 COST_KEYS = (("tokens", ("totals", "tokens_generated")), ("messages", ("totals", "messages")), ("env steps", ("env_steps",)),
@@ -85,6 +89,7 @@ def curves_chart(runs: list[dict], key: str, title: str) -> str | None:
             continue
         values = np.array([[c[s] for s in steps] for c in curves])
         line, = ax.plot(steps, values.mean(0), marker="o", ms=3, label=f"{algorithm} (n={len(curves)})")
+        line.set_gid(f"curve:{key}:{algorithm}")  # the SVG group of the line and its points, one per logged step
         if len(curves) > 1:
             ax.fill_between(steps, values.min(0), values.max(0), color=line.get_color(), alpha=0.2)
         drawn = True
@@ -95,6 +100,14 @@ def curves_chart(runs: list[dict], key: str, title: str) -> str | None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _svg(fig)
+
+
+def _lookup(summary: dict, path: tuple[str, ...]) -> Any:
+    """The value at ``path`` (keys, outermost first) in a run's summary; None when a key is missing."""
+    v: Any = summary
+    for k in path:
+        v = v.get(k) if isinstance(v, dict) else None
+    return v
 
 
 def cost_chart(runs: list[dict]) -> str | None:
@@ -111,9 +124,7 @@ def cost_chart(runs: list[dict]) -> str | None:
         for algorithm in algorithms:
             vals = []
             for r in runs:
-                v: Any = r["summary"]
-                for k in path:
-                    v = v.get(k) if isinstance(v, dict) else None
+                v = _lookup(r["summary"], path)
                 if r["algorithm"] == algorithm and v is not None:
                     vals.append(float(v))
             m = float(np.mean(vals)) if vals else 0.0
@@ -157,6 +168,38 @@ def results_table(comparison: dict) -> str:
     return "\n".join(out)
 
 
+def _cell(v: Any, digits: int = 4) -> str:
+    """A number as a table cell: integers as they are, others to ``digits`` decimals, a dash when missing."""
+    if v is None:
+        return "&ndash;"
+    return str(v) if isinstance(v, int) else f"{float(v):.{digits}f}"
+
+
+def run_results(run: dict) -> str:
+    """A single run's results as HTML: its headline, the final metrics (every ``eval/*/accuracy``, else
+    ``eval/reward_mean``, after training) with what the run spent, and the before/after table training printed
+    (the same rows: :func:`c3_plugin.run.report.before_after`)."""
+    summary = run["summary"]
+    if not summary:
+        return "<p>No summary.json: the run has not finished, so it has no final metrics yet (the curves are what it logged).</p>"
+    after = summary.get("eval_after", {})
+    final = [(html.escape(k), _cell(after.get(k))) for k in eval_metrics(after)]
+    spent = [(label, _cell(_lookup(summary, path), 1)) for label, path in COST_KEYS] + [("updates", _cell(summary.get("updates")))]
+    out = [f"<p>{html.escape(summary_headline(summary))}</p>",
+           "<table class='final'><tr><th>final metric</th><th>value</th></tr>"]
+    out += [f"<tr><td>{k}</td><td>{v}</td></tr>" for k, v in final + spent]
+    out.append("</table><table class='before-after'><tr><th>metric</th><th>before training</th><th>after training</th>"
+               "<th>change</th></tr>")
+    out += [f"<tr><td>{html.escape(k)}</td><td>{_cell(b)}</td><td>{_cell(a)}</td><td>{'&ndash;' if d is None else f'{d:+.4f}'}"
+            "</td></tr>" for k, b, a, d in before_after(summary)]
+    out.append("</table>")
+    if any(k.startswith("eval_anchor/") for k in {**summary.get("eval_before", {}), **after}):
+        out.append("<p><small>The before/after evaluations covered more items (final_eval_num_samples) than the ones "
+                   "during training: this table is on all of them, the curves follow the first eval_num_samples items at "
+                   "every evaluation (summary.json's eval_anchor/* are the curves' end points).</small></p>")
+    return "\n".join(out)
+
+
 STYLE = """body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}h1{font-size:22px}
 h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}.grid{display:flex;flex-wrap:wrap;gap:12px}
 .grid>div{flex:0 0 auto}table{border-collapse:collapse;margin:10px 0;font-size:13px}td,th{border:1px solid #ccc;
@@ -168,8 +211,6 @@ def write_dashboard(folder: str | Path, out: str | Path | None = None) -> Path:
     folder = Path(folder)
     runs, comparison = load_runs(folder)
     keys = sorted({k for r in runs for row in r["rows"] for k in row})
-    from c3_plugin.run.report import eval_metrics
-
     eval_keys = eval_metrics(keys)  # every eval/*/accuracy, else eval/reward_mean (any domain)
     credit = [k for k in keys if k.startswith("credit/") and k.rsplit("/", 1)[-1] in CREDIT_KEYS]
     title = (f"Comparison {html.escape(folder.name)}: {', '.join(comparison['algorithms'])}, seeds {comparison['seeds']}"
@@ -178,6 +219,8 @@ def write_dashboard(folder: str | Path, out: str | Path | None = None) -> Path:
              f"</head><body><h1>{title}</h1>"]
     if comparison:
         parts += ["<h2>Results</h2>", results_table(comparison)]
+    else:  # a single run folder
+        parts += ["<h2>Results</h2>", run_results(runs[0])]
     charts = [c for k in eval_keys if (c := curves_chart(runs, k, k))]
     parts += ["<h2>Evaluation</h2><div class='grid'>" + "".join(f"<div>{c}</div>" for c in charts) + "</div>"]
     train = [c for k in ("train/reward_mean", "budget/total_tokens_generated") if (c := curves_chart(runs, k, k))]

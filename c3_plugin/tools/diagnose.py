@@ -6,7 +6,7 @@ terminal reward: the diagnostic plan ``diagnostic n u c`` (``c = 1`` at the last
 where the alternative's own reward is its return). Per decision point it reports
 
 * split-half reliability (even vs odd continuations, Spearman, over the usable groups) with a 95%
-  interval and the count of usable groups;
+  interval (percentile bootstrap over the groups, so within [-1, 1]) and the count of usable groups;
 * the implied reliability ``S / (S + 2N)`` of the additive model, from the signal variance ``S`` (the
   spread of the alternatives' true values: the variance of their c-continuation means minus ``N``) and
   the noise variance ``N = sigma^2 / c`` of a c-continuation mean, with a bootstrap interval;
@@ -29,12 +29,12 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
-from tqdm import tqdm
 
 from c3_plugin.core import credit
+from c3_plugin.trainers.bridge import progress_bar, stepping
 from c3_plugin.tools.session import Session, bootstrap_ci, mean_ci, print_table, seed_all
 from c3_plugin.core.credit_diagnostics import _PAD, decision_groups, leaf_outcomes
 
@@ -65,13 +65,15 @@ def _outcome_key(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def _collect_chunk(session: Session, u: int, n: int, c: int, first: int, size: int, seed: int) -> dict[str, Any]:
-    """One chunk of ``size`` groups at decision ``u`` (groups ``first..first+size-1``)."""
+def _collect_chunk(session: Session, u: int, n: int, c: int, first: int, size: int, seed: int,
+                   tick: Callable[[], None] | None = None) -> dict[str, Any]:
+    """One chunk of ``size`` groups at decision ``u`` (groups ``first..first+size-1``); ``tick`` is called after
+    each decision step of its rollout is generated (progress bars)."""
     seed_all(seed, u, first)
     rows = session.train
     items = [{**dict(rows[(first + k) % len(rows)]), "id": f"diagnose-u{u}-g{first + k}"} for k in range(size)]
     started = time.perf_counter()
-    ro = session.collect(items, f"diagnostic n={n} u={u} c={c}")
+    ro = session.collect(items, f"diagnostic n={n} u={u} c={c}", tick=tick)
     groups = decision_groups(ro, ro.rewards, u)
     alternatives = ro.decision_entries(u)
     out: dict[str, Any] = {"u": u, "first": first, "groups": groups.tolist(), **ro.budget.totals(),
@@ -90,6 +92,19 @@ def signal_noise(groups: np.ndarray) -> tuple[float, float, float]:
     nn = credit.pooled_return_variance(groups) / groups.shape[-1]
     s = float(np.mean(groups.mean(-1).var(-1, ddof=1))) - nn
     return s, nn, s / (s + 2 * nn) if s + 2 * nn > 0 else float("nan")
+
+
+def mean_correlation_ci(values: Sequence[float] | np.ndarray, seed: int = 0) -> tuple[float, float, float]:
+    """The mean of per-group correlations (each in [-1, 1]) and its percentile bootstrap 95% interval over the groups.
+    A resampled mean stays within the values' range, so the interval stays within [-1, 1]; a normal interval (mean
+    +- 1.96 standard errors) leaves it near +-1, and a Fisher z interval cannot take the many groups whose Spearman
+    correlation over 3 or 4 alternatives is exactly +-1. NaN interval with fewer than 2 values."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    if len(v) < 2:
+        return (float(v.mean()) if len(v) else float("nan")), float("nan"), float("nan")
+    lo, hi = bootstrap_ci(lambda idx: float(v[idx].mean()), len(v), seed=seed)
+    return float(v.mean()), lo, hi
 
 
 def contrast(a: np.ndarray, b: np.ndarray, seed: int = 0, resamples: int = 2000) -> dict[str, float]:
@@ -158,7 +173,7 @@ def decision_report(groups: np.ndarray, outcomes: np.ndarray | None = None, seed
     every = np.arange(g)
     signal, noise_n, implied = signal_noise(groups)
     rho, used = credit.split_half_per_group(groups)
-    sh, sh_lo, sh_hi = mean_ci(rho[used])
+    sh, sh_lo, sh_hi = mean_correlation_ci(rho[used], seed=seed + 2)
     rep.update({"return_variance": credit.pooled_return_variance(groups), "signal_S": signal, "noise_N": noise_n,
                 "implied": implied, "usable": int(used.sum()), "split_half": sh, "split_half_lo": sh_lo, "split_half_hi": sh_hi})
     rep["implied_lo"], rep["implied_hi"] = bootstrap_ci(lambda idx: signal_noise(groups[idx])[2], g, seed=seed)
@@ -232,15 +247,26 @@ def diagnose(session: Session, out_dir: str | Path, groups: int = 60, n: int = 4
     chunks = [json.loads(line) for line in raw.read_text().splitlines() if line.strip()] if raw.exists() else []
     done = {(ch["u"], ch["first"]) for ch in chunks}
     todo = [(u, first) for u in points for first in range(0, groups, chunk) if (u, first) not in done]
-    with tqdm(total=len(points) * groups, initial=len(points) * groups - sum(min(chunk, groups - f) for _, f in todo),
-              desc="diagnose", unit="group", disable=not progress) as bar:
-        for u, first in todo:
-            size = min(chunk, groups - first)
-            ch = _collect_chunk(session, u, n, 1 if u == k - 1 else c, first, size, seed)
-            with raw.open("a", encoding="utf-8") as fh:
-                fh.write(json.dumps(ch) + "\n")
-            chunks.append(ch)
-            bar.update(size)
+    def size(first: int) -> int:
+        return min(chunk, groups - first)
+
+    # bars on stderr: every group of the diagnosis, and the groups of the decision point under way, each moving a
+    # share of a chunk's groups as each decision step of its rollout is generated
+    roles = wf.decision_points()
+    with progress_bar(len(points) * groups, "diagnose", "group", disable=not progress,
+                      initial=len(points) * groups - sum(size(f) for _, f in todo)) as overall:
+        for u in points:
+            mine = [f for v, f in todo if v == u]
+            if not mine:
+                continue
+            with progress_bar(groups, f"u={u} {roles[u]}", "group", disable=not progress, leave=False,
+                              initial=groups - sum(size(f) for f in mine)) as bar:
+                for first in mine:
+                    with stepping([overall, bar], size(first), k) as tick:
+                        ch = _collect_chunk(session, u, n, 1 if u == k - 1 else c, first, size(first), seed, tick)
+                    with raw.open("a", encoding="utf-8") as fh:
+                        fh.write(json.dumps(ch) + "\n")
+                    chunks.append(ch)
     chunks = [ch for ch in chunks if ch["u"] in points and ch["first"] < groups]
     report = {"workflow": wf.name, "decision_points": wf.decision_points(), "n": n, "c": c, "groups": groups,
               "seed": seed, "model": session.cfg.agent_model.name, "weights": weights, "domain": session.cfg.domain,
@@ -260,8 +286,8 @@ def print_report(report: Mapping[str, Any]) -> None:
         print("reliability of decision point a minus b [95% CI] (an interval excluding 0 separates them):")
         print_table(report["contrasts"], ("a", "b", "split_half_diff", "split_half_diff_lo", "split_half_diff_hi",
                                           "implied_diff", "implied_diff_lo", "implied_diff_hi"))
-    print("split_half: Spearman of even vs odd continuations over usable groups [95% CI]; implied: S/(S+2N); "
-          "noise_ratio: observed / law at B = nc/2; influence: I(J;Y) in nats (Miller-Madow)")
+    print("split_half: Spearman of even vs odd continuations over usable groups [95% bootstrap CI, within -1..1]; "
+          "implied: S/(S+2N); noise_ratio: observed / law at B = nc/2; influence: I(J;Y) in nats (Miller-Madow)")
 
 
 def plot_depth(reports: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
@@ -272,9 +298,13 @@ def plot_depth(reports: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    def plotted(rep: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+        """The report's decision points with a split-half value (the last one, c = 1, has none)."""
+        return [r for r in rep["decisions"] if r.get("split_half") is not None and math.isfinite(r.get("split_half", float("nan")))]
+
     fig, ax = plt.subplots(figsize=(7, 4))
     for i, rep in enumerate(reports):
-        rows = [r for r in rep["decisions"] if r.get("split_half") is not None and math.isfinite(r.get("split_half", float("nan")))]
+        rows = plotted(rep)
         if not rows:
             continue
         x = [r["u"] + 0.06 * i for r in rows]
@@ -286,7 +316,10 @@ def plot_depth(reports: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
         ax.errorbar([v + 0.03 for v in x], imp, yerr=np.nan_to_num(np.asarray(ierr, dtype=np.float64)), marker="o", mfc="none",
                     ls="--", capsize=2, elinewidth=0.8, color=line[0].get_color(), label=f"{rep['workflow']} implied S/(S+2N)")
     ax.axhline(0, color="0.8", lw=0.8)
-    ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
+    points = sorted({int(r["u"]) for rep in reports for r in plotted(rep)})
+    if points:  # a tick at each plotted decision point, integers only (an integer locator falls back to fractions
+        ax.set_xticks(points)  # when the view, around a single point, holds fewer than two integers)
+        ax.set_xlim(points[0] - 0.5, points[-1] + 0.5)
     ax.set_xlabel("decision point u (0 = opening role)")
     ax.set_ylabel("reliability")
     ax.set_title("Reliability by depth")

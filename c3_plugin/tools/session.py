@@ -15,7 +15,7 @@ import random
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from c3_plugin.core.registry import capabilities
 from c3_plugin.core.rollout import Rollout, materialize
 from c3_plugin.core.trace import TraceEntry
 from c3_plugin.core.workflow import Workflow
+from c3_plugin.trainers.bridge import TickingBackend
 
 
 @dataclass
@@ -35,10 +36,13 @@ class Session:
     train: Any  # the config's training rows (diagnose draws its contexts from them)
     trainer: Any  # the config's workflow trainer: backend, sampling, reward
 
-    def collect(self, items: Sequence[Mapping[str, Any]], plan: Any, given: Sequence[Sequence[TraceEntry]] | None = None) -> Rollout:
-        """Materialise ``plan`` on ``items`` with the behaviour policy (``given``: recorded prefixes to re-enter)."""
+    def collect(self, items: Sequence[Mapping[str, Any]], plan: Any, given: Sequence[Sequence[TraceEntry]] | None = None,
+                tick: Callable[[], None] | None = None) -> Rollout:
+        """Materialise ``plan`` on ``items`` with the behaviour policy (``given``: recorded prefixes to re-enter;
+        ``tick``: called after each decision step is generated, :class:`~c3_plugin.trainers.bridge.TickingBackend`)."""
         t = self.trainer
-        return materialize(self.workflow, plan, items, t.backend, t.reward_leaves, t.sampling(), tokenizers=t.tokenizers,
+        backend = t.backend if tick is None else TickingBackend(t.backend, tick)
+        return materialize(self.workflow, plan, items, backend, t.reward_leaves, t.sampling(), tokenizers=t.tokenizers,
                            use_chat_template=getattr(t.args, "use_chat_template", True), given=given)
 
     @property

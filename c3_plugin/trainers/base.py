@@ -21,12 +21,13 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 import torch
 import wandb
 from comlrl.trainers.reinforce.magrpo import MAGRPOConfig, MAGRPOTrainer
+from tqdm import tqdm
 
 from c3_plugin.core.credit import NORMALIZATIONS, normalize_advantages
 from c3_plugin.core.protocol import Prompt, encode_prompt
@@ -49,6 +50,7 @@ class WorkflowConfig(MAGRPOConfig):
     default_plan_kind: ClassVar[str] = "independent"  # the default plan's kind ("tree" or "independent")
 
     plan: str | None = None  # rollout plan: "tree [2, 4]", "independent 8" or "diagnostic n=4 u=0 c=4" (None: the algorithm's default plan over the team, spending CoMLRL's env steps for num_generations; c3_plugin/trainers/comlrl_compat.py default_plan)
+    untrained_decisions: list[str] | None = None  # decision points the plan leaves without a gradient on purpose, named as the dry-run names them ("Reasoner_u2"): the dry-run lists them under untrained_decisions without its warning; a name that is no decision point of the workflow is refused (None: warn for every untrained decision). Trains nothing differently
     instances_per_update: int | None = None  # task instances per rollout batch (one materialisation, one update; None: rollout_buffer_size, CoMLRL's prompts per update)
     ppo_epochs: int = 1  # passes over each rollout batch
     minibatch_size: int | None = None  # messages per optimizer step (None: all of an agent's messages in the batch)
@@ -215,6 +217,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         self._setup_lr_schedules()
         self.rng = np.random.default_rng([args.seed, self.dist.rank] if self.dist.enabled else args.seed)
         self._pending: list[dict] = []
+        self._progress: dict[str, Any] = {}  # the training bar's postfix (_show_progress)
         self._epoch = 0
         self._rank_state: dict[str, Any] | None = None
 
@@ -437,14 +440,16 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         self._turn_rewards = self.turns.path_rewards([leaf.outputs for leaf in leaves], [dict(leaf.item) for leaf in leaves])
         return self.turns.returns(self._turn_rewards).tolist()
 
-    def collect(self, items: Sequence[Mapping[str, Any]], plan: Any = None, greedy: bool = False, sampling: Any = None) -> Rollout:
-        """The bridge's rollout; multi-turn: early termination in training rollouts only (``plan`` None), the
-        per-turn rewards on ``rollout.turn_rewards`` and the env steps counted per scored turn."""
+    def collect(self, items: Sequence[Mapping[str, Any]], plan: Any = None, greedy: bool = False, sampling: Any = None,
+                tick: Callable[[], None] | None = None) -> Rollout:
+        """The bridge's rollout (``tick``: called after each decision step); multi-turn: early termination in training
+        rollouts only (``plan`` None), the per-turn rewards on ``rollout.turn_rewards`` and the env steps counted per
+        scored turn."""
         if self.turns is None:
-            return super().collect(items, plan=plan, greedy=greedy, sampling=sampling)
+            return super().collect(items, plan=plan, greedy=greedy, sampling=sampling, tick=tick)
         self.turns.training = plan is None
         try:
-            rollout = super().collect(items, plan=plan, greedy=greedy, sampling=sampling)
+            rollout = super().collect(items, plan=plan, greedy=greedy, sampling=sampling, tick=tick)
         finally:
             self.turns.training = False
         rollout.turn_rewards = self._turn_rewards
@@ -462,6 +467,51 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         self._pending.append(dict(batch_item))
         if len(self._pending) >= int(self.args.instances_per_update):
             self._flush()
+        else:
+            self._show_progress(phase=f"queue {len(self._pending)}/{int(self.args.instances_per_update)}")
+
+    # ----- progress on CoMLRL's training bar ---------------------------------------------------------
+    def _training_bar(self) -> Any:
+        """CoMLRL's bar over the epoch's items (its tqdm with desc ``Epoch e/E``; the newest in tqdm's registry of
+        open bars), or None: ``verbose`` off (CoMLRL opens none), not rank 0, or no bar open (an epoch's last short
+        batch is flushed after CoMLRL closed its bar)."""
+        if not getattr(self, "verbose", True) or not self.dist.is_main:
+            return None
+        with tqdm.get_lock():
+            bars = [bar for bar in list(getattr(tqdm, "_instances", ())) if str(getattr(bar, "desc", "")).startswith("Epoch ")]
+        return max(bars, key=lambda bar: getattr(bar, "start_t", 0.0), default=None)
+
+    def _show_progress(self, **fields: Any) -> None:
+        """Put ``fields`` on the training bar's postfix, replacing those of the same name (None drops one): ``phase``,
+        what the run waits on (``queue k/N`` items for the next update, ``rollout d/D`` decision steps generated,
+        ``credit``, ``update``, ``eval``), and the last update's ``env_step``, ``reward`` (``train/reward_mean``) and
+        ``loss`` (``train/loss``). A display, not a metric; nothing without a training bar."""
+        for key, value in fields.items():
+            if value is None:
+                self._progress.pop(key, None)
+            else:
+                self._progress[key] = value
+        bar = self._training_bar()
+        if bar is not None:
+            bar.set_postfix(self._progress)
+
+    def _rollout_ticks(self) -> Callable[[], None]:
+        """A :meth:`collect` tick that shows ``phase=rollout d/D`` on the training bar, ``d`` of the workflow's ``D``
+        decision steps generated (shown at ``0/D`` now)."""
+        steps, done = self.workflow.num_decisions, 0
+
+        def tick() -> None:
+            nonlocal done
+            done = min(done + 1, steps)
+            self._show_progress(phase=f"rollout {done}/{steps}")
+
+        self._show_progress(phase=f"rollout 0/{steps}")
+        return tick
+
+    def evaluate(self, num_eval_samples: int | None = None) -> dict[str, float]:
+        """The bridge's evaluation, with ``phase=eval`` on the training bar while it runs."""
+        self._show_progress(phase="eval")
+        return super().evaluate(num_eval_samples)
 
     def _drain_ready_buffers(self, ready_agents: list[int]) -> None:
         if self._pending:
@@ -490,8 +540,10 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         local = shard(items, self.dist)
         t0 = time.perf_counter()
         with gathered(list(self.ds_engines().values()), self.zero3):  # ZeRO-3: whole weights, no per-layer collectives
-            rollout = self.collect(local) if local else None  # a short last batch may leave a rank without instances
+            # a short last batch may leave a rank without instances
+            rollout = self.collect(local, tick=self._rollout_ticks()) if local else None
             t1 = time.perf_counter()
+            self._show_progress(phase="credit")
             task_rewards = rollout.rewards if rollout is not None else None  # what metrics and the trace report
             kl_metrics = self.apply_kl_reward(rollout)  # every rank; the returns credit sees
             credited = self.compute_advantages(rollout) if rollout is not None else []
@@ -502,6 +554,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
             self.totals[k] += int(v)
         self.env_step += int(all_sum([rollout.budget.leaves.sum() if rollout is not None else 0])[0])
         samples, adv_all = self.build_samples(rollout, credited)  # every rank: batch scaling sums over the ranks
+        self._show_progress(phase="update")
         stats = self.update_policies(samples)
         t2 = time.perf_counter()
         self.update_step += 1
@@ -527,7 +580,10 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
                                 "turn_1/expected_return": float(rewards.reshape(len(items), -1).mean(1).mean())})
         if self.args.save_traces and self.run_dir is not None and rollout is not None:
             self._append_trace(rollout)
-        self.log_metrics(self._combine_ranks(metrics))
+        combined = self._combine_ranks(metrics)
+        self.log_metrics(combined)
+        self._show_progress(phase=f"queue 0/{int(self.args.instances_per_update)}", env_step=self.env_step,
+                            reward=combined.get("train/reward_mean"), loss=combined.get("train/loss"))
         every = getattr(getattr(self, "_phase", None), "eval_every", 0)
         if every and self.env_step // every > before // every:
             self.evaluate()

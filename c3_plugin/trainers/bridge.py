@@ -34,7 +34,7 @@ import math
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -51,6 +51,61 @@ from c3_plugin.core.rollout import Leaf, Rollout, materialize
 from c3_plugin.core.trace import path_to
 from c3_plugin.trainers.streamed_pg import train_mode_log_prob
 from c3_plugin.core.workflow import Step, Workflow, load_workflow, parallel_workflow
+
+
+# the bars of evaluation and of the analysis tools: the count moves in fractions of an item (decision steps), the
+# remaining time is always on show
+PROGRESS_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total_fmt} {unit} [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
+
+
+def progress_bar(total: float, desc: str, unit: str, disable: bool = False, **kwargs: Any) -> tqdm:
+    """A tqdm bar on stderr in :data:`PROGRESS_FORMAT`, drawn on every update (its updates are decision steps, far
+    apart, moved by :func:`stepping`); ``disable`` hides it (so does ``TQDM_DISABLE=1``, which an explicit
+    ``disable=False`` would override); ``kwargs`` go to tqdm (``initial``, ``leave``, ...)."""
+    quiet = {"disable": True} if disable else {}
+    return tqdm(total=total, desc=desc, unit=unit, bar_format=PROGRESS_FORMAT, mininterval=0, miniters=0, **quiet, **kwargs)
+
+
+@contextmanager
+def stepping(bars: Sequence[tqdm], amount: float, parts: int) -> Iterator[Callable[[], None]]:
+    """A tick for :class:`TickingBackend`: each call moves every bar of ``bars`` on by ``amount / parts`` (one of a
+    rollout's ``parts`` decision steps; never past ``amount``); when the block ends without error, every bar stands
+    exactly ``amount`` past where it began (a rollout that generated fewer steps lands there too)."""
+    starts = [bar.n for bar in bars]
+    done = 0
+
+    def move(share: float) -> None:
+        for bar, start in zip(bars, starts):
+            if start + share - bar.n > 1e-9:  # no redraw where nothing moved
+                bar.update(start + share - bar.n)
+
+    def tick() -> None:
+        nonlocal done
+        done = min(done + 1, max(1, int(parts)))
+        move(amount * done / max(1, int(parts)))
+
+    yield tick
+    move(amount)
+
+
+class TickingBackend:
+    """A generation backend that calls ``tick()`` after each ``generate`` (one decision step of a rollout: every prompt
+    of the step at once), so a progress bar moves during a rollout; every other attribute reads through to
+    ``backend``, which samples."""
+
+    def __init__(self, backend: Any, tick: Callable[[], None]):
+        self.backend = backend
+        self.tick = tick
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("backend", "tick"):
+            raise AttributeError(name)
+        return getattr(self.backend, name)
+
+    def generate(self, prompts: Sequence[Prompt], n: int, sampling: Sampling, **kwargs: Any) -> Any:
+        out = self.backend.generate(prompts, n, sampling, **kwargs)
+        self.tick()
+        return out
 
 
 COMLRL_ARGUMENTS = ("agent_model", "agents", "num_agents", "tokenizer", "model_config", "train_dataset", "eval_dataset",
@@ -190,13 +245,16 @@ class WorkflowBridge:
         return False
 
     def collect(self, items: Sequence[Mapping[str, Any]], plan: Any = None, greedy: bool = False,
-                sampling: Sampling | None = None) -> Rollout:
+                sampling: Sampling | None = None, tick: Callable[[], None] | None = None) -> Rollout:
         """Materialise ``plan`` (default: the training plan ``self.plan``, with context sharing when the
         algorithm shares; an explicit plan, such as evaluation's greedy one, never shares) under ``sampling``
         (default: :meth:`sampling`). The trace records the prompt token ids the policies condition on and
         their chat template hashes. A subclass's ``_generate_completions`` samples every message
-        (:func:`~c3_plugin.generation.hook.rollout_backend`)."""
-        return materialize(self.workflow, plan if plan is not None else self.plan, items, rollout_backend(self),
+        (:func:`~c3_plugin.generation.hook.rollout_backend`). ``tick`` is called after each decision step is
+        generated (:class:`TickingBackend`: progress bars)."""
+        backend = rollout_backend(self)
+        return materialize(self.workflow, plan if plan is not None else self.plan, items,
+                           backend if tick is None else TickingBackend(backend, tick),
                            self.reward_leaves, sampling if sampling is not None else self.sampling(greedy),
                            share_identical_contexts=plan is None and self.share_identical_contexts,
                            tokenizers=self.tokenizers, use_chat_template=getattr(self.args, "use_chat_template", True))
@@ -344,12 +402,13 @@ class WorkflowBridge:
         for i in mine:
             k, sampling = decoding[i]
             batches.setdefault((k, sampling), []).append(i)
-        # a bar over this rank's eval items on stderr; output.verbose: false (or TQDM_DISABLE=1) hides it
-        quiet = {} if getattr(self, "verbose", True) and mine and dist.is_main else {"disable": True}
+        # a bar over this rank's eval items on stderr, moving a share of a batch's items as each decision step of the
+        # batch is generated; output.verbose: false (or TQDM_DISABLE=1) hides it
+        quiet = not (getattr(self, "verbose", True) and mine and dist.is_main)
         done: list[tuple[int, list[float], list[list[str]], list[list[float]]]] = []
         greedy = bool(getattr(self.args, "eval_greedy", True))  # items of a suite without num_samples: greedy, or CoMLRL's one sampled run
         # ZeRO-3: whole weights for generate, gathered once (ranks decode different numbers of batches)
-        with tqdm(total=len(mine), desc=f"eval @ env_step {self.env_step}", unit="item", **quiet) as bar, \
+        with progress_bar(len(mine), f"eval @ env_step {self.env_step}", "item", disable=quiet) as bar, \
                 gathered(getattr(self, "engines", None), getattr(self, "zero3", False)):
             for (k, sampling), idxs in batches.items():
                 plan = parse_plan({"independent": k} if k else {"tree": [1] * self.workflow.num_decisions})
@@ -357,15 +416,15 @@ class WorkflowBridge:
                 with self._eval_rng(k or not greedy, dist.rank):
                     for s in range(0, len(idxs), step):
                         idx = idxs[s:s + step]
-                        ro = (self.collect([items[i] for i in idx], plan=plan, sampling=sampling) if k
-                              else self.collect([items[i] for i in idx], plan=plan, greedy=greedy))
+                        with stepping([bar], len(idx), self.workflow.num_decisions) as tick:
+                            ro = (self.collect([items[i] for i in idx], plan=plan, sampling=sampling, tick=tick) if k
+                                  else self.collect([items[i] for i in idx], plan=plan, greedy=greedy, tick=tick))
                         per_item = ro.rewards.reshape(len(idx), -1).tolist()
                         paths = self._path_outputs(ro)
                         runs = len(paths) // len(idx)
                         turn_rows = (ro.turn_rewards if ro.turn_rewards is not None else ro.rewards.reshape(-1, 1)).tolist()
                         done.extend((i, r, paths[j * runs:(j + 1) * runs], turn_rows[j * runs:(j + 1) * runs])
                                     for j, (i, r) in enumerate(zip(idx, per_item)))
-                        bar.update(len(idx))
         for _, reward, out, turn_row in sorted((x for part in gather(done) for x in part), key=lambda x: x[0]):
             rewards.append(reward)
             outputs.append(out)

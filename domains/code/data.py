@@ -28,6 +28,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from c3_plugin.core.hub import offline_mode
 from c3_plugin.core.sources import local_path, where
 
 from .assertions import Assertion, AssertionFormError, compile_assertion, defined_names, parse_module
@@ -147,10 +148,13 @@ def _read(source: str, hf_key: str, split: str | None, base_dir: str | None, con
     import datasets
 
     name, default_config, default_split = HF[hf_key]
+    offline = offline_mode()  # offline: the cache only, failing at once instead of retrying
     try:
         ds = datasets.load_dataset(source or name, config or default_config, split=split or default_split)
     except Exception as exc:  # noqa: BLE001
-        raise CodeDatasetError(f"cannot load '{source or name}': {type(exc).__name__}: {exc}. Offline? Use a local JSONL path.") from exc
+        why = f"offline ({offline}) and not in the local datasets cache" if offline else f"{type(exc).__name__}: {exc}"
+        raise CodeDatasetError(f"cannot load '{source or name}': {why}. Use a local JSONL path; bundled: "
+                               "data/mbpp/*.jsonl and data/mbppplus/*.jsonl (data/README.md)") from exc
     return [dict(r) for r in ds]
 
 

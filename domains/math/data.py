@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from c3_plugin.core.errors import DatasetError
+from c3_plugin.core.hub import offline_mode
 from c3_plugin.core.sources import check_overlap, local_path, where
 
 from .answer import last_boxed
@@ -29,6 +30,8 @@ class Suite:
     schema: str = "auto"  # row schema (SCHEMAS)
 
 
+BUNDLED_DATA = ("data/gsm8k/train.jsonl (train), data/{math500,gsm8k,aime24,aime25,amc23,minerva_math,cmath}/test.jsonl "
+                "(eval); data/README.md")  # the repository's own copies, named when the Hub cannot be used
 SUITES = {
     "math500": Suite("HuggingFaceH4/MATH-500", None, "test"),
     "gsm8k": Suite("openai/gsm8k", "main", "test"),
@@ -152,6 +155,7 @@ def _load_rows(name: str, source: str, config: Any, split: str, revision: Any, b
     import datasets
 
     path = local_path(source, base_dir)
+    offline = offline_mode() if path is None else None  # offline: the cache only, failing at once instead of retrying
     try:
         if path is not None:
             if not path.exists():
@@ -163,8 +167,9 @@ def _load_rows(name: str, source: str, config: Any, split: str, revision: Any, b
     except DatasetError:
         raise
     except Exception as exc:  # noqa: BLE001 - network, hub or format errors become one clear message
-        raise DatasetError(f"{name}: cannot load '{source}' (split {split}): {type(exc).__name__}: {exc}. "
-                           "Offline? Point 'source' at a local JSONL file.") from exc
+        why = f"offline ({offline}) and not in the local datasets cache" if offline else f"{type(exc).__name__}: {exc}"
+        raise DatasetError(f"{name}: cannot load '{source}' (split {split}): {why}. Point 'source' at a local JSONL "
+                           f"file; bundled: {BUNDLED_DATA}") from exc
 
 
 def load_split(spec: Mapping[str, Any], base_dir: str | Path | None = None) -> list[dict]:

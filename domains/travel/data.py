@@ -18,6 +18,8 @@ import random
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from c3_plugin.core.hub import offline_mode
+
 HF_NAME = "osunlp/TravelPlanner"
 HF_REVISION = "8736504ecfc31b7f8b7e40122873c337e83fff7c"
 PANELS = ([19, 74, 29, 90], [5, 68, 20, 80], [14, 63, 39, 94], [4, 71, 22, 88], [9, 70, 33, 92])
@@ -43,10 +45,12 @@ def read_source(spec: Mapping[str, Any], base_dir: str | None = None) -> list[di
     config = spec.get("config", "validation")
     split = spec.get("split", "validation")
     revision = spec.get("revision", HF_REVISION)
+    offline = offline_mode()  # offline: the cache only, failing at once instead of retrying
     try:
         ds = datasets.load_dataset(source, config, split=split, revision=revision)
     except Exception as exc:  # offline, unknown name, bad revision: all need the same fix
-        raise ValueError(f"could not load {source} ({config}/{split} @ {revision}): {type(exc).__name__}: {str(exc)[:200]}. "
+        why = f"offline ({offline}) and not in the local datasets cache" if offline else f"{type(exc).__name__}: {str(exc)[:200]}"
+        raise ValueError(f"could not load {source} ({config}/{split} @ {revision}): {why}. "
                          "Offline? Point dataset.train.source at a local JSONL of the same split "
                          "(with reference_information), and set dataset.train.eval_panels=null unless it is the 180-row "
                          "validation source") from exc

@@ -211,11 +211,18 @@ def test_dry_run_names_the_decisions_c3_leaves_without_a_gradient(tmp_path):
     from c3_plugin.core.config import load_config
     from c3_plugin.run.dry_run import dry_run_report
 
+    # without the shipped config's acknowledgement (c3.untrained_decisions), the untrained decision is a warning
     with pytest.warns(UserWarning, match="no gradient for Reasoner_u2 .one alternative per context.*MAGRPO trains every decision"):
-        report = dry_run_report(load_config(_code_config(tmp_path, "multi_turn_c3.yaml")))
+        report = dry_run_report(load_config(_code_config(tmp_path, "multi_turn_c3.yaml"), ["c3.untrained_decisions=null"]))
     assert report["plan"] == "tree [2, 2, 1, 2]" and report["leaves_per_instance"] == 8
     assert report["trained_decisions"] == ["Reasoner_u0", "Actor_u1", "Actor_u3"]
     assert report["untrained_decisions"] == ["Reasoner_u2"] and "Reasoner_u2" in report["warnings"][0]
+    assert "untrained_acknowledged" not in report
+    with warnings.catch_warnings(record=True) as seen:  # the shipped config names it: listed, no warning
+        warnings.simplefilter("always")
+        shipped = dry_run_report(load_config(_code_config(tmp_path, "multi_turn_c3.yaml")))
+    assert not [w for w in seen if "no gradient" in str(w.message)] and "warnings" not in shipped
+    assert shipped["untrained_decisions"] == shipped["untrained_acknowledged"] == ["Reasoner_u2"]
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         magrpo = dry_run_report(load_config(_code_config(tmp_path, "multi_turn_magrpo.yaml")))
@@ -233,3 +240,20 @@ def test_decision_gradients_of_full_trees():
     out = decision_gradients("c3", "diagnostic n=4 u=0 c=1", wf)
     assert out["untrained_decisions"] == ["Actor_u1"] and len(out["warnings"]) == 1
     assert decision_gradients("c3", "tree [2, 2, 2, 2]", load_workflow("four_turn"))["untrained_decisions"] == []
+
+
+def test_untrained_decisions_a_config_names_are_listed_without_the_warning():
+    from c3_plugin.core.errors import ConfigError
+    from c3_plugin.run.budget import decision_gradients
+
+    wf = load_workflow("four_turn")
+    named = decision_gradients("c3", "tree [2, 1, 2, 2]", wf, ["Actor_u1"])
+    assert named["untrained_decisions"] == named["untrained_acknowledged"] == ["Actor_u1"] and "warnings" not in named
+    partly = decision_gradients("c3", "tree [2, 1, 1, 4]", wf, ["Actor_u1"])  # only the unnamed one warns
+    assert partly["untrained_acknowledged"] == ["Actor_u1"] and len(partly["warnings"]) == 1
+    assert "no gradient for Reasoner_u2 " in partly["warnings"][0] and "untrained_decisions" in partly["warnings"][0]
+    full = decision_gradients("c3", "tree [2, 2, 2, 2]", wf, ["Actor_u1"])  # a plan that trains it: nothing to say
+    assert full["untrained_decisions"] == full["untrained_acknowledged"] == [] and "warnings" not in full
+    with pytest.raises(ConfigError, match=r"'Actor_2', which is no decision point .*Reasoner_u0, Actor_u1, Reasoner_u2, "
+                                          r"Actor_u3.*--override c3.untrained_decisions=null"):
+        decision_gradients("c3", "tree [2, 1, 2, 2]", wf, ["Actor_2"])

@@ -43,7 +43,7 @@ def test_template_copied_into_a_new_package_installs_and_trains(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(site), "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
     run = lambda *args: subprocess.run([sys.executable, "-m", "c3_plugin", *args], cwd=tmp_path, env=env,  # noqa: E731
                                        capture_output=True, text=True, timeout=600)
-    dry = run("dry-run", "--config", str(config))
+    dry = run("dry-run", "--config", str(config), "--json")
     assert dry.returncode == 0, dry.stdout + dry.stderr
     report = json.loads(dry.stdout)
     assert report["domain"] == "echo" and report["workflow"]["name"] == "echo_pair"  # the domain's default workflow

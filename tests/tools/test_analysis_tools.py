@@ -2,6 +2,7 @@
 the synthetic environment's exact Q and V), re-entering recorded prefixes, and the commands end to end on tiny models."""
 
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -135,6 +136,92 @@ def test_audit_credit_is_unbiased_and_its_interval_covers_exact_q_minus_v():
         assert m["best_alternative"] == m["alternatives"][int(np.argmax(m["alternative_means"]))]
 
 
+def test_split_half_interval_stays_within_the_range_of_a_correlation():
+    """Few, reliable groups: the mean of their Spearman values is near 1, where a normal interval passes 1; the
+    reported percentile bootstrap interval stays within [-1, 1] and holds the mean."""
+    from c3_plugin.core import credit
+    from c3_plugin.tools.diagnose import mean_correlation_ci
+    from c3_plugin.tools.session import mean_ci
+
+    groups = gaussian_groups(0.05, 0.02, 8, 4, 4, seed=5)
+    rho, used = credit.split_half_per_group(groups)
+    assert mean_ci(rho[used])[2] > 1  # the normal interval the report used to give
+    for seed in range(20):
+        rep = decision_report(gaussian_groups(0.05, 0.02, 8, 4, 4, seed=seed), seed=seed)
+        assert -1 <= rep["split_half_lo"] <= rep["split_half"] <= rep["split_half_hi"] <= 1, rep
+    assert mean_correlation_ci([1.0, 1.0, 1.0]) == (1.0, 1.0, 1.0)  # every group agreed: no spread
+    assert np.isnan(mean_correlation_ci([0.5])[1:]).all()  # one group: no interval
+
+
+def _saved_figures(monkeypatch):
+    """The matplotlib figures saved from now on (each is still drawn and written)."""
+    import matplotlib.figure
+
+    saved, save = [], matplotlib.figure.Figure.savefig
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: saved.append(fig) or save(fig, *a, **k))
+    return saved
+
+
+@pytest.mark.parametrize("u", [0, 1])
+def test_reliability_by_depth_with_one_decision_point_has_integer_ticks(u, tmp_path, monkeypatch):
+    """One diagnosed decision point (its split-half and implied values drawn a little apart): one tick, at u."""
+    from c3_plugin.tools.diagnose import plot_depth
+
+    saved = _saved_figures(monkeypatch)
+    rep = {"workflow": "reasoner_actor", "decisions": [{"u": u, **decision_report(gaussian_groups(0.05, 0.1, 40, 4, 4))}]}
+    plot_depth([rep], tmp_path / "depth.png")
+    ax = saved[0].axes[0]
+    assert list(ax.get_xticks()) == [u] and [t.get_text() for t in ax.get_xticklabels()] == [str(u)]
+    two = {**rep, "decisions": [{**rep["decisions"][0], "u": 0}, {**rep["decisions"][0], "u": 2}]}
+    plot_depth([two, {**two, "workflow": "other"}], tmp_path / "depth2.png")
+    assert list(saved[1].axes[0].get_xticks()) == [0, 2]
+
+
+def test_audit_names_zero_width_intervals_and_writes_readable_boxes(tmp_path, monkeypatch, capsys):
+    """A reward every sample agrees on gives a zero-width interval: audit.json says why, the table and the figure mark
+    it; a box's text is white on the colour map's dark ends, black on its light middle."""
+    import matplotlib.pyplot as plt
+
+    from c3_plugin.tools.audit import interval_note, plot_audit, print_audit, text_colour
+
+    env = SyntheticEnv(load_workflow("reasoner_actor_verifier"), vocab=3, seed=3)
+    rec = materialize(env.workflow, "tree [1, 1, 1]", [{"id": "a", "question": "Name a prime."}], SyntheticBackend(env, 0),
+                      lambda leaves: env.reward(leaves, np.random.default_rng(0)))
+    run = recorded_runs(rec.entries, len(env.workflow.steps))[0]
+    session = synthetic_session(env)
+    session.trainer.reward_leaves = lambda leaves: [0.0] * len(leaves)  # every continuation fails alike
+    report = audit(session, [run], n=3, c=2, progress=False)
+    for m in report["runs"][0]["messages"]:
+        assert m["ci_lo"] == m["ci_hi"] == 0.0
+        assert m["interval_note"].startswith("no spread: all 2 Q returns are 0 and all 3 fresh alternatives' mean returns are 0")
+    assert all(r["interval_note"] for r in report["ranking"])
+    spread = audit(synthetic_session(env), [run], n=8, c=8, progress=False)["runs"][0]["messages"]
+    assert [m["interval_note"] for m in spread if m["ci_hi"] > m["ci_lo"]] == [None] * sum(m["ci_hi"] > m["ci_lo"] for m in spread)
+    one = {"ci_lo": -1.0, "ci_hi": -1.0, "q_returns": [0.0], "alternative_means": [1.0, 1.0]}
+    assert interval_note(one).startswith("no spread: the one Q return is 0 and all 2 fresh alternatives' mean returns are 1")
+    import sys
+
+    from c3_plugin.tools import audit as audit_module
+    from c3_plugin.tools.session import print_table
+
+    # print_table's default stream is the sys.stdout of its import: hand it the captured one
+    monkeypatch.setattr(audit_module, "print_table", lambda rows, cols: print_table(rows, cols, out=sys.stdout))
+    print_audit(report)
+    out = capsys.readouterr().out
+    assert "0.000  no spread" in out and "note 'no spread': every Q return" in out
+    cmap = plt.get_cmap("RdYlGn")
+    assert [text_colour(cmap(x)) for x in (0.0, 0.5, 1.0)] == ["white", "black", "white"]
+    assert text_colour("white") == "black" and text_colour("black") == "white"
+    hurt = report["runs"][0]["messages"]
+    report["runs"][0]["messages"] = [{**hurt[0], "advantage": -1.0, "ci_lo": -1.0, "ci_hi": -1.0},  # dark red
+                                     {**hurt[1], "advantage": 0.0}, {**hurt[2], "advantage": 1.0, "interval_note": None}]
+    saved = _saved_figures(monkeypatch)
+    plot_audit(report, tmp_path / "audit.png")
+    texts = [t for t in saved[0].axes[0].texts if "Q-V" in t.get_text()]
+    assert [t.get_color() for t in texts] == ["white", "black", "white"]
+    assert ["no spread" in t.get_text() for t in texts] == [True, True, False]
+
+
 # ----- the commands end to end on tiny models ----------------------------------------------------------------------
 
 
@@ -243,3 +330,68 @@ def test_critic_head_is_chosen_by_cross_validation_and_fits_a_learnable_target()
     test = rng.normal(size=(200, 20))
     truth = test[:, :3] @ np.array([0.3, -0.2, 0.1])
     assert np.corrcoef(critic(test), truth)[0, 1] > 0.9
+
+
+# ----- progress on stderr and the commands' help ----------------------------------------------------------------------
+
+
+def bar_counts(err: str, desc: str) -> list[str]:
+    """The ``n/total`` of every frame the bar ``desc`` drew on stderr, repeats of one count once."""
+    frames = [f.strip() for f in err.replace("\n", "\r").split("\r") if f.strip().startswith(desc + ":")]
+    return list(dict.fromkeys(f.split("|")[2].split()[0] for f in frames))
+
+
+def test_audit_bar_moves_with_each_decision_step_it_generates(capsys):
+    """Per decision point u of 3, Q generates the 2 - u steps after it and V the 3 - u from it: the bar moves a share
+    of the point per generated step, with the time left on show; --quiet (progress=False) draws nothing."""
+    env = SyntheticEnv(load_workflow("reasoner_actor_verifier"), vocab=3, seed=3)
+    rec = materialize(env.workflow, "tree [1, 1, 1]", [{"id": "a", "question": "q"}], SyntheticBackend(env, 0),
+                      lambda leaves: env.reward(leaves, np.random.default_rng(0)))
+    run = recorded_runs(rec.entries, len(env.workflow.steps))[0]
+    audit(synthetic_session(env), [run], n=2, c=2)
+    err = capsys.readouterr().err
+    assert bar_counts(err, "audit (1 run)") == ["0.0/3", "0.2/3", "0.4/3", "0.6/3", "0.8/3", "1.0/3", "1.3/3", "1.7/3",
+                                               "2.0/3", "3.0/3"], err
+    assert "u=0 Reasoner: Q" in err and "u=2 Verifier: V" in err and "<00:00" in err
+    audit(synthetic_session(env), [run], n=2, c=2, progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_diagnose_bars_show_every_group_and_the_decision_point_under_way(tiny_config, tmp_path, capsys):
+    """A bar over all groups and one over the current decision point's, both moving as each decision step of a chunk
+    is generated (2 groups per chunk, 2 steps: one group per step)."""
+    assert console(["diagnose", "--config", str(tiny_config), "--groups", "2", "--chunk", "2", "--out", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert bar_counts(err, "diagnose") == ["0.0/4", "1.0/4", "2.0/4", "3.0/4", "4.0/4"], err
+    assert bar_counts(err, "u=0 Planner") == bar_counts(err, "u=1 Writer") == ["0.0/2", "1.0/2", "2.0/2"], err
+
+
+def help_entries(text: str) -> list[str]:
+    """Each option or positional argument of a ``--help`` text, as one line."""
+    entries, current = [], None
+    for line in text.splitlines():
+        if re.match(r"^  \S", line):
+            current = [line]
+            entries.append(current)
+        elif line.startswith("   ") and current is not None:
+            current.append(line)
+        else:
+            current = None
+    return [" ".join(" ".join(e).split()) for e in entries]
+
+
+@pytest.mark.parametrize("command", ["train", "dry-run", "compare", "dashboard", "diagnose", "plan-budget", "advise", "audit"])
+def test_every_option_of_every_command_shows_its_default(command, capsys):
+    with pytest.raises(SystemExit) as exc:
+        console([command, "--help"])
+    text = capsys.readouterr().out
+    assert exc.value.code == 0
+    usage = text.split("\n\n", 1)[0]
+    entries = [e for e in help_entries(text) if not e.startswith("-h, --help")]
+    assert entries, text
+    for entry in entries:
+        flag = entry.split()[0].rstrip(",")
+        required = flag.startswith("-") and re.search(rf"(?<!\[){re.escape(flag)}\b", usage)
+        assert required or "default" in entry, entry
+    if command == "diagnose":
+        assert "(default: 60)" in text and "(default: base)" in text and "(default: all)" in text

@@ -81,21 +81,70 @@ def test_dashboard_is_one_self_contained_page(comparison):
     for text in ("eval/echo/accuracy", "c3 vs magrpo", "Credit diagnostics", "Costs per run", "href='c3-s0/'"):
         assert text in page, text
     assert "<script" not in page and "http://" not in page.replace("http://www.w3.org", "")  # nothing to fetch or run
-    one_run = write_dashboard(out / "c3-s0")  # a single run folder (make demo writes the demo run's)
-    assert "<svg" in one_run.read_text() and "Results" not in one_run.read_text()
+    one_run = write_dashboard(out / "c3-s0").read_text()  # a single run folder (make demo writes the demo run's)
+    assert "<svg" in one_run and "<h2>Results</h2>" in one_run and "Comparison" not in one_run
+    for cell in before_after_cells(json.loads((out / "c3-s0" / "summary.json").read_text())):
+        assert cell in one_run, cell
 
 
-@pytest.mark.browser
-def test_dashboard_renders_in_headless_chromium_without_console_errors(comparison, tmp_path):
-    """Chromium from Debian's packages (installed here when missing, with apt and root) loads the page: no console
-    errors, and the screenshot is not blank (the charts are drawn)."""
+def before_after_cells(summary):
+    """The cells the dashboard shows for a run's before/after table: every eval/ metric with its values and change."""
+    from c3_plugin.run.report import before_after
+
+    rows = before_after(summary)
+    assert rows, summary
+    return [f"<tr><td>{k}</td><td>{b:.4f}</td><td>{a:.4f}</td><td>{d:+.4f}</td></tr>" for k, b, a, d in rows]
+
+
+@pytest.fixture
+def one_run(tmp_path):
+    """A finished run folder as training writes it: five evaluations of the anchor items logged to metrics.jsonl
+    (before, three during training, after) and summary.json with its before/after evaluations on more items."""
+    run = tmp_path / "math-c3-reasoner_actor-s0"
+    run.mkdir()
+    rows = []
+    for step, acc in ((0, 0.25), (64, 0.3125), (128, 0.375), (192, 0.4375), (256, 0.5)):
+        rows.append({"env_step": step, "eval/compare/accuracy": acc, "eval/reward_mean": acc})
+        if step:
+            rows.append({"env_step": step, "train/update_step": step // 32, "train/reward_mean": 0.4,
+                         "budget/total_tokens_generated": 20 * step})
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (run / "config.json").write_text(json.dumps({"algorithm": "c3", "seed": 0}))
+    summary = {"algorithm": "c3", "workflow": "reasoner_actor", "env_steps": 256, "updates": 8, "wall_s": 612.25,
+               "totals": {"tokens_generated": 5120, "messages": 320},
+               "eval_before": {"eval/compare/accuracy": 0.2708, "eval/reward_mean": 0.2708,
+                               "eval_anchor/compare/accuracy": 0.25, "env_step": 0.0},
+               "eval_after": {"eval/compare/accuracy": 0.5625, "eval/reward_mean": 0.5625,
+                              "eval_anchor/compare/accuracy": 0.5, "env_step": 256.0}}
+    (run / "summary.json").write_text(json.dumps(summary))
+    return run, summary
+
+
+def test_single_run_dashboard_shows_results_before_after_and_every_evaluation(one_run):
+    """A run folder's page: the final metrics and costs, the before/after table the run printed, and the eval curve
+    with a point at each of the run's five evaluations."""
+    from c3_plugin.tools.dashboard import write_dashboard
+
+    run, summary = one_run
+    page = write_dashboard(run).read_text()
+    assert "<h2>Results</h2>" in page and "c3 on reasoner_actor: 256 env steps, 8 updates, 5120 tokens" in page
+    for row in ("<tr><td>eval/compare/accuracy</td><td>0.5625</td></tr>", "<tr><td>env steps</td><td>256</td></tr>",
+                "<tr><td>tokens</td><td>5120</td></tr>", "<tr><td>wall s</td><td>612.2</td></tr>",
+                "<tr><td>updates</td><td>8</td></tr>"):
+        assert row in page, row
+    for cell in before_after_cells(summary):  # the printed table's rows: 0.2708 -> 0.5625, +0.2917
+        assert cell in page, cell
+    assert "eval_anchor/* are the curves' end points" in page  # the curve is on fewer items than the table
+    curve = page[page.index("<g id=\"curve:eval/compare/accuracy:c3\">"):]
+    assert curve[:curve.index("</g>\n   </g>")].count("<use ") == 5  # one marker per evaluation
+    (run / "summary.json").unlink()  # still running: the curves, and no final numbers
+    assert "has not finished" in write_dashboard(run).read_text()
+
+
+def chromium():
+    """Chromium from Debian's packages, installed here when missing (with apt and root)."""
     import os
     import shutil
-
-    import numpy as np
-    from PIL import Image
-
-    from c3_plugin.tools.dashboard import write_dashboard
 
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
@@ -104,6 +153,38 @@ def test_dashboard_renders_in_headless_chromium_without_console_errors(compariso
         subprocess.run(["apt-get", "update", "-qq"], check=True, capture_output=True, env=env)
         subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], check=True, capture_output=True, env=env)
         browser = shutil.which("chromium")
+    return browser
+
+
+@pytest.mark.browser
+def test_single_run_dashboard_renders_its_tables_in_headless_chromium(one_run):
+    """Chromium loads a run's page: no console errors, and the document it built holds the results and the
+    before/after table with the run's values."""
+    from c3_plugin.tools.dashboard import write_dashboard
+
+    run, summary = one_run
+    page = write_dashboard(run)
+    proc = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
+                           "--dump-dom", page.resolve().as_uri()], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    console = [line for line in proc.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+    assert console == [], console
+    dom = proc.stdout
+    assert "<h2>Results</h2>" in dom and "<td>eval/compare/accuracy</td><td>0.5625</td>" in dom
+    for cell in before_after_cells(summary):
+        assert cell.replace("<tr>", "").replace("</tr>", "") in dom, cell
+
+
+@pytest.mark.browser
+def test_dashboard_renders_in_headless_chromium_without_console_errors(comparison, tmp_path):
+    """Chromium from Debian's packages (installed here when missing, with apt and root) loads the page: no console
+    errors, and the screenshot is not blank (the charts are drawn)."""
+    import numpy as np
+    from PIL import Image
+
+    from c3_plugin.tools.dashboard import write_dashboard
+
+    browser = chromium()
     page = write_dashboard(comparison[0])
     shot = tmp_path / "dashboard.png"
     proc = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
@@ -136,7 +217,7 @@ def test_console_script_lists_its_commands_and_dry_runs(tmp_path):
                     "eval/math500/accuracy", "--out", str(spec)], cwd=ROOT, capture_output=True, text=True, check=True)
     written = json.loads(spec.read_text())
     assert written["entity"] == "me" and "h2h" in json.dumps(written["spec"]) and "eval/math500/accuracy" in json.dumps(written)
-    dry = subprocess.run([sys.executable, "-m", "c3_plugin", "dry-run", "--config", "configs/math/demo_cpu.yaml"], cwd=ROOT,
+    dry = subprocess.run([sys.executable, "-m", "c3_plugin", "dry-run", "--config", "configs/math/demo_cpu.yaml", "--json"], cwd=ROOT,
                          capture_output=True, text=True, check=True).stdout
     assert json.loads(dry)["status"] == "ok"
 
@@ -252,3 +333,28 @@ def test_every_shipped_config_shares_its_settings_but_the_credit():
         assert listing["settings"]["c3"]["advantage_scaling"] == listing["settings"]["magrpo"]["advantage_scaling"]
         checked += 1
     assert checked >= 10
+
+
+def test_compare_shows_its_runs_progress_before_each_run(tmp_path, monkeypatch, capsys):
+    """A progress line on stderr before each run it starts and after the last: runs done of all (a run finished
+    before is kept, left out of the rate), the time left, the run under way; each run's process draws below it."""
+    from c3_plugin.tools import compare as cmp
+
+    out = tmp_path / "h2h"
+    (out / "c3-s0").mkdir(parents=True)
+    (out / "c3-s0" / "summary.json").write_text("{}")  # finished before: kept
+
+    def run(command):
+        name = next(a.split("=", 1)[1] for a in command if a.startswith("output.run_name="))
+        (out / name).mkdir()
+        (out / name / "summary.json").write_text("{}")
+        return 0
+
+    monkeypatch.setattr(cmp.subprocess, "call", run)
+    configs = dict.fromkeys([("c3", 0), ("magrpo", 0), ("c3", 1), ("magrpo", 1)])
+    assert cmp.execute("base.yaml", configs, out, [], log=lambda *_: None) == ["magrpo-s0", "c3-s1", "magrpo-s1"]
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split("|")[2].split()[0] for line in lines] == ["1/4", "2/4", "3/4", "4/4"], lines
+    assert [line.rsplit(", ", 1)[1] for line in lines] == ["running magrpo-s0]", "running c3-s1]", "running magrpo-s1]", "done]"]
+    assert all(line.startswith("compare: ") and "<" in line for line in lines)
+    assert "<?" in lines[0] and "<?" not in lines[2]  # the time left, once a run has finished

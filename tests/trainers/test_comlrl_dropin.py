@@ -197,7 +197,7 @@ def test_one_name_per_algorithm_reads_its_own_section(capsys):
     with pytest.raises(ConfigError, match="unknown algorithm 'magrpo_workflow'; did you mean 'magrpo'"):
         load_config(ROOT / "configs" / "math" / "c3.yaml", ["algorithm=magrpo_workflow"])
     # an entry point's algorithm is only its default: the override trains another algorithm from the same config
-    assert main(["--config", str(ROOT / "configs" / "math" / "c3.yaml"), "--override", "algorithm=magrpo", "--dry-run"],
+    assert main(["--config", str(ROOT / "configs" / "math" / "c3.yaml"), "--override", "algorithm=magrpo", "--dry-run", "--json"],
                 algorithm="c3") == 0
     report = json.loads(capsys.readouterr().out)
     assert report["algorithm"] == "magrpo" and report["plan"] == "independent 8"

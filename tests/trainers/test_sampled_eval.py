@@ -106,7 +106,8 @@ def test_sampled_suite_logs_avg_and_pass_at_k_against_a_hand_computation(monkeyp
     seen, calls = [], []
     tr = trainer(eval_rows(), seen)
     collect = tr.collect
-    monkeypatch.setattr(tr, "collect", lambda items, **kw: calls.append((len(items), kw)) or collect(items, **kw))
+    monkeypatch.setattr(tr, "collect", lambda items, **kw: calls.append((len(items), {k: v for k, v in kw.items() if k != "tick"}))
+                        or collect(items, **kw))  # tick: the progress bar's
     state = torch.random.get_rng_state()
     out = tr.evaluate()
     assert torch.equal(state, torch.random.get_rng_state())  # the training's random stream is left as it was
@@ -171,6 +172,28 @@ def test_greedy_evaluation_is_unchanged(batch):
     # a greedy suite beside a sampled one keeps its metrics
     mixed = trainer(eval_rows(sampled=True), batch=batch, logger=default_eval_logger).evaluate()
     assert {k: v for k, v in mixed.items() if k.startswith("eval/g/")} == {k: v for k, v in out.items() if k.startswith("eval/g/")}
+
+
+def test_eval_bar_moves_with_each_decision_step_of_a_batch(capsys):
+    """One batch holds every item (eval_batch_size 8 >= 6 items): the bar still moves as the Reasoner's messages, then
+    the Actor's, are generated (half the items each), with the remaining time on show; a sampled suite's one-item
+    batches move in the same shares."""
+    rows = [{k: v for k, v in r.items() if k not in dm.SAMPLING_COLUMNS} for r in eval_rows(sampled=False)]
+    tr = trainer(rows, batch=8, logger=default_eval_logger)
+    tr.verbose = True
+    tr.evaluate()
+    frames = [f.strip() for f in capsys.readouterr().err.replace("\n", "\r").split("\r") if f.strip()]
+    counts = [f.split("|")[2].split()[0] for f in frames if f.startswith("eval @ env_step 0")]
+    assert counts == ["0.0/6", "3.0/6", "6.0/6", "6.0/6"], frames  # drawn at the start, after each step, and on close
+    assert all("<" in f.split("[")[-1] for f in frames)  # elapsed<remaining
+    tr = trainer(eval_rows(sampled=True), batch=4, logger=default_eval_logger)
+    tr.verbose = True
+    tr.evaluate()
+    err = capsys.readouterr().err
+    assert all(f"{x:.1f}/6" in err for x in (0.5, 1.0, 3.5, 4.0, 5.0, 6.0)), err  # 4 sampled items alone, then 2 greedy ones
+    tr.verbose = False
+    tr.evaluate()
+    assert capsys.readouterr().err == ""  # output.verbose: false draws nothing
 
 
 def test_sampled_suites_from_the_config_through_the_math_domain(tmp_path):

@@ -334,3 +334,29 @@ def test_comlrl_placement_keys_keep_their_meaning_in_one_process(tmp_path):
     trainer = build_trainer(cfg, domain, wf, train_ds, evals, tmp_path, models, tok)
     assert trainer.parallel_training == "mp" and [str(d) for d in trainer.agent_devices] == ["cpu", "cpu"]
     assert trainer.engines is None and not trainer.dist.enabled  # no DeepSpeed, no process group
+
+
+def test_training_bar_shows_the_phase_env_steps_reward_and_loss(capsys):
+    """CoMLRL's training bar ticks once per item, and an update waits for instances_per_update of them: its postfix
+    names what the run waits on and the last update's env steps, train reward and loss."""
+    tr, ds = make_trainer(C3Trainer, plan="tree [2, 2]", eval_interval=0)  # 4 items, one update
+    shown = []
+    show = tr._show_progress
+    tr._show_progress = lambda **fields: (show(**fields), shown.append(dict(tr._progress)))
+    tr.verbose = True
+    tr.train()
+    err = capsys.readouterr().err
+    assert "Epoch 1/1" in err
+    for fragment in ("phase=queue 3/4", "phase=rollout 1/2", "phase=credit", "phase=update", "env_step=16", "reward=", "loss="):
+        assert fragment in err, fragment
+    phases = [s["phase"] for s in shown]
+    assert phases == ["queue 1/4", "queue 2/4", "queue 3/4", "rollout 0/2", "rollout 1/2", "rollout 2/2", "credit", "update",
+                      "queue 0/4"]
+    last = shown[-1]
+    assert last["env_step"] == 16 and last["reward"] == tr.history[-1]["train/reward_mean"]
+    assert last["loss"] == tr.history[-1]["train/loss"]
+    # no bar (verbose off, or outside CoMLRL's epoch loop): nothing is drawn, nothing fails
+    tr.verbose = False
+    assert tr._training_bar() is None
+    tr._show_progress(phase="update")
+    assert capsys.readouterr().err == ""

@@ -1,0 +1,151 @@
+"""Type and range checks of config values against their dataclass field's annotation, at load time.
+
+A YAML or ``--override`` value reaches a config dataclass as whatever YAML made of it. :func:`check_fields`
+checks each one against its field's annotation before the dataclass is built, so ``agent_learning_rate: abc``
+fails when the config loads, naming the field, instead of inside the optimizer an hour later. Numbers written
+as strings are converted (YAML 1.1 reads ``1e-6`` as the string ``"1e-6"``), an integral float fills an
+``int`` field (``2.0e8``); anything else that does not match is refused. Ranges: learning rates and counts
+(``num_*``, ``*_size``, ``*_steps``, ``*_tokens``, ...) must be finite and non-negative, no number is NaN."""
+
+from __future__ import annotations
+
+import math
+import types
+import typing
+from dataclasses import MISSING, fields
+from typing import Any, Mapping
+
+COUNT_SUFFIXES = ("_size", "_steps", "_tokens", "_interval", "_updates", "_epochs", "_samples", "_iterations",
+                  "_generations", "_turns")  # int fields named like this count something: >= 0
+
+
+class FieldTypeError(ValueError):
+    """A value that does not fit its field's annotation (the message names what was expected)."""
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a float when it is a number or a string that spells one (not a bool), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip().replace("_", ""))
+        except ValueError:
+            return None
+    return None
+
+
+def _describe(hint: Any) -> str:
+    """An annotation in words: ``float``, ``int or None``, ``list of str``, ..."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is type(None):
+        return "null"
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in args)
+    if origin in (list, tuple, typing.Sequence) or hint in (list, tuple):
+        inner = _describe(args[0]) if args else ""
+        return f"a list of {inner.split(' ', 1)[1]}s" if inner.startswith(("a ", "an ")) else "a list"
+    if origin in (dict, Mapping) or hint is dict:
+        return f"a mapping to {_describe(args[1])}" if len(args) == 2 and args[1] is not Any else "a mapping"
+    if origin is typing.Literal:
+        return " or ".join(repr(a) for a in args)
+    return {float: "a number", int: "an integer", bool: "true or false", str: "a string"}.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def coerce(value: Any, hint: Any) -> Any:
+    """``value`` made to fit ``hint`` (see the module docstring), or :class:`FieldTypeError`."""
+    if hint is Any or hint is typing.Any:
+        return value
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        # exact matches first, so that "1e-6" for `float | str` stays the number it means and "abc" the string
+        for arm in sorted((a for a in args if a is not type(None)), key=lambda a: a is str):
+            try:
+                return coerce(value, arm)
+            except FieldTypeError:
+                continue
+        raise FieldTypeError(f"expected {_describe(hint)}, got {value!r}")
+    if origin is typing.Literal:
+        if value in args:
+            return value
+        raise FieldTypeError(f"expected {_describe(hint)}, got {value!r}")
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise FieldTypeError(f"expected true or false, got {value!r}")
+    if hint is float:
+        number = _number(value)
+        if number is None:
+            raise FieldTypeError(f"expected a number, got {value!r}")
+        return number
+    if hint is int:
+        number = _number(value)
+        if number is None or not math.isfinite(number) or not number.is_integer():
+            raise FieldTypeError(f"expected an integer, got {value!r}")
+        return int(number)
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise FieldTypeError(f"expected a string, got {value!r} ({type(value).__name__}); quote it in the YAML")
+    if origin in (list, tuple, typing.Sequence) or hint in (list, tuple):
+        if isinstance(value, str) and origin is typing.Sequence:  # Sequence[str] also takes one string
+            raise FieldTypeError(f"expected {_describe(hint)}, got {value!r}")
+        if not isinstance(value, (list, tuple)):
+            raise FieldTypeError(f"expected {_describe(hint)}, got {value!r}")
+        return [coerce(v, args[0]) for v in value] if args else list(value)
+    if origin in (dict, Mapping) or hint is dict:
+        if not isinstance(value, Mapping):
+            raise FieldTypeError(f"expected {_describe(hint)}, got {value!r}")
+        if len(args) != 2:
+            return dict(value)
+        out = {}
+        for k, v in value.items():
+            try:
+                out[k] = coerce(v, args[1])
+            except FieldTypeError as exc:
+                raise FieldTypeError(f"[{k!r}]: {exc}") from None
+        return out
+    return value  # another class (a dataclass, a callable hook): its own code checks it
+
+
+def _range_error(name: str, value: Any, default: Any) -> str | None:
+    """Why ``value`` is out of range for a field named ``name`` (None when it is in range)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and math.isnan(value):
+        return "is NaN"
+    if isinstance(default, (int, float)) and not isinstance(default, bool) and default < 0:
+        return None  # a field whose default is negative has no sign rule here
+    lr = "learning_rate" in name or name in ("lr", "critic_lr")
+    count = isinstance(value, int) and (name.startswith("num_") or name.endswith(COUNT_SUFFIXES))
+    if (lr or count) and not (math.isfinite(value) and value >= 0):
+        return f"must be {'a finite number' if lr else 'an integer'} >= 0, got {value!r}"
+    return None
+
+
+def check_fields(cls: type, values: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """``values`` (known field names of the dataclass ``cls``) type-checked and converted against ``cls``'s
+    annotations, range-checked (module docstring); a bad value raises ``ValueError`` naming ``where.field``,
+    what it expected and what it got."""
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # an annotation this interpreter cannot resolve (another package's class): its own checks only
+        return dict(values)
+    defaults = {f.name: f.default for f in fields(cls) if f.default is not MISSING}
+    out = dict(values)
+    for name, value in values.items():
+        hint = hints.get(name)
+        if hint is None:
+            continue
+        try:
+            out[name] = coerce(value, hint)
+        except FieldTypeError as exc:
+            raise ValueError(f"{where}.{name}: {exc}") from None
+        problem = _range_error(name, out[name], defaults.get(name))
+        if problem:
+            raise ValueError(f"{where}.{name} {problem}")
+    return out
