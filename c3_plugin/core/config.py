@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from c3_plugin.core.domain import load_domain
+from c3_plugin.core.domain import check_domain_name, load_domain
 from c3_plugin.core.config_types import check_fields
 from c3_plugin.core.errors import ConfigError
 from c3_plugin.core.model_paths import resolve_model_paths
@@ -306,6 +306,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     if algorithm not in names:
         raise ConfigError(f"unknown algorithm '{algorithm}'{_nearest(algorithm, names)}")
     domain_name = raw.get("domain", SCALARS["domain"])
+    try:
+        check_domain_name(domain_name)  # before the keys: a mistyped domain is named as such, not as its section
+    except KeyError as exc:
+        raise ConfigError(str(exc.args[0])) from exc
     check_keys(raw, names, domain_name)
     if hub_preflight:
         from c3_plugin.core.hub import require_hub_data

@@ -4,17 +4,21 @@ A YAML or ``--override`` value reaches a config dataclass as whatever YAML made 
 checks each one against its field's annotation before the dataclass is built, so ``agent_learning_rate: abc``
 fails when the config loads, naming the field, instead of inside the optimizer an hour later. Numbers written
 as strings are converted (YAML 1.1 reads ``1e-6`` as the string ``"1e-6"``), an integral float fills an
-``int`` field (``2.0e8``); anything else that does not match is refused. Ranges: learning rates and counts
+``int`` field (``2.0e8``), a number fills a string field (``--override wandb.group=2024``), and null reaches a
+string, list or mapping field as it did before (its class reads it); anything else that does not match is refused. Ranges: learning rates and counts
 (``num_*``, ``*_size``, ``*_steps``, ``*_tokens``, ...) must be finite and non-negative, no number is NaN."""
 
 from __future__ import annotations
 
+import collections.abc
 import math
 import types
 import typing
 from dataclasses import MISSING, fields
 from typing import Any, Mapping
 
+SEQUENCES = (list, tuple, typing.Sequence, collections.abc.Sequence)  # annotation origins that mean "a list"
+MAPPINGS = (dict, Mapping, collections.abc.Mapping)  # annotation origins that mean "a mapping"
 COUNT_SUFFIXES = ("_size", "_steps", "_tokens", "_interval", "_updates", "_epochs", "_samples", "_iterations",
                   "_generations", "_turns")  # int fields named like this count something: >= 0
 
@@ -28,7 +32,10 @@ def _number(value: Any) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an int beyond every float: not a number a field can hold
+            return None
     if isinstance(value, str):
         try:
             return float(value.strip().replace("_", ""))
@@ -44,10 +51,10 @@ def _describe(hint: Any) -> str:
         return "null"
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_describe(a) for a in args)
-    if origin in (list, tuple, typing.Sequence) or hint in (list, tuple):
+    if origin in SEQUENCES or hint in (list, tuple):
         inner = _describe(args[0]) if args else ""
         return f"a list of {inner.split(' ', 1)[1]}s" if inner.startswith(("a ", "an ")) else "a list"
-    if origin in (dict, Mapping) or hint is dict:
+    if origin in MAPPINGS or hint is dict:
         return f"a mapping to {_describe(args[1])}" if len(args) == 2 and args[1] is not Any else "a mapping"
     if origin is typing.Literal:
         return " or ".join(repr(a) for a in args)
@@ -83,21 +90,32 @@ def coerce(value: Any, hint: Any) -> Any:
             raise FieldTypeError(f"expected a number, got {value!r}")
         return number
     if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value  # as it is: a float would round integers above 2**53
+        if isinstance(value, str):
+            try:
+                return int(value.strip().replace("_", ""))
+            except ValueError:
+                pass
         number = _number(value)
         if number is None or not math.isfinite(number) or not number.is_integer():
             raise FieldTypeError(f"expected an integer, got {value!r}")
         return int(number)
+    if value is None and (hint is str or origin in SEQUENCES or origin in MAPPINGS):
+        return None  # the class's own reading of null ("none" for a mode, "no eval" for a list) decides, as before
     if hint is str:
         if isinstance(value, str):
             return value
-        raise FieldTypeError(f"expected a string, got {value!r} ({type(value).__name__}); quote it in the YAML")
-    if origin in (list, tuple, typing.Sequence) or hint in (list, tuple):
-        if isinstance(value, str) and origin is typing.Sequence:  # Sequence[str] also takes one string
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)  # an override like wandb.group=2024 or output.run_name=7 names a string
+        raise FieldTypeError(f"expected a string, got {value!r} ({type(value).__name__})")
+    if origin in SEQUENCES or hint in (list, tuple):
+        if isinstance(value, str):  # a Sequence[str] | str field takes its one string through the str arm
             raise FieldTypeError(f"expected {_describe(hint)}, got {value!r}")
         if not isinstance(value, (list, tuple)):
             raise FieldTypeError(f"expected {_describe(hint)}, got {value!r}")
         return [coerce(v, args[0]) for v in value] if args else list(value)
-    if origin in (dict, Mapping) or hint is dict:
+    if origin in MAPPINGS or hint is dict:
         if not isinstance(value, Mapping):
             raise FieldTypeError(f"expected {_describe(hint)}, got {value!r}")
         if len(args) != 2:

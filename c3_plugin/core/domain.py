@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib import import_module
+from importlib.util import find_spec
 from importlib.metadata import entry_points
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
@@ -64,6 +65,19 @@ class Domain:
 def probe_only(probe: Callable[[Any], dict[str, Any]]) -> Callable[[Any, Any, Any], dict[str, Any]]:
     """A ``Domain.dry_run`` hook from a probe of the domain config alone: the report's ``probe`` is ``probe(config)``."""
     return lambda cfg, train, evals: {"probe": probe(cfg.domain_cfg)}
+
+
+def check_domain_name(name: str) -> None:
+    """A ``KeyError`` naming the registered domains when ``name`` is none of them (found, not imported)."""
+    known = sorted({ep.name for ep in entry_points(group="c3_plugin.domains")})
+    if name in known:
+        return
+    try:
+        found = find_spec(f"domains.{name}") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise KeyError(f"unknown domain '{name}'; registered: {', '.join(known) or 'none'}")
 
 
 def load_domain(name: str) -> Domain:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import functools
 import os
 import socket
+import threading
+import urllib.request
 from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import urlparse
@@ -37,10 +39,25 @@ def offline_reason() -> str | None:
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
     url = urlparse(endpoint)
     host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
-    try:
-        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
-    except OSError as exc:
-        return f"the Hub ({host}) cannot be reached: {exc}"
+    proxies = urllib.request.getproxies()
+    if (proxies.get(url.scheme or "https") or proxies.get("all")) and not urllib.request.proxy_bypass(host):
+        return None  # through a proxy the Hub's clients reach it and a direct probe cannot tell: not decided here
+    outcome: list[BaseException | None] = []
+
+    def probe() -> None:  # name resolution is not bounded by the socket's timeout: the thread's join is
+        try:
+            socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
+            outcome.append(None)
+        except OSError as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=probe, daemon=True)
+    worker.start()
+    worker.join(2 * CONNECT_TIMEOUT_S)
+    if not outcome:
+        return f"the Hub ({host}) did not answer within {2 * CONNECT_TIMEOUT_S:g} s"
+    if outcome[0] is not None:
+        return f"the Hub ({host}) cannot be reached: {outcome[0]}"
     return None
 
 
@@ -73,12 +90,21 @@ def model_cached(name: str, filename: str, revision: str | None = None) -> bool:
 
 
 def dataset_cached(name: str) -> bool:
-    """Some copy of the hub dataset ``name`` is on this machine: the ``datasets`` cache (``owner___name``) or
-    the hub cache (``datasets--owner--name``)."""
-    home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
-    datasets_cache = Path(os.environ.get("HF_DATASETS_CACHE", home / "datasets"))
-    hub_cache = Path(os.environ.get("HF_HUB_CACHE", home / "hub"))
-    return (datasets_cache / name.replace("/", "___")).is_dir() or (hub_cache / f"datasets--{name.replace('/', '--')}").is_dir()
+    """Some copy of the hub dataset ``name`` is on this machine: the hub cache (``datasets--owner--name``, where
+    ``huggingface_hub`` keeps it) or the ``datasets`` Arrow cache (``owner___name``, the name as written or
+    snake-cased as ``datasets`` writes it)."""
+    import huggingface_hub.constants as hub_constants
+
+    if (Path(hub_constants.HF_HUB_CACHE) / f"datasets--{name.replace('/', '--')}").is_dir():
+        return True
+    try:
+        import datasets
+        from datasets.naming import camelcase_to_snakecase
+    except ImportError:
+        return False
+    owner, _, repo = name.rpartition("/")
+    folders = {name.replace("/", "___"), f"{owner}___{camelcase_to_snakecase(repo)}" if owner else camelcase_to_snakecase(repo)}
+    return any((Path(datasets.config.HF_DATASETS_CACHE) / f).is_dir() for f in folders)
 
 
 def uncached_hub_sources(dataset: Mapping[str, Any] | None) -> list[tuple[str, str]]:
@@ -94,8 +120,10 @@ def uncached_hub_sources(dataset: Mapping[str, Any] | None) -> list[tuple[str, s
     out = []
     for key, spec in specs:
         source = spec.get("source") if isinstance(spec, Mapping) else None
-        if isinstance(source, str) and source != "synthetic" and local_path(source, dataset.get("base_dir")) is None \
-                and not dataset_cached(source):
+        base = Path(dataset.get("base_dir") or ".")
+        local = local_path(source, dataset.get("base_dir")) is not None or Path(source).exists() or (base / source).exists() \
+            if isinstance(source, str) else True  # a .jsonl file, or a folder load_dataset reads
+        if isinstance(source, str) and source != "synthetic" and not local and not dataset_cached(source):
             out.append((f"{key}.source", source))
     return out
 
@@ -103,8 +131,9 @@ def uncached_hub_sources(dataset: Mapping[str, Any] | None) -> list[tuple[str, s
 def require_hub_data(dataset: Mapping[str, Any] | None) -> None:
     """Offline, a config whose data is on the Hub and not cached fails here, in a second, naming each source and
     the bundled copies (instead of retrying every lookup after the trainers are imported)."""
-    reason = offline_reason()
-    missing = uncached_hub_sources(dataset) if reason is not None else []
+    hub = uncached_hub_sources(dataset)  # no Hub source: nothing to probe
+    reason = offline_reason() if hub else None
+    missing = hub if reason is not None else []
     if missing:
         from c3_plugin.core.errors import ConfigError
 

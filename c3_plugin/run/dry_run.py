@@ -210,11 +210,19 @@ def settle_status(cfg: RunConfig, report: dict[str, Any]) -> dict[str, Any]:
     memory_errors, memory_warnings = memory_problems(cfg, report)
     errors = missing_packages(cfg, report.get("cluster") or {}) + memory_errors
     unverified = unverified_models(report.get("model_check") or {})
+    per_gpu = (report.get("cluster") or {}).get("memory_per_gpu") or {}
+    if per_gpu.get("status") == "unknown" and not str(cfg.agent_model.device).startswith("cpu"):
+        unverified.append(f"memory per GPU: not estimated ({per_gpu.get('reason', 'unknown shape')})")
     if memory_warnings:
         report["warnings"] = list(report.get("warnings", [])) + memory_warnings
     report["errors"], report["unverified"] = errors, unverified
     report["status"] = "error" if errors else "unverified" if unverified else "ok"
     return report
+
+
+BUDGET_LINE = (("epochs", "epochs"), ("plan", "plan"), ("expected_env_steps", "env steps"), ("expected_messages", "messages"),
+               ("expected_optimizer_updates_per_agent", "optimizer updates per agent"),
+               ("preference_joint_rollouts", "preference rollouts"), ("refreshes", "refreshes"))  # the summary's budget, where the report has them
 
 
 def summary(report: Mapping[str, Any], full: str | None = None) -> str:
@@ -226,10 +234,8 @@ def summary(report: Mapping[str, Any], full: str | None = None) -> str:
     lines += [f"  error: {e}" for e in report.get("errors", [])]
     lines += [f"  unverified: {u}" for u in report.get("unverified", [])]
     if "expected_env_steps" in report:
-        updates = report.get("expected_optimizer_updates_per_agent")
-        lines.append(f"budget: {report.get('train_rows')} train rows x {report.get('epochs', '?')} epoch(s), plan "
-                     f"{report.get('plan', '-')}: {report['expected_env_steps']} env steps, "
-                     f"{report.get('expected_messages', '?')} messages, optimizer updates per agent {updates}")
+        parts = [f"{report.get('train_rows')} train rows"] + [f"{label} {report[key]}" for key, label in BUDGET_LINE if key in report]
+        lines.append("budget: " + ", ".join(parts))
     evals = report.get("eval_rows") or {}
     if evals:
         lines.append("eval: " + ", ".join(f"{k} {v}" for k, v in evals.items()))

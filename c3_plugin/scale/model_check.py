@@ -20,9 +20,10 @@ from c3_plugin.core.errors import ConfigError
 from c3_plugin.core.hub import BUNDLED_MODEL, CONNECT_TIMEOUT_S, model_cached, offline_reason
 from c3_plugin.core.model_paths import local_model_path, resolve_model_path
 
+CACHED_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")  # one of them: weights in the hub cache
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 WEIGHT_GLOBS = ("*.safetensors", "pytorch_model*.bin", "*.index.json")  # single-file or sharded (with an index) weights
-CRITIC_FIELDS = ("critic_model", "q_critic_model", "reward_model_name")  # algorithm fields naming a model the run loads
+CRITIC_FIELDS = ("critic_model", "q_critic_model", "reward_model_name", "critic_model_name", "comparator_model_name")  # algorithm fields naming a model the run loads
 FIX = ("give a local folder with config.json, weights and tokenizer files (save_pretrained writes them; relative paths "
        "resolve against the config file's folder), or a Hugging Face hub name")
 
@@ -30,8 +31,8 @@ FIX = ("give a local folder with config.json, weights and tokenizer files (save_
 def check_hub_model(name: str, key: str, gguf_file: str | None = None, revision: str | None = None) -> dict[str, Any]:
     """A hub model name: in the local cache (``cached``), else asked of the Hub (a name it does not know raises
     :class:`ConfigError`); offline and not cached, ``verified: false`` with the reason and the bundled model."""
-    filename = gguf_file or "config.json"
-    if model_cached(name, filename, revision):
+    needed = [[gguf_file]] if gguf_file else [["config.json"], list(CACHED_WEIGHTS), list(TOKENIZER_FILES)]
+    if all(any(model_cached(name, f, revision) for f in group) for group in needed):  # what loading reads, all cached
         return {"name": name, "source": "hub", "verified": True, "cached": True}
     reason = offline_reason()
     if reason is not None:
@@ -41,8 +42,15 @@ def check_hub_model(name: str, key: str, gguf_file: str | None = None, revision:
     from huggingface_hub import HfApi
     from huggingface_hub.utils import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
 
+    api = HfApi()
     try:
-        HfApi().model_info(name, revision=revision, timeout=CONNECT_TIMEOUT_S * 3)
+        info = api.model_info(name, revision=revision, timeout=CONNECT_TIMEOUT_S * 3)
+        if getattr(info, "gated", False):
+            api.auth_check(name)  # model_info answers anyone for a gated repo; the download needs access
+        if gguf_file and not api.file_exists(name, gguf_file, revision=revision):
+            raise ConfigError(f"{key} '{name}' has no file {gguf_file} (agent_model.gguf_file) on the Hub")
+    except ConfigError:
+        raise
     except GatedRepoError:
         return {"name": name, "source": "hub", "verified": False, "cached": False,
                 "note": f"{key} '{name}' is gated on the Hub: accept its licence and log in (huggingface-cli login)"}
@@ -104,6 +112,8 @@ def check_models(cfg: RunConfig) -> dict[str, Any]:
 
     for field in CRITIC_FIELDS:  # the learned critics' backbones load through the same path
         name = getattr(cfg.algo, field, None)
+        if field == "q_critic_model" and getattr(cfg.algo, "credit", None) != "value_assisted":
+            continue  # loaded only by value-assisted credit
         if isinstance(name, str) and name:
             out[f"{section(cfg.algorithm)}.{field}"] = check_model(name, f"{section(cfg.algorithm)}.{field}")
     return out

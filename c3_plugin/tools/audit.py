@@ -245,7 +245,8 @@ def plot_audit(report: Mapping[str, Any], path: str | Path) -> Path:
     fig, ax = plt.subplots(figsize=(3.2 * k + 1.5, 1.25 * len(runs) + 0.8))
     for i, run in enumerate(runs):
         y = len(runs) - 1 - i
-        ax.text(-0.08, y + 0.4, f"{run['instance']}\nreward {fmt(run['reward'], 2)}", ha="right", va="center", fontsize=7)
+        ax.text(-0.08, y + 0.4, f"{run['instance']}\nreward {fmt(run['reward'], 2)}", ha="right", va="center", fontsize=7,
+                parse_math=False)
         for m in run["messages"]:
             colour = cmap(norm(m["advantage"]))
             ax.add_patch(plt.Rectangle((m["u"], y), 0.94, 0.8, color=colour, ec="0.3"))
@@ -253,7 +254,7 @@ def plot_audit(report: Mapping[str, Any], path: str | Path) -> Path:
             ax.text(m["u"] + 0.47, y + 0.4, f"{m['role']} (#{m['rank']})\n" + "\n".join(textwrap.wrap(text, 30)[:2])
                     + f"\nQ-V {m['advantage']:+.2f} [{m['ci_lo']:+.2f}, {m['ci_hi']:+.2f}]"
                     + (" no spread" if m.get("interval_note") else ""), ha="center", va="center", fontsize=6,
-                    color=text_colour(colour))  # white on the dark ends of the colour map
+                    color=text_colour(colour), parse_math=False)  # white on the dark ends; a message's "$" is text, not mathtext
     ax.set_xlim(-1.3, k)
     ax.set_ylim(-0.2, len(runs))
     ax.axis("off")

@@ -49,7 +49,7 @@ class WorkflowConfig(MAGRPOConfig):
     normalization_scaling: ClassVar[str] = "batch_zscore"  # what advantage_normalization=True means for this algorithm
     default_plan_kind: ClassVar[str] = "independent"  # the default plan's kind ("tree" or "independent")
 
-    plan: str | None = None  # rollout plan: "tree [2, 4]", "independent 8" or "diagnostic n=4 u=0 c=4" (None: the algorithm's default plan over the team, spending CoMLRL's env steps for num_generations; c3_plugin/trainers/comlrl_compat.py default_plan)
+    plan: str | dict[str, Any] | None = None  # rollout plan: "tree [2, 4]", "independent 8" or "diagnostic n=4 u=0 c=4" (None: the algorithm's default plan over the team, spending CoMLRL's env steps for num_generations; c3_plugin/trainers/comlrl_compat.py default_plan)
     untrained_decisions: list[str] | None = None  # decision points the plan leaves without a gradient on purpose, named as the dry-run names them ("Reasoner_u2"): the dry-run lists them under untrained_decisions without its warning; a name that is no decision point of the workflow is refused (None: warn for every untrained decision). Trains nothing differently
     instances_per_update: int | None = None  # task instances per rollout batch (one materialisation, one update; None: rollout_buffer_size, CoMLRL's prompts per update)
     ppo_epochs: int = 1  # passes over each rollout batch
@@ -541,7 +541,7 @@ class WorkflowTrainer(WorkflowBridge, MAGRPOTrainer):
         t0 = time.perf_counter()
         with gathered(list(self.ds_engines().values()), self.zero3):  # ZeRO-3: whole weights, no per-layer collectives
             # a short last batch may leave a rank without instances
-            rollout = self.collect(local, tick=self._rollout_ticks()) if local else None
+            rollout = self.collect(local, **self._ticking(self._rollout_ticks())) if local else None
             t1 = time.perf_counter()
             self._show_progress(phase="credit")
             task_rewards = rollout.rewards if rollout is not None else None  # what metrics and the trace report

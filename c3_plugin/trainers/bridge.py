@@ -417,8 +417,8 @@ class WorkflowBridge:
                     for s in range(0, len(idxs), step):
                         idx = idxs[s:s + step]
                         with stepping([bar], len(idx), self.workflow.num_decisions) as tick:
-                            ro = (self.collect([items[i] for i in idx], plan=plan, sampling=sampling, tick=tick) if k
-                                  else self.collect([items[i] for i in idx], plan=plan, greedy=greedy, tick=tick))
+                            ro = (self.collect([items[i] for i in idx], plan=plan, sampling=sampling, **self._ticking(tick)) if k
+                                  else self.collect([items[i] for i in idx], plan=plan, greedy=greedy, **self._ticking(tick)))
                         per_item = ro.rewards.reshape(len(idx), -1).tolist()
                         paths = self._path_outputs(ro)
                         runs = len(paths) // len(idx)
@@ -447,6 +447,13 @@ class WorkflowBridge:
         broadcast(metrics)
         metrics["_outputs"] = (rewards, outputs, per_turn)
         return metrics
+
+    def _ticking(self, tick: Any) -> dict[str, Any]:
+        """``{"tick": tick}`` when this trainer's :meth:`collect` takes it (a subclass may override ``collect`` with
+        the signature it had before progress ticks), else nothing: the bar then moves once per batch."""
+        params = inspect.signature(self.collect).parameters
+        takes = "tick" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        return {"tick": tick} if takes and tick is not None else {}
 
     @contextmanager
     def _eval_rng(self, k: int, rank: int):

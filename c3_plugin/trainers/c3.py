@@ -53,7 +53,7 @@ class C3Config(ActorCriticFields, WorkflowConfig):
 
     normalization_scaling: ClassVar[str] = "batch_scale"  # advantage_normalization=True: one scale per agent and batch, which keeps leave-one-out (z-scoring a 2-alternative group gives +-1)
     default_plan_kind: ClassVar[str] = "tree"
-    plan: str | None = None  # C3 needs groups: a tree (or diagnostic) plan (None: num_generations joint actions per turn split over its decision points, [2, 4] for 8 over two; comlrl_compat.default_plan)
+    plan: str | dict[str, Any] | None = None  # C3 needs groups: a tree (or diagnostic) plan (None: num_generations joint actions per turn split over its decision points, [2, 4] for 8 over two; comlrl_compat.default_plan)
     credit_diagnostics: bool = True  # log credit/* diagnostics (variance, reliability, influence, noise law) per batch
     share_parallel_samples: bool = True  # sample a parallel role once per distinct context, reuse it under each sibling alternative, train it once
     allow_estimator_change: bool = False  # accept a setting that turns the leave-one-out credit into another estimator (advantage_scaling: group_zscore); c3_plugin/core/estimator_rules.py

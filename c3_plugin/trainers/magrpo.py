@@ -5,7 +5,7 @@ as C3 so that a head-to-head differs only in credit."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -19,7 +19,7 @@ class WorkflowMAGRPOConfig(WorkflowConfig):
     """MAGRPO's defaults on workflows."""
 
     normalization_scaling: ClassVar[str] = "group_zscore"  # advantage_normalization=True: CoMLRL's z-score within each instance's B joint runs
-    plan: str | None = None  # B full runs per instance (None: independent num_generations, CoMLRL's joint samples)
+    plan: str | dict[str, Any] | None = None  # B full runs per instance (None: independent num_generations, CoMLRL's joint samples)
     advantage_mode: str = "mean"  # CoMLRL's group baseline: "mean", "rloo", "max" or "raw"
 
     def __post_init__(self) -> None:

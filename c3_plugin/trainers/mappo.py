@@ -36,7 +36,7 @@ class MAPPOConfig(WorkflowConfig):
 
     capabilities = Capabilities(budget="plan", data_parallel=True, decision_critic=True)  # a critic state per run and decision point
 
-    plan: str | None = None  # B full runs per instance, as MAGRPO (None: independent num_generations)
+    plan: str | dict[str, Any] | None = None  # B full runs per instance, as MAGRPO (None: independent num_generations)
     gae_lambda: float = 0.95  # GAE lambda over decision points
     gamma: float = 1.0  # discount between decision points
     critic_model: str | None = None  # backbone for the critic (None: a copy of agent 0's model)

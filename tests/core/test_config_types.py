@@ -20,7 +20,7 @@ DEMO = ROOT / "configs" / "math" / "demo_cpu.yaml"
     ("c3.num_train_epochs=1.5", "c3.num_train_epochs: expected an integer, got 1.5"),
     ("c3.eval_batch_size=-4", "c3.eval_batch_size must be an integer >= 0"),
     ("c3.save_traces=3", "c3.save_traces: expected true or false, got 3"),
-    ("agent_model.dtype=16", "agent_model.dtype: expected a string, got 16"),
+    ("agent_model.dtype=true", "agent_model.dtype: expected a string, got True"),
     ("agents.learning_rate={'Actor': 'fast'}", "agents.learning_rate: ['Actor']: expected a number, got 'fast'"),
     ("workflow.max_new_tokens={'Actor': 'many'}", "workflow.max_new_tokens: ['Actor']: expected an integer"),
     ("dataset.eval=3", "dataset.eval: expected a list of mappings, got 3"),
@@ -60,3 +60,19 @@ def test_a_key_typo_fails_before_any_trainer_or_torch_is_imported():
     assert lines[1].startswith("unknown key 'math.answer_timeout'; did you mean 'math.answer_timeout_s'")
     assert lines[2].startswith("unknown key 'mapl.num_iteration'; did you mean 'mapl.num_iterations'")  # the shared section: every reader's fields
     assert lines[3] == "False False"
+
+
+def test_values_that_loaded_before_still_load():
+    """null keeps its class's meaning (a mode's "none", no eval suites), a number names a string field (an override
+    like wandb.group=2024, as c3 compare writes it), a plan may be a mapping, big integers stay exact."""
+    cfg = load_config(DEMO, ["wandb.group=2024", "output.run_name=7", "dataset.eval=none", "c3.plan={'tree': [2, 4]}",
+                             "c3.seed=9007199254740993", "c3.parallel_training=none"])
+    assert (cfg.wandb.group, cfg.output.run_name, cfg.dataset.eval) == ("2024", "7", None)
+    assert cfg.algo.plan == {"tree": [2, 4]} and cfg.algo.seed == 9007199254740993
+    code = load_config(ROOT / "configs" / "code" / "c3.yaml", ["code.isolation=none"])
+    assert code.domain_cfg.isolation is None or code.domain_cfg.isolation == "none"
+
+
+def test_a_mistyped_domain_is_named_as_a_domain():
+    with pytest.raises(ConfigError, match="unknown domain 'maths'; registered: code, math, template, travel"):
+        load_config(DEMO, ["domain=maths"])

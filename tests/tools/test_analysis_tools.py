@@ -220,6 +220,11 @@ def test_audit_names_zero_width_intervals_and_writes_readable_boxes(tmp_path, mo
     texts = [t for t in saved[0].axes[0].texts if "Q-V" in t.get_text()]
     assert [t.get_color() for t in texts] == ["white", "black", "white"]
     assert ["no spread" in t.get_text() for t in texts] == [True, True, False]
+    # the policy writes the messages: an unbalanced "$" (mathtext) is drawn as text, never a crash of the figure
+    report["runs"][0]["messages"][0]["message"] = r"so $\frac{1}{ is $ and \boxed{$"
+    report["runs"][0]["instance"] = "a$b"
+    plot_audit(report, tmp_path / "dollars.png")
+    assert (tmp_path / "dollars.png").stat().st_size > 0
 
 
 # ----- the commands end to end on tiny models ----------------------------------------------------------------------
