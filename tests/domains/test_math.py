@@ -246,7 +246,7 @@ def test_wrong_config_exits_nonzero_without_traceback(override, fragment):
 @pytest.mark.parametrize("override, fragment", [
     ("c3.agent_learning_rate=abc", "c3.agent_learning_rate: expected a number, got 'abc'"),
     ("c3.agent_learning_rate=-1e-6", "c3.agent_learning_rate must be a finite number >= 0"),
-    ("c3.instances_per_update=4.5", "c3.instances_per_update: expected an integer, got 4.5"),
+    ("c3.instances_per_update=4.5", "c3.instances_per_update: expected an integer or null, got 4.5"),
     ("agent_model.name=pkg:llm_smollm3", "python package 'llm_smollm3' is not installed"),
 ])
 def test_values_the_run_would_fail_on_fail_the_dry_run(override, fragment):
