@@ -15,6 +15,7 @@ torch.set_num_threads(1)
 def hub_offline(monkeypatch):
     """Every test runs as offline as CI's machine is, whatever the machine it runs on."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")  # and restored after the test, also when hub.offline_mode set it
     offline_reason.cache_clear()
     yield
     offline_reason.cache_clear()

@@ -34,7 +34,10 @@ def test_offline_hub_data_fails_in_a_second_before_anything_heavy_is_imported():
 
 
 def test_an_unreachable_hub_is_detected_without_the_offline_variables(monkeypatch):
-    monkeypatch.delenv("HF_HUB_OFFLINE")
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):  # an earlier offline_mode may have set them
+        monkeypatch.delenv(name, raising=False)
+    for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):  # a direct probe, as without a proxy
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens
     offline_reason.cache_clear()
     assert offline_reason().startswith("the Hub (127.0.0.1) cannot be reached")
