@@ -19,3 +19,35 @@ def hub_offline(monkeypatch):
     offline_reason.cache_clear()
     yield
     offline_reason.cache_clear()
+
+
+@pytest.fixture
+def entry_point(capsys, monkeypatch):
+    """Run an entry point in this process as ``python SCRIPT ARGS`` (``single_turn/train_c3.py`` and the like, relative
+    to the repository) or ``python -m MODULE ARGS`` (``entry_point("-m", "c3_plugin", "compare", ...)``) run it from the
+    repository root, without paying for a new interpreter and its imports: ``(exit code, stdout, stderr)``. An
+    exception the entry point lets escape (a traceback) fails the test."""
+    import runpy
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+
+    def run(script: str, *args: str) -> tuple[int, str, str]:
+        monkeypatch.chdir(root)
+        monkeypatch.setattr(sys, "path", list(sys.path))  # a script puts the repository first; undone after the test
+        capsys.readouterr()
+        try:
+            if script == "-m":
+                monkeypatch.setattr(sys, "argv", [args[0], *args[1:]])
+                runpy.run_module(args[0], run_name="__main__", alter_sys=True)
+            else:
+                monkeypatch.setattr(sys, "argv", [str(root / script), *args])
+                runpy.run_path(str(root / script), run_name="__main__")
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run

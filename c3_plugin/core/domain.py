@@ -37,7 +37,7 @@ class Domain:
     optional hooks below receive it (``dry_run`` and ``validate_config`` get the whole run config)."""
 
     name: str
-    load_datasets: Callable[[Mapping[str, Any], int, Any], tuple[Any, Any]]  # (dataset section, seed, domain config) -> (train, eval)
+    load_datasets: Callable[[Mapping[str, Any], int, Any], tuple[Any, Any]]  # (dataset section, seed, domain config) -> (train, eval); the section's "dry_run": True means the dry-run calls: count and check, but leave what the run computes once and caches (reference outputs, timings) for the run, and say what it will cost in the dry_run hook
     workflows: Callable[[], Mapping[str, Workflow]]  # named workflows with this domain's prompts
     make_reward: Callable[[Any], Callable[..., list[float]]]  # (domain config) -> the reward (CoMLRL's reward contract, with a ``reward_range`` attribute)
     make_eval_logger: Callable[[Workflow], Callable[..., list[dict]]]  # (workflow) -> its eval logger (CoMLRL 1.4.3 form)

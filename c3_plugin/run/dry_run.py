@@ -84,8 +84,9 @@ def optimisation_settings(cfg: RunConfig, workflow: Workflow, train: Any, algori
             "uncontrolled": uncontrolled, "ignored": sorted(NOT_OPTIMISATION)}
 
 
-def prepare(cfg: RunConfig):
-    """Domain, workflow and datasets: everything but the models."""
+def prepare(cfg: RunConfig, dry_run: bool = False):
+    """Domain, workflow and datasets: everything but the models. ``dry_run``: the domain counts and checks its data
+    but leaves to the run what the run measures once and caches (``Domain.load_datasets``)."""
     from c3_plugin.core.registry import is_centralized
 
     if is_centralized(cfg.algorithm):  # fail before any model or data is loaded, never fall back to two actors
@@ -97,7 +98,7 @@ def prepare(cfg: RunConfig):
     domain = load_domain(cfg.domain)
     workflow = build_workflow(cfg, domain)
     section = {"train": cfg.dataset.train, "eval": cfg.dataset.eval, "drop_overlap": cfg.dataset.drop_overlap,
-               "base_dir": cfg.dataset.base_dir}
+               "base_dir": cfg.dataset.base_dir, **({"dry_run": True} if dry_run else {})}
     if domain.validate_config is not None:
         domain.validate_config(cfg, workflow)
     train, evals = domain.load_datasets(section, cfg.seed, cfg.domain_cfg)
@@ -135,7 +136,7 @@ def dry_run_report(cfg: RunConfig) -> dict[str, Any]:
     import datasets
 
     datasets.disable_progress_bars()  # the dry-run's output is its summary, not the JSON reader's bars
-    domain, workflow, train, evals = prepare(cfg)
+    domain, workflow, train, evals = prepare(cfg, dry_run=True)
     eval_rows: dict[str, int] = {}
     for ds in (evals["datasource"] if evals is not None else []):
         eval_rows[ds] = eval_rows.get(ds, 0) + 1
@@ -251,5 +252,6 @@ def summary(report: Mapping[str, Any], full: str | None = None) -> str:
         for key, pairs in optimisation.get("uncontrolled", {}).items():
             lines.append(f"  not the credit: {key} ({'; '.join(pairs)}): c3 compare refuses it without --allow-differences")
     lines += [f"warning: {w}" for w in report.get("warnings", [])]
+    lines += [f"note: {n}" for n in report.get("notes", [])]
     lines.append(f"full report: {full or 'add --json to print it as JSON, or --report FILE to write it'}")
     return "\n".join(lines)

@@ -39,9 +39,13 @@ there) and keeps every other term above.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping
 
+from c3_plugin.core.cache import cache_path, cached_json
+from c3_plugin.core.model_paths import resolve_model_path
 from c3_plugin.core.registry import capabilities
 
 GIB = 2**30
@@ -102,18 +106,38 @@ def model_shape(name: str, revision: str | None = None, gguf_file: str | None = 
     cache, a GGUF header); never downloads. Raises ``LookupError`` naming what is missing."""
     if name in KNOWN:
         return shape_from_config(KNOWN[name])
-    from transformers import AutoConfig
+    return shape_from_config(_local_config(name, revision, gguf_file))
 
-    from c3_plugin.core.model_paths import resolve_model_path
 
+@functools.lru_cache(maxsize=32)
+def _local_config(name: str, revision: str | None, gguf_file: str | None) -> dict[str, Any]:
+    """A local model's text config as a dict. A GGUF header is read once per machine: its metadata holds the
+    whole tokenizer (seconds to parse), so the config it gives is cached by the file's path, size and time."""
     kwargs: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {"revision": revision}
+
+    def read() -> dict[str, Any]:
+        from transformers import AutoConfig  # the dry-run's typo path stays free of transformers
+
+        try:
+            cfg = AutoConfig.from_pretrained(resolve_model_path(name), local_files_only=True, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - any failure means: shape unknown offline
+            raise LookupError(f"the config of '{name}' is not available locally ({type(exc).__name__}); download it "
+                              "once (huggingface-cli download <name> config.json) for a memory estimate") from exc
+        cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+        return {k: v for k, v in cfg.to_dict().items() if k in SHAPE_KEYS}
+
     try:
-        cfg = AutoConfig.from_pretrained(resolve_model_path(name), local_files_only=True, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - any failure means: shape unknown offline
-        raise LookupError(f"the config of '{name}' is not available locally ({type(exc).__name__}); download it once "
-                          "(huggingface-cli download <name> config.json) for a memory estimate") from exc
-    cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    return shape_from_config(cfg.to_dict())
+        file = Path(resolve_model_path(name)) / gguf_file if gguf_file else None
+    except Exception:  # noqa: BLE001 - read() names what is missing
+        file = None
+    if file is None or not file.is_file():
+        return read()
+    stat = file.stat()
+    return cached_json(cache_path("gguf-config", [str(file.resolve()), stat.st_size, stat.st_mtime_ns]), read)
+
+
+SHAPE_KEYS = ("hidden_size", "num_hidden_layers", "vocab_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+              "intermediate_size", "tie_word_embeddings", "params")  # what shape_from_config reads
 
 
 def device_budgets(device_memory_gb: float | str | None) -> dict[str, float]:

@@ -83,30 +83,35 @@ import sys, torch
 from transformers import LlamaConfig, LlamaForCausalLM
 from c3_plugin.core.loss import token_logprobs
 torch.set_num_threads(1)
-n, micro, vocab, length = (int(x) for x in sys.argv[1:5])
+vocab, length = int(sys.argv[1]), int(sys.argv[2])
 cfg = LlamaConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
                   num_key_value_heads=2, tie_word_embeddings=True)
 model = LlamaForCausalLM(cfg).eval()
-prompts, comps = [[5] * 8] * n, [[7] * length] * n
-token_logprobs(model, prompts[:1], comps[:1], 0, 1.0, 1)
+token_logprobs(model, [[5] * 8], [[7] * length], 0, 1.0, 1)
 
 def status():
     fields = dict(line.split(":", 1) for line in open("/proc/self/status"))
     return {k: int(fields[k].split()[0]) * 1024 for k in ("VmRSS", "VmHWM", "RssFile")}
 
-open("/proc/self/clear_refs", "w").write("5")  # the high-water mark restarts at the current RSS
-base = status()
-out = token_logprobs(model, prompts, comps, 0, 1.0, micro)
-end = status()
-assert len(out) == n and all(len(o) == length for o in out)
-print(end["VmHWM"] - base["VmRSS"] - max(0, end["RssFile"] - base["RssFile"]))  # file pages faulted back in are not the call's
+for case in sys.argv[3:]:
+    n, micro = (int(x) for x in case.split(","))
+    prompts, comps = [[5] * 8] * n, [[7] * length] * n
+    open("/proc/self/clear_refs", "w").write("5")  # the high-water mark restarts at the current RSS
+    base = status()
+    out = token_logprobs(model, prompts, comps, 0, 1.0, micro)
+    end = status()
+    assert len(out) == n and all(len(o) == length for o in out)
+    del out
+    print(end["VmHWM"] - base["VmRSS"] - max(0, end["RssFile"] - base["RssFile"]))  # file pages faulted back in are not the call's
 """
 
 
-def logprob_peak_bytes(sequences: int, micro_batch_size: int, vocab: int = 50000, completion_tokens: int = 32) -> int:
+def logprob_peaks(cases: list[tuple[int, int]], vocab: int = 50000, completion_tokens: int = 32) -> list[int]:
     """Peak resident memory (bytes above the level before the call) of computing the token log-probs of
     ``sequences`` completions with a one-layer model of a ``vocab``-token vocabulary, ``micro_batch_size``
-    sequences per forward pass; measured in a fresh process on Linux (the peak RSS is reset before the call)."""
+    sequences per forward pass, for each ``(sequences, micro_batch_size)`` of ``cases`` in turn; measured in one
+    fresh process on Linux (the peak RSS is reset before each call, and every large buffer is returned to the
+    system when freed, so one call's peak is its own)."""
     import subprocess
     import sys
     from pathlib import Path
@@ -118,11 +123,16 @@ def logprob_peak_bytes(sequences: int, micro_batch_size: int, vocab: int = 50000
     # peak RSS counts live tensors only (glibc's adaptive threshold otherwise leaves freed logits in a
     # fragmented heap now and then, and the peak would measure the allocator's luck)
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}
-    out = subprocess.run([sys.executable, "-c", _PEAK, str(sequences), str(micro_batch_size), str(vocab), str(completion_tokens)],
+    out = subprocess.run([sys.executable, "-c", _PEAK, str(vocab), str(completion_tokens), *(f"{n},{m}" for n, m in cases)],
                          cwd=root, capture_output=True, text=True, timeout=600, env=env)
     if out.returncode != 0:
         raise RuntimeError(f"log-prob memory probe failed: {out.stderr[-2000:]}")
-    return int(out.stdout.strip().splitlines()[-1])
+    return [int(line) for line in out.stdout.strip().splitlines()[-len(cases):]]
+
+
+def logprob_peak_bytes(sequences: int, micro_batch_size: int, vocab: int = 50000, completion_tokens: int = 32) -> int:
+    """:func:`logprob_peaks` of one call."""
+    return logprob_peaks([(sequences, micro_batch_size)], vocab, completion_tokens)[0]
 
 
 def killed_run(trainer: Any, checkpoint_dir: Any, after_calls: int) -> Any:
@@ -167,3 +177,48 @@ def experiment_config(cls: Any, **fields: Any) -> Any:
     if values.get("advantage_scaling") is not None or getattr(cls, "normalization_scaling", None) == "batch_scale":
         values.setdefault("advantage_normalization", False)
     return cls(**values)
+
+
+def tiny_gguf(folder: Any, name: str = "tiny.gguf", seed: int = 0) -> Any:
+    """A one-layer Llama with a 64-token byte-level vocabulary written as an F32 GGUF file (with the ``gguf``
+    package, the demo's extra) in ``folder``; returns the file's path."""
+    from pathlib import Path
+
+    import gguf
+    import numpy as np
+
+    path = Path(folder) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    vocab, hidden, ffn, heads = 64, 16, 32, 2
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_context_length(64)
+    w.add_embedding_length(hidden)
+    w.add_block_count(1)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(heads)
+    w.add_head_count_kv(heads)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_dimension_count(hidden // heads)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(["<pad>", "<eos>"] + [chr(c) for c in range(ord("a"), ord("a") + vocab - 2)])
+    w.add_token_scores([0.0] * vocab)
+    w.add_token_types([3, 3] + [1] * (vocab - 2))
+    w.add_token_merges([])
+    w.add_eos_token_id(1)
+    w.add_pad_token_id(0)
+    rng = np.random.default_rng(seed)
+    w.add_tensor("token_embd.weight", rng.normal(size=(vocab, hidden)).astype(np.float32))
+    w.add_tensor("output_norm.weight", np.ones(hidden, np.float32))
+    w.add_tensor("output.weight", rng.normal(size=(vocab, hidden)).astype(np.float32))
+    shapes = {"attn_q": (hidden, hidden), "attn_k": (hidden, hidden), "attn_v": (hidden, hidden), "attn_output": (hidden, hidden),
+              "ffn_gate": (ffn, hidden), "ffn_up": (ffn, hidden), "ffn_down": (hidden, ffn)}
+    for part, shape in shapes.items():
+        w.add_tensor(f"blk.0.{part}.weight", rng.normal(size=shape).astype(np.float32))
+    for part in ("attn_norm", "ffn_norm"):
+        w.add_tensor(f"blk.0.{part}.weight", np.ones(hidden, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

@@ -32,8 +32,10 @@ KEYS = Path(cfg_module.__file__).with_name("config_keys.json")  # every document
 DOMAINS = ("math", "code", "travel")  # the shipped domains whose config sections are documented
 
 
+@functools.lru_cache(maxsize=None)
 def _class_comments(cls: type) -> dict[str, str]:
-    """Field name -> its comment in ``cls``'s own source (beside the field, or the comment lines just above it)."""
+    """Field name -> its comment in ``cls``'s own source (beside the field, or the comment lines just above it);
+    read once per class (finding a class's source parses its whole module)."""
     try:
         lines, start = inspect.getsourcelines(cls)
     except (OSError, TypeError):

@@ -6,11 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from c3_plugin.core.domain import Domain, probe_only, single_train_source
+from c3_plugin.core.cache import cache_dir
+from c3_plugin.core.domain import Domain, single_train_source
 from c3_plugin.core.sources import check_overlap
 
 from .assertions import Assertion, AssertionFormError, compile_assertion, defined_names
-from .data import CodeDatasetError, decode_tests, evaluate_constants, load_split
+from .data import PENDING, CodeDatasetError, decode_tests, evaluate_constants, load_split
 from .prompts import multi_turn, reasoner_actor, reasoner_coder_reviewer, workflows
 from .runner import encode
 from .sandbox import (UNSAFE, Limits, Sandbox, SandboxError, Test, TestResult, configure, default_sandbox,
@@ -69,9 +70,10 @@ def pass_rate(code: str, tests: Sequence[Any], setup: str = "", timeout_s: float
 def load_datasets(section: Mapping[str, Any], seed: int = 0, config: Any = None):
     import datasets
 
-    base = section.get("base_dir")
-    train = load_split({"name": "mbpp_train", **single_train_source(section, "code")}, base) if section.get("train") else []
-    evals = [row for spec in section.get("eval") or [] for row in load_split(spec, base)]
+    base, measure = section.get("base_dir"), not section.get("dry_run")
+    PENDING.clear()
+    train = load_split({"name": "mbpp_train", **single_train_source(section, "code")}, base, measure=measure) if section.get("train") else []
+    evals = [row for spec in section.get("eval") or [] for row in load_split(spec, base, measure=measure)]
     train = check_overlap(train, evals, drop=bool(section.get("drop_overlap", False)))
     clean = lambda rows: [{k: v for k, v in r.items() if k != "dropped_inputs"} for r in rows]  # noqa: E731 (a list of reasons)
     return (datasets.Dataset.from_list(clean(train)) if train else None, datasets.Dataset.from_list(clean(evals)) if evals else None)
@@ -98,9 +100,29 @@ def dry_run_probe(config: CodeConfig | None = None) -> dict[str, Any]:
     return report
 
 
+# The reference runs' cost on 2 cores (measured: MBPP's train and test splits and MBPP+, 1,273 solutions on 45,956 tests,
+# in 195 s): a sandbox job per solution, then each test.
+SECONDS_PER_REFERENCE_SOLUTION, SECONDS_PER_REFERENCE_TEST = 0.025, 0.0036
+
+
+def dry_run(cfg, train, evals) -> dict[str, Any]:
+    """The sandbox probe, and the reference runs the dry-run left to the run (not cached on this machine yet):
+    what they are, and about how long the run spends on them before its first step."""
+    out: dict[str, Any] = {"probe": dry_run_probe(cfg.domain_cfg)}
+    if PENDING:
+        minutes = sum(p["solutions"] * SECONDS_PER_REFERENCE_SOLUTION + p["tests"] * SECONDS_PER_REFERENCE_TEST for p in PENDING) / 60
+        out["reference_runs"] = {"pending": list(PENDING), "estimated_minutes": round(minutes, 1), "cache": str(cache_dir())}
+        out["notes"] = [f"code: before its first step the run measures the reference solutions in the sandbox ("
+                        + ", ".join(f"{p['set']}: {p['what']} of {p['solutions']} solutions on {p['tests']} tests" for p in PENDING)
+                        + f"): about {max(minutes, 0.1):.1f} min on 2 cores, once per machine (cached in {cache_dir()}); "
+                        "until then an MBPP+ eval count is an upper bound (a task whose reference fails on all but one "
+                        "input is dropped)"]
+    return out
+
+
 DOMAIN = Domain(name="code", load_datasets=load_datasets, workflows=workflows,
                 make_reward=lambda config: reward,  # one reward; the config reaches the sandbox through validate_config
-                make_eval_logger=make_eval_logger, eval_aggregator=eval_aggregator, dry_run=probe_only(dry_run_probe),
+                make_eval_logger=make_eval_logger, eval_aggregator=eval_aggregator, dry_run=dry_run,
                 config_cls=CodeConfig, default_workflow="reasoner_actor", outcome=outcome, validate_config=configure_from)
 
 __all__ = ["Assertion", "AssertionFormError", "CodeConfig", "CodeDatasetError", "DOMAIN", "Limits", "Sandbox", "SandboxError", "Test",

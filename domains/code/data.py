@@ -22,12 +22,11 @@ machine and cached by content hash under ``$C3_CACHE`` (default ``~/.cache/comlr
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from c3_plugin.core.cache import cache_path, cached_json, is_cached
 from c3_plugin.core.hub import offline_mode
 from c3_plugin.core.sources import local_path, where
 
@@ -123,20 +122,7 @@ def evaluate_constants(sandbox: Sandbox, assertions: Sequence[Assertion], labels
 
 
 def _cache(kind: str, key: Any) -> Path:
-    digest = hashlib.sha256(json.dumps([HARNESS_VERSION, kind, key], sort_keys=True).encode()).hexdigest()[:16]
-    base = Path(os.environ.get("C3_CACHE", Path.home() / ".cache" / "comlrl-c3"))
-    return base / f"{kind}-{digest}.json"
-
-
-def _cached(path: Path, compute):
-    if path.exists():
-        return json.loads(path.read_text())
-    value = compute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(value))
-    tmp.replace(path)
-    return value
+    return cache_path(kind, [HARNESS_VERSION, key])
 
 
 def _read(source: str, hf_key: str, split: str | None, base_dir: str | None, config: str | None = None) -> list[dict]:
@@ -162,9 +148,10 @@ def _read(source: str, hf_key: str, split: str | None, base_dir: str | None, con
 
 
 def mbpp_rows(rows: Sequence[Mapping[str, Any]], name: str, sandbox: Sandbox | None = None, test_split: bool = True,
-              calibrate: bool = True) -> list[dict]:
+              calibrate: bool = True, measure: bool = True) -> list[dict]:
     """Normalise MBPP rows (full or sanitized); ``test_split`` keeps task ids 11-510. ``calibrate``: time
-    each test's canonical solution (once, cached) and give the test its relative limit."""
+    each test's canonical solution (once, cached) and give the test its relative limit. ``measure=False`` (the
+    dry-run): times not yet cached are left to the run and listed in :data:`PENDING`."""
     rows = [r for r in rows if not test_split or int(r["task_id"]) in MBPP_TEST_IDS]
     out = []
     for r in rows:
@@ -184,25 +171,32 @@ def mbpp_rows(rows: Sequence[Mapping[str, Any]], name: str, sandbox: Sandbox | N
     sb = sandbox or default_sandbox()
     evaluate_constants(sb, [a for row in out for a in row["_asserts"]],
                        [f"{name}: task {row['task_id']}" for row in out for _ in row["_asserts"]])
-    seconds = _mbpp_seconds(sb, out, name) if calibrate and out else [[None] * len(row["_asserts"]) for row in out]
-    for row, secs in zip(out, seconds):
-        specs = [dict(a.to_json(encode), **({"timeout_s": time_limit(s)} if calibrate else {})) for a, s in zip(row.pop("_asserts"), secs)]
+    seconds = _mbpp_seconds(sb, out, name, measure) if calibrate and out else None
+    for i, row in enumerate(out):
+        secs = seconds[i] if seconds is not None else [None] * len(row["_asserts"])
+        specs = [dict(a.to_json(encode), **({"timeout_s": time_limit(s)} if seconds is not None else {}))
+                 for a, s in zip(row.pop("_asserts"), secs)]
         row["visible_tests"] = json.dumps(specs[:1])
         row["tests"] = json.dumps(specs[1:])
         _finish(row)
     return out
 
 
-def _mbpp_seconds(sandbox: Sandbox, rows: Sequence[Mapping[str, Any]], name: str) -> list[list[float]]:
-    """The canonical solution's time on each test of each row (sandbox runs, cached by content)."""
+def _mbpp_seconds(sandbox: Sandbox, rows: Sequence[Mapping[str, Any]], name: str, measure: bool = True) -> list[list[float]] | None:
+    """The canonical solution's time on each test of each row (sandbox runs, cached by content); None when
+    ``measure`` is off and they are not cached yet (the dry-run: listed in :data:`PENDING`)."""
     key = [(r["task_id"], r["canonical"], r["setup"], [a.source for a in r["_asserts"]]) for r in rows]
+    path = _cache("mbpp-seconds", key)
+    if not measure and not is_cached(path):
+        _pending(name, "times", len(rows), sum(len(r["_asserts"]) for r in rows))
+        return None
 
     def compute():
         jobs = [(r["canonical"], [Test(assertion=a).payload(i, TIME_CAP_S) for i, a in enumerate(r["_asserts"])], r["setup"]) for r in rows]
         results = _raw_results(sandbox, jobs, desc=f"{name}: timing {len(jobs)} reference solutions (once; cached)")
         return [[float(x.get("seconds", TIME_CAP_S)) for x in res] for res in results]
 
-    return _cached(_cache("mbpp-seconds", key), compute)
+    return cached_json(path, compute)
 
 
 # ---------------------------------------------------------------------------------------------- MBPP+
@@ -303,11 +297,23 @@ def _is_floats(x: Any) -> bool:
     return type(x) is float or (type(x) in (list, tuple) and bool(x) and all(type(v) is float for v in x))
 
 
-def mbppplus_rows(rows: Sequence[Mapping[str, Any]], name: str, sandbox: Sandbox | None = None, calibrate: bool = True) -> list[dict]:
-    """Normalise MBPP+ rows; expected outputs (and times) by running each canonical solution in the sandbox."""
+def mbppplus_rows(rows: Sequence[Mapping[str, Any]], name: str, sandbox: Sandbox | None = None, calibrate: bool = True,
+                  measure: bool = True) -> list[dict]:
+    """Normalise MBPP+ rows; expected outputs (and times) by running each canonical solution in the sandbox.
+    ``measure=False`` (the dry-run): the rows come without tests; when the outputs are not cached yet, every task
+    with two inputs or more (those whose reference fails on all but one are dropped when measured), and the
+    measurement is listed in :data:`PENDING` for the run."""
     inputs = [mbppplus_inputs(r) for r in rows]
     modes = ["present" if _task_number(r["task_id"]) in PRESENT_TASKS else "value" for r in rows]
     key = [(r["task_id"], r["canonical_solution"], r.get("base_input"), r.get("plus_input")) for r in rows]
+    path = _cache("mbppplus-expected", key)
+    if not measure:  # the dry-run: the tasks that can be scored, counted, without their tests
+        if is_cached(path):
+            keep = [sum(x[0] is not None for x in res) > 1 for res in cached_json(path, list)]
+        else:
+            _pending(name, "expected outputs and times", len(rows), sum(len(i) for i in inputs))
+            keep = [len(inp) > 1 for inp in inputs]
+        return [_plus_row(r, name, [], []) for r, k in zip(rows, keep) if k]
 
     def compute():
         jobs = [(r["canonical_solution"], [Test(entry_point=r["entry_point"], args=a, mode=m).payload(i, TIME_CAP_S, judged=False)
@@ -317,7 +323,7 @@ def mbppplus_rows(rows: Sequence[Mapping[str, Any]], name: str, sandbox: Sandbox
         return [[[_first_value(x), float(x.get("seconds", TIME_CAP_S)), "" if _first_value(x) is not None else str(x.get("reason", ""))]
                  for x in res] for res in results]
 
-    measured = _cached(_cache("mbppplus-expected", key), compute)
+    measured = cached_json(path, compute)
     out = []
     for r, inp, mode, res in zip(rows, inputs, modes, measured):
         tests, dropped = [], []
@@ -332,16 +338,28 @@ def mbppplus_rows(rows: Sequence[Mapping[str, Any]], name: str, sandbox: Sandbox
             if calibrate:
                 spec["timeout_s"] = time_limit(seconds)
             tests.append(spec)
-        prompt = str(r.get("prompt") or "")
-        example = next((line.strip() for line in prompt.splitlines() if line.strip().startswith("assert")), "")
-        row = {"id": f"{name}-{r['task_id']}", "task_id": str(r["task_id"]), "datasource": name, "entry_point": r["entry_point"],
-               "setup": "", "example": example, "text": prompt.replace(example, "").strip().strip('"').strip(),
-               "signature": _signature(r["canonical_solution"], r["entry_point"]), "canonical": r["canonical_solution"],
-               "visible_tests": json.dumps(tests[:1]), "tests": json.dumps(tests[1:]), "dropped_inputs": dropped}
-        _finish(row)
         if len(tests) > 1:  # a task with no hidden test left cannot be scored
-            out.append(row)
+            out.append(_plus_row(r, name, tests, dropped))
     return out
+
+
+def _plus_row(r: Mapping[str, Any], name: str, tests: list[dict], dropped: list[str]) -> dict:
+    """One MBPP+ task as a row: the first test visible (the example), the others hidden."""
+    prompt = str(r.get("prompt") or "")
+    example = next((line.strip() for line in prompt.splitlines() if line.strip().startswith("assert")), "")
+    row = {"id": f"{name}-{r['task_id']}", "task_id": str(r["task_id"]), "datasource": name, "entry_point": r["entry_point"],
+           "setup": "", "example": example, "text": prompt.replace(example, "").strip().strip('"').strip(),
+           "signature": _signature(r["canonical_solution"], r["entry_point"]), "canonical": r["canonical_solution"],
+           "visible_tests": json.dumps(tests[:1]), "tests": json.dumps(tests[1:]), "dropped_inputs": dropped}
+    _finish(row)
+    return row
+
+
+PENDING: list[dict[str, Any]] = []  # reference measurements a dry-run (measure=False) left to the run: set, what, solutions, tests
+
+
+def _pending(name: str, what: str, solutions: int, tests: int) -> None:
+    PENDING.append({"set": name, "what": what, "solutions": solutions, "tests": tests})
 
 
 def _finish(row: dict) -> None:
@@ -349,10 +367,12 @@ def _finish(row: dict) -> None:
     row["question"] = row["prompt"] = q
 
 
-def load_split(spec: Mapping[str, Any], base_dir: str | None = None, sandbox: Sandbox | None = None) -> list[dict]:
+def load_split(spec: Mapping[str, Any], base_dir: str | None = None, sandbox: Sandbox | None = None,
+               measure: bool = True) -> list[dict]:
     """One dataset spec: ``{name, source, kind: mbpp|mbpp_sanitized|mbppplus, split, limit, test_split, id_range,
     calibrate}`` (``id_range: [601, 974]`` keeps MBPP task ids in that closed range, e.g. the train split;
-    ``calibrate: false`` skips timing the canonical solutions: tests then take the limit the reward is given)."""
+    ``calibrate: false`` skips timing the canonical solutions: tests then take the limit the reward is given).
+    ``measure=False``: reference runs not cached yet are left to the run (:data:`PENDING`)."""
     spec = dict(spec)
     name = spec.get("name", "mbpp")
     kind = spec.get("kind") or ("mbppplus" if "plus" in name else "mbpp_sanitized" if "sanitized" in name else "mbpp")
@@ -367,11 +387,11 @@ def load_split(spec: Mapping[str, Any], base_dir: str | None = None, sandbox: Sa
     if kind == "mbppplus":
         if spec.get("v0_2_0_only"):
             rows = [r for r in rows if r.get("in_v0_2_0", True)]
-        return mbppplus_rows(rows[:limit] if limit else rows, name, sandbox, calibrate)
+        return mbppplus_rows(rows[:limit] if limit else rows, name, sandbox, calibrate, measure)
     test_split = bool(spec.get("test_split", kind == "mbpp" and not spec.get("id_range")))
     if limit:
         rows = [r for r in rows if not test_split or int(r["task_id"]) in MBPP_TEST_IDS][:limit]
-    return mbpp_rows(rows, name, sandbox, test_split=test_split, calibrate=calibrate)
+    return mbpp_rows(rows, name, sandbox, test_split=test_split, calibrate=calibrate, measure=measure)
 
 
 def decode_tests(text: str) -> list[Test]:

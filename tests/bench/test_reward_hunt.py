@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.xdist_group("reward_hunt")  # one worker builds the module's shared fixture once
+
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("reward_hunt", ROOT / "bench" / "reward_hunt.py")
 hunt = importlib.util.module_from_spec(_spec)

@@ -6,11 +6,15 @@ SmolLM2-135M (the demo model, ``bench/deepspeed_dp.py``) on 16 messages instead 
 
     torchrun --nproc_per_node 2 tests/distributed/update_equivalence.py OUT.pt [zero_stage] [minibatch_size]
     python tests/distributed/update_equivalence.py OUT.pt [zero_stage]  (one process, without DeepSpeed unless a stage is given)
+
+``zero_stage`` may list several cases for one launch, comma-separated, each a stage with ``o`` for an offloaded
+optimizer (``2,3,2o``): each case starts from the same model and writes ``OUT`` with ``.<case>`` before its suffix.
 """
 
 import os
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -23,9 +27,16 @@ from c3_plugin.trainers.update import PolicySample, ppo_update
 
 
 def main() -> None:
-    out, stage = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 0
+    out, cases = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "0").split(",")
     minibatch = int(sys.argv[3]) if len(sys.argv) > 3 else None
-    ctx = dp.init("gloo", single=bool(stage))
+    ctx = dp.init("gloo", single=cases != ["0"])
+    for case in cases:
+        stage, offload = int(case.rstrip("o")), case.endswith("o") or os.environ.get("C3_OFFLOAD", "0") == "1"
+        path = out if len(cases) == 1 else str(Path(out).with_suffix(f".{case}{Path(out).suffix}"))
+        run_case(ctx, path, stage, offload, minibatch)
+
+
+def run_case(ctx, out: str, stage: int, offload: bool, minibatch: int | None) -> None:
     big = os.environ.get("C3_MODEL") == "smollm2"
     if big:
         from c3_plugin.core.config import ModelSection
@@ -49,7 +60,7 @@ def main() -> None:
     lr = float(os.environ.get("C3_LR", "1e-3"))
     engine, optimizer = None, None
     if stage:
-        engine = dp.make_engine(model, params, lr, DeepSpeedSection(zero_stage=stage, offload_optimizer=bool(int(os.environ.get("C3_OFFLOAD", "0")))), args.max_grad_norm,
+        engine = dp.make_engine(model, params, lr, DeepSpeedSection(zero_stage=stage, offload_optimizer=offload), args.max_grad_norm,
                                 {"weight_decay": 0.01})
     else:
         optimizer = torch.optim.AdamW(params, lr=lr)
@@ -67,7 +78,7 @@ def main() -> None:
     scaled = [x for i in range(len(samples)) for x in [scaled[i % ctx.world][i // ctx.world]]]  # back to batch order
     if ctx.is_main:
         torch.save({"state": state, "stats": stats, "world": ctx.world, "update_s": seconds / 3, "scaled": scaled,
-                    "advantages": advantages.tolist()}, out)
+                    "advantages": advantages.tolist(), "offload": bool(engine is not None and engine.zero_offload_optimizer())}, out)
     dp.barrier()
 
 

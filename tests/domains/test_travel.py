@@ -2,9 +2,6 @@
 
 import ast
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -298,17 +295,17 @@ def test_eval_logger_and_aggregator_publish_the_specified_names():
     assert all(f"eval/{m}" in doc for m in METRICS)
 
 
-def _dry_run(config, *overrides, env=None):
-    cmd = [sys.executable, str(ROOT / "single_turn" / f"train_{config}.py"), "--config", str(ROOT / "configs" / "travel" / f"{config}.yaml"),
-           "--dry-run", "--json", *[x for o in overrides for x in ("--override", o)]]
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300, env={**os.environ, **(env or {})})
+def _dry_run(entry_point, config, *overrides):
+    return entry_point(f"single_turn/train_{config}.py", "--config", str(ROOT / "configs" / "travel" / f"{config}.yaml"),
+                       "--dry-run", "--json", *[x for o in overrides for x in ("--override", o)])
 
 
 @pytest.mark.parametrize("algo", ["magrpo", "c3"])
-def test_dry_run_on_the_offline_train_split(algo):
-    out = _dry_run(algo, f"dataset.train.source={FIXTURE}", "dataset.train.split=train", "dataset.train.eval_panels=null")
-    assert out.returncode == 0, out.stdout + out.stderr
-    report = json.loads(out.stdout[out.stdout.index("{"):])
+def test_dry_run_on_the_offline_train_split(algo, entry_point):
+    code, out, err = _dry_run(entry_point, algo, f"dataset.train.source={FIXTURE}", "dataset.train.split=train",
+                              "dataset.train.eval_panels=null")
+    assert code == 0, out + err
+    report = json.loads(out[out.index("{"):])
     assert report["status"] == "unverified" and not report["errors"] and report["domain"] == "travel" and report["algorithm"] == algo
     assert report["all_dash_probe_reward"] == 0.08 and report["probe_ok"]
     assert report["catalog_parse"] == {"rows": 45, "parsed": 45, "failed": []}
@@ -317,10 +314,10 @@ def test_dry_run_on_the_offline_train_split(algo):
     assert report["reward_backend"] == "reference_constraint_learnable_budget_dense" and report["reward_range"] == [-0.25, 1.0]
 
 
-def test_dry_run_without_the_hub_names_the_offline_fix():
-    out = _dry_run("magrpo", env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
-    assert out.returncode == 2
-    err = json.loads(out.stdout[out.stdout.index("{"):])
+def test_dry_run_without_the_hub_names_the_offline_fix(entry_point):
+    code, out, _ = _dry_run(entry_point, "magrpo")  # offline: conftest sets HF_HUB_OFFLINE and HF_DATASETS_OFFLINE
+    assert code == 2
+    err = json.loads(out[out.index("{"):])
     assert err["status"] == "error" and "dataset.train.source" in err["error"] and "osunlp/TravelPlanner" in err["error"]
 
 
@@ -341,13 +338,12 @@ def test_preference_budgets_match_the_specification(algo, collected, key, steps,
 
 
 @pytest.mark.parametrize("script, extra", [("train_madpo_iter.py", []), ("train_centralized.py", ["--algorithm", "marlhf_iter"])])
-def test_preference_and_centralized_entry_points_dry_run_with_their_default_configs(script, extra):
-    cmd = [sys.executable, str(ROOT / "single_turn" / script), *extra, "--dry-run", "--json",
-           *[x for o in (f"dataset.train.source={FIXTURE}", "dataset.train.split=train", "dataset.train.eval_panels=null")
-             for x in ("--override", o)]]
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert out.returncode == 0, out.stdout + out.stderr
-    report = json.loads(out.stdout[out.stdout.index("{"):])
+def test_preference_and_centralized_entry_points_dry_run_with_their_default_configs(script, extra, entry_point):
+    code, out, err = entry_point(f"single_turn/{script}", *extra, "--dry-run", "--json",
+                                 *[x for o in (f"dataset.train.source={FIXTURE}", "dataset.train.split=train",
+                                               "dataset.train.eval_panels=null") for x in ("--override", o)])
+    assert code == 0, out + err
+    report = json.loads(out[out.index("{"):])
     assert report["status"] == "unverified" and not report["errors"] and report["refreshes"] == 6 and report["preference_joint_rollouts"] == 6 * 16 * 40
     assert report["all_dash_probe_reward"] == 0.08 and report["reward_range"] == [-0.25, 1.0]
     if "centralized" in script:

@@ -237,8 +237,8 @@ def test_lora_agents_are_served_with_their_adapters(team, serve):
 
 def test_a_short_c3_run_on_smollm2_trains_through_vllm_and_logs_the_mismatch(tmp_path):
     """The demo profile (SmolLM2-135M, Reasoner -> Actor, tree [2, 4]) with ``generation_backend: vllm``:
-    two updates (with truncated importance sampling), each followed by a weight sync; the sampler/trainer
-    mismatch is logged and small."""
+    two updates of two instances each (with truncated importance sampling), each followed by a weight sync; the
+    sampler/trainer mismatch is logged and small."""
     import json
     import math
 
@@ -247,7 +247,7 @@ def test_a_short_c3_run_on_smollm2_trains_through_vllm_and_logs_the_mismatch(tmp
 
     root = __import__("pathlib").Path(__file__).resolve().parents[2]
     cfg = load_config(root / "configs/math/demo_cpu.yaml", overrides=[
-        "c3.generation_backend=vllm", "dataset.train.size=8", "dataset.eval=[{'name': 'compare', 'source': 'synthetic', "
+        "c3.generation_backend=vllm", "dataset.train.size=4", "c3.instances_per_update=2", "dataset.eval=[{'name': 'compare', 'source': 'synthetic', "
         "'task': 'compare', 'size': 4, 'seed': 2}]", f"output.base_dir={tmp_path}", "output.plot=false",
         "output.save_model=false", "c3.save_traces=false", "c3.eval_batch_size=4", "c3.importance_sampling_cap=2.0"])
     summary = train(cfg)
@@ -272,34 +272,43 @@ def test_c3_diagnose_samples_through_vllm_on_smollm2(tmp_path):
     root = __import__("pathlib").Path(__file__).resolve().parents[2]
     out = tmp_path / "diag"
     assert console(["diagnose", "--config", str(root / "configs/math/demo_cpu.yaml"), "--override", "c3.generation_backend=vllm",
-                    "--groups", "4", "--chunk", "4", "--decisions", "0", "--out", str(out), "--quiet"]) == 0
+                    "--groups", "2", "--chunk", "2", "--decisions", "0", "--out", str(out), "--quiet"]) == 0
     report = json.loads((out / "diagnose.json").read_text())
     assert report["backend"] == "vllm"
     (point,) = report["decisions"]
-    assert point["u"] == 0 and point["groups"] == 4 and point["env_steps"] == 4 * 4 * 4 and point["messages"] == 4 * (4 + 16)
+    assert point["u"] == 0 and point["groups"] == 2 and point["env_steps"] == 2 * 4 * 4 and point["messages"] == 2 * (4 + 16)
+
+
+def _vllm_torchrun(out, world: int, stage: int):
+    """A tiny C3 run with ``generation_backend: vllm`` under torchrun: (summary, metric rows, engine records, run folder)."""
+    import json
+
+    from tests.scale.test_distributed import metrics, tiny_config, torchrun
+
+    cfg = tiny_config(out, deepspeed={"zero_stage": stage}, generation_backend="vllm", logprob_mismatch=True, vllm_kv_cache_gb=0.25)
+    proc = torchrun("train_tiny.py", cfg, nproc=world, env={"C3_TINY_HIDDEN": "64", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+    engines = [json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines() if line.startswith("ENGINE ")]
+    return json.loads((out / "run" / "summary.json").read_text()), metrics(out / "run"), engines, out / "run"
+
+
+@pytest.fixture(scope="module")
+def one_rank_vllm_run(tmp_path_factory):
+    """The one-process run the two-rank runs are held to (its budget and messages do not depend on the ZeRO stage)."""
+    return _vllm_torchrun(tmp_path_factory.mktemp("one"), 1, 2)
 
 
 @pytest.mark.parametrize("stage", [2, 3], ids=["zero2", "zero3"])
-def test_two_ranks_each_run_their_own_engine_like_one_process(tmp_path, stage):
+def test_two_ranks_each_run_their_own_engine_like_one_process(tmp_path, stage, one_rank_vllm_run):
     """torchrun with 2 ranks and ``generation_backend: vllm``: each rank starts its own engine (vLLM's
     external_launcher on torchrun's gloo group), seeded per rank, and samples its shard; the run spends the
     one-process budget (same env steps, same updates) and after every update each rank's engine holds the
     trainer's weights (the sampler/trainer log-prob mismatch stays ~0; under ZeRO-3 the engine gets the
     whole weights, gathered once per update, never the empty shards)."""
-    import json
     import math
 
-    from tests.scale.test_distributed import final_weights, metrics, tiny_config, torchrun
+    from tests.scale.test_distributed import final_weights
 
-    runs = {}
-    for name, world in (("one", 1), ("two", 2)):
-        out = tmp_path / name
-        cfg = tiny_config(out, deepspeed={"zero_stage": stage}, generation_backend="vllm",
-                          logprob_mismatch=True, vllm_kv_cache_gb=0.25)
-        proc = torchrun("train_tiny.py", cfg, nproc=world, env={"C3_TINY_HIDDEN": "64", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
-        engines = [json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines() if line.startswith("ENGINE ")]
-        runs[name] = (json.loads((out / "run" / "summary.json").read_text()), metrics(out / "run"), engines, out / "run")
-    (s1, rows1, e1, _), (s2, rows2, e2, run2) = runs["one"], runs["two"]
+    (s1, rows1, e1, _), (s2, rows2, e2, run2) = one_rank_vllm_run, _vllm_torchrun(tmp_path / "two", 2, stage)
     assert s1["world_size"] == 1 and s2["world_size"] == 2
     assert s2["env_steps"] == s1["env_steps"] == 64 and s2["updates"] == s1["updates"] == 8
     assert s2["totals"]["messages"] == s1["totals"]["messages"]

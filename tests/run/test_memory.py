@@ -3,14 +3,13 @@ memory estimate follows the documented arithmetic."""
 
 import pytest
 
-from c3_plugin.run.testing import logprob_peak_bytes
+from c3_plugin.run.testing import logprob_peaks
 
 def test_logprob_peak_memory_grows_with_micro_batch_not_with_sequences():
     mb = 2**20
-    def peak(n, micro):  # the least of two fresh processes: allocator noise only ever adds
-        return min(logprob_peak_bytes(n, micro) for _ in range(2))
-
-    few, many, wide = peak(16, 4), peak(64, 4), peak(64, 16)
+    cases = [(16, 4), (64, 4), (64, 16)]
+    peaks = logprob_peaks(cases * 2)  # each case twice in one process, the least kept: allocator noise only ever adds
+    few, many, wide = (min(peaks[i], peaks[i + len(cases)]) for i in range(len(cases)))
     one_seq = 33 * 50000 * 4  # one sequence's fp32 logits
     assert many < few + 4 * one_seq, (few / mb, many / mb)  # 4x the sequences, about the same peak
     assert many < 12 * 4 * one_seq  # a few copies of one micro-batch's logits, never all 64 sequences'

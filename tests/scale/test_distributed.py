@@ -61,15 +61,21 @@ def metrics(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
-@pytest.mark.parametrize("stage,offload", [(2, False), (3, False), (2, True)], ids=["zero2", "zero3", "zero2-cpu-offload"])
-def test_two_ranks_update_equals_one_process_on_the_combined_batch(tmp_path, monkeypatch, stage, offload):
+@pytest.fixture(scope="module")
+def equivalence_runs(tmp_path_factory):
+    """The one-process reference, and one torchrun launch of 2 ranks running every ZeRO case in turn."""
+    folder = tmp_path_factory.mktemp("equivalence")
+    subprocess.run([sys.executable, str(SCRIPTS / "update_equivalence.py"), str(folder / "one.pt")], cwd=ROOT, env=_env(), check=True)
+    torchrun("update_equivalence.py", str(folder / "two.pt"), "2,3,2o")
+    return folder
+
+
+@pytest.mark.xdist_group("update_equivalence")
+@pytest.mark.parametrize("case", ["2", "3", "2o"], ids=["zero2", "zero3", "zero2-cpu-offload"])
+def test_two_ranks_update_equals_one_process_on_the_combined_batch(equivalence_runs, case):
     """3 PPO updates (2 epochs each, micro-batches of 2, token-mean, clipping at 1.0) of a tiny model on 8 fixed
     messages: 2 ZeRO ranks holding 4 each end with the parameters one process gets from all 8."""
-    one, two = tmp_path / "one.pt", tmp_path / "two.pt"
-    subprocess.run([sys.executable, str(SCRIPTS / "update_equivalence.py"), str(one)], cwd=ROOT, env=_env(), check=True)
-    monkeypatch.setenv("C3_OFFLOAD", str(int(offload)))
-    torchrun("update_equivalence.py", str(two), str(stage))
-    a, b = torch.load(one), torch.load(two)
+    a, b = torch.load(equivalence_runs / "one.pt"), torch.load(equivalence_runs / f"two.{case}.pt")
     assert b["world"] == 2 and a["world"] == 1
     from c3_plugin.run.testing import tiny_model, tiny_tokenizer
 
@@ -85,6 +91,7 @@ def test_two_ranks_update_equals_one_process_on_the_combined_batch(tmp_path, mon
     for sa, sb in zip(a["stats"], b["stats"]):  # the logged statistics are the global ones
         assert sb["samples"] == sa["samples"] == 8 and sb["optimizer_steps"] == sa["optimizer_steps"]
         assert sb["loss"] == pytest.approx(sa["loss"], abs=1e-5) and sb["grad_norm"] == pytest.approx(sa["grad_norm"], rel=1e-4)
+    assert b["offload"] == case.endswith("o")  # the case ran as named
 
 
 @pytest.mark.parametrize("stage,scaling", [(2, "none"), (3, "batch_zscore")], ids=["zero2", "zero3-batch_zscore"])

@@ -24,6 +24,8 @@ from c3_plugin.run.testing import template_config
 from c3_plugin.core.trace import read_jsonl, write_jsonl
 from c3_plugin.core.workflow import load_workflow
 
+pytestmark = pytest.mark.xdist_group("analysis_tools")  # one worker builds the module's shared fixture once
+
 
 def gaussian_groups(signal, sigma2, g, n, c, seed=0):
     rng = np.random.default_rng(seed)

@@ -15,7 +15,7 @@ from c3_plugin.core.stats import summarize
 from c3_plugin.run.testing import template_config
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.xdist_group("compare")]  # one worker runs the comparison fixture once
 
 
 @pytest.fixture(scope="module")
@@ -209,17 +209,17 @@ def test_aggregate_without_finished_runs_names_the_fix(tmp_path):
         aggregate(tmp_path, ["c3", "magrpo"], [0])
 
 
-def test_console_script_lists_its_commands_and_dry_runs(tmp_path):
+def test_console_script_lists_its_commands_and_dry_runs(tmp_path, entry_point):
     out = subprocess.run([sys.executable, "-m", "c3_plugin", "--help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert all(cmd in out for cmd in ("train", "dry-run", "compare", "dashboard", "diagnose", "plan-budget", "audit"))
     spec = tmp_path / "ws.json"  # offline, the W&B workspace is written as its specification
-    subprocess.run([sys.executable, "-m", "c3_plugin", "dashboard", "--wandb", "me/proj", "--group", "h2h", "--metric",
-                    "eval/math500/accuracy", "--out", str(spec)], cwd=ROOT, capture_output=True, text=True, check=True)
+    code, _, err = entry_point("-m", "c3_plugin", "dashboard", "--wandb", "me/proj", "--group", "h2h", "--metric",
+                               "eval/math500/accuracy", "--out", str(spec))
+    assert code == 0, err
     written = json.loads(spec.read_text())
     assert written["entity"] == "me" and "h2h" in json.dumps(written["spec"]) and "eval/math500/accuracy" in json.dumps(written)
-    dry = subprocess.run([sys.executable, "-m", "c3_plugin", "dry-run", "--config", "configs/math/demo_cpu.yaml", "--json"], cwd=ROOT,
-                         capture_output=True, text=True, check=True).stdout
-    assert json.loads(dry)["status"] == "ok"
+    code, dry, err = entry_point("-m", "c3_plugin", "dry-run", "--config", "configs/math/demo_cpu.yaml", "--json")
+    assert code == 0 and json.loads(dry)["status"] == "ok", err
 
 
 def test_compare_hands_each_run_to_the_launcher(base_config, tmp_path):
@@ -261,15 +261,15 @@ def test_compare_refuses_settings_that_differ_beyond_the_credit_unless_allowed(b
     assert record["kind"]["advantage_mode"] == "credit"
 
 
-def test_cli_allow_differences_flags(base_config, tmp_path):
+def test_cli_allow_differences_flags(base_config, tmp_path, entry_point):
     """The compare sub-parser: no flag refuses, a named key or the bare flag consents (then --aggregate-only finds no
     finished run, which is the next check)."""
-    base = [sys.executable, "-m", "c3_plugin", "compare", "--config", str(base_config), "--algorithms", "c3", "magrpo",
+    base = ["-m", "c3_plugin", "compare", "--config", str(base_config), "--algorithms", "c3", "magrpo",
             "--seeds", "0", "--out", str(tmp_path / "cli"), "--aggregate-only", "--override", "magrpo.agent_learning_rate=1e-3"]
     for extra, expect in (([], "--allow-differences agent_learning_rate"), (["--allow-differences", "agent_learning_rate"], "no finished run"),
                           (["--allow-differences"], "no finished run")):
-        proc = subprocess.run(base + extra, cwd=ROOT, capture_output=True, text=True)
-        assert proc.returncode != 0 and expect in proc.stdout + proc.stderr, (extra, proc.stdout[-2000:], proc.stderr[-2000:])
+        code, out, err = entry_point(*base, *extra)
+        assert code != 0 and expect in out + err, (extra, out[-2000:], err[-2000:])
 
 
 def test_the_diff_walks_every_field_of_the_algorithm_configs(base_config, tmp_path):
