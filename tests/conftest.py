@@ -1,12 +1,23 @@
 """Test-wide settings: the tiny CPU models of these tests run fastest on one intra-op thread (thread
-start-up dominates their matrix products, and two threads on two shared cores can be many times slower);
+start-up dominates their matrix products, and two threads on two shared cores can be many times slower), in this
+process and every process a test starts;
 and no test reaches the Hugging Face Hub: ``HF_HUB_OFFLINE`` is set for every test (and the subprocesses it
 starts), so a dry-run's hub checks give the same answer on any machine."""
 
-import pytest
-import torch
+import os
 
-from c3_plugin.core.hub import offline_reason
+# Under pytest-xdist (make test: one worker per core), one compute thread in every process a test starts too (training
+# subprocesses, engines): a process with a thread per core beside the other workers makes OpenMP threads spin against
+# each other (a 26 s torchrun test took 245 s beside another worker). Set before torch is imported. A run on one
+# worker (the vLLM tests) keeps the machine's threads for the processes it starts.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_name, "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from c3_plugin.core.hub import offline_reason  # noqa: E402
 
 torch.set_num_threads(1)
 

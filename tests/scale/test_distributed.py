@@ -15,7 +15,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "tests" / "distributed"
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.torchrun]
 
 
 def _port() -> int:
@@ -70,7 +70,6 @@ def equivalence_runs(tmp_path_factory):
     return folder
 
 
-@pytest.mark.xdist_group("update_equivalence")
 @pytest.mark.parametrize("case", ["2", "3", "2o"], ids=["zero2", "zero3", "zero2-cpu-offload"])
 def test_two_ranks_update_equals_one_process_on_the_combined_batch(equivalence_runs, case):
     """3 PPO updates (2 epochs each, micro-batches of 2, token-mean, clipping at 1.0) of a tiny model on 8 fixed

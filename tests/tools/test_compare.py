@@ -15,7 +15,8 @@ from c3_plugin.core.stats import summarize
 from c3_plugin.run.testing import template_config
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.timeout(900), pytest.mark.xdist_group("compare")]  # one worker runs the comparison fixture once
+pytestmark = pytest.mark.timeout(900)
+ONE_WORKER = pytest.mark.xdist_group("compare")  # the tests of the comparison fixture: one worker runs it once
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +41,7 @@ def comparison(base_config, tmp_path_factory):
     return out, result, logs
 
 
+@ONE_WORKER
 def test_compare_runs_every_algorithm_and_seed_once_and_aggregates(base_config, comparison):
     out, result, logs = comparison
     assert "effective settings that differ" in logs[0] and "| plan | credit |" in logs[0]  # what differs is printed first
@@ -72,6 +74,7 @@ def test_compare_runs_every_algorithm_and_seed_once_and_aggregates(base_config, 
     assert (out / "magrpo-s1" / "summary.json").exists()
 
 
+@ONE_WORKER
 def test_dashboard_is_one_self_contained_page(comparison):
     from c3_plugin.tools.dashboard import write_dashboard
 
@@ -175,6 +178,7 @@ def test_single_run_dashboard_renders_its_tables_in_headless_chromium(one_run):
         assert cell.replace("<tr>", "").replace("</tr>", "") in dom, cell
 
 
+@ONE_WORKER
 @pytest.mark.browser
 def test_dashboard_renders_in_headless_chromium_without_console_errors(comparison, tmp_path):
     """Chromium from Debian's packages (installed here when missing, with apt and root) loads the page: no console
@@ -222,6 +226,7 @@ def test_console_script_lists_its_commands_and_dry_runs(tmp_path, entry_point):
     assert code == 0 and json.loads(dry)["status"] == "ok", err
 
 
+@pytest.mark.torchrun
 def test_compare_hands_each_run_to_the_launcher(base_config, tmp_path):
     """--launcher: each run is a torchrun job of 2 data-parallel ranks (the same budget, rank 0's summary)."""
     out = tmp_path / "launched"
