@@ -18,8 +18,11 @@ import yaml
 from c3_plugin.core.domain import check_domain_name, load_domain
 from c3_plugin.core.config_types import check_fields
 from c3_plugin.core.errors import ConfigError
+from c3_plugin.core.estimator_rules import check
+from c3_plugin.core.hub import require_hub_data
 from c3_plugin.core.model_paths import resolve_model_paths
-from c3_plugin.core.registry import capabilities
+from c3_plugin.core.plan import PlanError, default_plan, parse_plan
+from c3_plugin.core.registry import algorithms, capabilities, resolve, section
 from c3_plugin.core.workflow import Workflow, WorkflowError, builtin_workflows, load_workflow
 
 
@@ -178,8 +181,6 @@ class RunConfig:
     def resolved(self) -> dict[str, Any]:
         out: dict[str, Any] = {"algorithm": self.algorithm, "domain": self.domain, "seed": self.seed}
         out.update({k: asdict(v) for k, v in self.sections.items()})
-        from c3_plugin.core.registry import section
-
         out[section(self.algorithm)] = asdict(self.algo)
         out[self.domain] = asdict(self.domain_cfg) if is_dataclass(self.domain_cfg) else dict(self.domain_cfg)
         return out
@@ -269,8 +270,6 @@ def check_keys(raw: Mapping[str, Any], names: list[str], domain_name: str) -> No
     imported (a typo fails in well under a second, naming the nearest valid key): top-level keys, the sections of
     :data:`SECTIONS`, and the algorithm and domain sections listed in ``config_keys.json`` (generated with
     ``docs/config.md``; another package's sections are checked when their class binds)."""
-    from c3_plugin.core.registry import section
-
     valid_top = set(SCALARS) | set(SECTIONS) | {section(n) for n in names} | {domain_name}
     for key in raw:
         if key not in valid_top:
@@ -291,8 +290,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     """Read, merge, override and validate a run config. Keys are checked first, before any trainer or domain is
     imported; ``hub_preflight`` (the entry points) then fails at once when the Hub cannot be used and a dataset
     source on it is not cached (:func:`c3_plugin.core.hub.require_hub_data`)."""
-    from c3_plugin.core.registry import algorithms, resolve, section
-
     raw = read_yaml(path) if path is not None else dict(data or {})
     raw = apply_overrides(raw, overrides)
     algorithm = raw.get("algorithm") or default_algorithm or SCALARS["algorithm"]
@@ -312,8 +309,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         raise ConfigError(str(exc.args[0])) from exc
     check_keys(raw, names, domain_name)
     if hub_preflight:
-        from c3_plugin.core.hub import require_hub_data
-
         require_hub_data(raw.get("dataset"))
     try:
         domain = load_domain(domain_name)
@@ -353,9 +348,6 @@ def _default_plan(rc: "RunConfig", domain: Any, section_name: str) -> None:
     (:func:`c3_plugin.trainers.comlrl_compat.default_plan`), written into the section, then checked."""
     if capabilities(rc.algo).budget != "plan" or rc.algo.plan is not None:  # not a workflow trainer's config, or a plan given
         return
-    from c3_plugin.core.estimator_rules import check
-    from c3_plugin.core.plan import default_plan
-
     workflow = build_workflow(rc, domain)
     rc.algo.plan = default_plan(rc.algo, [workflow.num_decisions], workflow.num_agents)
     try:
@@ -388,8 +380,6 @@ def _workflow_experiment_defaults(algo_cls: type, values: dict[str, Any]) -> Non
     if values.get("plan") is None:
         values.setdefault("num_generations", 8)  # the default plan's budget: the paper's B = 8 reward calls per instance
     if values.get("plan") is not None and "num_generations" not in values:
-        from c3_plugin.core.plan import PlanError, parse_plan
-
         try:
             plan = parse_plan(values["plan"])
         except PlanError:

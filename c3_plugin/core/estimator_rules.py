@@ -1,16 +1,17 @@
 """What makes up each algorithm's estimator, and the settings refused because they change nothing or change it.
 
-Two tables and one check, read by the algorithm configs (:meth:`check`, from each ``__post_init__``, so a YAML
-config and a CoMLRL-style ``C3Config(...)`` are refused alike) and by ``c3 compare`` (through
-:func:`c3_plugin.run.dry_run.optimisation_settings`):
+What is credit, what is ignored and what is refused, read by the algorithm configs (:meth:`check`, from each
+``__post_init__``, so a YAML config and a CoMLRL-style ``C3Config(...)`` are refused alike) and by ``c3 compare``
+(through :func:`c3_plugin.run.dry_run.optimisation_settings`):
 
-* :data:`CREDIT_FIELDS`: per algorithm, the fields that are its credit (and the plan that credit needs). A
-  head-to-head may differ in these and nothing else; a config class may declare its own ``credit_fields``
-  (a plugin algorithm), globs allowed.
+* :func:`credit_fields`: the fields that are an algorithm's credit (and the plan that credit needs), as its config
+  class declares them (``credit_fields``, globs allowed; :mod:`c3_plugin.core.registry`). A head-to-head may differ
+  in these and nothing else.
 * :data:`NOT_OPTIMISATION`: fields that change neither the update nor what is measured (output, logging,
   throughput, memory placement); the controlled comparison ignores them.
-* :data:`RULES`: each a predicate, the reason and the fix. ``no-op`` rules refuse a setting that gives the same
-  advantages (and so the same update) as another one, named in ``same_as`` where there is one (the tests compute
+* :data:`RULES`: each a predicate, the reason and the fix; a config class names the rules its configs are checked
+  against (``estimator_rules``). ``no-op`` rules refuse a setting that gives the same advantages (and so the same
+  update) as another one, named in ``same_as`` where there is one (the tests compute
   both and assert they are equal); ``estimator`` rules refuse a setting that turns the credit into another
   estimator unless the config's acknowledgement field is set.
 
@@ -25,17 +26,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from c3_plugin.core.plan import Plan, parse_plan
-
-CREDIT_FIELDS: dict[str, tuple[str, ...]] = {
-    # C3: the counterfactual tree, the credit variant and its Q critic, how parallel roles share samples, the
-    # credit diagnostics and the consent to another estimator
-    "c3": ("plan", "credit", "q_critic_*", "share_parallel_samples", "credit_diagnostics", "allow_estimator_change"),
-    # MAGRPO: B independent runs and CoMLRL's group baseline
-    "magrpo": ("plan", "advantage_mode"),
-    # MAPPO: the critic, GAE, and the paper's treatment of the critic's advantages (standardised over the batch,
-    # which removes the critic's mean bias, then divided per token): part of MAPPO's estimator, not a free knob
-    "mappo": ("plan", "gae_lambda", "gamma", "critic_*", "advantage_scaling", "advantage_per_token"),
-}
 
 NOT_OPTIMISATION: tuple[str, ...] = (
     "save_traces", "wandb_keys", "logging_steps",  # output and logging
@@ -52,10 +42,10 @@ NOT_OPTIMISATION: tuple[str, ...] = (
 )
 
 
-def credit_fields(algorithm: str, config_cls: type | None = None) -> set[str]:
-    """The fields of ``config_cls`` that are ``algorithm``'s credit: the class's own ``credit_fields`` when it
-    declares them, else :data:`CREDIT_FIELDS` (only ``plan`` for an algorithm neither names); globs expanded."""
-    patterns = tuple(getattr(config_cls, "credit_fields", None) or CREDIT_FIELDS.get(algorithm, ("plan",)))
+def credit_fields(config_cls: type | None) -> set[str]:
+    """The fields of ``config_cls`` that are its algorithm's credit: the ``credit_fields`` its class declares (globs
+    expanded; only ``plan`` for a class that declares none)."""
+    patterns = tuple(getattr(config_cls, "credit_fields", None) or ("plan",))
     names = [f.name for f in dataclasses.fields(config_cls)] if config_cls is not None else []
     out = {p for p in patterns if not any(c in p for c in "*?[")}
     out.update(n for n in names for p in patterns if fnmatch.fnmatchcase(n, p))
@@ -82,8 +72,7 @@ def _plan(cfg: Any) -> Any:
 
 @dataclass(frozen=True)
 class Rule:
-    name: str  # short id, in the message and the tests
-    algorithms: tuple[str, ...]  # the algorithms (config sections) whose configs it checks
+    name: str  # short id, in the message, the tests and a config class's estimator_rules (the configs it checks)
     kind: str  # "no-op": gives the same advantages as another setting; "estimator": turns the credit into another estimator
     applies: Callable[[Any], bool]  # the predicate on the config
     reason: str  # why, formatted with the config's fields (and {algorithm})
@@ -99,14 +88,14 @@ class Rule:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("rloo_under_scaling", ("magrpo",), "no-op",
+    Rule("rloo_under_scaling", "no-op",
          lambda c: c.advantage_mode == "rloo" and c.advantage_scaling != "none",
          "advantage_mode: rloo under advantage_scaling: {advantage_scaling} changes nothing: rloo is mean's advantage "
          "times {B}/({B}-1) (every group holds the {B} runs of one instance), and {advantage_scaling} divides by a "
          "standard deviation, which removes that factor, so rloo and mean give the same advantages.",
          "advantage_mode: mean (the same update), or advantage_scaling: none, the one scaling under which rloo differs.",
          same_as={"advantage_mode": "mean"}),
-    Rule("mode_under_group_zscore", ("magrpo",), "no-op",
+    Rule("mode_under_group_zscore", "no-op",
          lambda c: c.advantage_scaling == "group_zscore" and c.advantage_mode in ("max", "raw"),
          "advantage_mode: {advantage_mode} under advantage_scaling: group_zscore changes nothing: {advantage_mode} "
          "differs from mean by one constant per group (the group's max, or its mean), and z-scoring each group "
@@ -114,30 +103,30 @@ RULES: tuple[Rule, ...] = (
          "advantage_mode: mean (the same update), or advantage_scaling: none, batch_scale or batch_zscore, under "
          "which {advantage_mode} differs from mean.",
          same_as={"advantage_mode": "mean"}),
-    Rule("single_run_group", ("magrpo",), "no-op",
+    Rule("single_run_group", "no-op",
          lambda c: _plan(c).kind == "independent" and _plan(c).runs == 1 and c.advantage_mode != "raw",
          "plan '{plan}' with advantage_mode: {advantage_mode} trains nothing: a group of one run is its own baseline, "
          "so every advantage is 0 (and group_zscore cannot scale a group of one).",
          "plan: 'independent B' with B >= 2 (the baselines run 8), or advantage_mode: raw (no baseline)."),
-    Rule("advantage_mode_unread", ("c3", "mappo"), "no-op",
+    Rule("advantage_mode_unread", "no-op",
          lambda c: c.advantage_mode != _default(c, "advantage_mode"),
          "advantage_mode: {advantage_mode} changes nothing under {algorithm}: it is MAGRPO's group baseline "
          "(CoMLRL's field), and {algorithm} credits with its own estimator (C3: leave-one-out over counterfactual "
          "continuations; MAPPO: a critic and GAE).",
          "drop advantage_mode from the {algorithm} section (set it in magrpo:, where it is read).",
          same_as={"advantage_mode": "mean"}),
-    Rule("clip_high_equals_clip", ("c3", "magrpo", "mappo"), "no-op",
+    Rule("clip_high_equals_clip", "no-op",
          lambda c: c.clip_eps_high is not None and float(c.clip_eps_high) == float(c.clip_eps),
          "clip_eps_high: {clip_eps_high} equal to clip_eps changes nothing: the upper clip is clip_eps when "
          "clip_eps_high is None.",
          "drop clip_eps_high, or give a larger upper clip (e.g. 0.28, the asymmetric clip it exists for).",
          same_as={"clip_eps_high": None}),
-    Rule("no_group", ("c3",), "no-op",
+    Rule("no_group", "no-op",
          lambda c: _leave_one_out(c) and _plan(c).kind == "tree" and max(_plan(c).tree) < 2,
          "plan '{plan}' trains nothing under C3: every decision point samples one alternative per context, so no "
          "group forms and no message gets a leave-one-out advantage.",
          "branch at least one decision point, e.g. plan: 'tree [2, 4]'."),
-    Rule("group_zscore_changes_estimator", ("c3",), "estimator",
+    Rule("group_zscore_changes_estimator", "estimator",
          lambda c: _leave_one_out(c) and c.advantage_scaling == "group_zscore" and not getattr(c, "allow_estimator_change", False),
          "advantage_scaling: group_zscore changes C3's estimator: z-scoring each context's alternatives divides "
          "that group's leave-one-out advantages by the group's own spread, which leaves a per-context mean baseline "
@@ -150,12 +139,13 @@ RULES: tuple[Rule, ...] = (
 
 
 def violations(cfg: Any, algorithm: str) -> list[Rule]:
-    """The rules ``cfg`` (an ``algorithm`` config dataclass) breaks."""
+    """The rules ``cfg`` (an ``algorithm`` config dataclass) breaks, of those its class names (``estimator_rules``)."""
     names = {f.name for f in dataclasses.fields(cfg)}
     needed = {"plan", "advantage_mode", "advantage_scaling", "clip_eps", "clip_eps_high"}
     if not needed <= names:  # not a workflow algorithm's config
         return []
-    return [r for r in RULES if algorithm in r.algorithms and r.applies(cfg)]
+    checked = set(getattr(type(cfg), "estimator_rules", ()))
+    return [r for r in RULES if r.name in checked and r.applies(cfg)]
 
 
 def check(cfg: Any, algorithm: str) -> None:

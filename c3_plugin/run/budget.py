@@ -14,7 +14,7 @@ from c3_plugin.core.errors import ConfigError
 from c3_plugin.core.plan import parse_plan
 from c3_plugin.core.rollout import unique_samples
 from c3_plugin.core.workflow import Workflow
-from c3_plugin.core.registry import capabilities, section
+from c3_plugin.core.registry import capabilities, learned_critic, section
 
 
 def credited_decisions(algorithm: str, plan: Any, workflow: Workflow) -> list[int]:
@@ -124,7 +124,8 @@ def expected_budget(cfg: RunConfig, workflow: Workflow, train: Any) -> dict[str,
     shared = bool(getattr(a, "share_parallel_samples", False)) and plan.kind != "independent"
     unique = unique_samples(workflow, branching, shared)  # messages sampled (and trained) per instance per decision
     credited = credited_decisions(cfg.algorithm, plan, workflow)
-    warmup = int(getattr(a, "critic_warmup_updates", 0))
+    critic = learned_critic(a)
+    warmup = critic.policy_warmup_updates if critic else 0  # batches that train only a critic (MAPPO's warm-up)
     updates = []
     for agent in range(workflow.num_agents):
         per_instance = sum(unique[u] for u in credited

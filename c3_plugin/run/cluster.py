@@ -5,7 +5,7 @@ Ranks. The world size ``N`` is ``WORLD_SIZE`` when a launcher set it (``torchrun
 ``torchrun``: every rank holds a replica of the whole team on its own GPU (``cuda:LOCAL_RANK``), so
 the data-parallel size of every agent is ``N``. CoMLRL's placement keys (the algorithm section's
 ``agent_devices`` and ``parallel_training: mp``), which spread the agents of one process over several
-devices, are refused with ``N > 1``. Only the workflow trainers (c3, magrpo, mappo) run data-parallel.
+devices, are refused with ``N > 1``. Only the workflow trainers (``Capabilities.data_parallel``) run data-parallel.
 
 Work. Each rollout batch of ``I = instances_per_update`` instances is split evenly over the ranks
 (an instance's whole C3 group stays on one rank), so a rank runs ``I / N`` instances per update,
@@ -61,7 +61,7 @@ parameters: decode ``2 P`` per generated token (every message at its cap), forwa
 each message's context (prefill; at most the assumed prompt plus every earlier cap), of the behaviour
 log-prob recomputation and of a reference model (context + message), train ``6 P`` per trained token
 (context + message of every credited message, ``x ppo_epochs``), a critic's reads and fits at ``2`` and
-``6`` times its own parameters. Each kind is divided by the GPU class's peak bf16 throughput times an
+``6`` times its own parameters (the config's ``learned_critic``, :class:`c3_plugin.core.registry.Critic`). Each kind is divided by the GPU class's peak bf16 throughput times an
 assumed MFU (:data:`PEAK_BF16_TFLOPS`, :data:`MFU`, printed with the estimate); the experiment is every
 workflow algorithm the config holds, once per seed.
 """
@@ -71,13 +71,20 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-from c3_plugin.core.config import ConfigError
-from c3_plugin.run.budget import credited_decisions, expected_budget, instances_by_rank, rollout_batch_sizes
-from c3_plugin.scale.distributed import divisibility_errors, placement_errors  # noqa: F401 (the split rules, checked at run time too)
-from c3_plugin.run.memory import DTYPE_BYTES, GIB, device_budgets, estimate_memory, memory_inputs
-from c3_plugin.core.registry import capabilities
+from comlrl.utils.reference_kl import reference_kl_enabled
 
-WORKFLOW_ALGORITHMS = "c3, magrpo and mappo"
+from c3_plugin.core.config import ConfigError, load_config
+from c3_plugin.core.plan import parse_plan
+from c3_plugin.core.registry import capabilities, head_to_head, learned_critic, listed, workflow_algorithms
+from c3_plugin.core.rollout import unique_samples
+from c3_plugin.run.budget import credited_decisions, expected_budget, instances_by_rank, rollout_batch_sizes
+from c3_plugin.run.memory import DTYPE_BYTES, GIB, device_budgets, estimate_memory, memory_inputs, model_shape
+from c3_plugin.scale.distributed import divisibility_errors, placement_errors  # noqa: F401 (the split rules, checked at run time too)
+
+
+def workflow_algorithm_names() -> str:
+    """``c3, magrpo and mappo``: the data-parallel workflow trainers, as the messages name them (the registry's)."""
+    return listed(workflow_algorithms())
 
 
 def is_workflow_algorithm(algo_cfg: Any) -> bool:
@@ -268,7 +275,7 @@ def cluster_plan(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
     workflow_algo = is_workflow_algorithm(a)
     if world > 1 and not workflow_algo:
         raise ConfigError(f"{cfg.algorithm} with {world} ranks: data parallelism covers the workflow trainers "
-                          f"({WORKFLOW_ALGORITHMS}); launch {cfg.algorithm} as one process")
+                          f"({workflow_algorithm_names()}); launch {cfg.algorithm} as one process")
     errors = divisibility_errors(a, world) + placement_errors(a, world)
     if cfg.deepspeed.enabled is False and world > 1:
         errors.append(f"deepspeed.enabled: false with {world} ranks: data parallelism runs on DeepSpeed ZeRO; set "
@@ -300,7 +307,7 @@ def cluster_plan(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
     if ds:
         plan["deepspeed"]["dist_backend"] = d.dist_backend or "nccl on GPUs, gloo on CPU"
     elif not workflow_algo and d.enabled is True:
-        plan["deepspeed"]["note"] = f"DeepSpeed runs the updates of the workflow trainers ({WORKFLOW_ALGORITHMS}) only"
+        plan["deepspeed"]["note"] = f"DeepSpeed runs the updates of the workflow trainers ({workflow_algorithm_names()}) only"
     mem = _memory(cfg, workflow, layout, ds)
     plan["generator"] = _generator(cfg, world, mem.get("generation_sequences_per_call_per_rank"))
     steps_total, messages_total = budget.get("expected_env_steps"), budget.get("expected_messages")
@@ -371,12 +378,8 @@ def _gpu_class(cfg: Any) -> tuple[str, str | None]:
 def run_tokens(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
     """Token counts of one run of a workflow trainer (module function :func:`gpu_hours`): per decision point
     ``u`` with cap ``T_u`` and ``m_u`` messages per instance (shared samples once), the context is at most
-    the assumed task prompt plus every earlier cap, ``S_u = agent_model.prompt_tokens + sum_{v<u} T_v``."""
-    from comlrl.utils.reference_kl import reference_kl_enabled
-
-    from c3_plugin.run.memory import model_shape
-    from c3_plugin.core.plan import parse_plan
-    from c3_plugin.core.rollout import unique_samples
+    the assumed task prompt plus every earlier cap, ``S_u = agent_model.prompt_tokens + sum_{v<u} T_v``; a learned
+    critic (the config's ``learned_critic``) reads each decision state of every run, or each credited alternative."""
     a, m = cfg.algo, cfg.agent_model
     budget = expected_budget(cfg, workflow, train)
     plan = parse_plan(a.plan)
@@ -388,7 +391,8 @@ def run_tokens(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
     ctx = [int(m.prompt_tokens) + sum(caps[:u]) for u in range(len(caps))]
     instances = budget["expected_env_steps"] // budget["leaves_per_instance"]
     ipu, batches = int(a.instances_per_update), int(budget["rollout_batches"])
-    warmup = min(int(getattr(a, "critic_warmup_updates", 0)), batches)  # MAPPO: batches that train only the critic
+    critic = learned_critic(a)
+    warmup = min(critic.policy_warmup_updates if critic else 0, batches)  # MAPPO: batches that train only the critic
     trained_instances = max(0, instances - warmup * ipu)
     credited = credited_decisions(cfg.algorithm, a.plan, workflow)
     epochs = int(a.ppo_epochs)
@@ -403,15 +407,17 @@ def run_tokens(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
            "trained": epochs * trained_instances * trained,
            "reference_forward": epochs * trained_instances * trained if reference_kl_enabled(a) else 0,
            "critic_read": 0, "critic_trained": 0, "critic_params": 0.0}
-    if capabilities(a).decision_critic:  # MAPPO: a state per run and decision point, each at most critic_max_tokens
+    if critic is None:
+        return out
+    if critic.reads == "decision_states":  # MAPPO: a state per run and decision point, each at most max_tokens
         runs = instances * budget["leaves_per_instance"]
-        states = runs * sum(min(int(a.critic_max_tokens), ctx[u]) for u in range(len(caps)))
-        out.update(critic_read=states, critic_trained=int(a.critic_epochs) * states,
-                   critic_params=model_shape(a.critic_model).params if a.critic_model else None)
-    elif getattr(a, "credit", "loo") == "value_assisted":  # C3's Q_hat: every credited alternative, context + message
-        alts = instances * sum(msgs[u] * min(int(a.q_critic_max_tokens), ctx[u] + caps[u]) for u in credited)
-        out.update(critic_read=alts, critic_trained=int(a.q_critic_epochs) * alts,
-                   critic_params=model_shape(a.q_critic_model).params if a.q_critic_model else None)
+        read = runs * sum(min(critic.max_tokens, ctx[u]) for u in range(len(caps)))
+    elif critic.reads == "alternatives":  # C3's Q_hat: every credited alternative, context + message
+        read = instances * sum(msgs[u] * min(critic.max_tokens, ctx[u] + caps[u]) for u in credited)
+    else:
+        raise ValueError(f"{cfg.algorithm}'s learned_critic reads {critic.reads!r}: 'decision_states' or 'alternatives'")
+    out.update(critic_read=read, critic_trained=critic.epochs * read,
+               critic_params=model_shape(critic.model).params if critic.model else None)
     return out
 
 
@@ -429,11 +435,8 @@ def gpu_hours(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
     batch evenly. Generated tokens are counted at every message's cap: an upper bound, and under HF generate
     the compute itself, which runs every row of a call until its longest row stops. Not counted: attention's
     ``O(S^2)`` FLOPs, evaluation, model loading, reward calls (code execution) and idle time."""
-    from c3_plugin.core.config import load_config
-    from c3_plugin.run.memory import model_shape
-
     if not is_workflow_algorithm(cfg.algo):
-        return {"status": "unknown", "reason": f"estimated for the workflow trainers ({WORKFLOW_ALGORITHMS}) only"}
+        return {"status": "unknown", "reason": f"estimated for the workflow trainers ({workflow_algorithm_names()}) only"}
     m = cfg.agent_model
     try:
         p = model_shape(m.name, m.revision, m.gguf_file).params
@@ -462,11 +465,10 @@ def gpu_hours(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
 
     run = one_run(cfg)
     per_algorithm = {cfg.algorithm: run["gpu_hours"]["total"]}
-    for name in ("c3", "magrpo", "mappo"):
-        if name != cfg.algorithm and name in getattr(cfg, "raw", {}):
-            other = load_config(data={**cfg.raw, "algorithm": name})
-            if is_workflow_algorithm(other.algo):
-                per_algorithm[name] = one_run(other)["gpu_hours"]["total"]
+    for name in head_to_head(cfg.algorithm, getattr(cfg, "raw", {}))[1:]:
+        other = load_config(data={**cfg.raw, "algorithm": name})
+        if is_workflow_algorithm(other.algo):
+            per_algorithm[name] = one_run(other)["gpu_hours"]["total"]
     per_seed = _sig(sum(per_algorithm.values()))
     out = {"status": "ok", "gpu_class": gpu, "gpus": world, "params": p, **run,
            "experiment": {"gpu_hours_per_run": per_algorithm, "gpu_hours_per_seed": per_seed,

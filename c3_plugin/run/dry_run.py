@@ -6,18 +6,22 @@ from __future__ import annotations
 
 import json
 import warnings
+from dataclasses import fields, is_dataclass
+from itertools import combinations
 from typing import Any, Mapping
 
 from c3_plugin.core.config import ConfigError, RunConfig, build_workflow, load_config
 from c3_plugin.core.domain import load_domain
+from c3_plugin.core.estimator_rules import NOT_OPTIMISATION, credit_fields
 from c3_plugin.core.plan import parse_plan
-from c3_plugin.core.registry import capabilities
-from c3_plugin.run.budget import decision_gradients, expected_budget
+from c3_plugin.core.registry import (capabilities, estimator_description, head_to_head, is_centralized, section,
+                                     workflow_algorithms)
 from c3_plugin.core.workflow import Workflow
-
-
-CREDIT = {"c3": "leave-one-out over counterfactual continuations (credit: {credit})",
-          "magrpo": "group baseline over B joint runs ({advantage_mode})", "mappo": "critic values, GAE over decision points"}
+from c3_plugin.run.budget import decision_gradients, expected_budget
+from c3_plugin.run.cluster import cluster_plan, gpu_hours
+from c3_plugin.run.memory import memory_report
+from c3_plugin.run.needs import missing_packages
+from c3_plugin.scale.model_check import check_models, unverified_models
 
 
 SETTINGS = ("estimator", "optimizer_updates_per_agent", "updates_per_1k_env_steps", "expected_env_steps")  # rows besides the config's fields: the credit in words, the budget
@@ -40,15 +44,9 @@ def optimisation_settings(cfg: RunConfig, workflow: Workflow, train: Any, algori
     ``credit_fields``: per algorithm, the fields that are its credit (:func:`c3_plugin.core.estimator_rules.credit_fields`).
     ``uncontrolled``: per differing key, the algorithm pairs that differ in it although it is the credit of neither
     of the two (what ``c3 compare`` refuses without ``--allow-differences``)."""
-    from dataclasses import fields, is_dataclass
-    from itertools import combinations
-
-    from c3_plugin.core.estimator_rules import NOT_OPTIMISATION, credit_fields
-    from c3_plugin.core.registry import section
-
     if capabilities(cfg.algo).budget != "plan":  # preference and centralized trainers: CoMLRL's own loops, another workflow
         return {"settings": {}, "differ": [], "credit_fields": {}, "uncontrolled": {}, "ignored": []}
-    names = list(algorithms) if algorithms else [cfg.algorithm] + [n for n in ("c3", "magrpo", "mappo") if n != cfg.algorithm and n in cfg.raw]
+    names = list(algorithms) if algorithms else head_to_head(cfg.algorithm, cfg.raw)
     table: dict[str, dict[str, Any]] = {}
     credit: dict[str, set[str]] = {}
     for name in names:
@@ -57,7 +55,7 @@ def optimisation_settings(cfg: RunConfig, workflow: Workflow, train: Any, algori
         if capabilities(a).budget != "plan" or not is_dataclass(a):
             continue
         row = {f.name: getattr(a, f.name) for f in fields(a) if f.name not in NOT_OPTIMISATION and not f.name.startswith("_")}
-        row["estimator"] = CREDIT.get(name, name).format(**{f.name: getattr(a, f.name) for f in fields(a)})
+        row["estimator"] = estimator_description(a, name)
         if workflow is not None and train is not None:  # without them (a config-only check): the fields alone
             budget = expected_budget(other, workflow, train)
             row["optimizer_updates_per_agent"] = budget["expected_optimizer_updates_per_agent"]
@@ -65,7 +63,7 @@ def optimisation_settings(cfg: RunConfig, workflow: Workflow, train: Any, algori
                                                for u in budget["expected_optimizer_updates_per_agent"]]
             row["expected_env_steps"] = budget["expected_env_steps"]
         table[section(name)] = row
-        credit[section(name)] = credit_fields(name, type(a))
+        credit[section(name)] = credit_fields(type(a))
     keys = sorted({k for row in table.values() for k in row})
 
     def value(algo: str, key: str) -> str:
@@ -87,8 +85,6 @@ def optimisation_settings(cfg: RunConfig, workflow: Workflow, train: Any, algori
 def prepare(cfg: RunConfig, dry_run: bool = False):
     """Domain, workflow and datasets: everything but the models. ``dry_run``: the domain counts and checks its data
     but leaves to the run what the run measures once and caches (``Domain.load_datasets``)."""
-    from c3_plugin.core.registry import is_centralized
-
     if is_centralized(cfg.algorithm):  # fail before any model or data is loaded, never fall back to two actors
         from c3_plugin.trainers.joint import check_replay_dir, require_centralized_api
 
@@ -120,7 +116,8 @@ def check_agent_training(cfg: RunConfig, workflow: Workflow) -> dict[str, Any]:
         return {}
     if not capabilities(cfg.algo).data_parallel:
         raise ConfigError(f"agents.learning_rate / learning_rate_scale / trainable are honoured by the workflow trainers "
-                          f"(c3, magrpo, mappo), not by {cfg.algorithm}; remove them from the agents section")
+                          f"({', '.join(workflow_algorithms())}), not by {cfg.algorithm}; remove them from the agents "
+                          "section")
     lrs = workflow.per_agent(ag.learning_rate, "agents.learning_rate")
     scales = workflow.per_agent(ag.learning_rate_scale, "agents.learning_rate_scale")
     frozen = workflow.per_agent(ag.trainable, "agents.trainable")
@@ -156,19 +153,11 @@ def dry_run_report(cfg: RunConfig) -> dict[str, Any]:
         report.update(decision_gradients(cfg.algorithm, cfg.algo.plan, workflow, getattr(cfg.algo, "untrained_decisions", None)))
         for line in report.get("warnings", []):
             warnings.warn(line, stacklevel=2)
-    from c3_plugin.core.registry import is_centralized
-
     report["devices"] = {"agents": cfg.agent_model.device}
-    from c3_plugin.run.memory import memory_report
-
     report["memory"] = memory_report(cfg, workflow)
-    from c3_plugin.run.cluster import cluster_plan, gpu_hours
-
     report["cluster"] = cluster_plan(cfg, workflow, train)
     report["gpu_hours"] = gpu_hours(cfg, workflow, train)  # the run's and the experiment's GPU-hours on that cluster
     report["optimisation"] = optimisation_settings(cfg, workflow, train)
-    from c3_plugin.scale.model_check import check_models
-
     report["model_check"] = check_models(cfg)  # a local model folder holds weights and a tokenizer; a hub name: "hub"
     if is_centralized(cfg.algorithm):
         from c3_plugin.trainers.joint import centralized_api_report
@@ -205,9 +194,6 @@ def settle_status(cfg: RunConfig, report: dict[str, Any]) -> dict[str, Any]:
     """The report's ``status``: ``error`` when the run would fail (``errors``: a package it imports is missing
     here, its memory plan fits no planned GPU), else ``unverified`` when something could not be checked from
     here (``unverified``: a hub model offline and not cached), else ``ok``; ``warnings`` gathers the rest."""
-    from c3_plugin.run.needs import missing_packages
-    from c3_plugin.scale.model_check import unverified_models
-
     memory_errors, memory_warnings = memory_problems(cfg, report)
     errors = missing_packages(cfg, report.get("cluster") or {}) + memory_errors
     unverified = unverified_models(report.get("model_check") or {})

@@ -9,7 +9,8 @@ Held for the whole run, per agent on the device (once for ``agents.policy: share
 Held once
   * ``lora_base``: ``b P`` (the frozen base all adapters share, in the compute dtype)
   * ``reference``: ``b P`` per agent (per model) when a reference KL is enabled or ``kl_reward_coef`` > 0
-  * ``critic``: ``16 P_critic`` (MAPPO: fp32 weights, gradients, Adam moments)
+  * ``critic``: ``16 P_critic`` (a critic state per run and decision point, ``Capabilities.decision_critic``: MAPPO's;
+    fp32 weights, gradients, Adam moments)
 Transient, one agent at a time (gradients are freed after each agent's update)
   * ``gradients_fp32``: ``4 P`` (LoRA: ``4 P_lora``)
   * ``compute_copy``: ``2 P`` under bf16 autocast over fp32 masters (the cast weights), 0 otherwise
@@ -46,7 +47,8 @@ from typing import Any, Mapping
 
 from c3_plugin.core.cache import cache_path, cached_json
 from c3_plugin.core.model_paths import resolve_model_path
-from c3_plugin.core.registry import capabilities
+from c3_plugin.core.plan import parse_plan
+from c3_plugin.core.registry import capabilities, learned_critic
 
 GIB = 2**30
 DEVICE_CLASSES = {"h100": 80.0, "h200": 141.0, "a100-80": 80.0, "a800": 80.0, "a100-40": 40.0, "l40s": 48.0, "b200": 180.0}
@@ -239,16 +241,14 @@ def memory_inputs(cfg: Any, workflow: Any, ranks: int = 1) -> dict[str, Any]:
     """The keyword arguments of :func:`estimate_memory` for a run config; ``ranks`` data-parallel ranks
     share each rollout batch, so one ``generate`` call holds one rank's share of the instances.
     Raises ``LookupError`` when the model's shape is not available offline."""
-    from comlrl.utils.reference_kl import reference_kl_enabled
-
-    from c3_plugin.core.plan import parse_plan
-    from c3_plugin.trainers.mappo import MAPPOConfig
+    from comlrl.utils.reference_kl import reference_kl_enabled  # CoMLRL's import loads torch: only when planning
 
     m, a = cfg.agent_model, cfg.algo
     shape = model_shape(m.name, m.revision, m.gguf_file)
     critic = None
-    if isinstance(a, MAPPOConfig):  # MAPPO's critic: its own model, or a copy of agent 0's
-        critic = model_shape(a.critic_model) if a.critic_model else shape
+    if capabilities(a).decision_critic:  # MAPPO's critic: its own model, or a copy of agent 0's
+        model = learned_critic(a).model
+        critic = model_shape(model) if model else shape
     default_cap = int(getattr(a, "max_new_tokens", 256))
     caps = [int(workflow.roles[s.name].max_new_tokens or default_cap) for s in workflow.decision_steps]
     if capabilities(a).budget == "plan":

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from c3_plugin.core.config import WORKFLOW_EXPERIMENT_DEFAULTS
+from c3_plugin.core.rewards import batched
+from c3_plugin.run.folder import latest_checkpoint
+
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
@@ -140,9 +144,6 @@ def killed_run(trainer: Any, checkpoint_dir: Any, after_calls: int) -> Any:
     evaluation), then interrupt it as a kill would; returns its latest checkpoint folder (None when none was written)."""
     from pathlib import Path
 
-    from c3_plugin.core.rewards import batched
-    from c3_plugin.run.folder import latest_checkpoint
-
     reward, calls = trainer.reward_func, {"n": 0}
 
     @batched
@@ -169,8 +170,6 @@ def experiment_config(cls: Any, **fields: Any) -> Any:
     under ``fields``): one turn, chat template, full-softmax sampling, greedy evaluation of the whole eval set;
     advantages scaled as each algorithm's own estimator has it unless ``fields`` say (C3: none, its leave-one-out
     values; MAGRPO: CoMLRL's group z-score; MAPPO: batch standardisation). ``cls()`` has CoMLRL's script defaults."""
-    from c3_plugin.core.config import WORKFLOW_EXPERIMENT_DEFAULTS
-
     values = {**WORKFLOW_EXPERIMENT_DEFAULTS, **fields}
     if values.get("plan") is None:
         values.setdefault("num_generations", 8)  # as a YAML config: the default plan spends B = 8 (C3: tree [2, 4] over two decisions)

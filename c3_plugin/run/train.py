@@ -6,15 +6,19 @@ from __future__ import annotations
 import json
 import os
 import random
+import time
 from pathlib import Path
 from typing import Any
 
 from c3_plugin.core.config import ConfigError, RunConfig
 from c3_plugin.core.domain import Domain
-from c3_plugin.core.registry import capabilities
+from c3_plugin.core.registry import capabilities, resolve, workflow_algorithms
 from c3_plugin.core.workflow import Workflow, WorkflowError
 from c3_plugin.run.dry_run import prepare
 from c3_plugin.run.folder import abandon_run_dir, claim_run_dir, latest_checkpoint, run_dir_for
+from c3_plugin.run.report import plot_history, summary_table
+from c3_plugin.scale import distributed as dp
+from c3_plugin.scale.policies import load_policies
 
 
 def _seed_everything(seed: int) -> None:
@@ -28,9 +32,9 @@ def _seed_everything(seed: int) -> None:
 
 def build_trainer(cfg: RunConfig, domain: Domain, workflow: Workflow, train: Any, evals: Any, run_dir: Path,
                   models: Any = None, tokenizer: Any = None, lora: bool = False):
-    from c3_plugin.scale.policies import load_policies
-    from c3_plugin.core.registry import resolve
-
+    """The config's trainer on ``models`` (None: the config's policies, loaded here): CoMLRL's arguments, and the run's
+    keywords its algorithm declares (``Capabilities.trainer_keywords``: a workflow trainer's outcome, deepspeed and
+    per-role learning rates)."""
     if models is None:
         models, tokenizer, lora = load_policies(cfg.agent_model, cfg.agents, workflow.num_agents)
     _, trainer_cls = resolve(cfg.algorithm)
@@ -47,16 +51,12 @@ def build_trainer(cfg: RunConfig, domain: Domain, workflow: Workflow, train: Any
     scale, shift = cfg.reward_processor.scale, cfg.reward_processor.shift
     settle(cfg, domain)
     grammar = domain.grammar(cfg.domain_cfg) if domain.grammar is not None else None  # forced skeletons (None: free text)
-    from c3_plugin.scale.distributed import context
-
-    if context().enabled and not context().is_main:
+    if dp.context().enabled and not dp.context().is_main:
         wandb_config = None  # rank 0 logs
     logger = domain.make_eval_logger(workflow)
-    from c3_plugin.trainers.base import WorkflowTrainer
-
-    extra = {"outcome": domain.outcome, "deepspeed": cfg.deepspeed, "learning_rates": cfg.agents.learning_rate,
-             "learning_rate_scales": cfg.agents.learning_rate_scale, "trainable": cfg.agents.trainable} \
-        if issubclass(trainer_cls, WorkflowTrainer) else {}
+    keywords = {"outcome": domain.outcome, "deepspeed": cfg.deepspeed, "learning_rates": cfg.agents.learning_rate,
+                "learning_rate_scales": cfg.agents.learning_rate_scale, "trainable": cfg.agents.trainable}
+    extra = {k: keywords[k] for k in capabilities(cfg.algo).trainer_keywords}
     trainer = trainer_cls(agents=models, tokenizer=tokenizer, train_dataset=train, eval_dataset=evals, reward_func=domain.make_reward(cfg.domain_cfg),
                           reward_processor=(lambda r: scale * r + shift), eval_logger=logger, eval_aggregator=domain.eval_aggregator,
                           wandb_config=wandb_config, args=cfg.algo, workflow=workflow, run_dir=run_dir, lora_adapters=lora,
@@ -69,32 +69,23 @@ def settle(cfg: RunConfig, domain: Domain) -> None:
     """Fill in what the run derives from its config, once, before ``config.json`` records it (so the recorded
     config is the one that runs): the domain's W&B keys when the algorithm section sets none, and the agents'
     device (each rank's own under torchrun, which refuses CoMLRL's one-process placement keys)."""
-    from c3_plugin.scale.distributed import context
-
     if getattr(cfg.algo, "wandb_keys", None) is None and domain.wandb_keys is not None:
         cfg.algo.wandb_keys = domain.wandb_keys(cfg.domain_cfg)  # the domain's published surface
-    device = context().device if context().enabled else cfg.agent_model.device
+    device = dp.context().device if dp.context().enabled else cfg.agent_model.device
     cfg.algo.agent_devices = getattr(cfg.algo, "agent_devices", None) or (None if device == "auto" else device)
 
 
 def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool = False) -> dict[str, Any]:
     """Run the job; returns the summary (also written to ``<run>/summary.json``)."""
-    from c3_plugin.run.report import plot_history, summary_table
-
-    import time
-
-    from c3_plugin.scale import distributed as dp
-
     started = time.perf_counter()
     ctx, run_dir, created, trainer = dp.context(), None, False, None
     try:  # until training starts; a failure removes the run folder this call made (never a resumed run's) and is re-raised
         if dp.launched_world() > 1:  # torchrun: data-parallel replicas of the team, one per process
-            from c3_plugin.scale.distributed import divisibility_errors, placement_errors
-
             if not capabilities(cfg.algo).data_parallel:
-                raise ConfigError(f"torchrun launched {dp.launched_world()} processes, but data parallelism covers the workflow "
-                                  f"trainers (c3, magrpo, mappo), not {cfg.algorithm}; launch one process")
-            errors = divisibility_errors(cfg.algo, dp.launched_world()) + placement_errors(cfg.algo, dp.launched_world())
+                raise ConfigError(f"torchrun launched {dp.launched_world()} processes, but data parallelism covers the "
+                                  f"workflow trainers ({', '.join(workflow_algorithms())}), not {cfg.algorithm}; launch "
+                                  "one process")
+            errors = dp.divisibility_errors(cfg.algo, dp.launched_world()) + dp.placement_errors(cfg.algo, dp.launched_world())
             if errors:
                 raise ConfigError("; ".join(errors))
             dp.use_deepspeed(cfg.deepspeed.enabled)

@@ -26,6 +26,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
+from c3_plugin.core.config import ConfigError
 from c3_plugin.core.registry import capabilities
 from c3_plugin.scale.optimizers import make_adamw
 
@@ -206,8 +207,6 @@ def use_deepspeed(enabled: str | bool, world: int | None = None) -> bool:
     """Whether the updates run under DeepSpeed: ``enabled`` true, or ``"auto"`` with more than one process."""
     world = launched_world() if world is None else world
     if enabled is False and world > 1:
-        from c3_plugin.core.config import ConfigError
-
         raise ConfigError(f"deepspeed.enabled: false but torchrun launched {world} processes: data parallelism runs on "
                           "DeepSpeed ZeRO; set deepspeed.enabled: auto (or launch one process)")
     return enabled is True or (enabled == "auto" and world > 1)

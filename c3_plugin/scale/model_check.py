@@ -19,6 +19,7 @@ from c3_plugin.core.config import RunConfig
 from c3_plugin.core.errors import ConfigError
 from c3_plugin.core.hub import BUNDLED_MODEL, CONNECT_TIMEOUT_S, model_cached, offline_reason
 from c3_plugin.core.model_paths import local_model_path, resolve_model_path
+from c3_plugin.core.registry import section
 
 CACHED_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")  # one of them: weights in the hub cache
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
@@ -108,8 +109,6 @@ def check_models(cfg: RunConfig) -> dict[str, Any]:
     if per_agent:
         out["agents.models"] = [check_model(n, f"agents.models[{i}]", tokenizer=False, revision=m.revision)
                                 for i, n in enumerate(agents.models)]
-    from c3_plugin.core.registry import section
-
     for field in CRITIC_FIELDS:  # the learned critics' backbones load through the same path
         name = getattr(cfg.algo, field, None)
         if field == "q_critic_model" and getattr(cfg.algo, "credit", None) != "value_assisted":

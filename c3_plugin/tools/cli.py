@@ -9,6 +9,12 @@ import json
 import sys
 from pathlib import Path
 
+from c3_plugin.core.config import ConfigError, load_config
+from c3_plugin.core.workflow import WorkflowError
+
+# The subcommands' own modules are imported where a subcommand runs: they load torch, transformers, CoMLRL or SciPy
+# (seconds), which `c3 --help` and a mistyped argument never need.
+
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """``--help`` shows every option's default: argparse's ``(default: value)``, except for a required option and an
@@ -39,7 +45,6 @@ def main(argv: list[str] | None = None, algorithm: str | None = None, default_co
     args = parser.parse_args(argv)
     if not args.config:
         parser.error("--config is required")
-    from c3_plugin.core.config import load_config
     from c3_plugin.run.dry_run import dry_run_report, summary
     from c3_plugin.run.train import train, validate_or_exit
 
@@ -53,9 +58,6 @@ def main(argv: list[str] | None = None, algorithm: str | None = None, default_co
     try:
         train(cfg)
     except Exception as exc:  # failed before training started (bad model, data, ...): one line, like a config error
-        from c3_plugin.core.config import ConfigError
-        from c3_plugin.core.workflow import WorkflowError
-
         if not getattr(exc, "before_training", False) or not isinstance(exc, (ConfigError, WorkflowError, ValueError, FileNotFoundError)):
             raise  # a failure during training, or another kind of error (a bug: KeyError, TypeError, ...), keeps its traceback
 
@@ -190,7 +192,6 @@ def analysis_command(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         print(f"wrote {out}")
         return 0
     from c3_plugin.tools.session import open_session, run_config, weights_folder
-    from c3_plugin.core.config import load_config
 
     if args.command == "audit":
         from c3_plugin.tools.audit import audit_run, print_audit, trace_files

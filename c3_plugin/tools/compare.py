@@ -30,6 +30,10 @@ from typing import Any, Sequence
 from tqdm import tqdm
 
 from c3_plugin.core.config import ConfigError, RunConfig, load_config
+from c3_plugin.core.registry import resolve, section
+from c3_plugin.core.stats import area_under_curve, compare_table, holm, summarize
+from c3_plugin.run.budget import expected_budget
+from c3_plugin.run.dry_run import DERIVED, optimisation_settings, prepare
 from c3_plugin.run.report import ACCURACY_METRICS, eval_metrics
 
 COSTS = (("env_steps", ("env_steps",)), ("messages", ("totals", "messages")), ("tokens", ("totals", "tokens_generated")),
@@ -43,8 +47,6 @@ def run_name(algorithm: str, seed: int) -> str:
 def run_overrides(algorithm: str, seed: int, out: Path, name: str, overrides: Sequence[str]) -> list[str]:
     """The overrides that turn the base config into one run of the comparison."""
     from dataclasses import fields
-
-    from c3_plugin.core.registry import resolve, section
 
     extra = [f"algorithm={algorithm}", f"seed={seed}", f"output.base_dir={out}", f"output.run_name={run_name(algorithm, seed)}",
              "output.resume=auto", f"wandb.group={name}", f"wandb.job_type={algorithm}"]
@@ -67,9 +69,6 @@ def plan(cfg_path: str | Path, algorithms: Sequence[str], seeds: Sequence[int], 
 
 def fingerprint(cfg: RunConfig) -> dict[str, Any]:
     """What every run of a comparison must share: data, evaluation sets, workflow and env-step budget."""
-    from c3_plugin.run.dry_run import prepare
-    from c3_plugin.run.budget import expected_budget
-
     _, workflow, train, evals = prepare(cfg)
     suites: dict[str, int] = {}
     for ds in (evals["datasource"] if evals is not None else []):
@@ -98,8 +97,6 @@ def check_comparable(configs: dict[tuple[str, int], RunConfig]) -> None:
 def settings_listing(cfg: RunConfig, algorithms: Sequence[str] | None = None) -> dict[str, Any]:
     """The dry-run's effective settings of the compared algorithms (every section the config holds when
     ``algorithms`` is None), which differ, and which of those are not credit (:func:`c3_plugin.run.dry_run.optimisation_settings`)."""
-    from c3_plugin.run.dry_run import optimisation_settings, prepare
-
     _, workflow, train, _ = prepare(cfg)
     return optimisation_settings(cfg, workflow, train, algorithms)
 
@@ -118,8 +115,6 @@ def run_differences(configs: dict[tuple[str, int], RunConfig]) -> dict[str, dict
     algorithms' runs of one seed, less :data:`SET_BY_COMPARE`: ``{"section.field": {algorithm: value}}``."""
     from dataclasses import asdict, is_dataclass
 
-    from c3_plugin.core.registry import section
-
     seed = min(s for _, s in configs)
     flat = {}
     for (a, s), cfg in configs.items():
@@ -136,13 +131,11 @@ def run_differences(configs: dict[tuple[str, int], RunConfig]) -> dict[str, dict
 def controlled(configs: dict[tuple[str, int], RunConfig], allow: bool | Sequence[str] | None = None) -> dict[str, Any]:
     """The controlled-comparison check: every effective setting of the compared algorithms other than their credit
     (and the plan it needs) must be equal. Differences in a setting that is the credit of one of the two algorithms
-    (:data:`c3_plugin.core.estimator_rules.CREDIT_FIELDS`), or that follows from such settings (updates per agent), are
+    (its config class's ``credit_fields``, :func:`c3_plugin.core.estimator_rules.credit_fields`), or that follows from such settings (updates per agent), are
     listed and allowed; any other is refused (:class:`ConfigError` naming the keys, the table and both flags) unless
     ``allow`` is True (``--allow-differences``: all) or names it (``--allow-differences KEY ...``). Returns the
     record that goes into ``summary.json``: the differences per algorithm, each one's kind, and the consent."""
     from difflib import get_close_matches
-
-    from c3_plugin.run.dry_run import DERIVED
 
     algorithms = list(dict.fromkeys(a for a, _ in configs))
     listing = settings_listing(next(iter(configs.values())), algorithms)
@@ -248,8 +241,6 @@ def primary_metrics(final: dict[str, float], patterns: Sequence[str] = ACCURACY_
 
 def aggregate(out: Path, algorithms: Sequence[str], seeds: Sequence[int], patterns: Sequence[str] = ACCURACY_METRICS) -> dict:
     """The comparison's statistics from its finished runs (see the module docstring)."""
-    from c3_plugin.core.stats import area_under_curve, compare_table, holm, summarize
-
     runs = {(a, s): load_run(out / run_name(a, s)) for a in algorithms for s in seeds if (out / run_name(a, s) / "summary.json").exists()}
     missing = [run_name(a, s) for a in algorithms for s in seeds if (a, s) not in runs]
     if not runs:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from c3_plugin.run.report import before_after, eval_metrics, summary_headline
+from c3_plugin.tools.compare import run_name
 
 CREDIT_KEYS = ("within_group_variance", "split_half_reliability", "zero_signal_share", "influence", "noise_ratio")
 COST_KEYS = (("tokens", ("totals", "tokens_generated")), ("messages", ("totals", "messages")), ("env steps", ("env_steps",)),
@@ -34,8 +35,6 @@ def load_runs(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None
     summary_path = folder / "summary.json"
     comparison = json.loads(summary_path.read_text()) if summary_path.exists() else None
     if comparison is not None and "algorithms" in comparison:
-        from c3_plugin.tools.compare import run_name
-
         folders = [(a, s, folder / run_name(a, s)) for a in comparison["algorithms"] for s in comparison["seeds"]]
     elif (folder / "metrics.jsonl").exists():
         config = json.loads((folder / "config.json").read_text()) if (folder / "config.json").exists() else {}

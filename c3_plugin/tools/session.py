@@ -21,10 +21,13 @@ import numpy as np
 
 from c3_plugin.core.config import ConfigError, RunConfig, load_config
 from c3_plugin.core.domain import Domain
-from c3_plugin.core.registry import capabilities
+from c3_plugin.core.registry import capabilities, listed, workflow_algorithms
 from c3_plugin.core.rollout import Rollout, materialize
 from c3_plugin.core.trace import TraceEntry
 from c3_plugin.core.workflow import Workflow
+from c3_plugin.run.dry_run import prepare
+from c3_plugin.run.folder import latest_checkpoint
+from c3_plugin.run.train import build_trainer
 from c3_plugin.trainers.bridge import TickingBackend
 
 
@@ -76,8 +79,6 @@ def weights_folder(run_dir: str | Path | None, checkpoint: str | None) -> Path |
     if checkpoint == "final":
         folder = Path(run_dir) / "final"
     elif checkpoint == "latest":
-        from c3_plugin.run.folder import latest_checkpoint
-
         folder = latest_checkpoint(Path(run_dir) / "checkpoints")
         if folder is None:
             raise FileNotFoundError(f"{run_dir}/checkpoints: no checkpoint-N folder; the run kept no checkpoints "
@@ -104,14 +105,9 @@ def open_session(cfg: RunConfig, weights: Path | None = None) -> Session:
     """Load the config's domain, data, workflow and policies into its trainer: ``weights`` (from
     :func:`weights_folder`) is a folder of ``agent_<i>/`` models or a CoMLRL checkpoint restored with the
     trainer's own ``load_checkpoint``."""
-    from c3_plugin.core.registry import is_centralized
-    from c3_plugin.run.train import build_trainer
-    from c3_plugin.run.dry_run import prepare
-    from c3_plugin.trainers.base import WorkflowTrainer
-
-    if is_centralized(cfg.algorithm) or capabilities(cfg.algo).budget != "plan":
+    if not capabilities(cfg.algo).workflow_trainer:
         raise ConfigError(f"{cfg.algorithm} is not a workflow trainer: the analysis tools re-enter decision points of a "
-                          "workflow; use a c3, magrpo or mappo config")
+                          f"workflow; use a {listed(workflow_algorithms(), 'or')} config")
     cfg.wandb.enabled = False
     domain, workflow, train, evals = prepare(cfg)
     checkpoint = weights is not None and (weights / CHECKPOINT_STATE).is_file()
@@ -121,8 +117,6 @@ def open_session(cfg: RunConfig, weights: Path | None = None) -> Session:
         if missing:
             raise FileNotFoundError(f"{weights}: missing {', '.join(missing)} for the workflow's {workflow.num_agents} agents")
     trainer = build_trainer(cfg, domain, workflow, train, evals, None)
-    if not isinstance(trainer, WorkflowTrainer):
-        raise ConfigError(f"{cfg.algorithm}'s trainer is not a workflow trainer")
     trainer.verbose = False
     if checkpoint:  # CoMLRL restores the checkpoint's policies (and checks it belongs to this config)
         trainer.load_checkpoint(str(weights))

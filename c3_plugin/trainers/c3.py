@@ -39,6 +39,7 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 
 from c3_plugin.core.credit import _masked_spearman, tree_advantages, value_assisted_advantages
+from c3_plugin.core.registry import Critic
 from c3_plugin.core.rollout import Rollout
 from c3_plugin.trainers.actor_critic_fields import ActorCriticFields, actor_critic_keywords, honour_metrics_callback
 from c3_plugin.trainers.base import WorkflowConfig, WorkflowTrainer
@@ -53,6 +54,13 @@ class C3Config(ActorCriticFields, WorkflowConfig):
 
     normalization_scaling: ClassVar[str] = "batch_scale"  # advantage_normalization=True: one scale per agent and batch, which keeps leave-one-out (z-scoring a 2-alternative group gives +-1)
     default_plan_kind: ClassVar[str] = "tree"
+    # its credit (registry): the counterfactual tree, the credit variant and its Q critic, how parallel roles share
+    # samples, the credit diagnostics and the consent to another estimator
+    credit_fields: ClassVar[tuple[str, ...]] = ("plan", "credit", "q_critic_*", "share_parallel_samples",
+                                                "credit_diagnostics", "allow_estimator_change")
+    estimator_description: ClassVar[str] = "leave-one-out over counterfactual continuations (credit: {credit})"
+    estimator_rules: ClassVar[tuple[str, ...]] = ("advantage_mode_unread", "clip_high_equals_clip", "no_group",
+                                                  "group_zscore_changes_estimator")  # core/estimator_rules.py RULES
     plan: str | dict[str, Any] | None = None  # C3 needs groups: a tree (or diagnostic) plan (None: num_generations joint actions per turn split over its decision points, [2, 4] for 8 over two; comlrl_compat.default_plan)
     credit_diagnostics: bool = True  # log credit/* diagnostics (variance, reliability, influence, noise law) per batch
     share_parallel_samples: bool = True  # sample a parallel role once per distinct context, reuse it under each sibling alternative, train it once
@@ -64,6 +72,14 @@ class C3Config(ActorCriticFields, WorkflowConfig):
     q_critic_epochs: int = 1  # value_assisted: Q_hat's passes (one optimizer step each) over a rollout batch's alternatives
     q_critic_max_tokens: int = 2560  # value_assisted: context + alternative left-truncated to this many tokens (the reference's critic_ctx_limit)
     q_critic_warmup_updates: int = 1  # value_assisted: first rollout batches whose credit leaves Q_hat's term out (z-scored LOO) while Q_hat trains on them
+
+    @property
+    def learned_critic(self) -> Critic | None:
+        """``value_assisted``: Q_hat reads every credited alternative (registry.Critic); ``loo`` trains no critic."""
+        if self.credit != "value_assisted":
+            return None
+        return Critic(model=self.q_critic_model, reads="alternatives", max_tokens=int(self.q_critic_max_tokens),
+                      epochs=int(self.q_critic_epochs))
 
     def __post_init__(self) -> None:
         super().__post_init__()

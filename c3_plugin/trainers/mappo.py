@@ -16,15 +16,15 @@ in the agents' compute dtype (:mod:`c3_plugin.scale.precision`); the critic itse
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from c3_plugin.core.rollout import Rollout
 from c3_plugin.core.trace import path_to
-from c3_plugin.core.registry import Capabilities
+from c3_plugin.core.registry import WORKFLOW, Critic
 from c3_plugin.trainers.base import WorkflowConfig, WorkflowTrainer
 from c3_plugin.trainers.critic import POOLINGS, OnlineCritic, ValueCritic, default_pooling  # noqa: F401 (MAPPO's names for them)
 from c3_plugin.trainers.update import PolicySample, trained_tokens
@@ -34,7 +34,14 @@ from c3_plugin.trainers.update import PolicySample, trained_tokens
 class MAPPOConfig(WorkflowConfig):
     """MAPPO's fields."""
 
-    capabilities = Capabilities(budget="plan", data_parallel=True, decision_critic=True)  # a critic state per run and decision point
+    capabilities = replace(WORKFLOW, decision_critic=True)  # a workflow trainer, a critic state per run and decision
+    # its credit (registry): the critic, GAE, and the paper's treatment of the critic's advantages (standardised over
+    # the batch, which removes the critic's mean bias, then divided per token): part of MAPPO's estimator, no free knob
+    credit_fields: ClassVar[tuple[str, ...]] = ("plan", "gae_lambda", "gamma", "critic_*", "advantage_scaling",
+                                                "advantage_per_token")
+    estimator_description: ClassVar[str] = "critic values, GAE over decision points"
+    estimator_rules: ClassVar[tuple[str, ...]] = ("advantage_mode_unread",
+                                                  "clip_high_equals_clip")  # core/estimator_rules.py RULES
 
     plan: str | dict[str, Any] | None = None  # B full runs per instance, as MAGRPO (None: independent num_generations)
     gae_lambda: float = 0.95  # GAE lambda over decision points
@@ -46,6 +53,12 @@ class MAPPOConfig(WorkflowConfig):
     critic_max_tokens: int = 1024  # the state is left-truncated to this many tokens (an encoder keeps its leading special token)
     critic_pooling: str = "auto"  # where the value is read: "last" token (decoders), "first" token (encoders' [CLS]); "auto" picks by model type
     advantage_per_token: bool = False  # divide each message's advantage, after scaling, by its trained token count (the paper's MAPPO)
+
+    @property
+    def learned_critic(self) -> Critic:
+        """The centralized critic: a state per run and decision point, the only update of the warm-up batches."""
+        return Critic(model=self.critic_model, reads="decision_states", max_tokens=int(self.critic_max_tokens),
+                      epochs=int(self.critic_epochs), policy_warmup_updates=int(self.critic_warmup_updates))
 
     def __post_init__(self) -> None:
         super().__post_init__()

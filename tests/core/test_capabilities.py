@@ -4,7 +4,10 @@ algorithm families apart by the fields a config happens to have."""
 import re
 from pathlib import Path
 
-from c3_plugin.core.registry import UNDECLARED, WORKFLOW, _BUILTIN, Capabilities, capabilities, resolve
+from dataclasses import replace
+
+from c3_plugin.core.registry import (UNDECLARED, WORKFLOW, WORKFLOW_KEYWORDS, _BUILTIN, Capabilities, capabilities,
+                                     resolve)
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKERS = ("plan", "preference_num_candidates", "num_iterations", "reward_model_name", "critic_max_tokens",
@@ -14,13 +17,15 @@ MARKERS = ("plan", "preference_num_candidates", "num_iterations", "reward_model_
 def test_every_builtin_algorithm_declares_its_capabilities():
     caps = {name: capabilities(resolve(name)[0]) for name in _BUILTIN}
     assert all(c is not UNDECLARED for c in caps.values())
-    assert caps["c3"] == caps["magrpo"] == WORKFLOW and caps["mappo"] == Capabilities("plan", True, decision_critic=True)
+    assert caps["c3"] == caps["magrpo"] == WORKFLOW and caps["mappo"] == replace(WORKFLOW, decision_critic=True)
+    assert WORKFLOW.workflow_trainer and WORKFLOW.trainer_keywords == WORKFLOW_KEYWORDS and "outcome" in WORKFLOW_KEYWORDS
     assert caps["centralized_magrpo"] == Capabilities("per_prompt")
     for name in ("madpo", "marlhf", "madpo_iter", "marlhf_iter"):
         for n in (name, f"centralized_{name}"):
             c = caps[n]
             assert c.budget == "preference" and not c.data_parallel
             assert c.learned_reward == ("marlhf" in n) and c.iterative == n.endswith("_iter")
+            assert not c.workflow_trainer and c.trainer_keywords == ()
     assert capabilities(resolve("c3")[0]()) is caps["c3"]  # an instance answers as its class
 
 

@@ -5,6 +5,7 @@ and the trainers' scaling step, so the test fails if the rule is wrong; the ``es
 advantages into another estimator, and its acknowledgement field accepts it."""
 
 import types
+from dataclasses import make_dataclass
 import warnings
 
 import numpy as np
@@ -15,7 +16,7 @@ from c3_plugin.run.testing import experiment_config
 from c3_plugin import load_workflow, materialize
 from c3_plugin.core.config import ConfigError, load_config
 from c3_plugin.core.credit import normalize_advantages, tree_advantages
-from c3_plugin.core.estimator_rules import CREDIT_FIELDS, RULES, credit_fields, violations
+from c3_plugin.core.estimator_rules import RULES, credit_fields, violations
 from c3_plugin.core.loss import ppo_loss
 from c3_plugin.core.synthetic import SyntheticBackend, SyntheticEnv
 from c3_plugin.trainers.base import WorkflowTrainer
@@ -48,6 +49,9 @@ def test_every_rule_has_an_example_and_a_reason_and_fix():
     for rule in RULES:
         assert rule.kind in ("no-op", "estimator") and rule.reason and rule.fix
         assert (rule.acknowledge is not None) == (rule.kind == "estimator")
+    # each config class names the rules its configs are checked against, and every rule is some class's
+    assert set().union(*(cls.estimator_rules for cls in CLASSES.values())) == {r.name for r in RULES}
+    assert all(name in CLASSES[algorithm].estimator_rules for name, cases in EXAMPLES.items() for algorithm, _ in cases)
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
@@ -224,11 +228,12 @@ def test_group_zscore_turns_c3_leave_one_out_into_another_estimator_unless_ackno
 
 
 def test_credit_fields_expand_globs_and_name_real_fields():
-    c3 = credit_fields("c3", C3Config)
+    c3 = credit_fields(C3Config)
     assert {"plan", "share_parallel_samples", "credit_diagnostics", "allow_estimator_change"} <= c3
     assert {n for n in c3 if n.startswith("q_critic_")} == {f for f in C3Config.__dataclass_fields__ if f.startswith("q_critic_")}
-    assert credit_fields("magrpo", WorkflowMAGRPOConfig) == {"plan", "advantage_mode"}
-    assert {"critic_model", "critic_learning_rate", "gae_lambda", "gamma", "advantage_per_token"} <= credit_fields("mappo", MAPPOConfig)
-    for algorithm, cls in CLASSES.items():  # every literal name in the table is a field of that config
-        literal = {p for p in CREDIT_FIELDS[algorithm] if "*" not in p}
+    assert credit_fields(WorkflowMAGRPOConfig) == {"plan", "advantage_mode"}
+    assert {"critic_model", "critic_learning_rate", "gae_lambda", "gamma", "advantage_per_token"} <= credit_fields(MAPPOConfig)
+    assert credit_fields(make_dataclass("Undeclared", [("plan", str), ("x", int)])) == {"plan"}  # declares none: the plan
+    for algorithm, cls in CLASSES.items():  # every literal name a class declares is a field of that config
+        literal = {p for p in cls.credit_fields if "*" not in p}
         assert literal <= set(cls.__dataclass_fields__), literal - set(cls.__dataclass_fields__)
