@@ -25,7 +25,10 @@ here; no module outside an algorithm's own file names it or tests its class:
 * ``estimator_description`` (a class attribute, formatted with the config's fields): its estimator in words, the
   dry-run's ``estimator`` row (:func:`estimator_description`);
 * ``learned_critic`` (a property): the :class:`Critic` it trains beside its policies, or None, which the memory and
-  cluster plans and the budget count (:func:`learned_critic`)."""
+  cluster plans and the budget count (:func:`learned_critic`);
+* ``preflight()`` and ``dry_run_entries()`` (optional methods): its own checks before any data or model loads, and
+  its own entries in the dry-run's report (:func:`preflight`, :func:`dry_run_entries`; the centralized joint actor's
+  CoMLRL API)."""
 
 from __future__ import annotations
 
@@ -83,6 +86,19 @@ def capabilities(config: Any) -> Capabilities:
 def learned_critic(config: Any) -> Critic | None:
     """The critic an algorithm's config instance trains beside its policies (None: none)."""
     return getattr(config, "learned_critic", None)
+
+
+def preflight(config: Any) -> None:
+    """Run the config instance's own checks before any data or model loads (its ``preflight()``, when it has one)."""
+    check = getattr(config, "preflight", None)
+    if check is not None:
+        check()
+
+
+def dry_run_entries(config: Any) -> dict[str, Any]:
+    """The config instance's own entries in the dry-run's report (its ``dry_run_entries()``; none when it has none)."""
+    entries = getattr(config, "dry_run_entries", None)
+    return dict(entries()) if entries is not None else {}
 
 
 def estimator_description(config: Any, name: str) -> str:

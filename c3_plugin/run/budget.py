@@ -105,6 +105,29 @@ def preference_budget(cfg: RunConfig, rows: int) -> dict[str, Any]:
     return out
 
 
+def per_prompt_budget(args: Any, train: Any) -> dict[str, Any]:
+    """Env steps (joint actions), optimizer updates of the one actor and the curriculum of a CoMLRL per-prompt loop
+    (``Capabilities.budget == "per_prompt"``: the centralized joint actor): per epoch every row of its phase yields
+    ``num_generations`` joint actions; a buffer of ``rollout_buffer_size`` prompts (and the epoch's remainder) is one
+    update of ``ceil(prompts / train_batch_size)`` optimizer steps. ``train`` is the training dataset (or a row count
+    without a curriculum)."""
+    epochs = int(args.num_train_epochs)
+    phases, rows_per_epoch = epoch_rows(getattr(args, "curriculum", None), epochs, train)
+    gens, buffer = int(args.num_generations), int(args.rollout_buffer_size)
+    batch = int(getattr(args, "train_batch_size", None) or buffer)
+    steps = 0
+    for rows in rows_per_epoch:
+        chunks = [buffer] * (rows // buffer) + ([rows % buffer] if rows % buffer else [])
+        steps += sum(math.ceil(c / batch) for c in chunks)
+    out: dict[str, Any] = {"actors": 1, "roles": int(args.num_agents), "epochs": epochs, "joint_actions_per_prompt": gens,
+                           "expected_env_steps": sum(rows_per_epoch) * gens, "expected_optimizer_updates": steps}
+    if phases:
+        out["curriculum"] = [{"name": p.name, "epochs": p.epochs, "where": {f: list(v) for f, v in (p.where or {}).items()},
+                              "rows": len(p.rows(train)), "env_steps": p.epochs * len(p.rows(train)) * gens,
+                              "eval_every_env_steps": p.eval_every} for p in phases]
+    return out
+
+
 def expected_budget(cfg: RunConfig, workflow: Workflow, train: Any) -> dict[str, Any]:
     """Env steps, messages and optimizer updates per agent the run will spend (curriculum-aware);
     ``train`` is the training dataset or its row count."""
@@ -112,9 +135,7 @@ def expected_budget(cfg: RunConfig, workflow: Workflow, train: Any) -> dict[str,
     if capabilities(a).budget == "preference":
         return preference_budget(cfg, train if isinstance(train, int) else len(train))
     if capabilities(a).budget == "per_prompt":  # the centralized joint actor: one decision point, num_generations joint actions
-        from c3_plugin.trainers.joint import joint_magrpo_budget
-
-        return joint_magrpo_budget(a, train)
+        return per_prompt_budget(a, train)
     plan = parse_plan(a.plan)
     k = workflow.num_decisions
     branching = plan.branching(k)

@@ -14,8 +14,8 @@ from c3_plugin.core.config import ConfigError, RunConfig, build_workflow, load_c
 from c3_plugin.core.domain import load_domain
 from c3_plugin.core.estimator_rules import NOT_OPTIMISATION, credit_fields
 from c3_plugin.core.plan import parse_plan
-from c3_plugin.core.registry import (capabilities, estimator_description, head_to_head, is_centralized, section,
-                                     workflow_algorithms)
+from c3_plugin.core.registry import (capabilities, dry_run_entries, estimator_description, head_to_head, preflight,
+                                     section, workflow_algorithms)
 from c3_plugin.core.workflow import Workflow
 from c3_plugin.run.budget import decision_gradients, expected_budget
 from c3_plugin.run.cluster import cluster_plan, gpu_hours
@@ -85,12 +85,7 @@ def optimisation_settings(cfg: RunConfig, workflow: Workflow, train: Any, algori
 def prepare(cfg: RunConfig, dry_run: bool = False):
     """Domain, workflow and datasets: everything but the models. ``dry_run``: the domain counts and checks its data
     but leaves to the run what the run measures once and caches (``Domain.load_datasets``)."""
-    if is_centralized(cfg.algorithm):  # fail before any model or data is loaded, never fall back to two actors
-        from c3_plugin.trainers.joint import check_replay_dir, require_centralized_api
-
-        require_centralized_api()
-        if getattr(cfg.algo, "preference_replay_dir", None):
-            check_replay_dir(cfg.algo.preference_replay_dir, joint=True)
+    preflight(cfg.algo)  # the algorithm's own checks, before any model or data is loaded (the joint actor's API)
     domain = load_domain(cfg.domain)
     workflow = build_workflow(cfg, domain)
     section = {"train": cfg.dataset.train, "eval": cfg.dataset.eval, "drop_overlap": cfg.dataset.drop_overlap,
@@ -159,12 +154,7 @@ def dry_run_report(cfg: RunConfig) -> dict[str, Any]:
     report["gpu_hours"] = gpu_hours(cfg, workflow, train)  # the run's and the experiment's GPU-hours on that cluster
     report["optimisation"] = optimisation_settings(cfg, workflow, train)
     report["model_check"] = check_models(cfg)  # a local model folder holds weights and a tokenizer; a hub name: "hub"
-    if is_centralized(cfg.algorithm):
-        from c3_plugin.trainers.joint import centralized_api_report
-
-        report.update(centralized_api_report())
-        report["c3"] = ("not defined for the centralized joint actor: one model writes the whole joint action at one "
-                        "decision point, so no other role's message can be continued counterfactually")
+    report.update(dry_run_entries(cfg.algo))  # the algorithm's own entries (the joint actor's CoMLRL API)
     report.update(checks)  # the domain's own checks (travel: split, catalog parse, the joint probe under a joint actor)
     return settle_status(cfg, report)
 

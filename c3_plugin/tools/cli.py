@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from c3_plugin.core.config import ConfigError, load_config
+from c3_plugin.core.registry import workflow_algorithms
 from c3_plugin.core.workflow import WorkflowError
 
 # The subcommands' own modules are imported where a subcommand runs: they load torch, transformers, CoMLRL or SciPy
@@ -103,7 +104,8 @@ def console(argv: list[str] | None = None) -> int:
     dash.add_argument("--wandb", default=None, metavar="ENTITY/PROJECT", help="build the W&B workspace of a comparison instead")
     dash.add_argument("--group", default=None, help="the comparison's W&B group (its folder's name)")
     dash.add_argument("--metric", action="append", default=None, help="eval metrics of the W&B workspace (default eval/reward_mean)")
-    dash.add_argument("--algorithms", nargs="+", default=["c3", "magrpo", "mappo"], help="the compared algorithms (W&B job types)")
+    dash.add_argument("--algorithms", nargs="+", default=None,
+                      help="the compared algorithms (W&B job types; default: every workflow trainer the registry lists)")
     dash.add_argument("--online", action="store_true", help="save the workspace to W&B (else write its specification to --out)")
     diag = sub.add_parser("diagnose", help="reliability, noise law and influence at every decision point, without training")
     diag.add_argument("--config", default=None, help="run config YAML (or --run: a trained run's own config)")
@@ -227,7 +229,8 @@ def dashboard(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         from c3_plugin.tools.dashboard_wandb import publish, workspace_spec
 
         entity, project = args.wandb.split("/", 1)
-        spec = workspace_spec(entity, project, args.group, args.metric or ["eval/reward_mean"], args.algorithms)
+        spec = workspace_spec(entity, project, args.group, args.metric or ["eval/reward_mean"],
+                              args.algorithms or workflow_algorithms())
         print(publish(spec, online=args.online, out_path=Path(args.out or f"{args.group}.workspace.json")))
         return 0
     if not args.folder:

@@ -352,7 +352,8 @@ def test_the_joint_preference_config_stays_centralized():
 
 
 def test_model_free_joint_checks_for_the_dry_run(tmp_path):
-    from c3_plugin.trainers.joint import JointMAGRPOConfig, check_replay_dir, joint_magrpo_budget
+    from c3_plugin.run.budget import per_prompt_budget
+    from c3_plugin.trainers.joint import JointMAGRPOConfig, check_replay_dir
     from domains.travel.joint import joint_probe
 
     probe = joint_probe(ROWS)
@@ -361,7 +362,7 @@ def test_model_free_joint_checks_for_the_dry_run(tmp_path):
     args = JointMAGRPOConfig(num_train_epochs=25, num_generations=4, rollout_buffer_size=10,
                              curriculum=[{"name": "three_day", "epochs": 8, "where": {"days": [3]}, "eval_every": 120},
                                          {"name": "full", "epochs": 17, "eval_every": 240}])
-    budget = joint_magrpo_budget(args, rows)  # the specification's curriculum on one joint actor
+    budget = per_prompt_budget(args, rows)  # the specification's curriculum on one joint actor
     assert (budget["expected_env_steps"], budget["expected_optimizer_updates"], budget["actors"]) == (5040, 126, 1)
     (tmp_path / "iteration_0001.json").write_text(json.dumps({"pairs": [mark_joint({"prompts": ["j"]})]}))
     assert check_replay_dir(tmp_path, joint=True) == 1 and check_replay_dir(tmp_path / "absent", joint=True) == 0

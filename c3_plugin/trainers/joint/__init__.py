@@ -37,35 +37,6 @@ TRAINERS = ("JointMAGRPOTrainer", "JointMADPOTrainer", "JointMADPOIterTrainer", 
 CONFIGS = ("JointMAGRPOConfig", "JointMADPOConfig", "JointMADPOIterConfig", "JointMARLHFConfig", "JointMARLHFIterConfig")
 
 
-# ----- the centralized MAGRPO budget (for --dry-run) -----------------------------------------------------
-
-def joint_magrpo_budget(args: Any, train: Any) -> dict[str, Any]:
-    """Env steps (joint actions), optimizer updates of the one actor and the curriculum of a centralized
-    MAGRPO run: per epoch every row of its phase yields ``num_generations`` joint actions; a buffer of
-    ``rollout_buffer_size`` prompts (and the epoch's remainder) is one update of
-    ``ceil(prompts / train_batch_size)`` optimizer steps. ``train`` is the training dataset (or a row count
-    without a curriculum)."""
-    import math
-
-    from c3_plugin.core.curriculum import epoch_rows
-
-    epochs = int(args.num_train_epochs)
-    phases, rows_per_epoch = epoch_rows(getattr(args, "curriculum", None), epochs, train)
-    gens, buffer = int(args.num_generations), int(args.rollout_buffer_size)
-    batch = int(getattr(args, "train_batch_size", None) or buffer)
-    steps = 0
-    for rows in rows_per_epoch:
-        chunks = [buffer] * (rows // buffer) + ([rows % buffer] if rows % buffer else [])
-        steps += sum(math.ceil(c / batch) for c in chunks)
-    out: dict[str, Any] = {"actors": 1, "roles": int(args.num_agents), "epochs": epochs, "joint_actions_per_prompt": gens,
-                           "expected_env_steps": sum(rows_per_epoch) * gens, "expected_optimizer_updates": steps}
-    if phases:
-        out["curriculum"] = [{"name": p.name, "epochs": p.epochs, "where": {f: list(v) for f, v in (p.where or {}).items()},
-                              "rows": len(p.rows(train)), "env_steps": p.epochs * len(p.rows(train)) * gens,
-                              "eval_every_env_steps": p.eval_every} for p in phases]
-    return out
-
-
 # ----- lazy trainer classes ----------------------------------------------------------------------------
 
 def __getattr__(name: str) -> Any:
@@ -79,5 +50,4 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["CONFIGS", "CentralizedAPIError", "TRAINERS", "centralized_api_report", "check_records",
-           "check_replay_dir", "joint_magrpo_budget",
-           "is_joint_record", "mark_joint", "missing_centralized_api", "require_centralized_api"]
+           "check_replay_dir", "is_joint_record", "mark_joint", "missing_centralized_api", "require_centralized_api"]

@@ -32,8 +32,9 @@ from c3_plugin.core.registry import Capabilities
 from c3_plugin.core.workflow import Workflow, load_workflow
 from c3_plugin.trainers.base import WorkflowTrainer
 from c3_plugin.trainers.bridge import WorkflowBridge, comlrl_constructor
-from c3_plugin.trainers.joint.api import JOINT_WORKFLOW, default_joint_adapter, joint_domain, require_centralized_api
-from c3_plugin.trainers.joint.records import check_records, mark_joint
+from c3_plugin.trainers.joint.api import (JOINT_WORKFLOW, centralized_api_report, default_joint_adapter, joint_domain,
+                                          require_centralized_api)
+from c3_plugin.trainers.joint.records import check_records, check_replay_dir, mark_joint
 from c3_plugin.trainers.preference import WorkflowMADPOIterTrainer, WorkflowMADPOTrainer, WorkflowMARLHFIterTrainer, WorkflowMARLHFTrainer
 from c3_plugin.trainers.streamed_pg import StreamedPolicyGradient
 
@@ -138,8 +139,25 @@ def _fresh_stats() -> dict[str, float]:
     return {"loss": 0.0, "value_tokens": 0.0, "tokens": 0.0}
 
 
+class JointConfigChecks:
+    """What the run path asks of a centralized joint-actor config (core/registry.py): its checks before any data or
+    model loads, and its entries in the dry-run's report."""
+
+    def preflight(self) -> None:
+        """CoMLRL's centralized actor API is there, and every replay record is a joint one (never two actors)."""
+        require_centralized_api()
+        if getattr(self, "preference_replay_dir", None):
+            check_replay_dir(self.preference_replay_dir, joint=True)
+
+    def dry_run_entries(self) -> dict[str, Any]:
+        """The CoMLRL version and centralized APIs found, and why C3 has no counterpart here."""
+        return {**centralized_api_report(),
+                "c3": ("not defined for the centralized joint actor: one model writes the whole joint action at one "
+                       "decision point, so no other role's message can be continued counterfactually")}
+
+
 @dataclass
-class JointMAGRPOConfig(CentralizedMAGRPOConfig):
+class JointMAGRPOConfig(JointConfigChecks, CentralizedMAGRPOConfig):
     """Centralized MAGRPO on a joint workflow; CoMLRL's MAGRPOConfig fields keep their meaning
     (``num_generations`` joint actions per prompt, ``rollout_buffer_size`` prompts per update)."""
 
@@ -216,7 +234,7 @@ class JointMAGRPOTrainer(JointMAGRPOMixin, WorkflowBridge, CentralizedMAGRPOTrai
 # ----------------------------------------------------------------------------- preference variants
 
 @dataclass
-class JointPreferenceFields:
+class JointPreferenceFields(JointConfigChecks):
     """The centralized switch on a workflow preference config: one joint actor, joint comparator candidates."""
 
     num_agents: int = 2  # logical roles of the joint action (one actor model)
