@@ -130,8 +130,9 @@ _REGISTERED: dict[str, Any] = {}  # register(): name -> trainer class or "module
 def register(name: str, trainer: Any) -> None:
     """Add the algorithm ``name`` trained by ``trainer`` (a trainer class whose ``default_config_cls`` is its config,
     or a ``"module:TrainerClass"`` reference, loaded on first use): it reads the config section ``name:`` and is
-    listed, configured, dry-run and trained like a built-in. A built-in or entry-point name cannot be taken, nor a
-    registered one twice (:func:`unregister` it first)."""
+    listed, configured, dry-run and trained like a built-in, in this process (``c3 compare`` runs each run in a
+    process of its own, which knows the entry points' algorithms, not this one). A built-in or entry-point name
+    cannot be taken, nor a registered one twice (:func:`unregister` it first)."""
     if not name or not name.replace("_", "a").isalnum() or name != name.lower():
         raise ValueError(f"algorithm name {name!r}: use lower-case letters, digits and underscores "
                          "(it names a config section)")

@@ -119,12 +119,14 @@ def per_prompt_budget(args: Any, train: Any) -> dict[str, Any]:
     for rows in rows_per_epoch:
         chunks = [buffer] * (rows // buffer) + ([rows % buffer] if rows % buffer else [])
         steps += sum(math.ceil(c / batch) for c in chunks)
-    out: dict[str, Any] = {"actors": 1, "roles": int(args.num_agents), "epochs": epochs, "joint_actions_per_prompt": gens,
-                           "expected_env_steps": sum(rows_per_epoch) * gens, "expected_optimizer_updates": steps}
+    out: dict[str, Any] = {"actors": 1, "roles": int(args.num_agents), "epochs": epochs,
+                           "joint_actions_per_prompt": gens, "expected_env_steps": sum(rows_per_epoch) * gens,
+                           "expected_optimizer_updates": steps}
     if phases:
-        out["curriculum"] = [{"name": p.name, "epochs": p.epochs, "where": {f: list(v) for f, v in (p.where or {}).items()},
-                              "rows": len(p.rows(train)), "env_steps": p.epochs * len(p.rows(train)) * gens,
-                              "eval_every_env_steps": p.eval_every} for p in phases]
+        out["curriculum"] = [{"name": p.name, "epochs": p.epochs,
+                              "where": {f: list(v) for f, v in (p.where or {}).items()}, "rows": len(p.rows(train)),
+                              "env_steps": p.epochs * len(p.rows(train)) * gens, "eval_every_env_steps": p.eval_every}
+                             for p in phases]
     return out
 
 

@@ -61,7 +61,8 @@ parameters: decode ``2 P`` per generated token (every message at its cap), forwa
 each message's context (prefill; at most the assumed prompt plus every earlier cap), of the behaviour
 log-prob recomputation and of a reference model (context + message), train ``6 P`` per trained token
 (context + message of every credited message, ``x ppo_epochs``), a critic's reads and fits at ``2`` and
-``6`` times its own parameters (the config's ``learned_critic``, :class:`c3_plugin.core.registry.Critic`). Each kind is divided by the GPU class's peak bf16 throughput times an
+``6`` times its own parameters (the config's ``learned_critic``, a
+:class:`c3_plugin.core.registry.Critic`). Each kind is divided by the GPU class's peak bf16 throughput times an
 assumed MFU (:data:`PEAK_BF16_TFLOPS`, :data:`MFU`, printed with the estimate); the experiment is every
 workflow algorithm the config holds, once per seed.
 """
@@ -307,7 +308,8 @@ def cluster_plan(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
     if ds:
         plan["deepspeed"]["dist_backend"] = d.dist_backend or "nccl on GPUs, gloo on CPU"
     elif not workflow_algo and d.enabled is True:
-        plan["deepspeed"]["note"] = f"DeepSpeed runs the updates of the workflow trainers ({workflow_algorithm_names()}) only"
+        plan["deepspeed"]["note"] = (f"DeepSpeed runs the updates of the workflow trainers "
+                                     f"({workflow_algorithm_names()}) only")
     mem = _memory(cfg, workflow, layout, ds)
     plan["generator"] = _generator(cfg, world, mem.get("generation_sequences_per_call_per_rank"))
     steps_total, messages_total = budget.get("expected_env_steps"), budget.get("expected_messages")
@@ -415,7 +417,8 @@ def run_tokens(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
     elif critic.reads == "alternatives":  # C3's Q_hat: every credited alternative, context + message
         read = instances * sum(msgs[u] * min(critic.max_tokens, ctx[u] + caps[u]) for u in credited)
     else:
-        raise ValueError(f"{cfg.algorithm}'s learned_critic reads {critic.reads!r}: 'decision_states' or 'alternatives'")
+        raise ValueError(f"{cfg.algorithm}'s learned_critic reads {critic.reads!r}: give 'decision_states' or "
+                         "'alternatives'")
     out.update(critic_read=read, critic_trained=critic.epochs * read,
                critic_params=model_shape(critic.model).params if critic.model else None)
     return out
@@ -436,7 +439,8 @@ def gpu_hours(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
     the compute itself, which runs every row of a call until its longest row stops. Not counted: attention's
     ``O(S^2)`` FLOPs, evaluation, model loading, reward calls (code execution) and idle time."""
     if not is_workflow_algorithm(cfg.algo):
-        return {"status": "unknown", "reason": f"estimated for the workflow trainers ({workflow_algorithm_names()}) only"}
+        return {"status": "unknown",
+                "reason": f"estimated for the workflow trainers ({workflow_algorithm_names()}) only"}
     m = cfg.agent_model
     try:
         p = model_shape(m.name, m.revision, m.gguf_file).params

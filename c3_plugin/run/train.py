@@ -82,10 +82,11 @@ def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool 
     try:  # until training starts; a failure removes the run folder this call made (never a resumed run's) and is re-raised
         if dp.launched_world() > 1:  # torchrun: data-parallel replicas of the team, one per process
             if not capabilities(cfg.algo).data_parallel:
-                raise ConfigError(f"torchrun launched {dp.launched_world()} processes, but data parallelism covers the "
-                                  f"workflow trainers ({', '.join(workflow_algorithms())}), not {cfg.algorithm}; launch "
-                                  "one process")
-            errors = dp.divisibility_errors(cfg.algo, dp.launched_world()) + dp.placement_errors(cfg.algo, dp.launched_world())
+                raise ConfigError(f"torchrun launched {dp.launched_world()} processes, but data parallelism "
+                                  f"covers the workflow trainers ({', '.join(workflow_algorithms())}), not "
+                                  f"{cfg.algorithm}; launch one process")
+            world = dp.launched_world()
+            errors = dp.divisibility_errors(cfg.algo, world) + dp.placement_errors(cfg.algo, world)
             if errors:
                 raise ConfigError("; ".join(errors))
             dp.use_deepspeed(cfg.deepspeed.enabled)

@@ -105,7 +105,7 @@ def console(argv: list[str] | None = None) -> int:
     dash.add_argument("--group", default=None, help="the comparison's W&B group (its folder's name)")
     dash.add_argument("--metric", action="append", default=None, help="eval metrics of the W&B workspace (default eval/reward_mean)")
     dash.add_argument("--algorithms", nargs="+", default=None,
-                      help="the compared algorithms (W&B job types; default: every workflow trainer the registry lists)")
+                      help="the compared algorithms (W&B job types; default: the registry's workflow trainers)")
     dash.add_argument("--online", action="store_true", help="save the workspace to W&B (else write its specification to --out)")
     diag = sub.add_parser("diagnose", help="reliability, noise law and influence at every decision point, without training")
     diag.add_argument("--config", default=None, help="run config YAML (or --run: a trained run's own config)")

@@ -131,7 +131,7 @@ def run_differences(configs: dict[tuple[str, int], RunConfig]) -> dict[str, dict
 def controlled(configs: dict[tuple[str, int], RunConfig], allow: bool | Sequence[str] | None = None) -> dict[str, Any]:
     """The controlled-comparison check: every effective setting of the compared algorithms other than their credit
     (and the plan it needs) must be equal. Differences in a setting that is the credit of one of the two algorithms
-    (its config class's ``credit_fields``, :func:`c3_plugin.core.estimator_rules.credit_fields`), or that follows from such settings (updates per agent), are
+    (its config class's ``credit_fields``), or that follows from such settings (updates per agent), are
     listed and allowed; any other is refused (:class:`ConfigError` naming the keys, the table and both flags) unless
     ``allow`` is True (``--allow-differences``: all) or names it (``--allow-differences KEY ...``). Returns the
     record that goes into ``summary.json``: the differences per algorithm, each one's kind, and the consent."""

@@ -232,8 +232,9 @@ def test_credit_fields_expand_globs_and_name_real_fields():
     assert {"plan", "share_parallel_samples", "credit_diagnostics", "allow_estimator_change"} <= c3
     assert {n for n in c3 if n.startswith("q_critic_")} == {f for f in C3Config.__dataclass_fields__ if f.startswith("q_critic_")}
     assert credit_fields(WorkflowMAGRPOConfig) == {"plan", "advantage_mode"}
-    assert {"critic_model", "critic_learning_rate", "gae_lambda", "gamma", "advantage_per_token"} <= credit_fields(MAPPOConfig)
-    assert credit_fields(make_dataclass("Undeclared", [("plan", str), ("x", int)])) == {"plan"}  # declares none: the plan
+    mappo = credit_fields(MAPPOConfig)
+    assert {"critic_model", "critic_learning_rate", "gae_lambda", "gamma", "advantage_per_token"} <= mappo
+    assert credit_fields(make_dataclass("Undeclared", [("plan", str), ("x", int)])) == {"plan"}  # none declared
     for algorithm, cls in CLASSES.items():  # every literal name a class declares is a field of that config
         literal = {p for p in cls.credit_fields if "*" not in p}
         assert literal <= set(cls.__dataclass_fields__), literal - set(cls.__dataclass_fields__)

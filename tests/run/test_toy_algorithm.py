@@ -55,7 +55,8 @@ def toy():
 def toy_config(folder: Path) -> dict:
     section = {"num_train_epochs": 1, "max_new_tokens": 2, "instances_per_update": 4, "plan": "independent 2",
                "advantage_scaling": "none"}
-    return template_config(folder, algorithm="toy", dataset={"train": {"size": 4}, "eval": [{"name": "echo", "size": 2}]},
+    dataset = {"train": {"size": 4}, "eval": [{"name": "echo", "size": 2}]}
+    return template_config(folder, algorithm="toy", dataset=dataset,
                            toy={**section, "toy_offset": OFFSET}, magrpo=section,
                            output={"base_dir": str(folder / "outputs"), "run_name": "toy", "verbose": False,
                                    "plot": False, "save_model": False, "checkpoint_interval": 0})
