@@ -140,3 +140,7 @@ def test_the_reference_setting_ships_as_its_own_config_and_compares_as_a_control
     assert "kl_reward_coef" not in record["differences"] and "advantage_scaling" not in record["differences"]
     report = dry_run_report(cfgs["c3"])
     assert report["status"] == "unverified" and not report["errors"]
+    from c3_plugin.run.dry_run import summary
+
+    line = next(x for x in summary(report).splitlines() if x.startswith("optimizer steps per agent:"))
+    assert "c3 [" in line and "magrpo [" in line and "unequal: c3 compare refuses it" in line  # every arm's steps, shown
