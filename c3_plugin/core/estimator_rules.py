@@ -135,6 +135,16 @@ RULES: tuple[Rule, ...] = (
          "keep advantage_scaling: none (or batch_scale, one scale for the whole batch, which keeps every sign, zero "
          "and ratio), or set allow_estimator_change: true in the c3 section to train that estimator on purpose.",
          acknowledge="allow_estimator_change"),
+    Rule("value_assisted_changes_estimator", "estimator",
+         lambda c: getattr(c, "credit", None) == "value_assisted" and not getattr(c, "allow_estimator_change", False),
+         "credit: value_assisted (the reference code's default) is another estimator than C3's leave-one-out: it "
+         "z-scores each context's alternatives (every 2-alternative group becomes +-1, whatever the returns), and its "
+         "critic is no baseline there: with equal continuations per alternative, A_j is, up to one constant per group "
+         "(which the z-score removes), ((n - alpha) mean(R_j) + alpha Q_hat_j) / (n - 1), so Q_hat enters the credit of "
+         "the very alternative it rates, a bonus for the alternatives it rates highly (alpha = {q_critic_alpha}).",
+         "credit: loo (the paper's estimator), or set allow_estimator_change: true in the c3 section to train the "
+         "reference code's estimator on purpose.",
+         acknowledge="allow_estimator_change"),
 )
 
 

@@ -15,6 +15,7 @@ from c3_plugin.core.plan import parse_plan
 from c3_plugin.core.rollout import unique_samples
 from c3_plugin.core.workflow import Workflow
 from c3_plugin.core.registry import capabilities, learned_critic, section
+from c3_plugin.trainers.optim import policy_optimizer_steps
 
 
 def credited_decisions(algorithm: str, plan: Any, workflow: Workflow) -> list[int]:
@@ -52,6 +53,21 @@ def decision_gradients(algorithm: str, plan: Any, workflow: Workflow, acknowledg
                            "decision 2 or more alternatives in the plan to train it, or list it under the algorithm "
                            "section's untrained_decisions (with the reason in a comment) if that is the intent"]
     return out
+
+
+def policy_groups(cfg: RunConfig, workflow: Workflow) -> list[list[int]]:
+    """The agents each trained policy plays, as the trainer forms them: every agent one model under
+    ``agents.policy: shared`` (one optimizer, one update on all roles' messages), else one agent each (LoRA
+    adapters over one base are separate policies)."""
+    if getattr(cfg.agents, "policy", "per_agent") == "shared":
+        return [list(range(workflow.num_agents))]
+    return [[agent] for agent in range(workflow.num_agents)]
+
+
+def roles_of(workflow: Workflow, agents: list[int]) -> list[str]:
+    """The roles the agents play, in schedule order, each once."""
+    names = [s.name for s in workflow.decision_steps if workflow.roles[s.name].agent in agents]
+    return list(dict.fromkeys(names))
 
 
 def rollout_batch_sizes(cfg: RunConfig, train: Any) -> list[int]:
@@ -146,26 +162,24 @@ def expected_budget(cfg: RunConfig, workflow: Workflow, train: Any) -> dict[str,
     batches = rollout_batch_sizes(cfg, train)
     shared = bool(getattr(a, "share_parallel_samples", False)) and plan.kind != "independent"
     unique = unique_samples(workflow, branching, shared)  # messages sampled (and trained) per instance per decision
-    credited = credited_decisions(cfg.algorithm, plan, workflow)
+    groups = policy_groups(cfg, workflow)
+    per_policy = policy_optimizer_steps(a, workflow, train, groups)
+    leader = {agent: g[0] for g in groups for agent in g}
+    updates = [per_policy[leader[agent]] for agent in range(workflow.num_agents)]
     critic = learned_critic(a)
-    warmup = critic.policy_warmup_updates if critic else 0  # batches that train only a critic (MAPPO's warm-up)
-    updates = []
-    for agent in range(workflow.num_agents):
-        per_instance = sum(unique[u] for u in credited
-                           if workflow.roles[workflow.decision_steps[u].name].agent == agent)
-        total = 0
-        for b, size in enumerate(batches):
-            if b < warmup or per_instance == 0:
-                continue
-            samples = per_instance * size
-            total += int(a.ppo_epochs) * (math.ceil(samples / a.minibatch_size) if a.minibatch_size else 1)
-        updates.append(total)
+    if critic and critic.policy_warmup_updates:  # the steps had the critic's warm-up batches trained the policy too
+        beside = policy_optimizer_steps(a, workflow, train, groups, warmup=False)
+        extra = {"optimizer_updates_per_agent_beside_warmup": [beside[leader[x]] for x in range(workflow.num_agents)]}
+    else:
+        extra = {}
     instances = sum(rows_per_epoch)
     messages = sum(unique)  # a shared sample counts once
     out = {"plan": plan.describe(), "branching": list(branching), "epochs": epochs, "rollout_batches": len(batches),
            "expected_env_steps": instances * plan.leaves(k), "expected_messages": instances * messages,
            "leaves_per_instance": plan.leaves(k), "messages_per_instance": messages,
-           "expected_optimizer_updates_per_agent": updates}
+           "expected_optimizer_updates_per_agent": updates,
+           "optimizer_updates_per_policy": [{"agents": g, "roles": roles_of(workflow, g), "updates": per_policy[g[0]]}
+                                            for g in groups], **extra}
     if phases:
         out["curriculum"] = [{"name": p.name, "epochs": p.epochs, "where": {f: list(v) for f, v in (p.where or {}).items()},
                               "rows": len(p.rows(train)), "env_steps": p.epochs * len(p.rows(train)) * plan.leaves(k),

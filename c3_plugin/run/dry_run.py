@@ -27,7 +27,13 @@ from c3_plugin.scale.model_check import check_models, unverified_models
 SETTINGS = ("estimator", "optimizer_updates_per_agent", "updates_per_1k_env_steps", "expected_env_steps")  # rows besides the config's fields: the credit in words, the budget
 
 
-DERIVED = ("estimator", "optimizer_updates_per_agent", "updates_per_1k_env_steps")  # follow from fields (the plan a credit needs, a critic's warm-up): shown, never refused themselves
+# follow from fields (the plan a credit needs): shown, never refused themselves. The optimizer steps per agent are not
+# here: a head-to-head whose arms step their agents unequally often differs in more than credit, so c3 compare refuses
+# it without consent (--allow-differences optimizer_updates_per_agent) or the equal-steps setting
+# (minibatches_per_ppo_epoch), unless the counts differ only by a critic's warm-up batches (MAPPO's credit: its policy
+# waits for its critic); their rate per 1k env steps follows from them at the equal env steps compare requires.
+DERIVED = ("estimator", "updates_per_1k_env_steps")
+STEPS = "optimizer_updates_per_agent"
 
 
 ABSENT = "(absent)"  # a field the algorithm's config does not have
@@ -45,10 +51,11 @@ def optimisation_settings(cfg: RunConfig, workflow: Workflow, train: Any, algori
     ``uncontrolled``: per differing key, the algorithm pairs that differ in it although it is the credit of neither
     of the two (what ``c3 compare`` refuses without ``--allow-differences``)."""
     if capabilities(cfg.algo).budget != "plan":  # preference and centralized trainers: CoMLRL's own loops, another workflow
-        return {"settings": {}, "differ": [], "credit_fields": {}, "uncontrolled": {}, "ignored": []}
+        return {"settings": {}, "differ": [], "credit_fields": {}, "uncontrolled": {}, "ignored": [], "steps_beside_warmup": {}}
     names = list(algorithms) if algorithms else head_to_head(cfg.algorithm, cfg.raw)
     table: dict[str, dict[str, Any]] = {}
     credit: dict[str, set[str]] = {}
+    beside_warmup: dict[str, Any] = {}  # the optimizer steps per agent had no batch been a critic's warm-up
     for name in names:
         other = cfg if name == cfg.algorithm else load_config(data={**cfg.raw, "algorithm": name})
         a = other.algo
@@ -62,6 +69,7 @@ def optimisation_settings(cfg: RunConfig, workflow: Workflow, train: Any, algori
             row["updates_per_1k_env_steps"] = [round(1000 * u / max(1, budget["expected_env_steps"]), 3)
                                                for u in budget["expected_optimizer_updates_per_agent"]]
             row["expected_env_steps"] = budget["expected_env_steps"]
+            beside_warmup[section(name)] = budget.get(f"{STEPS}_beside_warmup", row[STEPS])
         table[section(name)] = row
         credit[section(name)] = credit_fields(type(a))
     keys = sorted({k for row in table.values() for k in row})
@@ -75,11 +83,12 @@ def optimisation_settings(cfg: RunConfig, workflow: Workflow, train: Any, algori
         if key in DERIVED:
             continue
         pairs = [f"{a} vs {b}" for a, b in combinations(table, 2)
-                 if value(a, key) != value(b, key) and key not in credit[a] | credit[b]]
+                 if value(a, key) != value(b, key) and key not in credit[a] | credit[b]
+                 and (key != STEPS or beside_warmup[a] != beside_warmup[b])]
         if pairs:
             uncontrolled[key] = pairs
     return {"settings": table, "differ": differ, "credit_fields": {a: sorted(c & set(keys)) for a, c in credit.items()},
-            "uncontrolled": uncontrolled, "ignored": sorted(NOT_OPTIMISATION)}
+            "uncontrolled": uncontrolled, "ignored": sorted(NOT_OPTIMISATION), "steps_beside_warmup": beside_warmup}
 
 
 def prepare(cfg: RunConfig, dry_run: bool = False):
@@ -197,6 +206,21 @@ def settle_status(cfg: RunConfig, report: dict[str, Any]) -> dict[str, Any]:
     return report
 
 
+def steps_line(steps: Mapping[str, Any], beside_warmup: Mapping[str, Any], refused: bool, consented: bool = False) -> str:
+    """Each arm's optimizer steps per agent and what their difference is: equal, only a critic's warm-up (the
+    critic's credit), or a difference beyond credit that c3 compare runs only with consent."""
+    text = "optimizer steps per agent: " + "; ".join(f"{a} {v}" for a, v in steps.items())
+    if len({json.dumps(v) for v in steps.values()}) <= 1:
+        return text + " (equal)"
+    if not refused:
+        return text + " (unequal only by a critic's warm-up batches, part of its credit; beside them: " + "; ".join(
+            f"{a} {beside_warmup.get(a, v)}" for a, v in steps.items()) + ")"
+    if consented:
+        return text + " (unequal, compared with consent: --allow-differences optimizer_updates_per_agent)"
+    return text + (" (unequal: c3 compare refuses it without --allow-differences optimizer_updates_per_agent; "
+                   "minibatches_per_ppo_epoch, the same in every arm, gives every agent the same steps)")
+
+
 BUDGET_LINE = (("epochs", "epochs"), ("plan", "plan"), ("expected_env_steps", "env steps"), ("expected_messages", "messages"),
                ("expected_optimizer_updates_per_agent", "optimizer updates per agent"),
                ("preference_joint_rollouts", "preference rollouts"), ("refreshes", "refreshes"))  # the summary's budget, where the report has them
@@ -212,6 +236,8 @@ def summary(report: Mapping[str, Any], full: str | None = None) -> str:
     lines += [f"  unverified: {u}" for u in report.get("unverified", [])]
     if "expected_env_steps" in report:
         parts = [f"{report.get('train_rows')} train rows"] + [f"{label} {report[key]}" for key, label in BUDGET_LINE if key in report]
+        shared = [p for p in report.get("optimizer_updates_per_policy") or [] if len(p["agents"]) > 1]
+        parts += [f"one shared policy ({', '.join(p['roles'])}) {p['updates']} optimizer updates" for p in shared]
         lines.append("budget: " + ", ".join(parts))
     evals = report.get("eval_rows") or {}
     if evals:
@@ -225,6 +251,9 @@ def summary(report: Mapping[str, Any], full: str | None = None) -> str:
     if len(optimisation.get("settings") or {}) > 1:
         differ = [k for k in optimisation.get("differ", []) if k not in optimisation.get("uncontrolled", {})]
         lines.append(f"algorithms {', '.join(optimisation['settings'])} differ in: {', '.join(differ) or 'nothing'}")
+        steps = {a: row.get(STEPS) for a, row in optimisation["settings"].items()}
+        if all(v is not None for v in steps.values()):
+            lines.append(steps_line(steps, optimisation.get("steps_beside_warmup") or {}, STEPS in optimisation.get("uncontrolled", {})))
         for key, pairs in optimisation.get("uncontrolled", {}).items():
             lines.append(f"  not the credit: {key} ({'; '.join(pairs)}): c3 compare refuses it without --allow-differences")
     lines += [f"warning: {w}" for w in report.get("warnings", [])]

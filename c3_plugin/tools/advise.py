@@ -52,6 +52,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from c3_plugin.tools.plan_budget import tree_plans
 
 
@@ -109,19 +111,13 @@ def plan_snr(tree: Sequence[int] | None, budget: int, var: Mapping[str, Any]) ->
             for sig, (m, noise) in zip(var["S"], plan_noise(tree, budget, var))]
 
 
-def advise(diagnosis: Mapping[str, Any], budget: int, lr_scale: Sequence[float] | None = None,
-           outcome_variance: float | None = None) -> dict[str, Any]:
-    """Every candidate plan of ``budget`` leaves scored for this team; the advised algorithm and plan."""
-    if budget < 2:
-        raise ValueError(f"--budget {budget}: a group needs at least 2 reward calls")
-    var = team_variances(diagnosis, outcome_variance)
+def _rank(var: Mapping[str, Any], budget: int, scale: Sequence[float]) -> tuple[list[dict[str, Any]], list[float]] | None:
+    """Every plan of ``budget`` leaves scored for this team (best first) and the decision points' weights; None when
+    no learning decision point has any signal left (every ``lr_scale x S_u`` is 0)."""
     k = len(var["S"])
-    scale = [1.0] * k if not lr_scale else [float(x) for x in lr_scale]
-    if len(scale) != k or any(x < 0 for x in scale):
-        raise ValueError(f"--lr-scale {list(lr_scale or [])}: give one multiplier >= 0 per decision point ({k})")
     learnable = [x * s for x, s in zip(scale, var["S"])]
     if sum(learnable) <= 0:
-        raise ValueError("c3 advise: no learning decision point has any signal (S = 0 or lr-scale 0 everywhere)")
+        return None
     weights = [x / sum(learnable) for x in learnable]
     plans = [("magrpo", f"independent {budget}", None)] + [("c3", f"tree {list(t)}", t) for t in tree_plans(k, budget)]
     rows = []
@@ -130,6 +126,89 @@ def advise(diagnosis: Mapping[str, Any], budget: int, lr_scale: Sequence[float] 
         rows.append({"algorithm": algorithm, "plan": name, "snr": snr,
                      "score": sum(w * x / (1 + x) for w, x in zip(weights, snr))})
     rows.sort(key=lambda r: -r["score"])
+    return rows, weights
+
+
+def _margin(rows: Sequence[Mapping[str, Any]]) -> float:
+    """The best C3 plan's score minus MAGRPO's (``independent B``): > 0 advises C3."""
+    best_tree = next(r for r in rows if r["algorithm"] == "c3")
+    indep = next(r for r in rows if r["algorithm"] == "magrpo")
+    return float(best_tree["score"] - indep["score"])
+
+
+BOOTSTRAP_KEYS = ("signal_S", "return_variance", "reward_variance")  # what c3 diagnose resamples per decision point
+
+
+def replicates(diagnosis: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The diagnosis redrawn from its own sampling noise: replicate ``r`` takes every decision point's statistics
+    from its ``r``-th bootstrap resample of groups (``bootstrap`` of ``c3 diagnose``; the decision points' groups are
+    independent draws, so their resamples combine). Empty when a decision point has none (an exact diagnosis, or one
+    written before ``c3 diagnose`` kept them)."""
+    boots = [d.get("bootstrap") for d in diagnosis["decisions"]]
+    if not boots or any(not b for b in boots):
+        return []
+    count = min(len(v) for b in boots for v in b.values())
+    out = []
+    for r in range(count):
+        rows = [{**d, **{key: b[key][r] for key in BOOTSTRAP_KEYS if key in b}} for d, b in zip(diagnosis["decisions"], boots)]
+        out.append({**diagnosis, "decisions": rows})
+    return out
+
+
+def _at_outcome_variance(diagnosis: Mapping[str, Any], draws: Sequence[Mapping[str, Any]], budget: int,
+                         scale: Sequence[float], o: float) -> dict[str, Any]:
+    """The ranking at outcome variance ``o`` and the margin's percentile 95% interval over the diagnosis' replicates
+    (None without replicates); ``winner``: c3 / magrpo when the interval excludes 0 (the point estimate's sign without
+    one), else None; ``no_signal`` when the team has none left at this ``o``."""
+    var = team_variances(diagnosis, o)
+    ranked = _rank(var, budget, scale)
+    if ranked is None:
+        return {"O": o, "var": var, "no_signal": True, "winner": None, "margin": None, "ci95": None}
+    rows, weights = ranked
+    margin = _margin(rows)
+    margins = [_margin(r[0]) for d in draws if (r := _rank(team_variances(d, o), budget, scale)) is not None]
+    ci = None
+    if draws and len(margins) >= len(draws) // 2:
+        ci = [float(x) for x in np.quantile(margins, [0.025, 0.975])]
+    low, high = ci if ci is not None else (margin, margin)
+    winner = "c3" if low > 0 else "magrpo" if high < 0 else None
+    return {"O": o, "var": var, "rows": rows, "weights": weights, "margin": margin, "ci95": ci, "winner": winner,
+            "no_signal": False, "resamples": len(margins)}
+
+
+def advise(diagnosis: Mapping[str, Any], budget: int, lr_scale: Sequence[float] | None = None,
+           outcome_variance: float | None = None) -> dict[str, Any]:
+    """Every candidate plan of ``budget`` leaves scored for this team; the advised algorithm and plan, and how sure
+    that is.
+
+    **Uncertainty.** The margin (best C3 plan's score minus MAGRPO's) is recomputed on every bootstrap replicate of
+    the diagnosis (:func:`replicates`), giving a 95% interval; an interval that straddles 0 is *no clear winner*.
+    Without replicates the interval is n/a and the verdict is the point estimate's, said so. **Outcome variance.**
+    Where neither the diagnosis nor ``outcome_variance`` gives ``O`` (a diagnosis cannot split the last decision
+    point's reward variance into its signal and ``O`` at ``c = 1``), the advice is worked out at both ends of what
+    ``O`` can be, 0 (a deterministic reward) and the last point's whole reward variance; if the two disagree the
+    verdict is *no clear winner*, naming the crossing, never a silent choice of ``O``."""
+    if budget < 2:
+        raise ValueError(f"--budget {budget}: a group needs at least 2 reward calls")
+    k = len(diagnosis["decision_points"])
+    scale = [1.0] * k if not lr_scale else [float(x) for x in lr_scale]
+    if len(scale) != k or any(x < 0 for x in scale):
+        raise ValueError(f"--lr-scale {list(lr_scale or [])}: give one multiplier >= 0 per decision point ({k})")
+    if not any(scale):
+        raise ValueError("c3 advise: no learning decision point has any signal (lr-scale 0 everywhere)")
+    known = diagnosis.get("outcome_variance") is not None or outcome_variance is not None
+    first = team_variances(diagnosis, outcome_variance)
+    o_values = [first["O"]] if known else [0.0, first["S"][-1]]  # unknown O: from none of the last reward's spread to all
+    draws = replicates(diagnosis)
+    ends = [_at_outcome_variance(diagnosis, draws, budget, scale, o) for o in o_values]
+    main = next((e for e in ends if not e["no_signal"]), None)
+    if main is None:
+        last = first["S"][-1] + first["O"]
+        raise ValueError(f"c3 advise: no learning decision point has any signal at outcome variance O = {o_values[0]:.4g}: "
+                         f"the last decision point's reward variance is {last:.4g}, so an O at or above it leaves that point "
+                         "no signal of its own, and every other decision point with lr-scale > 0 has S = 0; give an "
+                         f"--outcome-variance below {last:.4g} (0 for a deterministic reward), or measure more groups")
+    var, rows, weights = main["var"], main["rows"], main["weights"]
     best = rows[0]
     indep = next(r for r in rows if r["algorithm"] == "magrpo")
     best_tree = next(r for r in rows if r["algorithm"] == "c3")
@@ -143,14 +222,45 @@ def advise(diagnosis: Mapping[str, Any], budget: int, lr_scale: Sequence[float] 
         m = math.prod(_tree(best_tree)[: lead + 1])
         why += (f" (the tree gives it {m} alternatives per update against {budget} runs)" if m < budget else
                 f" (that tree credits only {var['roles'][lead]}; independent {budget} also gives the others {budget} samples)")
-    verdict = (f"use {'C3' if best['algorithm'] == 'c3' else 'MAGRPO'} with plan \"{best['plan']}\": predicted score "
-               f"{best['score']:.3f} vs {(indep if best['algorithm'] == 'c3' else best_tree)['score']:.3f} for the best "
-               f"{'MAGRPO' if best['algorithm'] == 'c3' else 'C3'} plan; {why}")
+    name = {"c3": "C3", "magrpo": "MAGRPO"}
+    point = (f"use {name[best['algorithm']]} with plan \"{best['plan']}\": predicted score {best['score']:.3f} vs "
+             f"{(indep if best['algorithm'] == 'c3' else best_tree)['score']:.3f} for the best "
+             f"{'MAGRPO' if best['algorithm'] == 'c3' else 'C3'} plan; {why}")
+    labels = {"no signal" if e["no_signal"] else e["winner"] or "none" for e in ends}
+    if len(labels) > 1:
+        outcome = "no clear winner"
+        parts = [f"O = {e['O']:.4g}: " + ("no signal left" if e["no_signal"] else
+                                         f"{name.get(e['winner'], 'neither')} (margin {e['margin']:+.3f} {_interval(e)})")
+                 for e in ends]
+        verdict = ("no clear winner: the advice hinges on the outcome variance O of a complete path, which this diagnosis "
+                   "cannot measure (c = 1 at the last decision point): " + "; ".join(parts) + ". Pass --outcome-variance "
+                   "(0 for a deterministic reward) to decide; at O = 0 the point estimate is: " + point)
+    elif main["winner"] is None:
+        outcome = "no clear winner"
+        verdict = (f"no clear winner: the margin of the best C3 plan over MAGRPO is {main['margin']:+.3f} "
+                   f"{_interval(main)}, an interval that straddles 0 (the diagnosis' own sampling noise); more groups in "
+                   f"c3 diagnose narrow it. The point estimate: {point}")
+    else:
+        outcome = main["winner"]
+        verdict = point + f"; margin {main['margin']:+.3f} {_interval(main)}"
+        if len(ends) > 1:
+            verdict += " at every outcome variance O from 0 to the last point's reward variance"
     points = [{"u": u, "role": r, "S": var["S"][u], "sigma2": var["sigma2"][u], "upstream_U": var["U"][u],
                "lr_scale": scale[u], "weight": weights[u]} for u, r in enumerate(var["roles"])]
     return {"workflow": diagnosis.get("workflow"), "budget": budget, "outcome_variance": var["O"], "T": var["T"],
-            "decisions": points, "plans": rows, "algorithm": best["algorithm"], "plan": best["plan"],
-            "c3_over_magrpo": ratio, "verdict": verdict}
+            "outcome_variance_known": known, "decisions": points, "plans": rows, "algorithm": best["algorithm"],
+            "plan": best["plan"], "c3_over_magrpo": ratio, "outcome": outcome,
+            "margin": {"c3_minus_magrpo": main["margin"], "ci95": main["ci95"], "resamples": main["resamples"],
+                       "by_outcome_variance": [{"O": e["O"], "winner": e["winner"], "no_signal": e["no_signal"],
+                                                "margin": e["margin"], "ci95": e["ci95"]} for e in ends]},
+            "verdict": verdict}
+
+
+def _interval(entry: Mapping[str, Any]) -> str:
+    ci = entry.get("ci95")
+    if ci is None:
+        return "[95% interval n/a: the diagnosis has no bootstrap replicates (an exact diagnosis, or one from before them)]"
+    return f"[{ci[0]:+.3f}, {ci[1]:+.3f}] (95%, {entry.get('resamples')} bootstrap replicates of the diagnosis)"
 
 
 def _tree(row: Mapping[str, Any]) -> list[int]:
@@ -171,4 +281,11 @@ def print_advice(result: Mapping[str, Any], top: int = 8) -> None:
         shown = shown + [r for r in result["plans"] if r["algorithm"] == "magrpo"]
     for r in shown:
         print(f"{r['plan']:>22} {r['algorithm']:>9} " + " ".join(f"{x:>14.3f}" for x in r["snr"]) + f" {r['score']:>7.3f}")
+    margin = result.get("margin") or {}
+    if margin:
+        print(f"\nmargin, best C3 plan minus MAGRPO: {margin['c3_minus_magrpo']:+.4f} "
+              + (f"[{margin['ci95'][0]:+.4f}, {margin['ci95'][1]:+.4f}] 95% over {margin['resamples']} replicates"
+                 if margin.get("ci95") else "[95% interval n/a: no bootstrap replicates in the diagnosis]")
+              + ("" if result.get("outcome_variance_known", True) else "; O unknown, advice at O = 0 and O = its maximum"))
+    print(f"outcome: {result.get('outcome', result['algorithm'])}")
     print("\nverdict: " + result["verdict"])

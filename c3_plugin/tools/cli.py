@@ -131,7 +131,8 @@ def console(argv: list[str] | None = None) -> int:
     adv.add_argument("--lr-scale", type=float, nargs="+", default=None,
                      help="per decision point multiplier of the step size (0: frozen, no vote); default 1 each")
     adv.add_argument("--outcome-variance", type=float, default=None,
-                     help="variance of the reward of one complete path (default: the diagnosis' own, else 0: deterministic reward)")
+                     help="variance of the reward of one complete path (default: the diagnosis' own; else unknown: the advice "
+                          "is worked out at O = 0 and at its maximum, and says 'no clear winner' when they disagree)")
     adv.add_argument("--out", default=None, help="where the advice JSON goes (default advice.json beside diagnose.json)")
     aud = sub.add_parser("audit", help="credit every message of recorded runs by re-entering their decision points")
     aud.add_argument("--run", required=True, help="a run folder with traces.jsonl (trained with save_traces: true)")

@@ -33,7 +33,7 @@ from c3_plugin.core.config import ConfigError, RunConfig, load_config
 from c3_plugin.core.registry import resolve, section
 from c3_plugin.core.stats import area_under_curve, compare_table, holm, summarize
 from c3_plugin.run.budget import expected_budget
-from c3_plugin.run.dry_run import DERIVED, optimisation_settings, prepare
+from c3_plugin.run.dry_run import DERIVED, STEPS, optimisation_settings, prepare, steps_line
 from c3_plugin.run.report import ACCURACY_METRICS, eval_metrics
 
 COSTS = (("env_steps", ("env_steps",)), ("messages", ("totals", "messages")), ("tokens", ("totals", "tokens_generated")),
@@ -153,11 +153,13 @@ def controlled(configs: dict[tuple[str, int], RunConfig], allow: bool | Sequence
         raise ConfigError(f"--allow-differences names no setting of {', '.join(algorithms)}: {hints}")
     allowed = sorted(uncontrolled) if allow is True else sorted(k for k in named if k in uncontrolled)
     refused = sorted(k for k in uncontrolled if k not in allowed)
-    kinds = {k: ("refused" if k in refused else "allowed" if k in allowed else "derived" if k in DERIVED else "credit")
+    kinds = {k: ("refused" if k in refused else "allowed" if k in allowed else "derived" if k in (*DERIVED, STEPS) else "credit")
              for k in differences}
     record = {"algorithms": algorithms, "differences": differences, "kind": kinds, "uncontrolled": uncontrolled,
               "allowed": allowed, "consent": "all" if allow is True else "named" if named else "none",
-              "credit_fields": listing["credit_fields"], "ignored": listing["ignored"]}
+              "credit_fields": listing["credit_fields"], "ignored": listing["ignored"],
+              "optimizer_steps": {a: table[a].get(STEPS) for a in table},
+              "optimizer_steps_beside_warmup": listing.get("steps_beside_warmup") or {}}
     if refused:
         credit = "; ".join(f"{a}: " + ", ".join(c) for a, c in listing["credit_fields"].items())
         named_pairs = ", ".join(f"{k} (" + ", ".join(uncontrolled[k]) + ")" for k in refused)
@@ -168,6 +170,12 @@ def controlled(configs: dict[tuple[str, int], RunConfig], allow: bool | Sequence
             f"--allow-differences {' '.join(refused)} (these) or a bare --allow-differences (every difference); "
             "the consent is recorded in summary.json and summary.md")
     return record
+
+
+def record_steps_line(record: dict[str, Any]) -> str:
+    """Each arm's optimizer steps per agent and what their difference is (:func:`c3_plugin.run.dry_run.steps_line`)."""
+    return steps_line(record.get("optimizer_steps") or {}, record.get("optimizer_steps_beside_warmup") or {},
+                      STEPS in record["uncontrolled"], STEPS in record["allowed"])
 
 
 def _cell(value: Any) -> str:
@@ -311,7 +319,7 @@ def markdown(result: dict) -> str:
         lines += ["", "## Settings that differ", "",
                   "credit: the algorithm's own estimator (and the plan it needs); derived: follows from those; allowed: "
                   f"another difference, compared with consent (--allow-differences: {record['consent']}).", "",
-                  differences_table(record)]
+                  differences_table(record), "", record_steps_line(record)]
     lines += ["", "## Costs per run (mean +- std [95% CI])", "", "| cost | " + " | ".join(algos) + " |", "| --- |" + " --- |" * len(algos)]
     for name, per in result["costs"].items():
         lines.append(f"| {name} | " + " | ".join(_fmt(per[a]) if a in per else "-" for a in algos) + " |")
@@ -328,7 +336,8 @@ def compare(cfg_path: str | Path, algorithms: Sequence[str], seeds: Sequence[int
     configs = plan(cfg_path, algorithms, seeds, out, overrides)
     record = controlled(configs, allow_differences)
     log("[compare] effective settings that differ (credit: the algorithm's own estimator; derived: follows from it):\n"
-        + differences_table(record) + f"\n[compare] consent to other differences: {record['consent']}"
+        + differences_table(record) + f"\n[compare] {record_steps_line(record)}"
+        + f"\n[compare] consent to other differences: {record['consent']}"
         + (f" ({', '.join(record['allowed'])})" if record["allowed"] else ""))
     out.mkdir(parents=True, exist_ok=True)
     if run:

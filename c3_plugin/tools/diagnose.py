@@ -149,6 +149,16 @@ def raw_groups(out_dir: str | Path, u: int, groups: int | None = None) -> np.nda
     return chunk_groups(chunks, u, groups)
 
 
+BOOTSTRAP_RESAMPLES = 200  # replicates of each decision point's statistics kept in diagnose.json (c3 advise's interval)
+
+
+def resamples(groups: int, seed: int, count: int = BOOTSTRAP_RESAMPLES) -> list[np.ndarray]:
+    """``count`` bootstrap resamples of ``groups`` group indices, seeded: the replicates ``c3 advise`` recomputes its
+    margin on (its interval from the diagnosis' own sampling noise)."""
+    rng = np.random.default_rng(seed + 7919)
+    return [rng.integers(0, groups, groups) for _ in range(count)]
+
+
 def decision_report(groups: np.ndarray, outcomes: np.ndarray | None = None, seed: int = 0) -> dict[str, Any]:
     """Statistics of one decision point from its groups ``[G, n, c]`` (and categorical outcomes of the same shape)."""
     g, n, c = groups.shape
@@ -160,7 +170,11 @@ def decision_report(groups: np.ndarray, outcomes: np.ndarray | None = None, seed
     if c < 2:
         rep["note"] = "last decision point: each alternative's return is its own reward (c = 1), so no split-half or noise law"
         if n >= 2:  # its signal plus the reward's own noise, which c = 1 cannot split (c3 advise)
-            rep["reward_variance"] = float(np.mean(np.nanmean(groups, -1).var(-1, ddof=1)))
+            def spread(x: np.ndarray) -> float:
+                return float(np.mean(np.nanmean(x, -1).var(-1, ddof=1)))
+
+            rep["reward_variance"] = spread(groups)
+            rep["bootstrap"] = {"reward_variance": [spread(groups[idx]) for idx in resamples(g, seed)]}
         return rep
     even, odd = groups[..., 0::2], groups[..., 1::2]
 
@@ -177,6 +191,8 @@ def decision_report(groups: np.ndarray, outcomes: np.ndarray | None = None, seed
     rep.update({"return_variance": credit.pooled_return_variance(groups), "signal_S": signal, "noise_N": noise_n,
                 "implied": implied, "usable": int(used.sum()), "split_half": sh, "split_half_lo": sh_lo, "split_half_hi": sh_hi})
     rep["implied_lo"], rep["implied_hi"] = bootstrap_ci(lambda idx: signal_noise(groups[idx])[2], g, seed=seed)
+    draws = [(signal_noise(groups[idx])[0], credit.pooled_return_variance(groups[idx])) for idx in resamples(g, seed)]
+    rep["bootstrap"] = {"signal_S": [d[0] for d in draws], "return_variance": [d[1] for d in draws]}
     if c % 2 == 0:
         def ratio(idx: np.ndarray) -> float:
             obs, law = noise(idx)

@@ -54,6 +54,7 @@ class WorkflowConfig(MAGRPOConfig):
     instances_per_update: int | None = None  # task instances per rollout batch (one materialisation, one update; None: rollout_buffer_size, CoMLRL's prompts per update)
     ppo_epochs: int = 1  # passes over each rollout batch
     minibatch_size: int | None = None  # messages per optimizer step (None: all of an agent's messages in the batch)
+    minibatches_per_ppo_epoch: int | None = None  # the equal-steps setting: each policy's messages of a rollout batch split into this many minibatches (optimizer steps per PPO epoch; fewer only when it has fewer messages), whatever its message count; the same value in both arms of a head-to-head gives every agent the same optimizer steps (None: minibatch_size decides; the two are exclusive)
     micro_batch_size: int = 8  # messages per forward(/backward) pass: of the update (gradient accumulation) and of the behaviour log-prob recomputation after sampling; bounds the full-vocabulary logits held at once
     clip_eps: float = 0.2  # PPO clip range (lower side, and upper side unless clip_eps_high is set)
     clip_eps_high: float | None = None  # optional larger upper clip (None: clip_eps)
@@ -117,6 +118,13 @@ class WorkflowConfig(MAGRPOConfig):
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.minibatch_size is not None and self.minibatch_size < 1:
             raise ValueError(f"minibatch_size must be >= 1 or None, got {self.minibatch_size}")
+        if self.minibatches_per_ppo_epoch is not None:
+            if self.minibatches_per_ppo_epoch < 1:
+                raise ValueError(f"minibatches_per_ppo_epoch must be >= 1 or None, got {self.minibatches_per_ppo_epoch}")
+            if self.minibatch_size is not None:
+                raise ValueError(f"minibatch_size ({self.minibatch_size} messages per step) and minibatches_per_ppo_epoch "
+                                 f"({self.minibatches_per_ppo_epoch} steps per PPO epoch) both size the minibatches: keep "
+                                 "one (minibatch_size: null for the equal-steps setting)")
         if not 0 < self.clip_eps < 1:
             raise ValueError(f"clip_eps must be in (0, 1), got {self.clip_eps}")
         if self.generation_backend not in ("hf", "vllm"):

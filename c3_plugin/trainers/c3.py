@@ -60,12 +60,13 @@ class C3Config(ActorCriticFields, WorkflowConfig):
                                                 "credit_diagnostics", "allow_estimator_change")
     estimator_description: ClassVar[str] = "leave-one-out over counterfactual continuations (credit: {credit})"
     estimator_rules: ClassVar[tuple[str, ...]] = ("advantage_mode_unread", "clip_high_equals_clip", "no_group",
-                                                  "group_zscore_changes_estimator")  # core/estimator_rules.py RULES
+                                                  "group_zscore_changes_estimator",
+                                                  "value_assisted_changes_estimator")  # core/estimator_rules.py RULES
     plan: str | dict[str, Any] | None = None  # C3 needs groups: a tree (or diagnostic) plan (None: num_generations joint actions per turn split over its decision points, [2, 4] for 8 over two; comlrl_compat.default_plan)
     credit_diagnostics: bool = True  # log credit/* diagnostics (variance, reliability, influence, noise law) per batch
     share_parallel_samples: bool = True  # sample a parallel role once per distinct context, reuse it under each sibling alternative, train it once
-    allow_estimator_change: bool = False  # accept a setting that turns the leave-one-out credit into another estimator (advantage_scaling: group_zscore); c3_plugin/core/estimator_rules.py
-    credit: str = "loo"  # "loo": the paper's reward-only leave-one-out; "value_assisted": the reference code's default, a learned Q_hat(h_u, a) baseline mixed in by q_critic_alpha, then z-scored per group
+    allow_estimator_change: bool = False  # accept a setting that turns the leave-one-out credit into another estimator (advantage_scaling: group_zscore, credit: value_assisted); c3_plugin/core/estimator_rules.py
+    credit: str = "loo"  # "loo": the paper's reward-only leave-one-out; "value_assisted": the reference code's default, a learned Q_hat(h_u, a) mixed into the other alternatives' baseline by q_critic_alpha, then z-scored per group, which makes Q_hat a bonus for the alternative it rates (another estimator: needs allow_estimator_change)
     q_critic_model: str | None = None  # value_assisted: backbone of Q_hat (None: a copy of agent 0's model; the paper's critic comparison used mmBERT-base)
     q_critic_alpha: float = 1.0  # value_assisted: weight in [0, 1] of Q_hat's leave-one-out baseline against the returns' (0: z-scored LOO; 1: the reference's default)
     q_critic_learning_rate: float = 5e-5  # value_assisted: Q_hat's AdamW learning rate (the reference code's default)

@@ -19,6 +19,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from c3_plugin.core.registry import learned_critic
+
 SCHEDULES = ("constant", "cosine", "linear")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
@@ -77,11 +79,24 @@ class LRSchedule:
         self.steps = int(state["steps"])
 
 
-def policy_optimizer_steps(args: Any, workflow: Any, train: Any, groups: Sequence[Sequence[int]]) -> dict[int, int]:
+def steps_per_ppo_epoch(args: Any, messages: int) -> int:
+    """Optimizer steps one PPO epoch takes over a policy's ``messages`` of a rollout batch (all ranks together):
+    ``minibatches_per_ppo_epoch`` (the equal-steps setting; fewer only when there are fewer messages), else
+    ``ceil(messages / minibatch_size)``, else 1 (the whole batch in one step)."""
+    if not messages:
+        return 0
+    k = getattr(args, "minibatches_per_ppo_epoch", None)
+    if k:
+        return min(int(k), int(messages))
+    return math.ceil(messages / args.minibatch_size) if args.minibatch_size else 1
+
+
+def policy_optimizer_steps(args: Any, workflow: Any, train: Any, groups: Sequence[Sequence[int]],
+                           warmup: bool = True) -> dict[int, int]:
     """Optimizer steps each policy takes over the whole run, by the first agent of its group (``groups``: the
     agents that share one model, one optimizer): per rollout batch, ``ppo_epochs`` passes of
-    ``ceil(messages / minibatch_size)`` steps (1 without a minibatch size) over the messages its agents are
-    credited for, MAPPO's critic warm-up batches excluded. ``train`` is the training set (or its row count)."""
+    :func:`steps_per_ppo_epoch` steps over the messages its agents are credited for, MAPPO's critic warm-up
+    batches excluded (counted as trained with ``warmup=False``). ``train`` is the training set (or its row count)."""
     from c3_plugin.core.curriculum import epoch_rows
     from c3_plugin.core.plan import parse_plan
     from c3_plugin.core.rollout import unique_samples
@@ -94,11 +109,12 @@ def policy_optimizer_steps(args: Any, workflow: Any, train: Any, groups: Sequenc
     shared = bool(getattr(args, "share_parallel_samples", False)) and plan.kind != "independent"
     unique = unique_samples(workflow, branching, shared)
     credited = range(workflow.num_decisions) if plan.kind == "independent" else plan.credit_points(workflow.num_decisions)
-    warmup = int(getattr(args, "critic_warmup_updates", 0))
+    critic = learned_critic(args)
+    warmup = critic.policy_warmup_updates if warmup and critic else 0  # batches that train only a critic (MAPPO's warm-up)
     out = {}
     for group in groups:
         per_instance = sum(unique[u] for u in credited if workflow.roles[workflow.decision_steps[u].name].agent in group)
-        out[group[0]] = sum(int(args.ppo_epochs) * (math.ceil(per_instance * size / args.minibatch_size) if args.minibatch_size else 1)
+        out[group[0]] = sum(int(args.ppo_epochs) * steps_per_ppo_epoch(args, per_instance * size)
                             for b, size in enumerate(batches) if b >= warmup and per_instance)
     return out
 

@@ -58,10 +58,15 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, 
     device = next(model.parameters()).device
     params = list(params) if params is not None else [p for p in model.parameters() if p.requires_grad]
     check_trainable_fp32(params, "ppo_update")
-    mb = int(args.minibatch_size) // world if args.minibatch_size else max(len(samples), 1)
-    steps_per_epoch = int(all_sum([math.ceil(len(samples) / mb)], op="max")[0]) if world > 1 else math.ceil(len(samples) / mb)
-    if args.minibatch_size is None and world > 1:
-        steps_per_epoch = 1
+    if getattr(args, "minibatches_per_ppo_epoch", None):  # the equal-steps setting: k minibatches of every rank's share
+        total = int(all_sum([len(samples)])[0]) if world > 1 else len(samples)
+        steps_per_epoch = min(int(args.minibatches_per_ppo_epoch), total)
+        mb = max(1, math.ceil(len(samples) / steps_per_epoch))
+    else:
+        mb = int(args.minibatch_size) // world if args.minibatch_size else max(len(samples), 1)
+        steps_per_epoch = int(all_sum([math.ceil(len(samples) / mb)], op="max")[0]) if world > 1 else math.ceil(len(samples) / mb)
+        if args.minibatch_size is None and world > 1:
+            steps_per_epoch = 1
     micro = int(args.micro_batch_size)
     temperature = float(args.temperature if temperature is None else temperature)  # the temperature the samples were drawn at
     kl_coef = float(getattr(args, "reference_kl_coef", 0.0)) if ref_model is not None else 0.0

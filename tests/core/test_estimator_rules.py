@@ -41,6 +41,8 @@ EXAMPLES = {
                               ("mappo", {"clip_eps_high": 0.2})],
     "no_group": [("c3", {"plan": "tree [1, 1]"})],
     "group_zscore_changes_estimator": [("c3", {"advantage_scaling": "group_zscore"})],
+    "value_assisted_changes_estimator": [("c3", {"credit": "value_assisted"}),
+                                         ("c3", {"credit": "value_assisted", "q_critic_alpha": 0.5})],
 }
 
 

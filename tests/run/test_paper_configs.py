@@ -40,7 +40,7 @@ def test_every_recipe_value_is_set_and_sourced():
 
 
 def test_the_reference_variants_are_one_override_away():
-    ref = load_config(PAPER / "c3.yaml", OFFLINE + ["c3.credit=value_assisted", "agents.policy=shared"])
+    ref = load_config(PAPER / "c3.yaml", OFFLINE + ["c3.credit=value_assisted", "c3.allow_estimator_change=true", "agents.policy=shared"])
     assert ref.algo.credit == "value_assisted" and ref.agents.policy == "shared"
     kl = load_config(PAPER / "reference_kl.yaml", OFFLINE + ["algorithm=magrpo"])
     assert (kl.algo.kl_reward_coef, kl.algo.kl_reward_target, kl.algo.kl_reward_estimator) == (0.01, 0.1, "k3")
@@ -91,3 +91,56 @@ def test_the_reference_kl_recipe_is_a_difference_that_needs_consent(tmp_path):
     record = controlled(configs, ["kl_reward_coef", "kl_reward_target"])
     assert record  # allowed by name, and recorded
     controlled(plan(PAPER / "c3.yaml", ["c3", "magrpo", "mappo"], [0], tmp_path / "cmp2", OFFLINE))  # credit only
+
+
+def test_at_paper_scale_the_optimizer_steps_differ_four_fold_and_the_equal_steps_setting_levels_them():
+    """configs/math/paper on the full MATH + CMATH train set (8,598 rows, 137,568 env steps each arm): at 256
+    messages per step C3's Reasoner (2 messages per instance) steps 680 times, MAGRPO's (8) 2,690; the dry-run
+    shows both and says c3 compare needs consent. minibatches_per_ppo_epoch: 4 in both arms gives 2,720 each."""
+    from c3_plugin.core.config import build_workflow
+    from c3_plugin.core.domain import load_domain
+    from c3_plugin.run.budget import expected_budget
+
+    rows = 7500 + 1098
+    counts = {}
+    for extra in ([], ["c3.minibatch_size=null", "magrpo.minibatch_size=null", "c3.minibatches_per_ppo_epoch=4",
+                       "magrpo.minibatches_per_ppo_epoch=4"]):
+        for name in ("c3", "magrpo"):
+            cfg = load_config(PAPER / f"{name}.yaml", OFFLINE + extra)
+            budget = expected_budget(cfg, build_workflow(cfg, load_domain("math")), rows)
+            assert budget["expected_env_steps"] == 137568
+            counts[name, bool(extra)] = budget["expected_optimizer_updates_per_agent"]
+    assert counts["c3", False] == [680, 2690] and counts["magrpo", False] == [2690, 2690]
+    assert counts["c3", True] == counts["magrpo", True] == [2720, 2720]
+    shared = load_config(PAPER / "reference.yaml", OFFLINE + ["algorithm=c3"])
+    budget = expected_budget(shared, build_workflow(shared, load_domain("math")), rows)
+    (policy,) = budget["optimizer_updates_per_policy"]  # one model, one count: both roles' 10 messages per instance
+    assert policy["roles"] == ["Reasoner", "Actor"] and policy["updates"] == 2 * (67 * 5 * 5 + 5 * 1)
+
+
+def test_the_reference_setting_ships_as_its_own_config_and_compares_as_a_controlled_pair(tmp_path):
+    """reference.yaml: the reference code's setting (one shared policy, value_assisted credit acknowledged, a
+    per-group z-score for C3 and MAGRPO, the KL penalty on every method); c3 compare runs it as a credit-only pair
+    once the unequal optimizer steps are consented to, as it runs the paper-text files."""
+    import warnings
+
+    cfgs = {a: load_config(PAPER / "reference.yaml", OFFLINE + [f"algorithm={a}"]) for a in ("c3", "magrpo", "mappo")}
+    assert cfgs["c3"].agents.policy == "shared" and cfgs["c3"].algo.credit == "value_assisted"
+    assert cfgs["c3"].algo.allow_estimator_change and cfgs["c3"].algo.advantage_scaling == "group_zscore"
+    assert cfgs["magrpo"].algo.advantage_scaling == "group_zscore"
+    for a in cfgs.values():
+        assert (a.algo.kl_reward_coef, a.algo.kl_reward_target, a.algo.kl_reward_estimator) == (0.01, 0.1, "k3")
+    with pytest.raises(ConfigError, match="value_assisted_changes_estimator"):  # unacknowledged, it is refused
+        load_config(PAPER / "reference.yaml", OFFLINE + ["c3.allow_estimator_change=false"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        record = controlled(plan(PAPER / "reference.yaml", ["c3", "magrpo"], [0], tmp_path / "ref", OFFLINE),
+                            ["optimizer_updates_per_agent"])
+    assert set(record["kind"].values()) <= {"credit", "derived", "allowed"}
+    assert "kl_reward_coef" not in record["differences"] and "advantage_scaling" not in record["differences"]
+    report = dry_run_report(cfgs["c3"])
+    assert report["status"] == "unverified" and not report["errors"]
+    from c3_plugin.run.dry_run import summary
+
+    line = next(x for x in summary(report).splitlines() if x.startswith("optimizer steps per agent:"))
+    assert "c3 [" in line and "magrpo [" in line and "unequal: c3 compare refuses it" in line  # every arm's steps, shown

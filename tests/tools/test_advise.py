@@ -167,3 +167,42 @@ def test_diagnose_reports_the_last_points_reward_variance():
     rep = decision_report(groups)
     assert rep["reward_variance"] == pytest.approx(float(np.mean(groups[..., 0].var(-1, ddof=1))), abs=1e-12)
     assert "signal_S" not in rep
+
+
+def sampled_diagnosis(S, O, groups, n=4, c=4, seed=0, known=True):
+    """A diagnose.json built by c3 diagnose's own statistics (decision_report, with its bootstrap replicates) from
+    groups sampled from the additive model: a Reasoner with continuations, then an Actor (c = 1)."""
+    rng = np.random.default_rng(seed)
+    first = rng.normal(0, np.sqrt(S[0]), (groups, n, 1)) + rng.normal(0, np.sqrt(S[1] + O), (groups, n, c))
+    last = rng.normal(0, np.sqrt(S[1]), (groups, n, 1)) + rng.normal(0, np.sqrt(O), (groups, n, 1))
+    d = {"workflow": "t", "decision_points": ["Reasoner", "Actor"],
+         "decisions": [{"u": 0, "role": "Reasoner", **decision_report(first, seed=seed)},
+                       {"u": 1, "role": "Actor", **decision_report(last, seed=seed + 1)}]}
+    return {**d, "outcome_variance": O} if known else d
+
+
+def test_the_advice_carries_an_interval_from_the_diagnosis_own_noise_and_says_no_clear_winner_when_it_straddles():
+    clear = advise(sampled_diagnosis([0.1, 0.008], 0.11, 60), 8, [0, 1])  # frozen Reasoner, learning Actor
+    low, high = clear["margin"]["ci95"]
+    assert clear["outcome"] == "c3" and 0 < low <= clear["margin"]["c3_minus_magrpo"] <= high
+    assert clear["margin"]["resamples"] >= 100 and clear["verdict"].startswith("use C3") and "95%" in clear["verdict"]
+    vague = advise(sampled_diagnosis([0.03, 0.02], 0.05, 16), 8)  # 16 groups: the interval straddles 0
+    low, high = vague["margin"]["ci95"]
+    assert low < 0 < high and vague["outcome"] == "no clear winner" and vague["verdict"].startswith("no clear winner")
+    sure = advise(sampled_diagnosis([0.03, 0.02], 0.05, 400), 8)  # the same team measured on 400 groups
+    assert sure["outcome"] == "magrpo" and sure["margin"]["ci95"][1] < 0
+    exact = advise(diagnosis([0.1, 0.008], 0.11), 8, [0, 1])  # no replicates (an exact diagnosis): n/a, never +- 0
+    assert exact["margin"]["ci95"] is None and "interval n/a" in exact["verdict"] and "+- 0" not in exact["verdict"]
+
+
+def test_an_unmeasured_outcome_variance_is_never_chosen_silently():
+    d = sampled_diagnosis([0.05, 0.01], 0.1, 400, known=False)  # c = 1 at the Actor: O not measurable
+    r = advise(d, 8)
+    assert not r["outcome_variance_known"] and [e["O"] for e in r["margin"]["by_outcome_variance"]][0] == 0.0
+    assert r["outcome"] == "no clear winner" and "hinges on the outcome variance" in r["verdict"]
+    assert "--outcome-variance" in r["verdict"]
+    stated = advise(d, 8, outcome_variance=0.0)  # stated: one answer
+    assert stated["outcome_variance_known"] and len(stated["margin"]["by_outcome_variance"]) == 1
+    assert stated["outcome"] == "magrpo"
+    with pytest.raises(ValueError, match=r"reward variance is .* below"):  # an O that eats every signal: named, with the bound
+        advise(d, 8, [0, 1], outcome_variance=0.5)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from c3_plugin.tools.compare import aggregate, compare, controlled, plan
+from c3_plugin.tools.compare import aggregate, compare, controlled, markdown, plan, record_steps_line
 from c3_plugin.core.config import ConfigError
 from c3_plugin.core.stats import summarize
 from c3_plugin.run.testing import template_config
@@ -314,6 +314,7 @@ def test_shipped_head_to_heads_differ_in_credit_only(path, algorithms, overrides
         record = controlled(plan(ROOT / path, algorithms, [0], tmp_path / "h2h", overrides))
     assert record["uncontrolled"] == {} and record["allowed"] == []
     assert set(record["kind"].values()) <= {"credit", "derived"}
+    assert record["optimizer_steps"]["c3"] == record["optimizer_steps"]["magrpo"]  # every agent steps as often in both arms
     if "mappo" not in algorithms:
         assert "advantage_scaling" not in record["differences"]
     else:
@@ -363,3 +364,30 @@ def test_compare_shows_its_runs_progress_before_each_run(tmp_path, monkeypatch, 
     assert [line.rsplit(", ", 1)[1] for line in lines] == ["running magrpo-s0]", "running c3-s1]", "running magrpo-s1]", "done]"]
     assert all(line.startswith("compare: ") and "<" in line for line in lines)
     assert "<?" in lines[0] and "<?" not in lines[2]  # the time left, once a run has finished
+
+
+def test_unequal_optimizer_steps_are_shown_and_compared_only_with_consent(tmp_path):
+    """A head-to-head whose arms step an agent unequally often differs in more than credit: c3 compare refuses it
+    without consent and says so; the equal-steps setting in both arms makes it a credit-only comparison."""
+    import warnings
+
+    path = ROOT / "configs/math/h2h_cpu.yaml"
+    per_step = ["c3.minibatch_size=4", "magrpo.minibatch_size=4"]  # C3's Reasoner writes 2 messages per instance, MAGRPO's 8
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ConfigError, match="optimizer_updates_per_agent") as refused:
+            controlled(plan(path, ["c3", "magrpo"], [0], tmp_path / "a", per_step))
+        assert "refused" in str(refused.value)
+        record = controlled(plan(path, ["c3", "magrpo"], [0], tmp_path / "b", per_step), ["optimizer_updates_per_agent"])
+        c3_steps, magrpo_steps = record["optimizer_steps"]["c3"], record["optimizer_steps"]["magrpo"]
+        assert c3_steps[0] < c3_steps[1] == magrpo_steps[0] == magrpo_steps[1]
+        assert record["kind"]["optimizer_updates_per_agent"] == "allowed"
+        assert "unequal, compared with consent" in record_steps_line(record)
+        equal = ["c3.minibatch_size=null", "magrpo.minibatch_size=null", "c3.minibatches_per_ppo_epoch=2",
+                 "magrpo.minibatches_per_ppo_epoch=2"]
+        record = controlled(plan(path, ["c3", "magrpo"], [0], tmp_path / "c", equal))
+    assert record["optimizer_steps"]["c3"] == record["optimizer_steps"]["magrpo"] and record["uncontrolled"] == {}
+    assert record_steps_line(record).endswith("(equal)")
+    text = markdown({"algorithms": ["c3", "magrpo"], "seeds": [0], "missing_runs": [], "metrics": [], "final": {},
+                     "auc": {}, "costs": {}, "controlled_comparison": record})
+    assert "optimizer steps per agent: c3 " in text  # summary.md shows each arm's steps

@@ -294,3 +294,41 @@ def test_top_p_and_top_k_reach_hf_sampling_and_logprobs_stay_full_vocabulary(tmp
     again = trainer.backend.behaviour_logprobs(e.agent, [list(e.prompt_ids)], [list(e.token_ids)], 0.7)[0]
     assert again == pytest.approx(e.logprobs, abs=1e-5)  # the temperature-scaled full-vocabulary log-probs
     assert Sampling(top_k=None).top_k is None and sampling_config(Sampling(), 4, [0], 0, 1).top_k == 0
+
+
+# ----- the optimizer steps the plan prints are the ones that run -------------------------------------
+def test_the_shared_policy_plan_prints_one_count_for_the_one_model_and_it_is_what_runs(tmp_path):
+    cfg = config(tmp_path, agents={"policy": "shared"}, minibatch_size=4, ppo_epochs=2)
+    _, wf, train, _ = prepare(cfg)
+    budget = expected_budget(cfg, wf, train)
+    (policy,) = budget["optimizer_updates_per_policy"]  # one model plays both roles: one count, not one per role
+    assert policy["agents"] == [0, 1] and policy["roles"] == ["Reasoner", "Actor"]
+    assert policy["updates"] == 3 * 2 * math.ceil((2 + 8) / 4)  # per batch both roles' 10 messages, 4 per step
+    assert budget["expected_optimizer_updates_per_agent"] == [policy["updates"]] * 2  # each role's model steps that often
+    trainer = build(tmp_path, cfg, models=lambda tok: [tiny_model(tok, 0)] * 2)
+    seen = record_steps(trainer)
+    trainer.train()
+    assert [len(r) for r in seen.values()] == [policy["updates"]]  # per role it would have printed [3*2*1, 3*2*2]
+    from c3_plugin.run.dry_run import dry_run_report, summary
+
+    assert f"one shared policy (Reasoner, Actor) {policy['updates']} optimizer updates" in summary(dry_run_report(cfg))
+
+
+@pytest.mark.parametrize("algorithm", ["c3", "magrpo"])
+def test_the_equal_steps_setting_gives_every_agent_the_same_optimizer_steps(tmp_path, algorithm):
+    """minibatches_per_ppo_epoch: each policy's messages of a batch in k minibatches, whatever their count: C3's
+    Reasoner (2 messages per instance) steps as often as its Actor (8) and as MAGRPO's agents (8 each)."""
+    cfg = config(tmp_path, algorithm, minibatches_per_ppo_epoch=2, ppo_epochs=2,
+                 **({"plan": "independent 8"} if algorithm == "magrpo" else {}))
+    _, wf, train, _ = prepare(cfg)
+    expected = expected_budget(cfg, wf, train)["expected_optimizer_updates_per_agent"]
+    assert expected == [3 * 2 * 2, 3 * 2 * 2]
+    trainer = build(tmp_path, cfg)
+    seen = record_steps(trainer)
+    trainer.train()
+    assert [len(seen[id(trainer.optimizers[a])]) for a in range(2)] == expected
+    plain = config(tmp_path, algorithm, minibatch_size=4, ppo_epochs=2, **({"plan": "independent 8"} if algorithm == "magrpo" else {}))
+    counts = expected_budget(plain, wf, train)["expected_optimizer_updates_per_agent"]
+    assert counts == ([3 * 2 * 1, 3 * 2 * 2] if algorithm == "c3" else [3 * 2 * 2] * 2)  # messages per step: unequal under C3
+    with pytest.raises(ConfigError, match="both size the minibatches"):
+        config(tmp_path, algorithm, minibatches_per_ppo_epoch=2, minibatch_size=4)

@@ -76,7 +76,7 @@ def test_bad_inputs_are_refused():
     with pytest.raises(ValueError, match="credit must be one of"):
         C3Config(credit="value")
     with pytest.raises(ValueError, match="q_critic_alpha"):
-        C3Config(credit="value_assisted", q_critic_alpha=-0.1)
+        C3Config(credit="value_assisted", q_critic_alpha=-0.1, allow_estimator_change=True)
 
 
 def parity_reward(*completions, batch_items=None, prompts=None):
@@ -107,7 +107,7 @@ def test_loo_credit_is_unchanged_and_builds_no_critic():
 
 
 def test_value_assisted_credits_with_the_critic_and_trains_it():
-    tr, ds = make_trainer(credit="value_assisted", q_critic_learning_rate=1e-3, q_critic_warmup_updates=0,
+    tr, ds = make_trainer(credit="value_assisted", allow_estimator_change=True, q_critic_learning_rate=1e-3, q_critic_warmup_updates=0,
                           q_critic_max_tokens=24)
     critic = tr.critics[0]
     assert tr.critics[0] is tr.q_critic.module and tr.critic_optimizer is tr.q_critic.optimizer
@@ -135,7 +135,7 @@ def test_value_assisted_credits_with_the_critic_and_trains_it():
 
 
 def test_warmup_leaves_the_critic_term_out():
-    tr, ds = make_trainer(credit="value_assisted", q_critic_warmup_updates=1, q_critic_alpha=1.0)
+    tr, ds = make_trainer(credit="value_assisted", allow_estimator_change=True, q_critic_warmup_updates=1, q_critic_alpha=1.0)
     torch.nn.init.normal_(tr.q_critic.module.head.weight, std=1.0)  # a critic whose term would change the credit
     ro = tr.collect([dict(r) for r in ds])
     credited = tr.compute_advantages(ro)
@@ -147,7 +147,7 @@ def test_warmup_leaves_the_critic_term_out():
 
 
 def test_a_short_value_assisted_run_trains_critic_and_policies_and_resumes_the_critic(tmp_path):
-    tr, _ = make_trainer(credit="value_assisted", q_critic_learning_rate=1e-3, q_critic_max_tokens=32)
+    tr, _ = make_trainer(credit="value_assisted", allow_estimator_change=True, q_critic_learning_rate=1e-3, q_critic_max_tokens=32)
     head = tr.q_critic.module.head.weight.detach().clone()
     policy = [p.detach().clone() for p in tr.agents[1].parameters()]
     tr.train(checkpoint_dir=str(tmp_path / "ckpt"))
@@ -157,7 +157,7 @@ def test_a_short_value_assisted_run_trains_critic_and_policies_and_resumes_the_c
 
     ckpt = latest_checkpoint(tmp_path / "ckpt")
     assert ckpt is not None  # CoMLRL saves critics[0] and critic_optimizer with the agents
-    resumed, _ = make_trainer(credit="value_assisted", q_critic_learning_rate=1e-3, q_critic_max_tokens=32)
+    resumed, _ = make_trainer(credit="value_assisted", allow_estimator_change=True, q_critic_learning_rate=1e-3, q_critic_max_tokens=32)
     assert not torch.equal(resumed.q_critic.module.head.weight, tr.q_critic.module.head.weight)
     resumed.train(checkpoint_dir=str(tmp_path / "ckpt"), resume_from_checkpoint=str(ckpt))  # resumes at the end: no new batch
     assert resumed.update_step == tr.update_step
@@ -176,7 +176,7 @@ def test_value_assisted_through_the_run_path_logs_the_critic(tmp_path):
     from c3_plugin.run.train import train
     from tests.trainers.test_trainers import run_config, tiny_team
 
-    cfg = run_config(tmp_path, "c3", credit="value_assisted", q_critic_max_tokens=32)
+    cfg = run_config(tmp_path, "c3", credit="value_assisted", allow_estimator_change=True, q_critic_max_tokens=32)
     models, tok = tiny_team()
     with pytest.warns(UserWarning, match="2 alternatives"):
         summary = train(cfg, models=models, tokenizer=tok)
@@ -184,3 +184,29 @@ def test_value_assisted_through_the_run_path_logs_the_critic(tmp_path):
     rows = [r for r in rows if "train/update_step" in r]
     assert len(rows) == 2 and [r["train/q_critic_warmup"] for r in rows] == [1.0, 0.0]
     assert all(np.isfinite(r["train/q_critic_loss"]) and "train/agent1/optimizer_steps" in r for r in rows)
+
+
+def test_the_critic_enters_as_a_bonus_for_the_alternative_it_rates_not_as_a_baseline():
+    """What the estimator rule says of value_assisted, against the reference's formula (the oracle above): with
+    equal continuations, A_j = ((n - alpha) mean(R_j) + alpha Q_j) / (n - 1) + one constant per group, so after the
+    z-score the credit is the z-score of (n - alpha) mean(R_j) + alpha Q_j. A baseline would not depend on the
+    alternative's own value; here raising Q_hat of one alternative raises that alternative's credit."""
+    rng = np.random.default_rng(3)
+    returns = rng.normal(size=(5, 4, 3))  # 5 groups of n = 4 alternatives with 3 continuations each
+    q = rng.normal(size=(5, 4))
+    n = returns.shape[1]
+    for alpha in (0.3, 1.0):
+        mixed = (n - alpha) * returns.mean(-1) + alpha * q
+        z = (mixed - mixed.mean(-1, keepdims=True)) / mixed.std(-1, keepdims=True)
+        reference = oracle(returns, q, alpha)
+        assert reference == pytest.approx(z, abs=1e-6) and value_assisted_advantages(returns, q, alpha) == pytest.approx(z, abs=1e-6)
+    bumped = q.copy()
+    bumped[:, 0] += 1.0  # the critic rates alternative 0 higher; nothing else changes
+    gain = value_assisted_advantages(returns, bumped, 1.0)[:, 0] - value_assisted_advantages(returns, q, 1.0)[:, 0]
+    assert np.all(gain > 0)  # its own credit rises: a bonus, not a variance-reducing baseline
+
+
+def test_value_assisted_needs_the_acknowledgement():
+    with pytest.raises(ValueError, match=r"\[value_assisted_changes_estimator\].*Fix: credit: loo"):
+        C3Config(credit="value_assisted")
+    assert C3Config(credit="value_assisted", allow_estimator_change=True).credit == "value_assisted"
