@@ -19,6 +19,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from c3_plugin.core.curriculum import epoch_rows
+from c3_plugin.core.plan import parse_plan
+from c3_plugin.core.rollout import unique_samples
+
 SCHEDULES = ("constant", "cosine", "linear")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
@@ -82,10 +86,6 @@ def policy_optimizer_steps(args: Any, workflow: Any, train: Any, groups: Sequenc
     agents that share one model, one optimizer): per rollout batch, ``ppo_epochs`` passes of
     ``ceil(messages / minibatch_size)`` steps (1 without a minibatch size) over the messages its agents are
     credited for, MAPPO's critic warm-up batches excluded. ``train`` is the training set (or its row count)."""
-    from c3_plugin.core.curriculum import epoch_rows
-    from c3_plugin.core.plan import parse_plan
-    from c3_plugin.core.rollout import unique_samples
-
     plan = parse_plan(args.plan)
     branching = plan.branching(workflow.num_decisions)
     ipu = int(args.instances_per_update)

@@ -28,7 +28,10 @@ decentralized run.
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+from c3_plugin.core.curriculum import epoch_rows
 
 from c3_plugin.trainers.joint.api import CentralizedAPIError, centralized_api_report, missing_centralized_api, require_centralized_api
 from c3_plugin.trainers.joint.records import check_records, check_replay_dir, is_joint_record, mark_joint
@@ -45,10 +48,6 @@ def joint_magrpo_budget(args: Any, train: Any) -> dict[str, Any]:
     ``rollout_buffer_size`` prompts (and the epoch's remainder) is one update of
     ``ceil(prompts / train_batch_size)`` optimizer steps. ``train`` is the training dataset (or a row count
     without a curriculum)."""
-    import math
-
-    from c3_plugin.core.curriculum import epoch_rows
-
     epochs = int(args.num_train_epochs)
     phases, rows_per_epoch = epoch_rows(getattr(args, "curriculum", None), epochs, train)
     gens, buffer = int(args.num_generations), int(args.rollout_buffer_size)
