@@ -100,13 +100,8 @@ class C3Trainer(WorkflowTrainer):
     def share_identical_contexts(self) -> bool:
         return bool(self.args.share_parallel_samples)
 
-    @property
-    def value_assisted(self) -> bool:
-        """``credit: value_assisted``: a learned ``Q_hat`` (``self.q_critic``) in the baseline."""
-        return self.args.credit == "value_assisted"
-
     def compute_advantages(self, rollout: Rollout) -> list[tuple[np.ndarray, np.ndarray]]:
-        if self.value_assisted:
+        if self.args.credit == "value_assisted":  # a learned Q_hat (self.q_critic) in the baseline
             return self._value_assisted_advantages(rollout)
         out = []
         for u, adv in enumerate(tree_advantages(rollout.rewards)):
@@ -121,7 +116,7 @@ class C3Trainer(WorkflowTrainer):
         self.q_critic: OnlineCritic | None = None
         self._q_batch: tuple[list[list[int]], np.ndarray] | None = None
         self._q_metrics: dict[str, float] = {}
-        if not self.value_assisted:
+        if self.args.credit != "value_assisted":
             return
         if self.share_identical_contexts and any(len(stage) > 1 for stage in self.workflow.parallel_stages()):
             # a shared sample's credit is the mean over its copies, which is exact for the linear leave-one-out
@@ -202,7 +197,7 @@ class C3Trainer(WorkflowTrainer):
         return {**metrics, "train/q_critic_loss": float(np.mean(losses)) if losses else float("nan")}
 
     def update_policies(self, samples: Mapping[int, list[PolicySample]]) -> dict[str, float]:
-        metrics = self.update_q_critic() if self.value_assisted else {}
+        metrics = self.update_q_critic() if self.q_critic is not None else {}
         metrics.update(super().update_policies(samples))
         return metrics
 
