@@ -22,8 +22,8 @@ numbers of times. It follows the HF backend's rules (:mod:`c3_plugin.generation.
   sampler/trainer mismatch (``logprob_mismatch_kl`` / ``_max``) and can correct for it by
   truncated importance sampling (``importance_sampling_cap``, :mod:`c3_plugin.trainers.update`);
 * prompts with a forced JSON skeleton (``grammar``) are sampled under a vLLM logits processor
-  (:class:`~c3_plugin.core.structured.SkeletonRowMask`, the state machine of :mod:`c3_plugin.core.structured`: schema tokens forced,
-  values sampled), their cap raised to the skeleton's worst case, their ``loss_mask`` 0 on forced
+  (:class:`~c3_plugin.core.structured.SkeletonRowMask`, the state machine of :mod:`c3_plugin.core.structured`:
+  schema tokens forced, values sampled), their cap raised to the skeleton's worst case, their ``loss_mask`` 0 on forced
   tokens; their behaviour log-probs are the raw policy's, recomputed on the trainer side (vLLM's
   would be of the masked distribution), as under HF. With ``json_stop`` a free-text message is cut
   after the token that closes its JSON object (:func:`~c3_plugin.core.structured.json_stop_length`, the rule of

@@ -216,7 +216,7 @@ def honour_metrics_callback(trainer: Any, callback: Callable[[list[Any]], Mappin
     trainer.rollout_metrics = rollout_metrics
 
 
-ACTOR_CRITIC_KEYWORDS = ("critic_model", "critics", "metrics_callback")  # IACTrainer's/MAACTrainer's, not MAGRPOTrainer's
+ACTOR_CRITIC_KEYWORDS = ("critic_model", "critics", "metrics_callback")  # IACTrainer's/MAACTrainer's, not MAGRPO's
 
 
 def actor_critic_constructor(init: Callable[..., None]) -> Callable[..., None]:

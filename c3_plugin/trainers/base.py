@@ -16,7 +16,8 @@ the hooks that must change for a workflow of roles that read each other:
 
 The concerns around the loop live in their own modules: construction (:mod:`.setup`), the training
 bar (:mod:`.progress`), the KL reward (:mod:`.kl_reward`), what is summed or gathered over the ranks
-(:mod:`.ranks`), policy samples (:mod:`.samples`), the update (:mod:`.update`, :mod:`.optimizer_step`) and checkpoints (:mod:`.checkpoints`).
+(:mod:`.ranks`), policy samples (:mod:`.samples`), the update (:mod:`.update`, :mod:`.optimizer_step`) and
+checkpoints (:mod:`.checkpoints`).
 """
 
 from __future__ import annotations
@@ -257,7 +258,8 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
         :meth:`collect`; one turn: the bridge's terminal reward."""
         if self.turns is None:
             return super().reward_leaves(leaves)
-        self._turn_rewards = self.turns.path_rewards([leaf.outputs for leaf in leaves], [dict(leaf.item) for leaf in leaves])
+        self._turn_rewards = self.turns.path_rewards([leaf.outputs for leaf in leaves],
+                                                     [dict(leaf.item) for leaf in leaves])
         return self.turns.returns(self._turn_rewards).tolist()
 
     def collect(self, items: Sequence[Mapping[str, Any]], plan: Any = None, greedy: bool = False, sampling: Any = None,
@@ -275,19 +277,20 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
         rollout.turn_rewards = self._turn_rewards
         per_instance = len(rollout.depth_nodes[-1]) // max(1, len(rollout.items))
         leaf_instance = np.arange(len(rollout.depth_nodes[-1])) // max(1, per_instance)
-        rollout.budget.leaves = self.turns.env_steps(self._turn_rewards, leaf_instance, len(rollout.items), rollout.branching)
+        rollout.budget.leaves = self.turns.env_steps(self._turn_rewards, leaf_instance, len(rollout.items),
+                                                     rollout.branching)
         return rollout
 
     # ----- CoMLRL's epoch loop ---------------------------------------------------------------------------
     def get_train_dataloader(self):
         """A seeded shuffle per epoch, reproducible on resume (the epoch index seeds it); with a
         curriculum, the rows of the epoch's phase."""
-        rows = phase_at(self.phases, self._epoch).rows(self.train_dataset) if self.phases else list(range(len(self.train_dataset)))
-        order = np.random.default_rng([self.args.seed, self._epoch]).permutation(len(rows))
         self._phase = phase_at(self.phases, self._epoch) if self.phases else None
+        rows = self._phase.rows(self.train_dataset) if self.phases else list(range(len(self.train_dataset)))
+        order = np.random.default_rng([self.args.seed, self._epoch]).permutation(len(rows))
         self._epoch += 1
-        return torch.utils.data.DataLoader(torch.utils.data.Subset(self.train_dataset, [rows[i] for i in order]), batch_size=1,
-                                           collate_fn=lambda examples: examples, shuffle=False)
+        subset = torch.utils.data.Subset(self.train_dataset, [rows[i] for i in order])
+        return torch.utils.data.DataLoader(subset, batch_size=1, collate_fn=lambda examples: examples, shuffle=False)
 
     def _train_step_returns(self, batch_item: Mapping[str, Any], **kwargs: Any) -> None:
         self._pending.append(dict(batch_item))
@@ -347,8 +350,8 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
 
     def compute_advantages(self, rollout: Rollout) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per decision point: (entry indices, advantages) of the messages to train on."""
-        raise NotImplementedError(f"{type(self).__name__}: WorkflowTrainer is a base class; an algorithm "
-                                  "subclass (C3Trainer, WorkflowMAGRPOTrainer, MAPPOTrainer) defines compute_advantages")
+        raise NotImplementedError(f"{type(self).__name__}: WorkflowTrainer is a base class; an algorithm subclass "
+                                  "(C3Trainer, WorkflowMAGRPOTrainer, MAPPOTrainer) defines compute_advantages")
 
     def apply_kl_reward(self, rollout: Rollout | None) -> dict[str, float]:
         """The KL penalty in the reward (``kl_reward_coef`` > 0; nothing otherwise) between collection and credit,
@@ -381,7 +384,8 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
         return (entry.instance, entry.parent, entry.step)
 
     def update_policies(self, samples: Mapping[int, list[PolicySample]]) -> dict[str, float]:
-        """One PPO update per trained policy, then the new weights to a vLLM engine (:func:`.update.update_policies`)."""
+        """One PPO update per trained policy, then the new weights to a vLLM engine
+        (:func:`.update.update_policies`)."""
         return update_policies(self, samples)
 
     def _batch_metrics(self, rollout: Rollout | None, task_rewards: np.ndarray | None, advantages: np.ndarray,
@@ -429,5 +433,6 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
         progress.show(self._progress, fields, self._training_bar())
 
     def _rollout_ticks(self) -> Callable[[], None]:
-        """A :meth:`collect` tick that shows ``phase=rollout d/D`` on the training bar (:func:`.progress.rollout_ticks`)."""
+        """A :meth:`collect` tick that shows ``phase=rollout d/D`` on the training bar
+        (:func:`.progress.rollout_ticks`)."""
         return progress.rollout_ticks(self._show_progress, self.workflow.num_decisions)

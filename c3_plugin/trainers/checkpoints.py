@@ -105,13 +105,13 @@ def check_deepspeed_assets(checkpoint_dir: Any, saved: Mapping[str, Any] | None,
         return
     if saved is None or trainer.engines is None:
         how = f"torchrun with {saved['world_size']} processes" if saved else "one process, deepspeed.enabled: auto"
-        raise ValueError(f"checkpoint {checkpoint_dir} was written {'with' if saved else 'without'} DeepSpeed; resume it "
-                         f"the same way ({how})")
+        written = "with" if saved else "without"
+        raise ValueError(f"checkpoint {checkpoint_dir} was written {written} DeepSpeed; resume it the same way ({how})")
     stage = int(trainer.deepspeed.zero_stage)
     if int(saved["world_size"]) != trainer.dist.world or int(saved["zero_stage"]) != stage:
-        raise ValueError(f"checkpoint {checkpoint_dir} holds ZeRO-{saved['zero_stage']} shards of {saved['world_size']} "
-                         f"ranks; this run has ZeRO-{stage} on {trainer.dist.world}: resume with the same "
-                         "--nproc_per_node/--nnodes and deepspeed.zero_stage")
+        raise ValueError(f"checkpoint {checkpoint_dir} holds ZeRO-{saved['zero_stage']} shards of "
+                         f"{saved['world_size']} ranks; this run has ZeRO-{stage} on {trainer.dist.world}: resume with "
+                         "the same --nproc_per_node/--nnodes and deepspeed.zero_stage")
 
 
 def on_train_start(trainer: Any, start_epoch: int) -> None:

@@ -140,8 +140,9 @@ class OnlineCritic:
                               check_finite=False)
         self.module.train()
         mb = int(micro_batch_size)
-        total = int(all_sum([len(states)])[0]) if step.world > 1 else len(states)  # states and passes over the ranks
-        passes = int(all_sum([math.ceil(len(states) / mb)], op="max")[0]) if step.world > 1 else math.ceil(len(states) / mb)
+        total, passes = len(states), math.ceil(len(states) / mb)
+        if step.world > 1:  # the states of every rank, and the passes of the rank with the most
+            total, passes = int(all_sum([total])[0]), int(all_sum([passes], op="max")[0])
         losses = []
         for _ in range(int(epochs)):
             order = rng.permutation(len(states))

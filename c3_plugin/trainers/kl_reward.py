@@ -39,13 +39,16 @@ def reference_models(agents: Sequence[Any], existing: Sequence[Any] | None, args
         return existing
     devices = resolve_reference_devices(args, agent_devices, len(agents))
     distinct = sorted(set(owner))
-    clones = dict(zip(distinct, clone_reference_models([agents[a] for a in distinct], devices=[devices[a] for a in distinct])))
+    copies = clone_reference_models([agents[a] for a in distinct], devices=[devices[a] for a in distinct])
+    clones = dict(zip(distinct, copies))
     return [clones[owner[a]] for a in range(len(agents))]
 
 
 def kl_controller(args: Any) -> KLController | None:
     """The (adaptive) coefficient of the penalty; None when it is off."""
-    return KLController(args.kl_reward_coef, args.kl_reward_target, args.kl_reward_horizon) if args.kl_reward_coef > 0 else None
+    if args.kl_reward_coef <= 0:
+        return None
+    return KLController(args.kl_reward_coef, args.kl_reward_target, args.kl_reward_horizon)
 
 
 def apply_kl_reward(trainer: Any, rollout: Rollout | None) -> dict[str, float]:
@@ -76,10 +79,10 @@ def path_kl(trainer: Any, rollout: Rollout) -> np.ndarray:
     message_kl: dict[int, float] = {}
     for agent, idx in owners.items():
         entries = [rollout.entries[k] for k in idx]
-        prompts = [entry_prompt_ids(e, trainer.tokenizers[agent], trainer.workflow, args.use_chat_template) for e in entries]
-        ref = token_logprobs(trainer.reference_models[agent], prompts,
-                             [list(e.token_ids) for e in entries], trainer._pad_id(agent), trainer.agent_temperature[agent],
-                             int(args.micro_batch_size))
+        tok = trainer.tokenizers[agent]
+        prompts = [entry_prompt_ids(e, tok, trainer.workflow, args.use_chat_template) for e in entries]
+        ref = token_logprobs(trainer.reference_models[agent], prompts, [list(e.token_ids) for e in entries],
+                             trainer._pad_id(agent), trainer.agent_temperature[agent], int(args.micro_batch_size))
         for k, e, r in zip(idx, entries, ref):
             per_token = kl_per_token(e.logprobs, r, args.kl_reward_estimator)
             mask = np.ones(len(per_token)) if e.loss_mask is None else np.asarray(e.loss_mask, dtype=np.float64)

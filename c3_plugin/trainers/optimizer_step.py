@@ -45,7 +45,8 @@ class OptimizerStep(Protocol):
 
 def _finite(norm: float) -> float:
     if not torch.isfinite(torch.as_tensor(norm)):
-        raise FloatingPointError(f"non-finite gradient norm ({float(norm)}); lower the learning rate or check the inputs")
+        raise FloatingPointError(f"non-finite gradient norm ({float(norm)}); lower the learning rate or check the "
+                                 "inputs")
     return norm
 
 
@@ -66,7 +67,8 @@ class PlainStep:
         (loss * weight).backward()
 
     def step(self) -> float:
-        norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm) if self.max_grad_norm else _norm(self.params)
+        clip = self.max_grad_norm
+        norm = torch.nn.utils.clip_grad_norm_(self.params, clip) if clip else _norm(self.params)
         norm = _finite(float(norm)) if self.check_finite else float(norm)
         if self.schedule is not None:
             self.schedule.apply(self.optimizer)
@@ -112,8 +114,9 @@ class DeepSpeedStep:
         return float(self.engine.optimizer.param_groups[0]["lr"])
 
 
-def optimizer_step(model: Any, optimizer: torch.optim.Optimizer | None, engine: Any, params: Sequence[torch.nn.Parameter],
-                   max_grad_norm: float, schedule: Any = None, check_finite: bool = True) -> OptimizerStep:
+def optimizer_step(model: Any, optimizer: torch.optim.Optimizer | None, engine: Any,
+                   params: Sequence[torch.nn.Parameter], max_grad_norm: float, schedule: Any = None,
+                   check_finite: bool = True) -> OptimizerStep:
     """The step of a DeepSpeed ``engine`` when there is one, else ``optimizer``'s over ``params`` of ``model``."""
     if engine is not None:
         return DeepSpeedStep(engine, context().world, schedule, check_finite)

@@ -21,7 +21,8 @@ def training_bar(shown: bool) -> Any:
     if not shown:
         return None
     with tqdm.get_lock():
-        bars = [bar for bar in list(getattr(tqdm, "_instances", ())) if str(getattr(bar, "desc", "")).startswith("Epoch ")]
+        bars = [bar for bar in list(getattr(tqdm, "_instances", ()))
+                if str(getattr(bar, "desc", "")).startswith("Epoch ")]
     return max(bars, key=lambda bar: getattr(bar, "start_t", 0.0), default=None)
 
 

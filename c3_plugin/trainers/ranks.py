@@ -52,7 +52,8 @@ def combine_ranks(metrics: dict[str, Any], dist: DistContext) -> dict[str, Any]:
     global, the same on every rank; per-rank diagnostics become their mean); W&B media are rank 0's."""
     if not dist.enabled:
         return metrics
-    numeric = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float, np.number)) and np.isfinite(float(v))}
+    numeric = {k: float(v) for k, v in metrics.items()
+               if isinstance(v, (int, float, np.number)) and np.isfinite(float(v))}
     merged: dict[str, list[float]] = {}
     for row in gather(numeric):
         for k, v in row.items():

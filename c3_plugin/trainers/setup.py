@@ -28,9 +28,10 @@ def refuse_unused(name: str, args: Any, workflow: Any, formatters: Any, external
     contexts (a given workflow has its own templates); ``num_turns > 1`` runs CoMLRL's team with its
     ``external_transition`` between turns (:mod:`.turns`), which one turn never calls. ``name``: the algorithm's."""
     if formatters is not None and workflow is not None:
-        raise ValueError("formatters and a workflow were both given: formatters set the contexts of the default parallel "
-                         "workflow (CoMLRL's independent agents); a workflow builds each role's context from its "
-                         "templates. Drop formatters, or change the role templates (workflow.templates in a config)")
+        raise ValueError("formatters and a workflow were both given: formatters set the contexts of the default "
+                         "parallel workflow (CoMLRL's independent agents); a workflow builds each role's context from "
+                         "its templates. Drop formatters, or change the role templates (workflow.templates in a "
+                         "config)")
     turns = int(args.num_turns)
     if turns > 1 and external_transition is None:
         raise ValueError(f"Multi-turn {name} requires an external_transition (num_turns={turns}, as CoMLRL); "
@@ -90,8 +91,9 @@ def resolve_plan(args: Any, plan: Any, wf: Workflow, turns: list[int], name: str
     if args.joint_mode == "cross" and wf.num_agents > 1 and not (
             parsed.kind == "tree" and getattr(args, "share_parallel_samples", False)):
         raise ValueError(f"joint_mode: cross scores every combination of the agents' samples; {name} with "
-                         f"plan '{args.plan}' draws each joint action's messages for it (aligned). Under C3 the tree over "
-                         "parallel agents with share_parallel_samples: true is the cross product; else use joint_mode: aligned")
+                         f"plan '{args.plan}' draws each joint action's messages for it (aligned). Under C3 the tree "
+                         "over parallel agents with share_parallel_samples: true is the cross product; else use "
+                         "joint_mode: aligned")
     return parsed, branching
 
 
@@ -108,7 +110,8 @@ def policy_groups(agents: Sequence[Any], lora_adapters: bool, wf: Workflow, agen
         groups.setdefault(a if lora_adapters else id(agents[a]), []).append(a)
     for g in (g for g in groups.values() if len(g) > 1):
         roles = [s.name for s in wf.decision_steps if wf.roles[s.name].agent in g]
-        for what, values in (("learning rates", [agent_lrs[a] for a in g]), ("temperatures", [temperatures[a] for a in g])):
+        for what, values in (("learning rates", [agent_lrs[a] for a in g]),
+                             ("temperatures", [temperatures[a] for a in g])):
             if len(set(values)) > 1:
                 raise ValueError(f"agents {g} (roles {roles}) share one model but have different {what} {values}; "
                                  f"one model trains at one rate and scores its samples at one temperature: give "
@@ -126,7 +129,8 @@ def per_agent(groups: Sequence[Sequence[int]], built: Mapping[int, Any]) -> list
     return [built[leader[a]] for a in range(len(leader))]
 
 
-def build_optimizers(groups: Sequence[Sequence[int]], params: Params, agent_lrs: Sequence[float], args: Any) -> list[Any]:
+def build_optimizers(groups: Sequence[Sequence[int]], params: Params, agent_lrs: Sequence[float],
+                     args: Any) -> list[Any]:
     """Every policy optimizer from the one factory (:func:`c3_plugin.scale.optimizers.make_adamw` with the
     ``adam_*``/``weight_decay`` fields, :func:`~.optim.adam_kwargs`), one per policy at its agent's learning rate,
     replacing CoMLRL's (torch AdamW at ``agent_learning_rate``, torch's defaults: the fields' defaults); entry
@@ -149,15 +153,16 @@ def data_parallel(section: Any, args: Any, agents: Sequence[Any], groups: Sequen
     if errors:
         raise ValueError("; ".join(errors))
     if lora_adapters:
-        raise ValueError("agents.policy: lora shares one model between the agents' adapters, which one DeepSpeed engine "
-                         "per agent cannot shard; under DeepSpeed (torchrun, deepspeed.enabled) use agents.policy: per_agent")
+        raise ValueError("agents.policy: lora shares one model between the agents' adapters, which one DeepSpeed "
+                         "engine per agent cannot shard; under DeepSpeed (torchrun, deepspeed.enabled) use "
+                         "agents.policy: per_agent")
     errors = dp.vllm_placement_errors(args, world)
     if errors:
         raise ValueError("; ".join(errors))
     if int(section.zero_stage) == 3 and any(len(g) > 1 for g in groups):
-        raise ValueError("a model shared by several roles (agents.policy: shared) runs under one DeepSpeed engine, whose "
-                         "ZeRO-3 parameter gathering the per-agent generation paths would enter once per role; use "
-                         "deepspeed.zero_stage: 1 or 2 with a shared model (or agents.policy: per_agent)")
+        raise ValueError("a model shared by several roles (agents.policy: shared) runs under one DeepSpeed engine, "
+                         "whose ZeRO-3 parameter gathering the per-agent generation paths would enter once per role; "
+                         "use deepspeed.zero_stage: 1 or 2 with a shared model (or agents.policy: per_agent)")
     built = {g[0]: dp.make_engine(agents[g[0]], params(g[0]), agent_lrs[g[0]], section, args.max_grad_norm,
                                   adam_kwargs(args)) for g in groups}
     return section, dist, per_agent(groups, built)
@@ -174,8 +179,8 @@ def lr_schedules(args: Any, wf: Workflow, train: Any, phases: Any, groups: Seque
     try:
         rows = len(train) if not phases else train
     except TypeError as exc:
-        raise ValueError(f"lr_scheduler: {args.lr_scheduler} with lr_warmup_ratio {args.lr_warmup_ratio} needs the run's "
-                         "number of optimizer steps, counted from a train_dataset with a length") from exc
+        raise ValueError(f"lr_scheduler: {args.lr_scheduler} with lr_warmup_ratio {args.lr_warmup_ratio} needs the "
+                         "run's number of optimizer steps, counted from a train_dataset with a length") from exc
     totals = policy_optimizer_steps(args, wf, rows, groups)
     return per_agent(groups, {lead: LRSchedule(agent_lrs[lead], total, args.lr_scheduler, args.lr_warmup_ratio,
                                                args.lr_min_ratio) for lead, total in totals.items()})

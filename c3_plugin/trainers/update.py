@@ -39,8 +39,8 @@ class PolicySample:
     trainer_logprobs: list[float] | None = None  # the trainer's log-probs at sampling time when old_logprobs are another engine's (None: the same)
 
 
-def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, samples: Sequence[PolicySample], args: Any,
-               rng: np.random.Generator, pad_id: int, ref_model: torch.nn.Module | None = None,
+def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, samples: Sequence[PolicySample],
+               args: Any, rng: np.random.Generator, pad_id: int, ref_model: torch.nn.Module | None = None,
                params: Sequence[torch.nn.Parameter] | None = None, engine: Any = None,
                temperature: float | None = None, schedule: Any = None) -> dict[str, float]:
     """``args.ppo_epochs`` passes over ``samples``; one optimizer step per minibatch, gradients
@@ -211,10 +211,10 @@ def update_policies(trainer: Any, samples: Mapping[int, list[PolicySample]]) -> 
             continue
         ds = trainer.engines[agent] if trainer.engines is not None else None
         optimizer = trainer.optimizers[agent] if ds is None else ds.optimizer
+        ref = trainer.reference_models[agent] if use_ref else None
         stats = ppo_update(trainer.policy(agent), optimizer if ds is None else None, batch, trainer.args, trainer.rng,
-                           pad_id=trainer._pad_id(agent), ref_model=trainer.reference_models[agent] if use_ref else None,
-                           params=trainer._trainable_parameters(agent), engine=ds,
-                           temperature=trainer.agent_temperature[agent],
+                           pad_id=trainer._pad_id(agent), ref_model=ref, params=trainer._trainable_parameters(agent),
+                           engine=ds, temperature=trainer.agent_temperature[agent],
                            schedule=schedules[agent] if schedules is not None else None)
         if stats:
             stats["lr"] = float(optimizer.param_groups[0]["lr"])
