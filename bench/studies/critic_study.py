@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from c3_plugin.tools.session import Session, bootstrap_ci
-from c3_plugin.core.credit import _masked_spearman
+from c3_plugin.core.credit import masked_spearman
 from c3_plugin.tools.diagnose import RAW, diagnose
 from c3_plugin.core.stats import paired_comparison
 
@@ -116,7 +116,7 @@ def critic_comparison(session: Session, train_dir: str | Path, out_dir: str | Pa
         return np.ptp(v, -1) > 1e-12
 
     valid = np.ones((len(ho_ctx), n), dtype=bool)
-    corr = {k: _masked_spearman(v, ref_a, valid) for k, v in estimates.items()}
+    corr = {k: masked_spearman(v, ref_a, valid) for k, v in estimates.items()}
     common = ordered(ref_a) & np.all([ordered(v) for v in estimates.values()], 0)
     rows = []
     for name, rho in corr.items():

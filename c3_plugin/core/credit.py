@@ -133,7 +133,7 @@ def _pad(groups: Sequence[Sequence[Sequence[float]]]) -> np.ndarray:
     return out
 
 
-def _masked_spearman(x: np.ndarray, y: np.ndarray, valid: np.ndarray) -> np.ndarray:
+def masked_spearman(x: np.ndarray, y: np.ndarray, valid: np.ndarray) -> np.ndarray:
     """Row-wise Spearman correlation (average ranks for ties) over the entries where ``valid``."""
     def ranks(v: np.ndarray) -> np.ndarray:
         vv = valid[:, None, :]
@@ -170,7 +170,7 @@ def split_half_per_group(groups: Sequence[Sequence[Sequence[float]]] | np.ndarra
         halves.append((np.round(adv, 12), ok))
     (a_even, ok_even), (a_odd, ok_odd) = halves
     usable = (alive.sum(-1) >= 3) & np.all(ok_even == alive, -1) & np.all(ok_odd == alive, -1)
-    rho = _masked_spearman(np.where(alive, a_even, 0.0), np.where(alive, a_odd, 0.0), alive)
+    rho = masked_spearman(np.where(alive, a_even, 0.0), np.where(alive, a_odd, 0.0), alive)
     return rho, usable & np.isfinite(rho)
 
 

@@ -385,3 +385,41 @@ def parse_assignments(text: str) -> list[dict] | None:
         return None
     items = obj["assignments"]
     return items if all(isinstance(a, dict) for a in items) else None
+
+
+# ---------------------------------------------------------------- one row at a time (another engine's sampling)
+
+class SkeletonRowMask:
+    """One sequence's skeleton as a per-step logits mask, for an engine that asks per request (vLLM's logits
+    processors): called with the sequence's output ids so far and its logits row, it advances the skeleton's
+    state machine over the new ids and masks the row to the forced id, or to the value vocabulary while the
+    policy chooses (:class:`SkeletonLogitsProcessor`'s rule for one row)."""
+
+    def __init__(self, tokenizer: Any, skeleton: Skeleton):
+        self.tables = _tables(tokenizer)
+        self.row = _Row(self.tables.compile(skeleton), self.tables)
+        self.seen = 0
+
+    def __call__(self, output_ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+        for token in output_ids[self.seen:]:
+            self.row.advance(int(token))
+        self.seen = len(output_ids)
+        forced = self.row.forced()
+        if forced is not None:
+            keep = torch.full_like(logits, float("-inf"))
+            keep[forced] = logits[forced]
+            return keep
+        return logits.masked_fill(~self.tables.mask(logits.shape[-1], logits.device), float("-inf"))
+
+
+def json_stop_length(tokenizer: Any, prefill: str, token_ids: Sequence[int]) -> int | None:
+    """Tokens up to and including the one after which ``prefill`` + the decoded tokens close one JSON
+    object (0 when the prefill already does; None when they never do): :class:`JsonStop`'s ``stop_lengths``
+    after sampling, each token decoded on its own as there."""
+    scan = _JsonScan().feed(prefill)
+    if scan.closed:
+        return 0
+    for i, text in enumerate(tokenizer.batch_decode([[int(t)] for t in token_ids], skip_special_tokens=True)):
+        if scan.feed(text).closed:
+            return i + 1
+    return None

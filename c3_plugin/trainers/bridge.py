@@ -33,6 +33,7 @@ import json
 import math
 from contextlib import contextmanager
 from dataclasses import replace
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -41,16 +42,20 @@ import torch
 import wandb
 from tqdm import tqdm
 
-from c3_plugin.generation.hf import HFBackend
-from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt, role_sampling
-from c3_plugin.generation.hook import active_call, backend_generate, rollout_backend
 from c3_plugin.core.plan import parse_plan
-from c3_plugin.scale.precision import keep_fp32_masters
+from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt, role_sampling
 from c3_plugin.core.rewards import leaf_rewards
 from c3_plugin.core.rollout import Leaf, Rollout, materialize
 from c3_plugin.core.trace import path_to
-from c3_plugin.trainers.streamed_pg import train_mode_log_prob
 from c3_plugin.core.workflow import Step, Workflow, load_workflow, parallel_workflow
+from c3_plugin.generation.hf import HFBackend
+from c3_plugin.generation.hook import active_call, backend_generate, rollout_backend
+from c3_plugin.generation.server import ServerBackend
+from c3_plugin.generation.vllm import VLLMBackend, VLLMOptions
+from c3_plugin.scale.distributed import broadcast, context, gather, gathered
+from c3_plugin.scale.precision import keep_fp32_masters
+from c3_plugin.trainers.streamed_pg import train_mode_log_prob
+from c3_plugin.trainers.turns import turn_metrics
 
 
 # the bars of evaluation and of the analysis tools: the count moves in fractions of an item (decision steps), the
@@ -178,16 +183,12 @@ class WorkflowBridge:
                                  json_stop=getattr(args, "json_stop", False))
         self.compute_dtypes = [keep_fp32_masters(self.agents[a], self._trainable_parameters(a)) for a in range(self.num_agents)]
         if getattr(args, "generation_backend", "hf") == "vllm":
-            from c3_plugin.generation.vllm import VLLMBackend, VLLMOptions
-
             options = VLLMOptions(
                 gpu_memory_utilization=args.vllm_gpu_memory_utilization, kv_cache_gb=args.vllm_kv_cache_gb,
                 tensor_parallel_size=args.vllm_tensor_parallel_size,
                 enable_sleep_mode=args.vllm_enable_sleep_mode, max_model_len=args.vllm_max_model_len,
                 enforce_eager=args.vllm_enforce_eager, lora_adapters=args.vllm_lora_adapters, measure_mismatch=args.logprob_mismatch, seed=int(args.seed))
             if getattr(args, "vllm_server_url", None):  # the separate-GPU layout: a running server
-                from c3_plugin.generation.server import ServerBackend
-
                 self.backend = ServerBackend(self.backend, args.vllm_server_url, options, args.vllm_server_weights_dir)
             else:
                 self.backend = VLLMBackend(self.backend, options)
@@ -388,8 +389,6 @@ class WorkflowBridge:
         (HF backend; vLLM samples with its engine's seed). ``eval/reward_mean`` is the mean over items of each
         item's mean reward; the eval logger gets one row per decode, a sampled decode's item tagged with its
         ``eval_index`` (position in the eval set) and ``eval_sample``."""
-        from c3_plugin.scale.distributed import broadcast, context, gather, gathered
-
         dist = getattr(self, "dist", context())
         items = [dict(self.eval_dataset[i]) for i in range(limit)]
         items = [{**it, "id": str(it.get("id", f"eval{k}"))} for k, it in enumerate(items)]
@@ -441,8 +440,7 @@ class WorkflowBridge:
                                         prompts=[str(it.get("prompt", it.get("question", ""))) for it, _ in rows])
             metrics.update({f"eval/{k}": float(v) for k, v in
                             self.eval_aggregator(detailed, num_turns=int(getattr(self.args, "num_turns", 1))).items()})
-        from c3_plugin.trainers.turns import turn_metrics  # CoMLRL's eval/turn_<t>/* from each decode's per-turn rewards (one turn: its reward)
-
+        # CoMLRL's eval/turn_<t>/* from each decode's per-turn rewards (one turn: its reward)
         metrics.update(turn_metrics(np.array([row for item in per_turn for row in item], dtype=float), "eval/"))
         broadcast(metrics)
         metrics["_outputs"] = (rewards, outputs, per_turn)
@@ -485,8 +483,6 @@ class WorkflowBridge:
     def log_metrics(self, metrics: Mapping[str, Any]) -> None:
         """Append ``metrics`` to ``history`` and ``<run_dir>/metrics.jsonl``; publish the ``wandb_keys`` ones.
         Non-numeric values (W&B media such as distribution plots) go to W&B only."""
-        from c3_plugin.scale.distributed import context
-
         if not getattr(self, "dist", context()).is_main:  # under data parallelism rank 0 logs (metrics already combined)
             return
         media = {k: v for k, v in metrics.items() if v is not None and not isinstance(v, (int, float, np.number))}
@@ -503,7 +499,5 @@ class WorkflowBridge:
 
     def _published(self, key: str) -> bool:
         """Whether ``key`` goes to W&B (``wandb_keys`` globs; ``env_step`` always rides along as the x-axis)."""
-        from fnmatch import fnmatchcase
-
         patterns = getattr(self.args, "wandb_keys", None)
         return patterns is None or key == "env_step" or any(fnmatchcase(key, p) for p in patterns)

@@ -38,10 +38,12 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
-from c3_plugin.core.credit import _masked_spearman, tree_advantages, value_assisted_advantages
+from c3_plugin.core.credit import CREDITS, masked_spearman, tree_advantages, value_assisted_advantages
+from c3_plugin.core.estimator_rules import check
+from c3_plugin.core.plan import parse_plan
 from c3_plugin.core.registry import Critic
 from c3_plugin.core.rollout import Rollout
-from c3_plugin.trainers.actor_critic_fields import ActorCriticFields, actor_critic_keywords, honour_metrics_callback
+from c3_plugin.trainers.actor_critic_fields import ActorCriticFields, actor_critic_constructor
 from c3_plugin.trainers.base import WorkflowConfig, WorkflowTrainer
 from c3_plugin.trainers.critic import OnlineCritic
 from c3_plugin.trainers.update import PolicySample
@@ -84,19 +86,13 @@ class C3Config(ActorCriticFields, WorkflowConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from c3_plugin.core.plan import parse_plan
-
         if self.plan is not None and parse_plan(self.plan).kind == "independent":
             raise ValueError(f"C3 needs alternatives that share a context; plan '{self.plan}' has none. Use 'tree [2, 4]'")
         self._check_credit_fields()
-        from c3_plugin.core.estimator_rules import check
-
         check(self, "c3")  # settings that change nothing, or change the estimator without allow_estimator_change
 
     def _check_credit_fields(self) -> None:
         """``credit`` and the ``q_critic_*`` fields (the value-assisted variant)."""
-        from c3_plugin.core.credit import CREDITS
-
         if self.credit not in CREDITS:
             raise ValueError(f"credit must be one of {CREDITS}, got {self.credit!r}")
         if not 0.0 <= float(self.q_critic_alpha) <= 1.0:
@@ -114,19 +110,15 @@ class C3Trainer(WorkflowTrainer):
     default_config_cls = C3Config
     algorithm_name = "C3"
 
-    def __init__(self, *args: Any, critic_model: Any = None, critics: Any = None, metrics_callback: Any = None,
-                 **kwargs: Any) -> None:
-        """WorkflowTrainer's keywords, and IACTrainer's/MAACTrainer's (critics ignored with a warning; actor_critic_fields.py)."""
-        kwargs = actor_critic_keywords(self, kwargs, critic_model=critic_model, critics=critics)
-        super().__init__(*args, **kwargs)
-        honour_metrics_callback(self, metrics_callback)
+    # WorkflowTrainer's constructor, taking IACTrainer's/MAACTrainer's keywords too (actor_critic_fields.py)
+    __init__ = actor_critic_constructor(WorkflowTrainer.__init__)
 
     @property
     def share_identical_contexts(self) -> bool:
         return bool(self.args.share_parallel_samples)
 
     def compute_advantages(self, rollout: Rollout) -> list[tuple[np.ndarray, np.ndarray]]:
-        if getattr(self, "q_critic", None) is not None:
+        if self.args.credit == "value_assisted":  # a learned Q_hat (self.q_critic) in the baseline
             return self._value_assisted_advantages(rollout)
         out = []
         for u, adv in enumerate(tree_advantages(rollout.rewards)):
@@ -135,10 +127,9 @@ class C3Trainer(WorkflowTrainer):
         return out
 
     # ----- credit: value_assisted ---------------------------------------------------------------
-    def _setup_data_parallel(self, section: Any) -> None:
-        """The last step of construction that the critic needs (its DeepSpeed engine follows the agents'):
-        under ``credit: value_assisted`` build ``Q_hat`` there, so that a checkpoint finds it to restore."""
-        super()._setup_data_parallel(section)
+    def _build_critics(self) -> None:
+        """``self.q_critic``: under ``credit: value_assisted`` the ``Q_hat`` critic (None otherwise), built where
+        WorkflowTrainer builds critics (after the agents' DeepSpeed engines, which its own follows)."""
         self.q_critic: OnlineCritic | None = None
         self._q_batch: tuple[list[list[int]], np.ndarray] | None = None
         self._q_metrics: dict[str, float] = {}
@@ -163,7 +154,7 @@ class C3Trainer(WorkflowTrainer):
 
     def ds_engines(self) -> dict[str, Any]:
         engines = super().ds_engines()
-        critic = getattr(self, "q_critic", None)
+        critic = self.q_critic
         return {**engines, "q_critic": critic.engine} if critic is not None and critic.engine is not None else engines
 
     def q_critic_inputs(self, rollout: Rollout) -> list[tuple[np.ndarray, np.ndarray, list[str]]]:
@@ -202,7 +193,7 @@ class C3Trainer(WorkflowTrainer):
             targets.append(means.reshape(-1))
             varies = (np.ptp(q, -1) > 1e-12) & (np.ptp(means, -1) > 1e-12)
             if varies.any():
-                rho.append(_masked_spearman(q[varies], means[varies], np.ones(q[varies].shape, dtype=bool)))
+                rho.append(masked_spearman(q[varies], means[varies], np.ones(q[varies].shape, dtype=bool)))
         target = np.concatenate(targets) if targets else np.zeros(0)
         self._q_batch = (batch_states, target)
         values = np.array([value_of[t] for _, _, ts in inputs for t in ts])
@@ -223,23 +214,10 @@ class C3Trainer(WorkflowTrainer):
         return {**metrics, "train/q_critic_loss": float(np.mean(losses)) if losses else float("nan")}
 
     def update_policies(self, samples: Mapping[int, list[PolicySample]]) -> dict[str, float]:
-        metrics = self.update_q_critic() if getattr(self, "q_critic", None) is not None else {}
+        metrics = self.update_q_critic() if self.q_critic is not None else {}
         metrics.update(super().update_policies(samples))
         return metrics
 
     def rollout_metrics(self, rollout: Rollout) -> dict[str, float]:
         return super().rollout_metrics(rollout) if self.args.credit_diagnostics else {}
 
-
-def _constructor_signature() -> Any:
-    """C3Trainer's signature: WorkflowTrainer's keywords (CoMLRL's MAGRPOTrainer's and the workflow's), then the
-    actor-critic keywords it also accepts."""
-    import inspect
-
-    base = inspect.signature(WorkflowTrainer.__init__)
-    extra = [p for name, p in inspect.signature(C3Trainer.__init__).parameters.items()
-             if p.kind == inspect.Parameter.KEYWORD_ONLY and name not in base.parameters]
-    return base.replace(parameters=list(base.parameters.values()) + extra)
-
-
-C3Trainer.__init__.__signature__ = _constructor_signature()

@@ -20,9 +20,11 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from c3_plugin.scale.distributed import all_sum, make_engine
 from c3_plugin.scale.optimizers import make_adamw
 from c3_plugin.scale.policies import load_pretrained, load_tokenizer_for
 from c3_plugin.scale.precision import check_trainable_fp32, keep_fp32_masters
+from c3_plugin.trainers.optimizer_step import optimizer_step
 
 POOLINGS = ("auto", "last", "first")
 ENCODERS = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "modernbert", "deberta", "deberta-v2", "distilbert")
@@ -93,8 +95,6 @@ class OnlineCritic:
         self.optimizer: torch.optim.Optimizer | None = make_adamw(self.module.parameters(), learning_rate)
         self.engine = None
         if trainer.engines is not None:  # data parallelism: the critic's update under DeepSpeed as well
-            from c3_plugin.scale.distributed import make_engine
-
             self.engine = make_engine(self.module, list(self.module.parameters()), learning_rate, trainer.deepspeed,
                                       trainer.args.max_grad_norm, {"weight_decay": 0.01})
             self.optimizer = None
@@ -136,35 +136,25 @@ class OnlineCritic:
         """Regress on ``targets``: one optimizer step per pass (``epochs`` passes), mean squared error over
         every state of the batch (of every rank under data parallelism, where a rank without states joins
         with zero-weight passes). Returns the loss of each micro-batch with states, per state."""
-        from c3_plugin.scale.distributed import all_sum
-
-        critic, engine = self.module, self.engine
-        critic.train()
-        world = self.dist.world if engine is not None else 1
+        step = optimizer_step(self.module, self.optimizer, self.engine, list(self.module.parameters()), max_grad_norm,
+                              check_finite=False)
+        self.module.train()
         mb = int(micro_batch_size)
-        total = int(all_sum([len(states)])[0]) if world > 1 else len(states)
-        passes = int(all_sum([math.ceil(len(states) / mb)], op="max")[0]) if world > 1 else math.ceil(len(states) / mb)
+        total, passes = len(states), math.ceil(len(states) / mb)
+        if step.world > 1:  # the states of every rank, and the passes of the rank with the most
+            total, passes = int(all_sum([total])[0]), int(all_sum([passes], op="max")[0])
         losses = []
         for _ in range(int(epochs)):
             order = rng.permutation(len(states))
-            if engine is None:
-                self.optimizer.zero_grad(set_to_none=True)
+            step.zero_grad(passes)
             for m in range(passes):
                 idx = order[m * mb:(m + 1) * mb]
                 batch, target = ([states[i] for i in idx], targets[idx]) if len(idx) else ([[self.pad_id]], np.zeros(1))
                 pred = self.forward(batch)
                 target = torch.as_tensor(target, dtype=pred.dtype, device=pred.device)
                 loss = torch.nn.functional.mse_loss(pred, target, reduction="sum") / max(total, 1) * float(len(idx) > 0)
-                if engine is None:
-                    loss.backward()
-                else:  # DeepSpeed averages over the ranks: scale back to the global sum
-                    engine.set_gradient_accumulation_boundary(m == passes - 1)
-                    engine.backward(loss * world)
+                step.backward(loss)
                 if len(idx):
                     losses.append(float(loss.detach()) * max(total, 1) / len(idx))
-            if engine is None:
-                torch.nn.utils.clip_grad_norm_(critic.parameters(), max_grad_norm or float("inf"))
-                self.optimizer.step()
-            else:
-                engine.step()
+            step.step()
         return losses

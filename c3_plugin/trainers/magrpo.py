@@ -10,6 +10,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from c3_plugin.core.credit import group_advantages
+from c3_plugin.core.estimator_rules import check
+from c3_plugin.core.plan import parse_plan
 from c3_plugin.core.rollout import Rollout
 from c3_plugin.trainers.base import WorkflowConfig, WorkflowTrainer
 
@@ -29,12 +31,8 @@ class WorkflowMAGRPOConfig(WorkflowConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from c3_plugin.core.plan import parse_plan
-
         if self.plan is not None and parse_plan(self.plan).kind != "independent":
             raise ValueError(f"MAGRPO runs independent full runs; plan '{self.plan}' is not 'independent B'")
-        from c3_plugin.core.estimator_rules import check
-
         check(self, "magrpo")  # advantage_mode / scaling / clip combinations that change nothing
 
 

@@ -22,6 +22,8 @@ from typing import Any, ClassVar, Mapping, Sequence
 import numpy as np
 import torch
 
+from c3_plugin.core.estimator_rules import check
+from c3_plugin.core.plan import parse_plan
 from c3_plugin.core.rollout import Rollout
 from c3_plugin.core.trace import path_to
 from c3_plugin.core.registry import WORKFLOW, Critic
@@ -62,16 +64,12 @@ class MAPPOConfig(WorkflowConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from c3_plugin.core.plan import parse_plan
-
         if self.plan is not None and parse_plan(self.plan).kind != "independent":
             raise ValueError(f"MAPPO runs independent full runs; plan '{self.plan}' is not 'independent B'")
         if not 0.0 <= self.gae_lambda <= 1.0 or not 0.0 < self.gamma <= 1.0:
             raise ValueError("gae_lambda must be in [0, 1] and gamma in (0, 1]")
         if self.critic_pooling not in POOLINGS:
             raise ValueError(f"critic_pooling must be one of {POOLINGS}, got {self.critic_pooling!r}")
-        from c3_plugin.core.estimator_rules import check
-
         check(self, "mappo")  # settings MAPPO does not read, or that change nothing
 
 

@@ -20,6 +20,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from c3_plugin.core.registry import learned_critic
+from c3_plugin.core.curriculum import epoch_rows
+from c3_plugin.core.plan import parse_plan
+from c3_plugin.core.rollout import unique_samples
 
 SCHEDULES = ("constant", "cosine", "linear")
 KL_ESTIMATORS = ("k1", "k2", "k3")
@@ -97,10 +100,6 @@ def policy_optimizer_steps(args: Any, workflow: Any, train: Any, groups: Sequenc
     agents that share one model, one optimizer): per rollout batch, ``ppo_epochs`` passes of
     :func:`steps_per_ppo_epoch` steps over the messages its agents are credited for, MAPPO's critic warm-up
     batches excluded (counted as trained with ``warmup=False``). ``train`` is the training set (or its row count)."""
-    from c3_plugin.core.curriculum import epoch_rows
-    from c3_plugin.core.plan import parse_plan
-    from c3_plugin.core.rollout import unique_samples
-
     plan = parse_plan(args.plan)
     branching = plan.branching(workflow.num_decisions)
     ipu = int(args.instances_per_update)

@@ -1,4 +1,5 @@
-"""One agent's PPO update over a rollout batch: epochs, minibatches, micro-batches, clipping.
+"""The PPO update of a rollout batch: one agent's (:func:`ppo_update`: epochs, minibatches, micro-batches,
+clipping) and every policy's (:func:`update_policies`).
 
 A sample's ``loss_mask`` (0 on tokens a grammar forced) multiplies the completion mask:
 forced tokens get no loss and do not count in token means, micro-batch weights or stats;
@@ -13,15 +14,19 @@ log-probs and every token's loss is weighted by ``min(pi_trainer / pi_engine, ca
 
 from __future__ import annotations
 
+import functools
 import math
+import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from c3_plugin.core.loss import ppo_loss, sequence_logprobs
+from c3_plugin.scale.distributed import all_sum, gathered
 from c3_plugin.scale.precision import check_trainable_fp32
+from c3_plugin.trainers.optimizer_step import optimizer_step
 
 
 @dataclass
@@ -34,117 +39,112 @@ class PolicySample:
     trainer_logprobs: list[float] | None = None  # the trainer's log-probs at sampling time when old_logprobs are another engine's (None: the same)
 
 
-def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, samples: Sequence[PolicySample], args: Any,
-               rng: np.random.Generator, pad_id: int, ref_model: torch.nn.Module | None = None,
+def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, samples: Sequence[PolicySample],
+               args: Any, rng: np.random.Generator, pad_id: int, ref_model: torch.nn.Module | None = None,
                params: Sequence[torch.nn.Parameter] | None = None, engine: Any = None,
                temperature: float | None = None, schedule: Any = None) -> dict[str, float]:
     """``args.ppo_epochs`` passes over ``samples``; one optimizer step per minibatch, gradients
     accumulated over micro-batches with token-count weights so the step equals one big batch.
     A learning-rate ``schedule`` (:class:`~.optim.LRSchedule`) sets the rate before every step and
-    counts it after.
+    counts it after. The step is ``optimizer``'s, or a DeepSpeed ``engine``'s
+    (:func:`~.optimizer_step.optimizer_step`).
 
     With a DeepSpeed ``engine`` (data parallelism, :mod:`c3_plugin.scale.distributed`) ``samples`` are this
     rank's share: each optimizer step takes ``minibatch_size / world`` of every rank's messages (all of
     them when ``minibatch_size`` is None), the token counts that weight the loss are global, and every
     rank runs the same number of steps and micro-batches (a rank short of messages runs zero-weight
-    passes), so the step equals the one-process step on the combined minibatch."""
-    from c3_plugin.scale.distributed import all_sum, context
-
+    passes), so the step equals the one-process step on the combined minibatch. The counts are reduced
+    over the ranks before the first step (:func:`plan_minibatches`), the stats after the last."""
     samples = [s for s in samples if s.completion_ids and trained_tokens(s) > 0]
-    world = context().world if engine is not None else 1
-    if engine is not None and all_sum([len(samples)])[0] == 0 or engine is None and not samples:
-        return {}
-    runner = engine if engine is not None else model
-    device = next(model.parameters()).device
     params = list(params) if params is not None else [p for p in model.parameters() if p.requires_grad]
+    step = optimizer_step(model, optimizer, engine, params, args.max_grad_norm, schedule)
+    total = int(_over_ranks([len(samples)], step.world)[0])
+    if total == 0:
+        return {}
     check_trainable_fp32(params, "ppo_update")
-    if getattr(args, "minibatches_per_ppo_epoch", None):  # the equal-steps setting: k minibatches of every rank's share
-        total = int(all_sum([len(samples)])[0]) if world > 1 else len(samples)
+    temperature = float(args.temperature if temperature is None else temperature)  # the temperature the samples were drawn at
+    kl_coef = float(getattr(args, "reference_kl_coef", 0.0)) if ref_model is not None else 0.0
+    loss_of = functools.partial(_micro_batch_loss, step.module, args=args, pad_id=pad_id, temperature=temperature,
+                                ref_model=ref_model if kl_coef else None, kl_coef=kl_coef)
+    filler = samples[:1] or [PolicySample([pad_id], [pad_id], [0.0], 0.0)]  # a zero-weight pass for a rank short of messages
+    micro = int(args.micro_batch_size)
+    totals: dict[str, float] = {"loss": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "ref_kl": 0.0, "grad_norm": 0.0}
+    minibatches = plan_minibatches(samples, args, rng, step.world)
+    step.module.train()
+    for batch, n_tokens, n_seqs, passes in minibatches:
+        step.zero_grad(passes)
+        step_stats = {k: 0.0 for k in ("loss", "clip_fraction", "approx_kl", "ref_kl")}
+        for m in range(passes):
+            chunk = batch[m * micro:(m + 1) * micro]
+            loss, stats = loss_of(chunk or filler)
+            step.backward(loss, _chunk_weight(args.loss_aggregation, stats.tokens, n_tokens, stats.sequences, n_seqs)
+                          if chunk else 0.0)
+            for k in step_stats if chunk else ():
+                step_stats[k] += getattr(stats, k) * stats.tokens / max(n_tokens, 1)
+        grad_norm = step.step()
+        for k, v in step_stats.items():
+            totals[k] += v
+        totals["grad_norm"] += grad_norm
+    keys = [k for k in totals if k != "grad_norm"]  # token-weighted shares of the global step: summed over the ranks
+    totals.update(zip(keys, _over_ranks([totals[k] for k in keys], step.world)))
+    out = {k: v / len(minibatches) for k, v in totals.items()}
+    out["optimizer_steps"] = float(len(minibatches))
+    out["samples"] = float(total)
+    out.update(logprob_mismatch(samples))
+    return out
+
+
+def plan_minibatches(samples: Sequence[PolicySample], args: Any, rng: np.random.Generator,
+                     world: int) -> list[tuple[list[PolicySample], int, int, int]]:
+    """Every optimizer step of the update, epoch by epoch: ``(this rank's messages, trained tokens and messages
+    of the step over every rank, micro-batch passes every rank runs)``. The ranks agree on the number of steps
+    (the most any rank needs; one per epoch when ``minibatch_size`` is None) and on each step's passes; the
+    collectives (three, whatever the number of steps) run here, none in the loss loop. Under the equal-steps setting
+    (``minibatches_per_ppo_epoch: k``) every epoch takes ``k`` steps (fewer only with fewer messages in all), each
+    rank's share split into ``k`` minibatches."""
+    if getattr(args, "minibatches_per_ppo_epoch", None):
+        total = int(_over_ranks([len(samples)], world)[0])
         steps_per_epoch = min(int(args.minibatches_per_ppo_epoch), total)
         mb = max(1, math.ceil(len(samples) / steps_per_epoch))
     else:
         mb = int(args.minibatch_size) // world if args.minibatch_size else max(len(samples), 1)
-        steps_per_epoch = int(all_sum([math.ceil(len(samples) / mb)], op="max")[0]) if world > 1 else math.ceil(len(samples) / mb)
-        if args.minibatch_size is None and world > 1:
-            steps_per_epoch = 1
-    micro = int(args.micro_batch_size)
-    temperature = float(args.temperature if temperature is None else temperature)  # the temperature the samples were drawn at
-    kl_coef = float(getattr(args, "reference_kl_coef", 0.0)) if ref_model is not None else 0.0
+        steps_per_epoch = math.ceil(len(samples) / mb)
+        if world > 1:
+            steps_per_epoch = 1 if args.minibatch_size is None else int(_over_ranks([steps_per_epoch], world, "max")[0])
+    orders = [rng.permutation(len(samples)) for _ in range(int(args.ppo_epochs))]
+    batches = [[samples[i] for i in order[j * mb:(j + 1) * mb]] for order in orders for j in range(steps_per_epoch)]
+    counts = _over_ranks([x for b in batches for x in (sum(trained_tokens(s) for s in b), len(b))], world)
+    passes = _over_ranks([math.ceil(len(b) / int(args.micro_batch_size)) for b in batches], world, "max")
+    return [(b, int(counts[2 * j]), int(counts[2 * j + 1]), int(passes[j])) for j, b in enumerate(batches)]
+
+
+def _over_ranks(values: Sequence[float], world: int, op: str = "sum") -> list[float]:
+    """``values`` summed (or their maximum) over the ranks of a step; as they are on one process."""
+    return all_sum(values, op=op) if world > 1 else [float(v) for v in values]
+
+
+def _micro_batch_loss(module: Any, chunk: Sequence[PolicySample], *, args: Any, pad_id: int, temperature: float,
+                      ref_model: torch.nn.Module | None, kl_coef: float) -> tuple[torch.Tensor, Any]:
+    """The PPO loss of one micro-batch and its stats (:func:`c3_plugin.core.loss.ppo_loss`): the trained tokens'
+    mask, the behaviour log-probs (the trainer's under truncated importance sampling, whose weights then scale
+    each token) and the reference log-probs of a token-level KL."""
+    prompts, comps = [s.prompt_ids for s in chunk], [s.completion_ids for s in chunk]
+    new_logp, mask = sequence_logprobs(module, prompts, comps, pad_id, temperature)
+    mask = mask * _loss_masks(chunk, mask)
+    old = torch.zeros_like(new_logp)
+    for r, s in enumerate(chunk):
+        old[r, : len(s.old_logprobs)] = torch.as_tensor(s.old_logprobs, dtype=old.dtype)
+    weights = None
     cap = getattr(args, "importance_sampling_cap", None)
-    totals: dict[str, float] = {"loss": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "ref_kl": 0.0, "grad_norm": 0.0}
-    steps = 0
-    runner.train()
-    filler = samples[:1] or [PolicySample([pad_id], [pad_id], [0.0], 0.0)]  # a zero-weight pass for a rank short of messages
-    for _ in range(int(args.ppo_epochs)):
-        order = rng.permutation(len(samples))
-        for j in range(steps_per_epoch):
-            batch = [samples[i] for i in order[j * mb:(j + 1) * mb]]
-            n_tokens, n_seqs = sum(trained_tokens(s) for s in batch), len(batch)
-            passes = math.ceil(len(batch) / micro)
-            if world > 1:
-                n_tokens, n_seqs, passes = (int(x) for x in (*all_sum([n_tokens, n_seqs]), all_sum([passes], op="max")[0]))
-            if engine is None:
-                optimizer.zero_grad(set_to_none=True)
-            step_stats = {k: 0.0 for k in ("loss", "clip_fraction", "approx_kl", "ref_kl")}
-            for m in range(passes):
-                chunk = batch[m * micro:(m + 1) * micro]
-                real = bool(chunk)
-                chunk = chunk or filler
-                prompts = [s.prompt_ids for s in chunk]
-                comps = [s.completion_ids for s in chunk]
-                new_logp, mask = sequence_logprobs(runner, prompts, comps, pad_id, temperature)
-                mask = mask * _loss_masks(chunk, mask)
-                old = torch.zeros_like(new_logp)
-                for r, s in enumerate(chunk):
-                    old[r, : len(s.old_logprobs)] = torch.as_tensor(s.old_logprobs, dtype=old.dtype)
-                weights = None
-                if cap is not None and any(s.trainer_logprobs is not None for s in chunk):
-                    old, weights = _truncated_is(chunk, old, float(cap))
-                adv = torch.tensor([s.advantage for s in chunk], dtype=new_logp.dtype, device=device)
-                ref_logp = None
-                if ref_model is not None and kl_coef:
-                    with torch.no_grad():
-                        ref_logp, _ = sequence_logprobs(ref_model, prompts, comps, pad_id, temperature)
-                loss, stats = ppo_loss(new_logp, old, adv, mask, clip=args.clip_eps, aggregation=args.loss_aggregation,
-                                       ref_logp=ref_logp, kl_coef=kl_coef, clip_high=args.clip_eps_high, token_weights=weights)
-                weight = _chunk_weight(args.loss_aggregation, stats.tokens, n_tokens, stats.sequences, n_seqs) if real else 0.0
-                if engine is None:
-                    (loss * weight).backward()
-                else:  # DeepSpeed averages gradients over the ranks: scale back to the global sum
-                    engine.set_gradient_accumulation_boundary(m == passes - 1)
-                    engine.backward(loss * (weight * world))
-                if real:
-                    for k in step_stats:
-                        step_stats[k] += getattr(stats, k) * stats.tokens / max(n_tokens, 1)
-            if engine is None:
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm) if args.max_grad_norm else _norm(params)
-                if not torch.isfinite(grad_norm):
-                    raise FloatingPointError(f"non-finite gradient norm ({float(grad_norm)}); lower the learning rate or check the inputs")
-                if schedule is not None:
-                    schedule.apply(optimizer)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)  # free the gradients before the next agent's update
-            else:
-                if schedule is not None:
-                    schedule.apply(engine.optimizer)
-                engine.step()  # clips by the global norm (gradient_clipping) and zeroes the gradients
-                grad_norm = torch.as_tensor(float(engine.get_global_grad_norm() or 0.0))
-                if not torch.isfinite(grad_norm):
-                    raise FloatingPointError(f"non-finite gradient norm ({float(grad_norm)}); lower the learning rate or check the inputs")
-            if schedule is not None:
-                schedule.advance()
-            for k, v in step_stats.items():
-                totals[k] += v
-            totals["grad_norm"] += float(grad_norm)
-            steps += 1
-    if world > 1:  # the stats are token-weighted shares of the global step: sum them
-        keys = [k for k in totals if k != "grad_norm"]
-        totals.update(zip(keys, all_sum([totals[k] for k in keys])))
-    out = {k: v / steps for k, v in totals.items()}
-    out["optimizer_steps"] = float(steps)
-    out["samples"] = float(all_sum([len(samples)])[0] if world > 1 else len(samples))
-    out.update(logprob_mismatch(samples))
-    return out
+    if cap is not None and any(s.trainer_logprobs is not None for s in chunk):
+        old, weights = _truncated_is(chunk, old, float(cap))
+    adv = torch.tensor([s.advantage for s in chunk], dtype=new_logp.dtype, device=new_logp.device)
+    ref_logp = None
+    if ref_model is not None:
+        with torch.no_grad():
+            ref_logp, _ = sequence_logprobs(ref_model, prompts, comps, pad_id, temperature)
+    return ppo_loss(new_logp, old, adv, mask, clip=args.clip_eps, aggregation=args.loss_aggregation, ref_logp=ref_logp,
+                    kl_coef=kl_coef, clip_high=args.clip_eps_high, token_weights=weights)
 
 
 def logprob_mismatch(samples: Sequence[PolicySample]) -> dict[str, float]:
@@ -197,6 +197,43 @@ def _chunk_weight(aggregation: str, chunk_tokens: int, batch_tokens: int, chunk_
     return chunk_seqs / max(batch_seqs, 1)
 
 
-def _norm(params: Sequence[torch.nn.Parameter]) -> torch.Tensor:
-    grads = [p.grad.detach().norm() for p in params if p.grad is not None]
-    return torch.norm(torch.stack(grads)) if grads else torch.tensor(0.0)
+
+def update_policies(trainer: Any, samples: Mapping[int, list[PolicySample]]) -> dict[str, float]:
+    """A workflow trainer's update of a rollout batch (``WorkflowTrainer.update_policies``): one
+    :func:`ppo_update` per trained policy (per agent; a model shared by several roles once, on all their messages
+    together, logged under its first agent), ``train/agent<a>/*`` and their means over the policies ``train/*``;
+    then a vLLM engine gets the new weights (``time/sync_s``). ``train/agent<a>/lr`` is the learning rate of the
+    update's last optimizer step. Under DeepSpeed every rank joins every policy's update."""
+    metrics: dict[str, float] = {}
+    agg: dict[str, list[float]] = {}
+    engine = getattr(trainer.backend, "sync", None) is not None
+    if engine:
+        trainer.backend.sleep()
+    schedules = getattr(trainer, "lr_schedulers", None)
+    use_ref = getattr(trainer.args, "reference_kl_enabled", False) and trainer.reference_models
+    for group in getattr(trainer, "policy_groups", [[a] for a in range(trainer.num_agents)]):
+        agent = group[0]
+        batch = [s for a in group for s in samples.get(a, [])]
+        if agent in trainer.frozen or not batch and trainer.engines is None:
+            continue
+        ds = trainer.engines[agent] if trainer.engines is not None else None
+        optimizer = trainer.optimizers[agent] if ds is None else ds.optimizer
+        ref = trainer.reference_models[agent] if use_ref else None
+        stats = ppo_update(trainer.policy(agent), optimizer if ds is None else None, batch, trainer.args, trainer.rng,
+                           pad_id=trainer._pad_id(agent), ref_model=ref, params=trainer._trainable_parameters(agent),
+                           engine=ds, temperature=trainer.agent_temperature[agent],
+                           schedule=schedules[agent] if schedules is not None else None)
+        if stats:
+            stats["lr"] = float(optimizer.param_groups[0]["lr"])
+        for k, v in stats.items():
+            metrics[f"train/agent{agent}/{k}"] = v
+            if k != "lr":
+                agg.setdefault(k, []).append(v)
+    metrics.update({f"train/{k}": float(np.mean(v)) for k, v in agg.items()})
+    if engine:
+        t0 = time.perf_counter()
+        trainer.backend.wake_up()
+        with gathered(trainer.engines, trainer.zero3):  # ZeRO-3: the engine gets whole weights
+            trainer.backend.sync()
+        metrics["time/sync_s"] = time.perf_counter() - t0
+    return metrics

@@ -165,7 +165,8 @@ def test_one_run_per_instance_gives_zero_advantages_except_raw():
 
 def test_c3_and_mappo_do_not_read_advantage_mode():
     ro = rollout("tree [2, 4]")
-    c3 = {m: scaled(C3Trainer, types.SimpleNamespace(plan="tree [2, 4]", advantage_mode=m, advantage_scaling="none"), ro)
+    c3 = {m: scaled(C3Trainer, types.SimpleNamespace(plan="tree [2, 4]", advantage_mode=m, advantage_scaling="none",
+                                                         credit="loo"), ro)
           for m in ("mean", "rloo", "max", "raw")}
     for m in ("rloo", "max", "raw"):
         assert_same(c3[m], c3["mean"])
@@ -206,7 +207,7 @@ def test_a_tree_of_ones_forms_no_group_so_c3_trains_nothing():
 
 def test_group_zscore_turns_c3_leave_one_out_into_another_estimator_unless_acknowledged():
     ro = rollout("tree [2, 4]", seed=4)
-    args = lambda s: types.SimpleNamespace(plan="tree [2, 4]", advantage_scaling=s, advantage_mode="mean")
+    args = lambda s: types.SimpleNamespace(plan="tree [2, 4]", advantage_scaling=s, advantage_mode="mean", credit="loo")
     loo, z = scaled(C3Trainer, args("none"), ro), scaled(C3Trainer, args("group_zscore"), ro)
     reasoner, actor = 0, 1
     assert np.allclose(np.abs(z[reasoner]), 1.0)  # 2 alternatives per context: +-1 whatever the returns

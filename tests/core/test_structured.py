@@ -9,8 +9,9 @@ import torch
 from c3_plugin.generation.hf import HFBackend
 from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt
 from c3_plugin.core.loss import sequence_logprobs
-from c3_plugin.core.structured import (JsonStop, Skeleton, SkeletonLogitsProcessor, json_complete, loss_mask_for,
-                                  max_completion_tokens, parse_assignments, value_vocabulary)
+from c3_plugin.core.structured import (JsonStop, Skeleton, SkeletonLogitsProcessor, SkeletonRowMask, encode_values,
+                                  json_complete, loss_mask_for, max_completion_tokens, parse_assignments,
+                                  value_vocabulary)
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
 from c3_plugin.trainers.update import PolicySample, ppo_update
 
@@ -304,3 +305,17 @@ def test_all_zero_mask_update_is_a_no_op(tok):
     with pytest.raises(ValueError, match="loss_mask has 2 entries"):
         ppo_update(model, torch.optim.SGD(model.parameters(), lr=0.0), [PolicySample([10], [20, 21, 1], [-5.0] * 3, 1.0, loss_mask=[1, 0])],
                    args(), np.random.default_rng(0), pad_id=tok.pad_token_id)
+
+
+def test_the_row_mask_of_another_engine_masks_as_the_batch_processor(tok):
+    """SkeletonRowMask (the vLLM backend's per-request logits processor) allows, step by step, exactly the tokens
+    SkeletonLogitsProcessor allows its row, and every token of a valid action."""
+    ids, _ = encode_values(tok, SK_A, ["Rome", "car", "Oslo"])
+    row, batch = SkeletonRowMask(tok, SK_A), SkeletonLogitsProcessor(tok, [SK_A], prompt_len=0)
+    for t in range(len(ids)):
+        logits = torch.zeros(len(tok))
+        one = row(ids[:t], logits.clone())
+        rows = batch(torch.tensor([ids[:t]], dtype=torch.long).reshape(1, -1), logits.clone().unsqueeze(0))[0]
+        assert torch.equal(torch.isinf(one), torch.isinf(rows)) and not torch.isinf(one[ids[t]]), t
+    inside_a_value = SkeletonRowMask(tok, SK_A)(ids[:1], torch.zeros(len(tok)))
+    assert 1 < int((~torch.isinf(inside_a_value)).sum()) < len(tok)  # the value vocabulary: more than one token, not all

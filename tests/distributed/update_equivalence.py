@@ -71,10 +71,10 @@ def run_case(ctx, out: str, stage: int, offload: bool, minibatch: int | None) ->
     seconds = time.perf_counter() - start
     with dp.gathered([engine], stage == 3):
         state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    from c3_plugin.trainers.base import _global_batch_scaling
+    from c3_plugin.trainers.ranks import global_batch_scaling
 
     advantages = np.array([s.advantage for s in samples])  # batch z-scoring of this rank's share, with global moments
-    scaled = dp.gather(_global_batch_scaling(np.array(dp.shard(advantages.tolist(), ctx)), "batch_zscore").tolist())
+    scaled = dp.gather(global_batch_scaling(np.array(dp.shard(advantages.tolist(), ctx)), "batch_zscore").tolist())
     scaled = [x for i in range(len(samples)) for x in [scaled[i % ctx.world][i // ctx.world]]]  # back to batch order
     if ctx.is_main:
         torch.save({"state": state, "stats": stats, "world": ctx.world, "update_s": seconds / 3, "scaled": scaled,

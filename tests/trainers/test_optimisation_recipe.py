@@ -229,7 +229,7 @@ def test_shared_policy_is_one_module_one_optimizer_one_update(tmp_path, monkeypa
         calls.append(len(samples))
         return real_ppo_update(model, optimizer, samples, *a, **kw)
 
-    monkeypatch.setattr("c3_plugin.trainers.base.ppo_update", spy)
+    monkeypatch.setattr("c3_plugin.trainers.update.ppo_update", spy)
     steps = record_steps(trainer)
     before = [p.detach().clone() for p in trainer.agents[0].parameters()]
     trainer.train()

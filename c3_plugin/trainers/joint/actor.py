@@ -27,6 +27,7 @@ from typing import Any, Mapping, Sequence
 
 from comlrl.trainers.reinforce import CentralizedMAGRPOConfig, CentralizedMAGRPOTrainer
 
+from c3_plugin.core.curriculum import check_rows, parse_curriculum
 from c3_plugin.core.loss import SEQUENCE_AGGREGATIONS
 from c3_plugin.core.registry import Capabilities
 from c3_plugin.core.workflow import Workflow, load_workflow
@@ -185,8 +186,6 @@ class JointMAGRPOConfig(JointConfigChecks, CentralizedMAGRPOConfig):
         super().__post_init__()
         if self.loss_aggregation not in SEQUENCE_AGGREGATIONS:
             raise ValueError(f"loss_aggregation must be one of {SEQUENCE_AGGREGATIONS}, got {self.loss_aggregation!r}")
-        from c3_plugin.core.curriculum import parse_curriculum
-
         parse_curriculum(self.curriculum, int(self.num_train_epochs))
 
 
@@ -209,8 +208,6 @@ class JointMAGRPOTrainer(JointMAGRPOMixin, WorkflowBridge, CentralizedMAGRPOTrai
         super().__init__(centralized_adapter=adapter, **{**comlrl, "num_agents": int(args.num_agents)})
         self._bridge_setup(args, grammar=grammar, run_dir=run_dir)
         self._joint_finish()
-        from c3_plugin.core.curriculum import check_rows, parse_curriculum
-
         self.phases = parse_curriculum(args.curriculum, int(args.num_train_epochs))
         if self.phases and comlrl["train_dataset"] is not None:
             check_rows(self.phases, comlrl["train_dataset"])

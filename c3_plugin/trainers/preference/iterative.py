@@ -4,6 +4,7 @@ optionally one central teacher projected onto the actors), replay records with e
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -12,7 +13,9 @@ import torch
 from comlrl.trainers.preference.iterative import MADPOIterConfig, MADPOIterTrainer, MARLHFIterConfig, MARLHFIterTrainer
 from comlrl.trainers.preference.madpo import PreferencePair
 
+from c3_plugin.core.protocol import Prompt, encode_prompt
 from c3_plugin.core.registry import Capabilities
+from c3_plugin.core.structured import encode_values
 from c3_plugin.trainers.preference.shared import PreferenceBridge, all_tied_message
 from c3_plugin.trainers.preference.fields import PreferenceFields
 from c3_plugin.trainers.preference.likelihood import MaskedPreferenceTensors
@@ -112,8 +115,6 @@ class IterativeBridge:
         duplicated slots, a value the role grammar could not produce) keeps its text and reward
         but has no ids: ``completion_valid[0][j]`` is False and the pair builder excludes it
         from pairs."""
-        from c3_plugin.core.protocol import Prompt, encode_prompt
-
         adapter = self.centralized_comparator_adapter
         wf = adapter.workflow
         role = wf.roles[wf.decision_steps[0].name]
@@ -239,10 +240,6 @@ class IterativeBridge:
 def _project(tokenizer: Any, skeleton: Any, text: str) -> tuple[list[int], list[int]] | None:
     """Exact ids and mask of a role action text under ``skeleton``, or None when the text is not
     exactly ``skeleton.render(values)`` for values the role grammar can produce."""
-    import json
-
-    from c3_plugin.core.structured import encode_values
-
     try:
         data = json.loads(text)
         entries = data["assignments"]

@@ -1,0 +1,186 @@
+"""Construction of a workflow trainer, in the order ``WorkflowTrainer.__init__`` runs it.
+
+Before CoMLRL's constructor: CoMLRL's arguments honoured or refused (:func:`refuse_unused`), the per-agent
+training settings (:func:`agent_training`) and the rollout plan (:func:`resolve_plan`). After it: the trained
+policies (:func:`policy_groups`), their optimizers (:func:`build_optimizers`), data parallelism
+(:func:`data_parallel`: the process group and one DeepSpeed engine per policy) and the learning-rate schedules
+(:func:`lr_schedules`). Each function returns what the trainer keeps.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, Mapping, Sequence
+
+from c3_plugin.core.config import DeepSpeedSection
+from c3_plugin.core.estimator_rules import check
+from c3_plugin.core.plan import Plan, default_plan, note_budget, parse_plan
+from c3_plugin.core.workflow import Workflow
+from c3_plugin.scale import distributed as dp
+from c3_plugin.scale.optimizers import make_adamw
+from c3_plugin.trainers.optim import LRSchedule, adam_kwargs, policy_optimizer_steps
+
+Params = Callable[[int], list]  # agent -> the parameters its optimizer updates
+
+
+def refuse_unused(name: str, args: Any, workflow: Any, formatters: Any, external_transition: Any) -> None:
+    """CoMLRL's arguments are honoured or refused, never dropped: ``formatters`` shape the default team's
+    contexts (a given workflow has its own templates); ``num_turns > 1`` runs CoMLRL's team with its
+    ``external_transition`` between turns (:mod:`.turns`), which one turn never calls. ``name``: the algorithm's."""
+    if formatters is not None and workflow is not None:
+        raise ValueError("formatters and a workflow were both given: formatters set the contexts of the default "
+                         "parallel workflow (CoMLRL's independent agents); a workflow builds each role's context from "
+                         "its templates. Drop formatters, or change the role templates (workflow.templates in a "
+                         "config)")
+    turns = int(args.num_turns)
+    if turns > 1 and external_transition is None:
+        raise ValueError(f"Multi-turn {name} requires an external_transition (num_turns={turns}, as CoMLRL); "
+                         "pass external_transition=, or num_turns=1 (a workflow's own schedule may hold several turns)")
+    if turns > 1 and workflow is not None:
+        raise ValueError(f"num_turns={turns} runs CoMLRL's team of independent agents over turns, and a workflow was "
+                         "given: a workflow's schedule holds its own turns (feedback steps between a role's acts, e.g. "
+                         "the code domain's 'multi_turn'); give num_turns=1 with the workflow, or drop the workflow")
+    if turns == 1 and external_transition is not None:
+        raise ValueError("external_transition is called between turns, and num_turns=1 has none, so it would never "
+                         "run: set num_turns > 1, or drop external_transition")
+    if turns > 1 and float(args.discount) != 1.0:
+        warnings.warn(f"discount={args.discount} discounts the turn rewards of {name}'s returns; CoMLRL "
+                      "1.4.3's MAGRPOTrainer does not read discount (its returns are undiscounted sums)", stacklevel=3)
+
+
+def agent_training(wf: Workflow, args: Any, n: int, learning_rates: Mapping[Any, float] | None,
+                   scales: Mapping[Any, float] | None,
+                   trainable: Mapping[Any, bool] | None) -> tuple[list[float], set[int], dict[int, float]]:
+    """Per-agent learning rates, frozen agents and PPO temperatures from per-role settings (keys: role names
+    or agent indices; the ``agents`` section of a config): ``(agent_lrs, frozen, agent_temperature)``. A frozen
+    agent samples and is credited as usual but is never updated."""
+    lrs, mult = wf.per_agent(learning_rates, "learning_rate"), wf.per_agent(scales, "learning_rate_scale")
+    both = sorted(set(lrs) & set(mult))
+    if both:
+        raise ValueError(f"agents {both} have both a learning_rate and a learning_rate_scale; give one of them")
+    for what, table in (("learning_rate", lrs), ("learning_rate_scale", mult)):
+        for a, v in table.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise ValueError(f"{what} of agent {a} must be a number > 0, got {v!r} "
+                                 "(freeze an agent with trainable: false)")
+    frozen = wf.per_agent(trainable, "trainable")
+    for a, v in frozen.items():
+        if not isinstance(v, bool):
+            raise ValueError(f"trainable of agent {a} must be true or false, got {v!r}")
+    base = float(args.agent_learning_rate)
+    agent_lrs = [float(lrs.get(a, base * float(mult.get(a, 1.0)))) for a in range(n)]
+    off = {a for a, v in frozen.items() if v is False}
+    if len(off) == n:
+        raise ValueError("trainable: false for every agent leaves nothing to train; keep at least one agent trainable")
+    return agent_lrs, off, {a: wf.agent_temperatures().get(a, float(args.temperature)) for a in range(n)}
+
+
+def resolve_plan(args: Any, plan: Any, wf: Workflow, turns: list[int], name: str) -> tuple[Plan, list[int]]:
+    """``(plan, branching)``: the ``plan`` given, else ``args.plan``, else the algorithm's default plan
+    (:func:`c3_plugin.core.plan.default_plan`: CoMLRL's env steps for ``num_generations``, written back to
+    ``args.plan``); a plan of another budget is printed; ``joint_mode: cross`` needs C3's shared parallel samples.
+    ``turns``: the decision points per turn."""
+    explicit = plan is not None or args.plan is not None
+    if not explicit:
+        args.plan = default_plan(args, turns, wf.num_agents)
+        check(args, name.lower())
+    parsed = parse_plan(plan if plan is not None else args.plan)
+    branching = parsed.branching(wf.num_decisions)
+    if explicit:
+        note_budget(args, branching, turns, wf.num_agents, name)
+    if args.joint_mode == "cross" and wf.num_agents > 1 and not (
+            parsed.kind == "tree" and getattr(args, "share_parallel_samples", False)):
+        raise ValueError(f"joint_mode: cross scores every combination of the agents' samples; {name} with "
+                         f"plan '{args.plan}' draws each joint action's messages for it (aligned). Under C3 the tree "
+                         "over parallel agents with share_parallel_samples: true is the cross product; else use "
+                         "joint_mode: aligned")
+    return parsed, branching
+
+
+def policy_groups(agents: Sequence[Any], lora_adapters: bool, wf: Workflow, agent_lrs: Sequence[float],
+                  temperatures: Mapping[int, float], frozen: set[int]) -> list[list[int]]:
+    """The agents each trained policy plays, in agent order: one agent each, or every agent of one model shared
+    by the roles (``agents.policy: shared``, or one module given for several agents; LoRA adapters over one base
+    stay separate policies). The group's first agent leads it: its optimizer, DeepSpeed engine, schedule and
+    ``train/agent<a>/*`` metrics are the group's. A shared model trains on every role's messages in one update,
+    as the reference launcher's single actor, so its roles need one learning rate and one temperature, and none
+    of them can be frozen."""
+    groups: dict[int, list[int]] = {}
+    for a in range(len(agents)):
+        groups.setdefault(a if lora_adapters else id(agents[a]), []).append(a)
+    for g in (g for g in groups.values() if len(g) > 1):
+        roles = [s.name for s in wf.decision_steps if wf.roles[s.name].agent in g]
+        for what, values in (("learning rates", [agent_lrs[a] for a in g]),
+                             ("temperatures", [temperatures[a] for a in g])):
+            if len(set(values)) > 1:
+                raise ValueError(f"agents {g} (roles {roles}) share one model but have different {what} {values}; "
+                                 f"one model trains at one rate and scores its samples at one temperature: give "
+                                 f"them the same value, or agents.policy: per_agent")
+        if frozen & set(g):
+            raise ValueError(f"trainable: false for agent(s) {sorted(frozen & set(g))} of a model shared by roles "
+                             f"{roles}: freezing one role of a shared model would freeze them all; use "
+                             "agents.policy: per_agent to freeze one role")
+    return list(groups.values())
+
+
+def per_agent(groups: Sequence[Sequence[int]], built: Mapping[int, Any]) -> list[Any]:
+    """``built`` (one object per group, keyed by its first agent) as a list over agents: a group's object for each."""
+    leader = {a: g[0] for g in groups for a in g}
+    return [built[leader[a]] for a in range(len(leader))]
+
+
+def build_optimizers(groups: Sequence[Sequence[int]], params: Params, agent_lrs: Sequence[float],
+                     args: Any) -> list[Any]:
+    """Every policy optimizer from the one factory (:func:`c3_plugin.scale.optimizers.make_adamw` with the
+    ``adam_*``/``weight_decay`` fields, :func:`~.optim.adam_kwargs`), one per policy at its agent's learning rate,
+    replacing CoMLRL's (torch AdamW at ``agent_learning_rate``, torch's defaults: the fields' defaults); entry
+    ``a`` is its group's, one object for every agent of a shared model."""
+    return per_agent(groups, {g[0]: make_adamw(params(g[0]), agent_lrs[g[0]], **adam_kwargs(args)) for g in groups})
+
+
+def data_parallel(section: Any, args: Any, agents: Sequence[Any], groups: Sequence[Sequence[int]], params: Params,
+                  agent_lrs: Sequence[float], lora_adapters: bool) -> tuple[Any, dp.DistContext, list[Any] | None]:
+    """``(deepspeed section, dist context, engines)``: under ``torchrun`` (or ``deepspeed.enabled: true``) the
+    process group and one DeepSpeed engine per policy (:mod:`c3_plugin.scale.distributed`, entry ``a`` its
+    group's), which then owns the optimizer states; else no engines (None)."""
+    section = section if section is not None else DeepSpeedSection()
+    world = dp.launched_world()
+    use = dp.use_deepspeed(section.enabled, world)  # deepspeed.enabled: true on one process: a group of one
+    dist = dp.init(section.dist_backend, section.timeout_minutes, single=use) if use or world > 1 else dp.context()
+    if not use:
+        return section, dist, None
+    errors = dp.divisibility_errors(args, world)
+    if errors:
+        raise ValueError("; ".join(errors))
+    if lora_adapters:
+        raise ValueError("agents.policy: lora shares one model between the agents' adapters, which one DeepSpeed "
+                         "engine per agent cannot shard; under DeepSpeed (torchrun, deepspeed.enabled) use "
+                         "agents.policy: per_agent")
+    errors = dp.vllm_placement_errors(args, world)
+    if errors:
+        raise ValueError("; ".join(errors))
+    if int(section.zero_stage) == 3 and any(len(g) > 1 for g in groups):
+        raise ValueError("a model shared by several roles (agents.policy: shared) runs under one DeepSpeed engine, "
+                         "whose ZeRO-3 parameter gathering the per-agent generation paths would enter once per role; "
+                         "use deepspeed.zero_stage: 1 or 2 with a shared model (or agents.policy: per_agent)")
+    built = {g[0]: dp.make_engine(agents[g[0]], params(g[0]), agent_lrs[g[0]], section, args.max_grad_norm,
+                                  adam_kwargs(args)) for g in groups}
+    return section, dist, per_agent(groups, built)
+
+
+def lr_schedules(args: Any, wf: Workflow, train: Any, phases: Any, groups: Sequence[Sequence[int]],
+                 agent_lrs: Sequence[float]) -> list[LRSchedule] | None:
+    """Entry ``a``: the :class:`~.optim.LRSchedule` of agent ``a``'s optimizer (its group's), over the run's
+    optimizer steps of that policy (:func:`~.optim.policy_optimizer_steps`, from the train set); None when the
+    rate stays constant over the run (``lr_scheduler: constant`` without a warm-up), so a constant rate steps as
+    before and its checkpoints keep their components."""
+    if args.lr_scheduler == "constant" and not args.lr_warmup_ratio:
+        return None
+    try:
+        rows = len(train) if not phases else train
+    except TypeError as exc:
+        raise ValueError(f"lr_scheduler: {args.lr_scheduler} with lr_warmup_ratio {args.lr_warmup_ratio} needs the "
+                         "run's number of optimizer steps, counted from a train_dataset with a length") from exc
+    totals = policy_optimizer_steps(args, wf, rows, groups)
+    return per_agent(groups, {lead: LRSchedule(agent_lrs[lead], total, args.lr_scheduler, args.lr_warmup_ratio,
+                                               args.lr_min_ratio) for lead, total in totals.items()})
