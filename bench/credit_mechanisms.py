@@ -47,8 +47,8 @@ NOISE_GROUPS = 48
 
 
 def session(workflow: str | None = None):
-    from c3_plugin.tools.session import open_session
     from c3_plugin.core.config import load_config
+    from c3_plugin.tools.session import open_session
 
     spec = WORKFLOWS.get(workflow or "reasoner_actor")
     # diagnose sets its own plans; the config's training plan only has to fit the workflow's depth
@@ -79,9 +79,9 @@ def critic(out: Path, scale: float) -> None:
 
 
 def report(out: Path) -> None:
-    from c3_plugin.tools.session import print_table
-    from c3_plugin.tools.plan_budget import predicted_reliability
     from c3_plugin.tools.diagnose import RAW, contrast, plot_depth, raw_groups
+    from c3_plugin.tools.plan_budget import predicted_reliability
+    from c3_plugin.tools.session import print_table
 
     FIGURES.mkdir(parents=True, exist_ok=True)
     reports = [json.loads(p.read_text()) for wf in DEPTH if (p := out / "depth" / wf / "diagnose.json").exists()]

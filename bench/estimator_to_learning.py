@@ -57,10 +57,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for bench.studies
 
+from bench.studies.synthetic_learning import (
+    ENV_VARIANTS,
+    REGIMES,
+    LearningSetup,
+    exact_diagnosis,
+    learning_curves,
+    make_env,
+    variance_decomposition,
+)
 from c3_plugin.core.stats import area_under_curve, holm, paired_comparison, summarize
 from c3_plugin.tools.advise import advise, print_advice
-from bench.studies.synthetic_learning import (ENV_VARIANTS, REGIMES, LearningSetup, exact_diagnosis, learning_curves, make_env,
-                                          variance_decomposition)
 
 ROOT = Path(__file__).resolve().parent.parent
 ROWS = [  # (label, method, LearningSetup overrides)

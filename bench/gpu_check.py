@@ -81,14 +81,14 @@ def zero_check(device: str, smoke: bool) -> dict:
     """One PPO update of a Qwen3-4B-shaped agent (random weights, bf16 compute over fp32 masters) under a
     one-process DeepSpeed ZeRO-2 engine: peak GPU memory against the cluster plan's estimate."""
     import numpy as np
+    from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from c3_plugin.scale import distributed as dp
-    from c3_plugin.run.cluster import zero_model_states
     from c3_plugin.core.config import DeepSpeedSection
+    from c3_plugin.run.cluster import zero_model_states
     from c3_plugin.run.memory import ModelShape, estimate_memory
+    from c3_plugin.scale import distributed as dp
     from c3_plugin.scale.precision import keep_fp32_masters
     from c3_plugin.trainers.update import PolicySample, ppo_update
-    from transformers import Qwen3Config, Qwen3ForCausalLM
 
     dims = dict(vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
                 num_key_value_heads=8, head_dim=128, tie_word_embeddings=True, max_position_embeddings=4096)

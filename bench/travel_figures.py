@@ -77,9 +77,9 @@ def generation_figures(value_tokens: int, sequences: int) -> dict:
     import torch
 
     from c3_plugin.core.config import ModelSection
+    from c3_plugin.core.protocol import Prompt, Sampling
     from c3_plugin.generation.hf import HFBackend
     from c3_plugin.scale.policies import load_model, load_tokenizer
-    from c3_plugin.core.protocol import Prompt, Sampling
     from domains.travel import grammar, normalise, parse_action, travel_workflow
     from domains.travel.prompts import prompt_fields
 

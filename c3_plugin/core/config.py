@@ -15,8 +15,8 @@ from typing import Any, Mapping
 
 import yaml
 
-from c3_plugin.core.domain import check_domain_name, load_domain
 from c3_plugin.core.config_types import check_fields
+from c3_plugin.core.domain import check_domain_name, load_domain
 from c3_plugin.core.errors import ConfigError
 from c3_plugin.core.model_paths import resolve_model_paths
 from c3_plugin.core.registry import capabilities

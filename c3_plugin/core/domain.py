@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib import import_module
-from importlib.util import find_spec
 from importlib.metadata import entry_points
+from importlib.util import find_spec
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
 from c3_plugin.core.errors import ConfigError

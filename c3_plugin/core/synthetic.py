@@ -21,8 +21,8 @@ import hashlib
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-from c3_plugin.core.protocol import Generation, Prompt, Sampling
 
+from c3_plugin.core.protocol import Generation, Prompt, Sampling
 from c3_plugin.core.rollout import Leaf
 from c3_plugin.core.workflow import Workflow
 

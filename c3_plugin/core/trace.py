@@ -27,6 +27,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
+
 from c3_plugin.core.protocol import Prompt, encode_prompt
 from c3_plugin.core.workflow import Workflow
 

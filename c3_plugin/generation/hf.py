@@ -43,9 +43,9 @@ import torch
 from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from c3_plugin.core.loss import token_logprobs
-from c3_plugin.scale.precision import compute_context, compute_module
 from c3_plugin.core.protocol import Generation, Prompt, Sampling, encode_prompt
 from c3_plugin.core.structured import JsonStop, Skeleton, SkeletonLogitsProcessor, loss_mask_for, max_completion_tokens
+from c3_plugin.scale.precision import compute_context, compute_module
 
 
 class HFBackend:

@@ -36,8 +36,8 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 
-from c3_plugin.generation.hf import HFBackend
 from c3_plugin.core.protocol import Generation, Prompt, Sampling
+from c3_plugin.generation.hf import HFBackend
 
 # HF ``generate`` kwargs a hook may pass through ``super()._generate_completions``: token constraints and
 # stops (``do_sample`` is dropped, as CoMLRL drops it); everything else would change the sampling config

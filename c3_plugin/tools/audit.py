@@ -28,8 +28,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from c3_plugin.tools.session import Session, fmt, print_table, seed_all
 from c3_plugin.core.trace import TraceEntry, read_jsonl, replay_check
+from c3_plugin.tools.session import Session, fmt, print_table, seed_all
 from c3_plugin.trainers.bridge import progress_bar, stepping
 
 VERDICTS = ("hurt", "no measurable effect", "helped")

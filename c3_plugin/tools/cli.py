@@ -153,8 +153,8 @@ def console(argv: list[str] | None = None) -> int:
         return main(["--config", args.config, *sum((["--override", o] for o in args.override), []),
                      *(["--dry-run"] if args.command == "dry-run" else []), *(["--json"] if getattr(args, "json", False) else []),
                      *(["--report", args.report] if getattr(args, "report", None) else [])])
-    from c3_plugin.tools.compare import compare
     from c3_plugin.run.train import validate_or_exit
+    from c3_plugin.tools.compare import compare
 
     out = Path(args.out) if args.out else Path("runs") / Path(args.config).stem
     allow = True if args.allow_differences == [] else args.allow_differences  # bare flag: every difference
@@ -189,8 +189,8 @@ def analysis_command(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         out.write_text(json.dumps(result, indent=2))
         print(f"wrote {out}")
         return 0
-    from c3_plugin.tools.session import open_session, run_config, weights_folder
     from c3_plugin.core.config import load_config
+    from c3_plugin.tools.session import open_session, run_config, weights_folder
 
     if args.command == "audit":
         from c3_plugin.tools.audit import audit_run, print_audit, trace_files

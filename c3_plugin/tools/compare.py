@@ -67,8 +67,8 @@ def plan(cfg_path: str | Path, algorithms: Sequence[str], seeds: Sequence[int], 
 
 def fingerprint(cfg: RunConfig) -> dict[str, Any]:
     """What every run of a comparison must share: data, evaluation sets, workflow and env-step budget."""
-    from c3_plugin.run.dry_run import prepare
     from c3_plugin.run.budget import expected_budget
+    from c3_plugin.run.dry_run import prepare
 
     _, workflow, train, evals = prepare(cfg)
     suites: dict[str, int] = {}

@@ -34,9 +34,9 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from c3_plugin.core import credit
-from c3_plugin.trainers.bridge import progress_bar, stepping
-from c3_plugin.tools.session import Session, bootstrap_ci, mean_ci, print_table, seed_all
 from c3_plugin.core.credit_diagnostics import _PAD, decision_groups, leaf_outcomes
+from c3_plugin.tools.session import Session, bootstrap_ci, mean_ci, print_table, seed_all
+from c3_plugin.trainers.bridge import progress_bar, stepping
 
 RAW = "raw.jsonl"
 SETTINGS = "settings.json"

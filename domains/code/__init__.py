@@ -14,9 +14,27 @@ from .assertions import Assertion, AssertionFormError, compile_assertion, define
 from .data import PENDING, CodeDatasetError, decode_tests, evaluate_constants, load_split
 from .prompts import multi_turn, reasoner_actor, reasoner_coder_reviewer, workflows
 from .runner import encode
-from .sandbox import (UNSAFE, Limits, Sandbox, SandboxError, Test, TestResult, configure, default_sandbox,
-                      namespaces_available)
-from .tasks import DEFAULTS, eval_aggregator, extract_code, make_eval_logger, make_outcome, make_reward, run_visible_tests, syntax_valid
+from .sandbox import (
+    UNSAFE,
+    Limits,
+    Sandbox,
+    SandboxError,
+    Test,
+    TestResult,
+    configure,
+    default_sandbox,
+    namespaces_available,
+)
+from .tasks import (
+    DEFAULTS,
+    eval_aggregator,
+    extract_code,
+    make_eval_logger,
+    make_outcome,
+    make_reward,
+    run_visible_tests,
+    syntax_valid,
+)
 from .values import decode, equal
 
 
@@ -112,7 +130,7 @@ def dry_run(cfg, train, evals) -> dict[str, Any]:
     if PENDING:
         minutes = sum(p["solutions"] * SECONDS_PER_REFERENCE_SOLUTION + p["tests"] * SECONDS_PER_REFERENCE_TEST for p in PENDING) / 60
         out["reference_runs"] = {"pending": list(PENDING), "estimated_minutes": round(minutes, 1), "cache": str(cache_dir())}
-        out["notes"] = [f"code: before its first step the run measures the reference solutions in the sandbox ("
+        out["notes"] = ["code: before its first step the run measures the reference solutions in the sandbox ("
                         + ", ".join(f"{p['set']}: {p['what']} of {p['solutions']} solutions on {p['tests']} tests" for p in PENDING)
                         + f"): about {max(minutes, 0.1):.1f} min on 2 cores, once per machine (cached in {cache_dir()}); "
                         "until then an MBPP+ eval count is an upper bound (a task whose reference fails on all but one "
@@ -127,5 +145,5 @@ DOMAIN = Domain(name="code", load_datasets=load_datasets, workflows=workflows,
 
 __all__ = ["Assertion", "AssertionFormError", "CodeConfig", "CodeDatasetError", "DOMAIN", "Limits", "Sandbox", "SandboxError", "Test",
            "TestResult", "compile_assertion", "configure", "decode", "decode_tests", "encode", "equal", "execute", "extract_code",
-           "load_datasets", "load_split", "make_outcome", "multi_turn", "outcome", "pass_rate", "reasoner_actor",
+           "load_datasets", "load_split", "make_outcome", "multi_turn", "namespaces_available", "outcome", "pass_rate", "reasoner_actor",
            "reasoner_coder_reviewer", "reward", "run_visible_tests", "syntax_valid", "workflows"]

@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 
 from c3_plugin.core.domain import Domain, single_train_source
 from c3_plugin.core.registry import is_centralized
+from c3_plugin.core.rewards import batched
 from c3_plugin.core.workflow import Workflow
 
 from .actions import ROLE_NAMES, merger, owned_slots, parse_action, plan_to_actions, render_action
@@ -18,12 +19,27 @@ from .catalog import CatalogError, parse_reference, route_scaffold
 from .data import FILTERS, HF_NAME, HF_REVISION, PANELS, load_rows, normalise, read_source, split_rows
 from .eval_log import METRICS, eval_aggregator, eval_logger
 from .evaluate import evaluate_joint, task_of
-from .joint import (JOINT_ROLE, TravelJointAdapter, is_joint, item_days, joint_eval_logger, joint_grammar, joint_prefill,
-                    joint_probe, joint_reward, joint_workflow, plan_to_joint, split_joint)
-from .prompts import prefill, prompt_fields, skeleton_days, travel_workflow, workflows as role_workflows
-from c3_plugin.core.rewards import batched
+from .joint import (
+    JOINT_ROLE,
+    TravelJointAdapter,
+    is_joint,
+    item_days,
+    joint_eval_logger,
+    joint_grammar,
+    joint_prefill,
+    joint_probe,
+    joint_reward,
+    joint_workflow,
+    plan_to_joint,
+    split_joint,
+)
+from .prompts import prefill, prompt_fields, skeleton_days, travel_workflow
+from .prompts import workflows as role_workflows
+from .reward import NAME as REWARD_BACKEND
+from .reward import RANGE as REWARD_RANGE
+from .reward import VARIANTS as REWARD_VARIANTS
+from .reward import make_reward, reward, terms
 
-from .reward import NAME as REWARD_BACKEND, RANGE as REWARD_RANGE, VARIANTS as REWARD_VARIANTS, make_reward, reward, terms
 
 @dataclass
 class TravelConfig:
@@ -141,8 +157,8 @@ def probe(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def dry_run_probe(config: TravelConfig | None = None) -> dict[str, Any]:
     """The probe on the bundled fixture row (the dry run re-runs it on the configured data)."""
-    from pathlib import Path
     import json
+    from pathlib import Path
 
     fixture = Path(__file__).with_name("probe_row.json")
     return probe([normalise(json.loads(fixture.read_text()), 0, "probe")])

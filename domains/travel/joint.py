@@ -47,8 +47,8 @@ from typing import Any, Mapping, Sequence
 from c3_plugin.core.workflow import Workflow, workflow_from_dict
 
 from .actions import EMPTY, FIELDS, ROLE_FIELDS, ROLE_NAMES, owned_slots, owner, render_action
-from .prompts import CONVENTIONS, prompt_fields, skeleton_days
 from .eval_log import eval_logger
+from .prompts import CONVENTIONS, prompt_fields, skeleton_days
 from .reward import RANGE, reward
 
 JOINT_ROLE = "Planner"  # the single role of the joint workflow (agent 0)

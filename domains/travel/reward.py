@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .actions import EMPTY, FIELDS, TRIPLE, owned_slots, recover_assignments
-from .evaluate import COPY_MARKERS, same_route, Task, bottleneck, composite, evaluate_joint, evaluate_plan, task_of
+from .evaluate import COPY_MARKERS, Task, bottleneck, composite, evaluate_joint, evaluate_plan, same_route, task_of
 
 NAME = "reference_constraint_learnable_budget_dense"
 STRICT_NAME = "reference_constraint_strict_dense"

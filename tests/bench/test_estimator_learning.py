@@ -12,11 +12,24 @@ import numpy as np
 import pytest
 from scipy.special import log_softmax
 
+from bench.studies.synthetic_learning import (
+    ENV_VARIANTS,
+    METHODS,
+    REGIMES,
+    LearningSetup,
+    MatchChainEnv,
+    TabularCritic,
+    advantages,
+    exact_diagnosis,
+    learning_curves,
+    make_env,
+    policy_gradient,
+    train,
+    variance_decomposition,
+)
 from c3_plugin import materialize, parse_plan
 from c3_plugin.core.stats import area_under_curve
 from c3_plugin.core.synthetic import SyntheticBackend
-from bench.studies.synthetic_learning import (ENV_VARIANTS, METHODS, REGIMES, LearningSetup, MatchChainEnv, TabularCritic, advantages,
-                                          exact_diagnosis, learning_curves, make_env, policy_gradient, train, variance_decomposition)
 
 ITEM = {"question": "task"}
 SKEWED = LearningSetup(init_scale=1.0)  # far from uniform, so that wrong indices or signs show

@@ -4,7 +4,7 @@ algorithm families apart by the fields a config happens to have."""
 import re
 from pathlib import Path
 
-from c3_plugin.core.registry import UNDECLARED, WORKFLOW, _BUILTIN, Capabilities, capabilities, resolve
+from c3_plugin.core.registry import _BUILTIN, UNDECLARED, WORKFLOW, Capabilities, capabilities, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKERS = ("plan", "preference_num_candidates", "num_iterations", "reward_model_name", "critic_max_tokens",

@@ -133,7 +133,6 @@ def test_travel_outcome_is_the_merged_plans_pass_fail_vector():
 
 def test_the_trainer_logs_influence_with_the_domains_outcome(tmp_path):
     from domains.template import DOMAIN
-
     from tests.trainers.test_trainers import template_trainer
 
     trainer, wf, train = template_trainer(tmp_path, "c3", "tree [3, 2]", 4)

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from bench.studies import fidelity
+from c3_plugin import load_workflow, materialize
 from c3_plugin.core.credit import tree_advantages
 from c3_plugin.core.synthetic import NULL_MESSAGE, SyntheticBackend, SyntheticEnv
-from c3_plugin import load_workflow, materialize
 
 QUESTIONS = ["Q1", "Q2"]
 

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from c3_plugin.run.testing import experiment_config
 from c3_plugin import load_workflow, materialize
 from c3_plugin.core.config import ConfigError, load_config
 from c3_plugin.core.credit import normalize_advantages, tree_advantages
 from c3_plugin.core.estimator_rules import CREDIT_FIELDS, RULES, credit_fields, violations
 from c3_plugin.core.loss import ppo_loss
 from c3_plugin.core.synthetic import SyntheticBackend, SyntheticEnv
+from c3_plugin.run.testing import experiment_config
 from c3_plugin.trainers.base import WorkflowTrainer
 from c3_plugin.trainers.c3 import C3Config, C3Trainer
 from c3_plugin.trainers.magrpo import WorkflowMAGRPOConfig, WorkflowMAGRPOTrainer

@@ -1,7 +1,17 @@
 import numpy as np
 import pytest
 
-from c3_plugin import PlanError, Sampling, load_workflow, materialize, parse_plan, read_jsonl, replay_check, workflow_from_dict, write_jsonl
+from c3_plugin import (
+    PlanError,
+    Sampling,
+    load_workflow,
+    materialize,
+    parse_plan,
+    read_jsonl,
+    replay_check,
+    workflow_from_dict,
+    write_jsonl,
+)
 from c3_plugin.core.credit import tree_advantages
 from c3_plugin.core.synthetic import SyntheticBackend, SyntheticEnv
 

@@ -4,16 +4,16 @@ per context and its samples continue every alternative of the sibling (the cross
 import numpy as np
 import pytest
 
-from c3_plugin import Generation, load_workflow, materialize, read_jsonl, replay_check, workflow_from_dict, write_jsonl
 from bench.studies import fidelity
+from c3_plugin import Generation, load_workflow, materialize, read_jsonl, replay_check, workflow_from_dict, write_jsonl
 from c3_plugin.core.credit import average_copies, tree_advantages
 from c3_plugin.core.credit_diagnostics import rollout_diagnostics, shared_groups
 from c3_plugin.core.rollout import unique_samples
 from c3_plugin.core.synthetic import SyntheticBackend, SyntheticEnv
 from c3_plugin.core.trace import path_to
+from c3_plugin.run.testing import experiment_config
 from tests import oracles
 from tests.core.test_estimator import assert_unbiased, bonferroni_z
-from c3_plugin.run.testing import experiment_config
 
 
 def join(outputs):
@@ -308,8 +308,7 @@ def test_c3_trains_each_unique_parallel_sample_once(share, per_agent):
 
 
 def test_evaluation_and_magrpo_never_share(monkeypatch):
-    from c3_plugin.trainers import C3Trainer, WorkflowMAGRPOTrainer
-    from c3_plugin.trainers import bridge
+    from c3_plugin.trainers import C3Trainer, WorkflowMAGRPOTrainer, bridge
 
     calls = []
     real = bridge.materialize

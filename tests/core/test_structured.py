@@ -6,11 +6,19 @@ import numpy as np
 import pytest
 import torch
 
-from c3_plugin.generation.hf import HFBackend
-from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt
 from c3_plugin.core.loss import sequence_logprobs
-from c3_plugin.core.structured import (JsonStop, Skeleton, SkeletonLogitsProcessor, json_complete, loss_mask_for,
-                                  max_completion_tokens, parse_assignments, value_vocabulary)
+from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt
+from c3_plugin.core.structured import (
+    JsonStop,
+    Skeleton,
+    SkeletonLogitsProcessor,
+    json_complete,
+    loss_mask_for,
+    max_completion_tokens,
+    parse_assignments,
+    value_vocabulary,
+)
+from c3_plugin.generation.hf import HFBackend
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
 from c3_plugin.trainers.update import PolicySample, ppo_update
 

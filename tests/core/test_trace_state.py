@@ -7,11 +7,11 @@ import hashlib
 import pytest
 
 from c3_plugin import TraceEntry, load_workflow, materialize, read_jsonl, replay_check, write_jsonl
-from c3_plugin.generation.hf import HFBackend
 from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt
 from c3_plugin.core.synthetic import SyntheticBackend, SyntheticEnv
-from c3_plugin.run.testing import CHAT_TEMPLATE, tiny_model, tiny_tokenizer
 from c3_plugin.core.trace import chat_template_hash
+from c3_plugin.generation.hf import HFBackend
+from c3_plugin.run.testing import CHAT_TEMPLATE, tiny_model, tiny_tokenizer
 
 ITEMS = [{"id": "a", "question": "1+1"}, {"id": "b", "question": "2+2"}]
 SYSTEMS = {"Reasoner": "Plan briefly.", "Actor": "Answer in a box."}

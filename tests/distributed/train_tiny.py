@@ -14,8 +14,8 @@ import signal
 import sys
 
 from c3_plugin.core.config import load_config
-from c3_plugin.run.train import train
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
+from c3_plugin.run.train import train
 
 
 def main() -> None:

@@ -20,9 +20,9 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from c3_plugin.scale import distributed as dp
 from c3_plugin.core.config import DeepSpeedSection
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
+from c3_plugin.scale import distributed as dp
 from c3_plugin.trainers.update import PolicySample, ppo_update
 
 

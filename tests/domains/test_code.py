@@ -9,8 +9,8 @@ import domains.code as dc
 from c3_plugin import materialize, replay_check
 from c3_plugin.core.config import load_config
 from c3_plugin.core.protocol import Generation
-from c3_plugin.run.train import train
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
+from c3_plugin.run.train import train
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "code"
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import domains.code as dc
+from domains.code import sandbox
 from domains.code.assertions import AssertionFormError, CheckError, compile_assertion, evaluate
 from domains.code.data import TIME_CAP_S, TIME_FLOOR_S, mbppplus_inputs, time_limit
-from domains.code import sandbox
 from domains.code.sandbox import Sandbox, Test
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from c3_plugin.core.config import ConfigError, load_config
+from c3_plugin.core.config import ConfigError, build_workflow, load_config
 from c3_plugin.core.domain import load_domain
-from c3_plugin.core.config import build_workflow
 from c3_plugin.run.dry_run import dry_run_report, prepare
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
 

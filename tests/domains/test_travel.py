@@ -263,10 +263,9 @@ def test_the_seeded_split_on_another_source_is_stratified_and_reproducible():
 def test_curriculum_budget_is_5040_env_steps_and_126_updates_per_agent():
     import datasets
 
-    from c3_plugin.core.config import load_config
-    from c3_plugin.core.config import build_workflow
-    from c3_plugin.run.budget import expected_budget
+    from c3_plugin.core.config import build_workflow, load_config
     from c3_plugin.core.domain import load_domain
+    from c3_plugin.run.budget import expected_budget
 
     rows = validation_shaped_rows()
     train_idx, _ = split_rows(rows, {"days": [3, 5], "level": ["easy", "medium"], "visiting_city_number": [1, 2]}, PANELS)
@@ -420,7 +419,8 @@ def test_plan_success_needs_a_valid_joint_action():
 
 
 def test_reward_variants_specified_by_default_and_strict_on_request():
-    from domains.travel.reward import NAME, STRICT_NAME, make_reward, reward as module_reward
+    from domains.travel.reward import NAME, STRICT_NAME, make_reward
+    from domains.travel.reward import reward as module_reward
 
     strict, specified = make_reward("strict"), make_reward()
     assert module_reward.backend == specified.backend == NAME and strict.backend == STRICT_NAME

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from c3_plugin.core.config import load_config
-from c3_plugin.run.dry_run import prepare
-from c3_plugin.run.train import train
-from c3_plugin.run.budget import expected_budget
-from c3_plugin.run.testing import tiny_model, tiny_tokenizer
 from c3_plugin.core.trace import TraceEntry
+from c3_plugin.run.budget import expected_budget
+from c3_plugin.run.dry_run import prepare
+from c3_plugin.run.testing import tiny_model, tiny_tokenizer
+from c3_plugin.run.train import train
 from domains.travel import METRICS, parse_action
 from tests.trainers.test_trainers import read_offline_history
 

@@ -3,9 +3,9 @@ import pytest
 import torch
 
 from c3_plugin import load_workflow, materialize
-from c3_plugin.generation.hf import HFBackend
-from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt
 from c3_plugin.core.loss import sequence_logprobs
+from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt
+from c3_plugin.generation.hf import HFBackend
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer, two_eos_team
 
 

@@ -7,10 +7,10 @@ import torch
 from datasets import Dataset
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from c3_plugin.generation.hf import HFBackend
-from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt
-from c3_plugin.generation.hook import GenerationHook, backend_generate, overrides_hook
 from c3_plugin.core.loss import token_logprobs
+from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt
+from c3_plugin.generation.hf import HFBackend
+from c3_plugin.generation.hook import GenerationHook, backend_generate, overrides_hook
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
 from c3_plugin.trainers import C3Config, C3Trainer
 

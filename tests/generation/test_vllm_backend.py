@@ -12,10 +12,10 @@ import os
 import pytest
 import torch
 
-from c3_plugin.generation.hf import HFBackend
-from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt
 from c3_plugin.core.loss import token_logprobs
+from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt
 from c3_plugin.core.structured import Skeleton, loss_mask_for
+from c3_plugin.generation.hf import HFBackend
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]

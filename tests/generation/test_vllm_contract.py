@@ -83,8 +83,8 @@ print("ok")
 
 def test_json_stop_after_sampling_cuts_where_the_stopping_criterion_stops():
     from c3_plugin.core.structured import JsonStop
-    from c3_plugin.run.testing import tiny_tokenizer
     from c3_plugin.generation.vllm import json_stop_length
+    from c3_plugin.run.testing import tiny_tokenizer
 
     tok = tiny_tokenizer()
     rng = np.random.default_rng(0)

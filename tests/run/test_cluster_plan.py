@@ -6,11 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from c3_plugin.run.cluster import cluster_plan, divisibility_errors, world_layout, zero_model_states
-from c3_plugin.core.config import ConfigError, load_config
+from c3_plugin.core.config import ConfigError, build_workflow, load_config
 from c3_plugin.core.domain import load_domain
+from c3_plugin.run.cluster import cluster_plan, divisibility_errors, world_layout, zero_model_states
 from c3_plugin.run.memory import GIB, model_shape
-from c3_plugin.core.config import build_workflow
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 ROWS = 7473  # GSM8K's training rows, as configs/math/base.yaml reads them

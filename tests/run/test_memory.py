@@ -5,6 +5,7 @@ import pytest
 
 from c3_plugin.run.testing import logprob_peaks
 
+
 def test_logprob_peak_memory_grows_with_micro_batch_not_with_sequences():
     mb = 2**20
     cases = [(16, 4), (64, 4), (64, 16)]

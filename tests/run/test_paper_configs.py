@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from c3_plugin.tools.compare import controlled, plan
 from c3_plugin.core.config import ConfigError, load_config
 from c3_plugin.run.dry_run import dry_run_report
+from c3_plugin.tools.compare import controlled, plan
 
 ROOT = Path(__file__).resolve().parents[2]
 PAPER = ROOT / "configs" / "math" / "paper"

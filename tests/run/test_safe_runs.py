@@ -115,8 +115,8 @@ def test_model_paths_resolve_against_the_config_file_through_extends(tmp_path, m
 
 
 def test_dry_run_checks_local_models_and_reports_hub_names(tmp_path):
-    from c3_plugin.scale.model_check import check_model
     from c3_plugin.run.dry_run import dry_run_report
+    from c3_plugin.scale.model_check import check_model
 
     data = tiny_config(tmp_path)
     model = Path(data["agent_model"]["name"])
@@ -157,9 +157,9 @@ def reward_only_run(folder: Path, algorithm: str, seed: int, level: float) -> No
 def test_plots_compare_and_dashboard_fall_back_to_eval_reward_mean(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
 
+    from c3_plugin.run.report import eval_metrics, plot_history
     from c3_plugin.tools import dashboard
     from c3_plugin.tools.compare import aggregate, run_name
-    from c3_plugin.run.report import eval_metrics, plot_history
 
     figures = []
     monkeypatch.setattr(plt, "close", figures.append)

@@ -10,10 +10,10 @@ import pytest
 from datasets import Dataset
 
 from c3_plugin.core.config import load_config
+from c3_plugin.core.sources import local_path
 from c3_plugin.run.dry_run import dry_run_report
 from c3_plugin.run.testing import experiment_config, tiny_model, tiny_tokenizer
 from c3_plugin.trainers import C3Config, C3Trainer
-from c3_plugin.core.sources import local_path
 
 ROOT = Path(__file__).resolve().parents[2]
 SKIP_DIRS = {".git", ".venv", "outputs", "wandb", "build", "__pycache__", ".pytest_cache"}

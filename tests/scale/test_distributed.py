@@ -98,8 +98,8 @@ def test_two_ranks_train_the_same_budget_and_log_once(tmp_path, stage, scaling):
     """A whole C3 run on 2 ranks: the one-process budget, one log row per update, gathered evaluation; under ZeRO-3
     generation runs on gathered weights (ranks decode different numbers of tokens) and batch z-scoring is global."""
     from c3_plugin.core.config import load_config
-    from c3_plugin.run.dry_run import prepare
     from c3_plugin.run.budget import expected_budget
+    from c3_plugin.run.dry_run import prepare
 
     cfg_json = tiny_config(tmp_path, deepspeed={"zero_stage": stage}, advantage_scaling=scaling)
     torchrun("train_tiny.py", cfg_json)

@@ -7,8 +7,8 @@ import pytest
 import torch
 from datasets import Dataset
 
-from c3_plugin.scale.precision import compute_dtype_of, keep_fp32_masters
 from c3_plugin.run.testing import experiment_config, tiny_model, tiny_tokenizer
+from c3_plugin.scale.precision import compute_dtype_of, keep_fp32_masters
 from c3_plugin.trainers import C3Config, C3Trainer, MAPPOConfig, MAPPOTrainer
 from c3_plugin.trainers.update import PolicySample, ppo_update
 

@@ -9,12 +9,12 @@ import json
 import numpy as np
 import pytest
 
+from bench.studies.synthetic_learning import REGIMES, LearningSetup, exact_diagnosis, learning_curves, make_env
 from c3_plugin.core import credit
+from c3_plugin.core.stats import area_under_curve
 from c3_plugin.tools.advise import advise, plan_noise, plan_snr, team_variances
 from c3_plugin.tools.cli import console
 from c3_plugin.tools.diagnose import decision_report
-from c3_plugin.core.stats import area_under_curve
-from bench.studies.synthetic_learning import REGIMES, LearningSetup, exact_diagnosis, learning_curves, make_env
 
 ITEM = {"question": "task"}
 

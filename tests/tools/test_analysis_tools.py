@@ -10,19 +10,19 @@ import numpy as np
 import pytest
 import yaml
 
-from c3_plugin.tools.session import Session
-from c3_plugin.tools.audit import audit, recorded_runs, select_runs
-from c3_plugin.tools.plan_budget import plan_budget, predicted_reliability, tree_plans
-from c3_plugin.tools.cli import console
-from c3_plugin.tools.diagnose import adjacent_contrasts, contrast, decision_report
-from c3_plugin.core.stats import spearman_expectation
 from c3_plugin.core.plan import parse_plan
 from c3_plugin.core.protocol import Sampling
 from c3_plugin.core.rollout import materialize
+from c3_plugin.core.stats import spearman_expectation
 from c3_plugin.core.synthetic import SyntheticBackend, SyntheticEnv
-from c3_plugin.run.testing import template_config
 from c3_plugin.core.trace import read_jsonl, write_jsonl
 from c3_plugin.core.workflow import load_workflow
+from c3_plugin.run.testing import template_config
+from c3_plugin.tools.audit import audit, recorded_runs, select_runs
+from c3_plugin.tools.cli import console
+from c3_plugin.tools.diagnose import adjacent_contrasts, contrast, decision_report
+from c3_plugin.tools.plan_budget import plan_budget, predicted_reliability, tree_plans
+from c3_plugin.tools.session import Session
 
 pytestmark = pytest.mark.xdist_group("analysis_tools")  # one worker builds the module's shared fixture once
 

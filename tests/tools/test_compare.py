@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from c3_plugin.tools.compare import aggregate, compare, controlled, plan
 from c3_plugin.core.config import ConfigError
 from c3_plugin.core.stats import summarize
 from c3_plugin.run.testing import template_config
+from c3_plugin.tools.compare import aggregate, compare, controlled, plan
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(900)

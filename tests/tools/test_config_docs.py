@@ -2,8 +2,8 @@
 
 import dataclasses
 
-from c3_plugin.tools import config_docs
 from c3_plugin.core.config import SECTIONS
+from c3_plugin.tools import config_docs
 from c3_plugin.trainers.c3 import C3Config
 
 

@@ -15,8 +15,7 @@ from comlrl.trainers.reinforce.magrpo import MAGRPOConfig
 from datasets import Dataset
 
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
-from c3_plugin.trainers import C3Config, C3Trainer, WorkflowTrainer
-from c3_plugin.trainers import actor_critic_fields
+from c3_plugin.trainers import C3Config, C3Trainer, WorkflowTrainer, actor_critic_fields
 from c3_plugin.trainers.actor_critic_fields import CRITIC_FIELDS, ActorCriticFields
 
 WARNING = "have no meaning under C3"  # the one critic warning

@@ -8,10 +8,10 @@ import torch
 
 from c3_plugin.core.config import ConfigError, load_config
 from c3_plugin.core.protocol import Sampling, role_sampling
-from c3_plugin.run.train import build_trainer
+from c3_plugin.core.workflow import WorkflowError
 from c3_plugin.run.dry_run import dry_run_report, prepare
 from c3_plugin.run.testing import killed_run, tiny_model, tiny_tokenizer
-from c3_plugin.core.workflow import WorkflowError
+from c3_plugin.run.train import build_trainer
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "math"
 

@@ -9,17 +9,34 @@ import datasets
 import pytest
 import torch
 
-from c3_plugin.generation.hf import HFBackend
 from c3_plugin.core.protocol import Prompt, Sampling
+from c3_plugin.generation.hf import HFBackend
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
 from c3_plugin.trainers import joint as centralized
 from c3_plugin.trainers.joint import CentralizedAPIError, check_records, mark_joint, require_centralized_api
 from c3_plugin.trainers.streamed_pg import train_mode_log_prob
-from domains.travel import (eval_aggregator, eval_logger, make_grammar, normalise, parse_action, plan_to_actions, reward,
-                            TravelConfig)
+from domains.travel import (
+    TravelConfig,
+    eval_aggregator,
+    eval_logger,
+    make_grammar,
+    normalise,
+    parse_action,
+    plan_to_actions,
+    reward,
+)
 from domains.travel.actions import FIELDS, owned_slots
-from domains.travel.joint import (JOINT_ROLE, TravelJointAdapter, joint_prefill, joint_reward, joint_slots, joint_workflow,
-                                  output_budget, plan_to_joint, split_joint)
+from domains.travel.joint import (
+    JOINT_ROLE,
+    TravelJointAdapter,
+    joint_prefill,
+    joint_reward,
+    joint_slots,
+    joint_workflow,
+    output_budget,
+    plan_to_joint,
+    split_joint,
+)
 from domains.travel.prompts import prompt_fields
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -145,9 +162,10 @@ def test_replay_records_are_marked_joint_and_kinds_never_mix():
 
 
 def test_require_centralized_api_passes_on_the_installed_comlrl_and_names_what_is_missing(monkeypatch):
+    from dataclasses import dataclass
+
     import comlrl.trainers.preference as pref
     import comlrl.trainers.reinforce as reinforce
-    from dataclasses import dataclass
 
     require_centralized_api()
     assert centralized.centralized_api_report()["centralized_api"] == "ok"
@@ -155,7 +173,7 @@ def test_require_centralized_api_passes_on_the_installed_comlrl_and_names_what_i
     with pytest.raises(CentralizedAPIError, match=r"comlrl\.trainers\.reinforce\.CentralizedMAGRPOTrainer.*Fix: install"):
         require_centralized_api()
     with pytest.raises(ValueError, match="CentralizedMAGRPOTrainer"):  # the lazily resolved trainer checks first
-        getattr(centralized, "JointMAGRPOTrainer")
+        centralized.JointMAGRPOTrainer
     monkeypatch.undo()
 
     @dataclass

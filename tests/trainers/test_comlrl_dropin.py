@@ -27,7 +27,11 @@ def test_comlrl_quick_start_trains_under_c3_with_only_class_names_changed(tmp_pa
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     from comlrl.utils.reward_processor import RewardProcessors
-    from c3_plugin.trainers import C3Config, C3Trainer  # was: from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
+
+    from c3_plugin.trainers import (  # was: from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
+        C3Config,
+        C3Trainer,
+    )
 
     train_data = {
         "prompt": [
@@ -189,8 +193,8 @@ def test_formatters_shape_the_parallel_contexts_and_other_arguments_are_refused_
 
 
 def test_one_name_per_algorithm_reads_its_own_section(capsys):
-    from c3_plugin.tools.cli import main
     from c3_plugin.core.config import ConfigError, load_config
+    from c3_plugin.tools.cli import main
 
     cfg = load_config(ROOT / "configs" / "math" / "c3.yaml", ["algorithm=magrpo", "magrpo.num_train_epochs=3"])
     assert type(cfg.algo).__name__ == "WorkflowMAGRPOConfig" and cfg.algo.num_train_epochs == 3

@@ -12,9 +12,9 @@ import wandb
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 from datasets import Dataset
 
+from c3_plugin.core.workflow import EPISODE_END
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
 from c3_plugin.trainers import C3Config, C3Trainer, WorkflowMAGRPOConfig
-from c3_plugin.core.workflow import EPISODE_END
 
 PAIRS = {"comlrl": (MAGRPOConfig, MAGRPOTrainer), "c3": (C3Config, C3Trainer)}
 

@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from c3_plugin.core.config import ConfigError, load_config
-from c3_plugin.generation.hf import sampling_config
 from c3_plugin.core.loss import sequence_logprobs
 from c3_plugin.core.protocol import Sampling
-from c3_plugin.run.train import build_trainer
-from c3_plugin.run.dry_run import prepare
+from c3_plugin.generation.hf import sampling_config
 from c3_plugin.run.budget import expected_budget
+from c3_plugin.run.dry_run import prepare
 from c3_plugin.run.testing import killed_run, tiny_model, tiny_tokenizer
+from c3_plugin.run.train import build_trainer
 from c3_plugin.trainers.optim import KLController, LRSchedule, kl_per_token, lr_factor
 from c3_plugin.trainers.update import ppo_update as real_ppo_update
 

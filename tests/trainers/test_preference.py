@@ -15,13 +15,22 @@ import pytest
 import torch
 from comlrl.trainers.preference.iterative import MADPOIterTrainer
 from comlrl.trainers.preference.madpo import MADPOTrainer
+
 from c3_plugin.core.loss import masked_sequence_log_prob
 from c3_plugin.core.protocol import Generation, encode_prompt
 from c3_plugin.core.structured import loss_mask_for
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
-from c3_plugin.trainers.preference import (MaskedPreferenceTensors, WorkflowMADPOConfig, WorkflowMADPOIterConfig,
-                                           WorkflowMADPOIterTrainer, WorkflowMADPOTrainer, WorkflowMARLHFConfig,
-                                           WorkflowMARLHFIterConfig, WorkflowMARLHFIterTrainer, WorkflowMARLHFTrainer)
+from c3_plugin.trainers.preference import (
+    MaskedPreferenceTensors,
+    WorkflowMADPOConfig,
+    WorkflowMADPOIterConfig,
+    WorkflowMADPOIterTrainer,
+    WorkflowMADPOTrainer,
+    WorkflowMARLHFConfig,
+    WorkflowMARLHFIterConfig,
+    WorkflowMARLHFIterTrainer,
+    WorkflowMARLHFTrainer,
+)
 from domains.travel import TravelConfig, eval_aggregator, eval_logger, make_grammar, normalise, prompt_fields, reward
 from domains.travel.prompts import workflows
 from tests.domains.test_travel_training import FIXTURE

@@ -13,11 +13,11 @@ from datasets import Dataset
 
 from c3_plugin.core.config import load_config
 from c3_plugin.core.plan import parse_plan
-from c3_plugin.run.report import eval_metrics
 from c3_plugin.core.rewards import batched
-from c3_plugin.run.train import build_trainer
 from c3_plugin.run.dry_run import prepare
+from c3_plugin.run.report import eval_metrics
 from c3_plugin.run.testing import experiment_config, tiny_model, tiny_tokenizer
+from c3_plugin.run.train import build_trainer
 from c3_plugin.trainers import C3Config, C3Trainer
 from domains.math import data as dm
 from domains.math import default_eval_logger, eval_aggregator, math_workflow

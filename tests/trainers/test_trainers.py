@@ -14,11 +14,11 @@ from c3_plugin.core import registry
 from c3_plugin.core.config import load_config
 from c3_plugin.core.credit import group_advantages, tree_advantages
 from c3_plugin.core.rewards import batched
-from c3_plugin.run.train import build_trainer, train
-from c3_plugin.run.folder import latest_checkpoint
-from c3_plugin.run.dry_run import prepare
 from c3_plugin.run.budget import expected_budget
+from c3_plugin.run.dry_run import prepare
+from c3_plugin.run.folder import latest_checkpoint
 from c3_plugin.run.testing import experiment_config, tiny_model, tiny_tokenizer
+from c3_plugin.run.train import build_trainer, train
 from c3_plugin.trainers import C3Config, C3Trainer, MAPPOConfig, MAPPOTrainer, WorkflowMAGRPOTrainer
 from c3_plugin.trainers.mappo import gae
 
@@ -48,8 +48,8 @@ def template_trainer(tmp_path, algorithm: str, plan: str, rows: int):
     """A trainer of ``algorithm`` on the template domain's echo_pair workflow with tiny models, built by the
     run path (``prepare`` + ``build_trainer``); returns ``(trainer, workflow, train rows)``."""
     from c3_plugin.core.config import load_config
-    from c3_plugin.run.train import build_trainer
     from c3_plugin.run.dry_run import prepare
+    from c3_plugin.run.train import build_trainer
 
     cfg = load_config(data={"algorithm": algorithm, "domain": "template", "workflow": {"name": "echo_pair"},
                             "dataset": {"train": {"size": rows}}, "output": {"base_dir": str(tmp_path), "verbose": False},

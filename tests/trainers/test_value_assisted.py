@@ -10,8 +10,8 @@ import torch
 from datasets import Dataset
 
 from c3_plugin.core.credit import loo_advantages_batch, tree_advantages, value_assisted_advantages
-from c3_plugin.scale.precision import compute_dtype_of
 from c3_plugin.run.testing import experiment_config, tiny_model, tiny_tokenizer
+from c3_plugin.scale.precision import compute_dtype_of
 from c3_plugin.trainers import C3Config, C3Trainer
 
 
