@@ -32,18 +32,21 @@ def main() -> None:
     args = ap.parse_args()
     tok = load_tokenizer(SMOLLM)
     model = load_model(SMOLLM)
-    wf = math_workflow("reasoner_actor").with_templates({}, max_new_tokens={"Reasoner": args.reasoner, "Actor": args.actor})
+    wf = math_workflow("reasoner_actor").with_templates({},
+                                                        max_new_tokens={"Reasoner": args.reasoner, "Actor": args.actor})
     items = synthetic_rows("compare", "compare", args.instances, seed=5)
     backend = HFBackend(lambda a: model, [tok, tok])
     rows = []
     for plan in ("tree [2, 4]", "independent 8"):
         torch.manual_seed(0)
         t = time.perf_counter()
-        ro = materialize(wf, plan, items, backend, lambda leaves: [0.0] * len(leaves), Sampling(temperature=0.7, max_new_tokens=64))
+        ro = materialize(wf, plan, items, backend, lambda leaves: [0.0] * len(leaves),
+                         Sampling(temperature=0.7, max_new_tokens=64))
         tot = ro.budget.totals()
         rows.append((plan, tot["env_steps"] / args.instances, tot["messages"] / args.instances,
                      tot["tokens_generated"] / args.instances, time.perf_counter() - t))
-    print(f"== tokens per instance, SmolLM2-135M, {args.instances} instances, Reasoner <= {args.reasoner}, Actor <= {args.actor} tokens ==")
+    print(f"== tokens per instance, SmolLM2-135M, {args.instances} instances, Reasoner <= {args.reasoner}, Actor <= "
+          f"{args.actor} tokens ==")
     print(f"{'plan':<16}{'env steps':>10}{'messages':>10}{'tokens':>10}{'seconds':>10}")
     for plan, leaves, msgs, toks, sec in rows:
         print(f"{plan:<16}{leaves:>10.1f}{msgs:>10.1f}{toks:>10.1f}{sec:>10.1f}")

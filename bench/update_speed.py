@@ -77,8 +77,9 @@ def main() -> None:
         loss.backward()
         opt.step()
 
-    cfg = SimpleNamespace(ppo_epochs=1, minibatch_size=None, micro_batch_size=args.completions, temperature=1.0, clip_eps=0.2,
-                          clip_eps_high=None, max_grad_norm=1.0, loss_aggregation="token_mean", reference_kl_coef=0.0)
+    cfg = SimpleNamespace(ppo_epochs=1, minibatch_size=None, micro_batch_size=args.completions, temperature=1.0,
+                          clip_eps=0.2, clip_eps_high=None, max_grad_norm=1.0, loss_aggregation="token_mean",
+                          reference_kl_coef=0.0)
 
     def ours_update():
         ppo_update(model, opt, samples, cfg, np.random.default_rng(0), pad_id=tok.pad_token_id)
@@ -108,7 +109,8 @@ def main() -> None:
     print(f"{'C3Trainer ppo_update (one padded batch)':<44}{t_ours:>10.3f}")
     print(f"speedup: {t_comlrl / t_ours:.2f}x")
     total = sum(statistics.median(v) for v in parts.values())
-    print("our update, by phase: " + ", ".join(f"{k} {statistics.median(v):.3f}s ({statistics.median(v) / total:.0%})" for k, v in parts.items()))
+    print("our update, by phase: " + ", ".join(f"{k} {statistics.median(v):.3f}s "
+                                               f"({statistics.median(v) / total:.0%})" for k, v in parts.items()))
 
 
 if __name__ == "__main__":

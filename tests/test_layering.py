@@ -62,7 +62,8 @@ def test_no_import_cycle_counting_imports_inside_functions():
 def test_the_library_imports_no_domain_and_domains_only_its_core():
     _, of = _layers()
     graph = _graph()
-    into_domains = sorted(f"{m} -> {t}" for m, ts in graph.items() if m.startswith("c3_plugin") for t in ts if t.startswith("domains"))
+    into_domains = sorted(f"{m} -> {t}" for m, ts in graph.items() if m.startswith("c3_plugin") for t in ts
+                          if t.startswith("domains"))
     assert not into_domains, into_domains
     bad = []
     for m, ts in graph.items():

@@ -50,7 +50,8 @@ def embed(session: Session, texts: Sequence[str], agent: int = 0, batch: int = 1
     out = []
     with torch.no_grad():
         for s in range(0, len(texts), batch):
-            enc = tok(list(texts[s:s + batch]), return_tensors="pt", padding=True, truncation=True, max_length=512).to(device)
+            enc = tok(list(texts[s:s + batch]), return_tensors="pt", padding=True, truncation=True,
+                      max_length=512).to(device)
             hidden = model(**enc, output_hidden_states=True).hidden_states[-1].float()
             mask = enc["attention_mask"].unsqueeze(-1).float()
             out.append(((hidden * mask).sum(1) / mask.sum(1)).cpu().numpy())
@@ -99,9 +100,11 @@ def fit_critic(x: np.ndarray, y: np.ndarray, point: np.ndarray, folds: int = 5, 
 
 def critic_comparison(session: Session, train_dir: str | Path, out_dir: str | Path, held_out: int = 60, n: int = 4,
                       c: int = 4, reference: int = 16, seed: int = 1000) -> dict[str, Any]:
-    """Collect (or resume) the held-out groups, fit the critic on ``train_dir``'s groups, score both; writes ``critic.json``."""
+    ("""Collect (or resume) the held-out groups, fit the critic on ``train_dir``'s groups, score both; writes """
+     """``critic.json``.""")
     out = Path(out_dir)
-    diagnose(session, out / "heldout", groups=held_out, n=n, c=c + 2 * reference, decisions="0", seed=seed, progress=True)
+    diagnose(session, out / "heldout", groups=held_out, n=n, c=c + 2 * reference, decisions="0", seed=seed,
+             progress=True)
     tr_ctx, tr_alt, tr_ret = load_points(train_dir)
     ho_ctx, ho_alt, ho_ret = load_points(out / "heldout")
     x_tr = embed(session, [f"{h}\n{a}" for h, alts in zip(tr_ctx, tr_alt) for a in alts])
@@ -122,7 +125,8 @@ def critic_comparison(session: Session, train_dir: str | Path, out_dir: str | Pa
     for name, rho in corr.items():
         for scope, mask in (("common", common), ("own", ordered(ref_a) & ordered(estimates[name]))):
             vals = rho[mask]
-            lo, hi = bootstrap_ci(lambda idx: float(vals[idx].mean()), len(vals), seed=seed) if len(vals) > 1 else (float("nan"),) * 2
+            lo, hi = bootstrap_ci(lambda idx: float(vals[idx].mean()), len(vals),
+                                  seed=seed) if len(vals) > 1 else (float("nan"),) * 2
             rows.append({"estimator": f"{name} [{scope}]", "points": int(mask.sum()),
                          "rank_corr": float(vals.mean()) if len(vals) else float("nan"), "lo": lo, "hi": hi})
     pair = paired_comparison(corr["C3 (4 continuations)"][common], corr["learned critic"][common])

@@ -46,7 +46,8 @@ def unbiasedness(env: SyntheticEnv, plan: Any, questions: Sequence[str], runs: i
     plan = parse_plan(plan)
     items = [{"id": f"q{qi}#{r}", "question": q} for r in range(runs) for qi, q in enumerate(questions)]
     rng = np.random.default_rng(seed)
-    rollout = materialize(env.workflow, plan, items, SyntheticBackend(env, seed=seed + 1), lambda leaves: env.reward(leaves, rng))
+    rollout = materialize(env.workflow, plan, items, SyntheticBackend(env, seed=seed + 1),
+                          lambda leaves: env.reward(leaves, rng))
     by_node = {(e.instance, e.node): e for e in rollout.entries}
     cells: dict[tuple, dict[str, dict[str, float]]] = {}
     for u, adv in enumerate(estimator(rollout.rewards)):
@@ -73,7 +74,8 @@ def unbiasedness(env: SyntheticEnv, plan: Any, questions: Sequence[str], runs: i
     return rows
 
 
-def unbiasedness_unequal(env: SyntheticEnv, question: str, counts: Sequence[int], groups: int, seed: int = 0) -> list[dict]:
+def unbiasedness_unequal(env: SyntheticEnv, question: str, counts: Sequence[int], groups: int,
+                         seed: int = 0) -> list[dict]:
     """C3 at the opening decision point with unequal continuation counts per alternative:
     mean advantage per (alternative slot, action) against the exact Q - V."""
     item = {"id": "q", "question": question}
@@ -116,7 +118,8 @@ def noise_law(env: SyntheticEnv, questions: Sequence[str], n: int, c: int, group
             "predicted": predicted, "ratio": observed / predicted}
 
 
-def ablation_vs_c3(env: SyntheticEnv, question: str, n: int, rollouts: Sequence[int], groups: int, seed: int = 0) -> list[dict]:
+def ablation_vs_c3(env: SyntheticEnv, question: str, n: int, rollouts: Sequence[int], groups: int,
+                   seed: int = 0) -> list[dict]:
     """Error against the exact ``Q(h, a) - V(h)`` at the opening decision point as the rollouts
     per alternative grow, for C3 (leave-one-out over ``n`` alternatives) and for agent
     ablation (each alternative's mean return minus the null message's mean return).

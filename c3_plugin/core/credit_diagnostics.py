@@ -66,7 +66,8 @@ def independent_continuations(rollout: Rollout, u: int) -> bool:
     return bool(np.array_equal(rollout.owner[nodes], nodes))
 
 
-def decision_diagnostics(groups: np.ndarray, outcomes: np.ndarray | None = None, independent: bool = True) -> dict[str, float]:
+def decision_diagnostics(groups: np.ndarray, outcomes: np.ndarray | None = None,
+                         independent: bool = True) -> dict[str, float]:
     """Diagnostics of one decision point from its groups ``[G, n, c]`` (and optional categorical
     downstream outcomes of the same shape, for influence, which needs ``c >= 2``: from one
     continuation per alternative the plug-in ``I(J; Y)`` is just the entropy of ``Y``). The noise
@@ -104,7 +105,8 @@ def leaf_outcomes(rollout: Rollout, outcome: Callable[[Sequence[Leaf]], Sequence
     return out.reshape(rollout.rewards.shape)
 
 
-def rollout_diagnostics(rollout: Rollout, outcome: Callable[[Sequence[Leaf]], Sequence[Hashable]] | None = None) -> dict[str, float]:
+def rollout_diagnostics(rollout: Rollout,
+                        outcome: Callable[[Sequence[Leaf]], Sequence[Hashable]] | None = None) -> dict[str, float]:
     """Budget and credit diagnostics of one batch, keyed ``budget/*`` and ``credit/<role>_u<u>/*``.
 
     ``outcome`` is the domain's outcome extractor (:attr:`c3_plugin.core.domain.Domain.outcome`: leaves

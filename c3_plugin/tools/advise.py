@@ -72,8 +72,8 @@ def team_variances(diagnosis: Mapping[str, Any], outcome_variance: float | None 
         if k > 1:
             last_total = float(by_u[k - 2]["return_variance"])  # sigma_{K-2}^2 = S_{K-1} + O
         else:
-            raise ValueError("c3 advise: the last decision point has no reward_variance (a diagnosis from before c3 advise "
-                             "existed); rerun c3 diagnose")
+            raise ValueError("c3 advise: the last decision point has no reward_variance (a diagnosis from before c3 "
+                             "advise existed); rerun c3 diagnose")
     else:
         last_total = float(last["reward_variance"])
     signal = [max(float(by_u[u]["signal_S"]), 0.0) for u in range(k - 1)] + [max(last_total - o, 0.0)]
@@ -104,7 +104,8 @@ def plan_noise(tree: Sequence[int] | None, budget: int, var: Mapping[str, Any]) 
 
 
 def plan_snr(tree: Sequence[int] | None, budget: int, var: Mapping[str, Any]) -> list[float]:
-    """Predicted gradient SNR ``m_u S_u / (S_u + N_u)`` of every decision point under ``tree`` (``None``: independent)."""
+    ("""Predicted gradient SNR ``m_u S_u / (S_u + N_u)`` of every decision point under ``tree`` (``None``: """
+     """independent).""")
     return [m * sig / (sig + noise) if m and sig + noise > 0 else 0.0
             for sig, (m, noise) in zip(var["S"], plan_noise(tree, budget, var))]
 
@@ -136,16 +137,19 @@ def advise(diagnosis: Mapping[str, Any], budget: int, lr_scale: Sequence[float] 
     ratio = best_tree["score"] / indep["score"] if indep["score"] > 0 else math.inf
     lead = max(range(k), key=lambda u: weights[u])
     why = (f"{var['roles'][lead]} carries {weights[lead]:.0%} of the learnable signal; its predicted gradient SNR is "
-           f"{best_tree['snr'][lead]:.3g} on C3's {best_tree['plan']} against {indep['snr'][lead]:.3g} on independent {budget}")
+           f"{best_tree['snr'][lead]:.3g} on C3's {best_tree['plan']} against {indep['snr'][lead]:.3g} on independent "
+           f"{budget}")
     if best["algorithm"] == "c3" and var["U"][lead] > 0:
-        why += f" (its teammates' upstream variance U = {var['U'][lead]:.3g} is noise in MAGRPO's broadcast run score, not in C3's groups)"
+        why += (f" (its teammates' upstream variance U = {var['U'][lead]:.3g} is noise in MAGRPO's broadcast run "
+                "score, not in C3's groups)")
     elif best["algorithm"] == "magrpo":
         m = math.prod(_tree(best_tree)[: lead + 1])
         why += (f" (the tree gives it {m} alternatives per update against {budget} runs)" if m < budget else
-                f" (that tree credits only {var['roles'][lead]}; independent {budget} also gives the others {budget} samples)")
+                f" (that tree credits only {var['roles'][lead]}; independent {budget} also gives the others {budget} "
+                "samples)")
     verdict = (f"use {'C3' if best['algorithm'] == 'c3' else 'MAGRPO'} with plan \"{best['plan']}\": predicted score "
-               f"{best['score']:.3f} vs {(indep if best['algorithm'] == 'c3' else best_tree)['score']:.3f} for the best "
-               f"{'MAGRPO' if best['algorithm'] == 'c3' else 'C3'} plan; {why}")
+               f"{best['score']:.3f} vs {(indep if best['algorithm'] == 'c3' else best_tree)['score']:.3f} for the "
+               f"best {'MAGRPO' if best['algorithm'] == 'c3' else 'C3'} plan; {why}")
     points = [{"u": u, "role": r, "S": var["S"][u], "sigma2": var["sigma2"][u], "upstream_U": var["U"][u],
                "lr_scale": scale[u], "weight": weights[u]} for u, r in enumerate(var["roles"])]
     return {"workflow": diagnosis.get("workflow"), "budget": budget, "outcome_variance": var["O"], "T": var["T"],
@@ -161,8 +165,8 @@ def print_advice(result: Mapping[str, Any], top: int = 8) -> None:
     print(f"== c3 advise: {result['workflow']}, {result['budget']} reward calls per instance ==")
     print(f"{'u':>2} {'role':>12} {'S (signal)':>11} {'sigma^2':>9} {'upstream U':>11} {'lr scale':>9} {'weight':>7}")
     for p in result["decisions"]:
-        print(f"{p['u']:>2} {p['role']:>12} {p['S']:>11.4g} {p['sigma2']:>9.4g} {p['upstream_U']:>11.4g} {p['lr_scale']:>9g} "
-              f"{p['weight']:>7.2f}")
+        print(f"{p['u']:>2} {p['role']:>12} {p['S']:>11.4g} {p['sigma2']:>9.4g} {p['upstream_U']:>11.4g} "
+              f"{p['lr_scale']:>9g} {p['weight']:>7.2f}")
     print(f"outcome variance O = {result['outcome_variance']:.4g}, run variance T = {result['T']:.4g}")
     roles = [p["role"] for p in result["decisions"]]
     print(f"\n{'plan':>22} {'algorithm':>9} " + " ".join(f"{'SNR ' + r:>14}" for r in roles) + f" {'score':>7}")
@@ -170,5 +174,6 @@ def print_advice(result: Mapping[str, Any], top: int = 8) -> None:
     if not any(r["algorithm"] == "magrpo" for r in shown):
         shown = shown + [r for r in result["plans"] if r["algorithm"] == "magrpo"]
     for r in shown:
-        print(f"{r['plan']:>22} {r['algorithm']:>9} " + " ".join(f"{x:>14.3f}" for x in r["snr"]) + f" {r['score']:>7.3f}")
+        print(f"{r['plan']:>22} {r['algorithm']:>9} " + " ".join(f"{x:>14.3f}" for x in r["snr"])
+              + f" {r['score']:>7.3f}")
     print("\nverdict: " + result["verdict"])

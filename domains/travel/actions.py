@@ -149,7 +149,8 @@ def merge(actions: Sequence[ParsedAction], days: int, raw: Sequence[str] = ()) -
     for act in actions:
         for (d, f), v in act.assignments.items():
             plan[d - 1][f] = v
-    written: list[dict[tuple[int, str], str]] = [_written(t) for t in raw] if raw else [dict(a.assignments) for a in actions]
+    written: list[dict[tuple[int, str], str]] = ([_written(t) for t in raw] if raw
+                                                 else [dict(a.assignments) for a in actions])
     overlaps = conflicts = 0
     if len(written) >= 2:
         common = set(written[0]) & set(written[1])

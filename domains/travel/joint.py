@@ -88,8 +88,8 @@ Reply with one JSON object {{{{"assignments": [...]}}}}: one {{{{"day", "field",
     conventions=CONVENTIONS, lo=ROLE_NAMES[0], ex=ROLE_NAMES[1], lo_fields=_fields(0), ex_fields=_fields(1),
     order=", ".join(FIELDS))
 
-JOINT_SYSTEM = (f"You are the single planner of a travel team: you write both the {ROLE_NAMES[0]} fields ({_fields(0)}) "
-                f"and the {ROLE_NAMES[1]} fields ({_fields(1)}) of every day, in one JSON action.")
+JOINT_SYSTEM = (f"You are the single planner of a travel team: you write both the {ROLE_NAMES[0]} fields "
+                f"({_fields(0)}) and the {ROLE_NAMES[1]} fields ({_fields(1)}) of every day, in one JSON action.")
 
 
 def joint_slots(days: int) -> list[tuple[int, str]]:
@@ -107,7 +107,8 @@ def joint_prefill() -> str:
 def joint_workflow(structured: bool = True) -> Workflow:
     """One role, ``Planner`` (agent 0), reading both roles' prompt fields; prefilled with the first
     joint assignment when ``structured``."""
-    role = {"agent": 0, "template": JOINT_TEMPLATE, "system": JOINT_SYSTEM, "prefix": joint_prefill() if structured else ""}
+    role = {"agent": 0, "template": JOINT_TEMPLATE, "system": JOINT_SYSTEM,
+            "prefix": joint_prefill() if structured else ""}
     return workflow_from_dict({"name": JOINT_WORKFLOW if structured else f"{JOINT_WORKFLOW}_free", "agents": 1,
                                "roles": {JOINT_ROLE: role}, "inputs": list(INPUTS)})
 
@@ -239,7 +240,8 @@ def joint_reward(*completions: Sequence[str], batch_items: Sequence[Mapping[str,
     return reward([p[0] for p in pairs], [p[1] for p in pairs], batch_items=batch_items)
 
 
-def joint_eval_logger(agent_completions_turns: Sequence[Sequence[Sequence[str]]], batch_items: Sequence[Mapping[str, Any]],
+def joint_eval_logger(agent_completions_turns: Sequence[Sequence[Sequence[str]]],
+                      batch_items: Sequence[Mapping[str, Any]],
                       prompts: Sequence[str] | None = None) -> list[dict[str, float]]:
     """The travel eval logger for a joint actor: one agent's joint texts are split into the two
     role actions first (two role lists, e.g. already split by CoMLRL, pass through unchanged)."""

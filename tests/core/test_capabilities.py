@@ -14,7 +14,8 @@ MARKERS = ("plan", "preference_num_candidates", "num_iterations", "reward_model_
 def test_every_builtin_algorithm_declares_its_capabilities():
     caps = {name: capabilities(resolve(name)[0]) for name in _BUILTIN}
     assert all(c is not UNDECLARED for c in caps.values())
-    assert caps["c3"] == caps["magrpo"] == WORKFLOW and caps["mappo"] == Capabilities("plan", True, decision_critic=True)
+    assert (caps["c3"] == caps["magrpo"] == WORKFLOW and caps["mappo"]
+            == Capabilities("plan", True, decision_critic=True))
     assert caps["centralized_magrpo"] == Capabilities("per_prompt")
     for name in ("madpo", "marlhf", "madpo_iter", "marlhf_iter"):
         for n in (name, f"centralized_{name}"):

@@ -111,7 +111,8 @@ def test_split_half_matches_oracle_and_scipy():
 def test_split_half_exclusions():
     two_alternatives = [[1, 0, 1, 0], [0, 0, 1, 1]]
     constant_half = [[1, 0], [1, 1], [1, 0]]  # the even half is all ones
-    assert credit.split_half_reliability([two_alternatives, constant_half]) == (pytest.approx(float("nan"), nan_ok=True), 0)
+    assert (credit.split_half_reliability([two_alternatives, constant_half])
+            == (pytest.approx(float("nan"), nan_ok=True), 0))
     perfect = [[1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 0, 0]]
     rho, used = credit.split_half_reliability([perfect, constant_half])
     assert used == 1 and rho == pytest.approx(1.0)

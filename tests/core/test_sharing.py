@@ -115,7 +115,8 @@ def test_sharing_follows_what_a_role_reads():
     ro = materialize(wf, "tree [2, 2, 2, 1]", ITEMS[:2], backend, action_reward, share_identical_contexts=True)
     assert [c[0] for c in backend.calls] == [2, 4, 4, 16]
     assert list(ro.budget.messages) == [2 + 4 + 4 + 8] * 2 == [sum(unique_samples(wf, (2, 2, 2, 1), True))] * 2
-    solver_b = np.array(ro.decision_entries(2), dtype=object).reshape(2, 2, 2, 2)  # [instance, Planner, SolverA, SolverB]
+    # [instance, Planner, SolverA, SolverB]
+    solver_b = np.array(ro.decision_entries(2), dtype=object).reshape(2, 2, 2, 2)
     assert [e.token_ids for e in solver_b[:, :, 1].ravel()] == [e.token_ids for e in solver_b[:, :, 0].ravel()]
     assert len({e.token_ids[0] for e in solver_b[:, :, 0].ravel()}) == 8  # distinct under each Planner message
     assert all(e.shared is None for e in ro.decision_entries(3))  # Integrator reads both solvers
@@ -124,7 +125,8 @@ def test_sharing_follows_what_a_role_reads():
 
 def test_independent_plans_refuse_sharing():
     with pytest.raises(ValueError, match="independent"):
-        materialize(parallel_workflow(), "independent 4", ITEMS, CounterBackend(), action_reward, share_identical_contexts=True)
+        materialize(parallel_workflow(), "independent 4", ITEMS, CounterBackend(), action_reward,
+                    share_identical_contexts=True)
 
 
 def test_average_copies_matches_its_oracle():
@@ -260,8 +262,10 @@ def make_parallel_trainer(cls, **cfg):
 
     models, tok = tiny_team()
     ds = Dataset.from_list([{"id": f"p{i}", "prompt": f"q{i}", "question": f"q{i}", "answer": "1"} for i in range(4)])
-    args = experiment_config(cls.default_config_cls, num_train_epochs=1, max_new_tokens=4, instances_per_update=4, agent_devices="cpu", **cfg)
-    tr = cls(agents=models, tokenizer=tok, reward_func=parity_reward, train_dataset=ds, args=args, workflow=parallel_workflow())
+    args = experiment_config(cls.default_config_cls, num_train_epochs=1, max_new_tokens=4, instances_per_update=4,
+                             agent_devices="cpu", **cfg)
+    tr = cls(agents=models, tokenizer=tok, reward_func=parity_reward, train_dataset=ds, args=args,
+             workflow=parallel_workflow())
     tr.verbose = False
     return tr
 
@@ -333,8 +337,9 @@ def test_dry_run_budget_counts_shared_samples_once(tmp_path, share, messages):
     from c3_plugin.core.config import load_config
     from c3_plugin.run.budget import expected_budget
 
-    data = {"algorithm": "c3", "domain": "math", "workflow": {"name": "branching"}, "output": {"base_dir": str(tmp_path)},
-            "c3": {"num_train_epochs": 1, "plan": "tree [2, 2, 2, 1]", "share_parallel_samples": share}}
+    data = {"algorithm": "c3", "domain": "math", "workflow": {"name": "branching"},
+            "output": {"base_dir": str(tmp_path)}, "c3": {"num_train_epochs": 1, "plan": "tree [2, 2, 2, 1]",
+                                                          "share_parallel_samples": share}}
     budget = expected_budget(load_config(data=data), load_workflow("branching"), 6)
     assert budget["messages_per_instance"] == messages and budget["expected_messages"] == 6 * messages
     assert budget["expected_env_steps"] == 6 * 8

@@ -39,7 +39,8 @@ def main() -> None:
 
         def reporting_start(self, agent):
             start(self, agent)
-            print("ENGINE " + json.dumps({"rank": self.rank, "world": self.world, "seed": self.engine_seed}), flush=True)
+            print("ENGINE " + json.dumps({"rank": self.rank, "world": self.world, "seed": self.engine_seed}),
+                  flush=True)
 
         VLLMBackend._start = reporting_start
     tok = tiny_tokenizer()

@@ -20,17 +20,18 @@ FIXTURE = ROOT / "tests" / "fixtures" / "travel" / "train.jsonl"
 
 
 def travel_config(tmp_path, algorithm, curriculum=True, wandb=False):
-    phases = ("[{'name': 'three_day', 'epochs': 1, 'where': {'days': [3]}, 'eval_every': 16}, {'name': 'full', 'epochs': 1}]"
+    phases = ("[{'name': 'three_day', 'epochs': 1, 'where': {'days': [3]}, 'eval_every': 16}, {'name': 'full', "
+              "'epochs': 1}]"
               if curriculum else "None")
     overrides = [f"dataset.train.source={FIXTURE}", "dataset.train.split=train", "dataset.train.eval_panels=null",
                  "dataset.train.filters={'days': [3, 5], 'level': ['easy', 'medium']}", "dataset.train.limit=4",
                  "agent_model.device=cpu", "agent_model.name=tiny", "travel.max_value_tokens=3",
                  "workflow.templates={'Logistics': '{logistics_checklist}', 'Experience': '{experience_checklist}'}",
                  f"{algorithm}.num_train_epochs={2 if curriculum else 1}", f"{algorithm}.curriculum={phases}",
-                 f"{algorithm}.instances_per_update=4", f"{algorithm}.eval_num_samples=2", f"{algorithm}.eval_batch_size=4",
-                 f"{algorithm}.micro_batch_size=4", f"{algorithm}.save_traces=true", f"{algorithm}.agent_learning_rate=1e-3",
-                 f"output.base_dir={tmp_path}", f"output.run_name={algorithm}", "output.verbose=false", "output.plot=false",
-                 "output.save_model=false", "output.checkpoint_interval=0"]
+                 f"{algorithm}.instances_per_update=4", f"{algorithm}.eval_num_samples=2",
+                 f"{algorithm}.eval_batch_size=4", f"{algorithm}.micro_batch_size=4", f"{algorithm}.save_traces=true",
+                 f"{algorithm}.agent_learning_rate=1e-3", f"output.base_dir={tmp_path}", f"output.run_name={algorithm}",
+                 "output.verbose=false", "output.plot=false", "output.save_model=false", "output.checkpoint_interval=0"]
     if wandb:
         overrides += ["wandb.enabled=true", "wandb.mode=offline", f"wandb.dir={tmp_path / 'wb'}"]
     return load_config(ROOT / "configs" / "travel" / f"{algorithm}.yaml", overrides)
@@ -59,7 +60,8 @@ def test_c3_trains_on_travel_with_skeletons_masks_curriculum_and_compact_wandb(t
         days = json.loads(json.dumps(e.context)).count("\nDay ") + 1
         act = parse_action(e.output, wf.roles[e.role].agent, days)
         assert act.valid, e.output
-        assert e.loss_mask is not None and len(e.loss_mask) == len(e.token_ids) and 0 < sum(e.loss_mask) < len(e.token_ids)
+        assert (e.loss_mask is not None and len(e.loss_mask) == len(e.token_ids)
+                and 0 < sum(e.loss_mask) < len(e.token_ids))
     history = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
     evals_logged = [h for h in history if "eval/reward" in h]
     # before training, after the three-day phase's 16-env-step flush, and after training

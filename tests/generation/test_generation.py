@@ -111,5 +111,6 @@ def test_materialised_tokens_are_counted_exactly(setup):
     ro = materialize(wf, "tree [2, 4]", items, backend, lambda leaves: [0.0] * len(leaves), Sampling(max_new_tokens=20))
     decisions = [e for e in ro.entries if e.kind == "decision"]
     assert ro.budget.totals()["tokens_generated"] == sum(len(e.token_ids) for e in decisions)
-    assert all(len(e.token_ids) <= 4 for e in ro.decision_entries(0)) and all(len(e.token_ids) <= 3 for e in ro.decision_entries(1))
+    assert (all(len(e.token_ids) <= 4 for e in ro.decision_entries(0))
+            and all(len(e.token_ids) <= 3 for e in ro.decision_entries(1)))
     assert ro.budget.totals()["messages"] == 20

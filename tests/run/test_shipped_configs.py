@@ -98,10 +98,12 @@ def test_readme_travel_paragraph_gives_what_its_offline_command_runs(algorithm, 
     assert report["train_rows"] == number(r"(\d+) train rows", offline) == 16
     assert sum(report["eval_rows"].values()) == number(r"(\d+) eval rows", offline) == 4
     assert report["expected_env_steps"] == number(r"= ([\d,]+) joint env steps", offline) == 1344
-    assert report["expected_optimizer_updates_per_agent"] == [number(r"= (\d+) updates per agent", offline)] * 2 == [42, 42]
+    assert (report["expected_optimizer_updates_per_agent"] == [number(r"= (\d+) updates per agent", offline)] * 2
+            == [42, 42])
     three_day = [p["rows"] for p in report["curriculum"]][0]
     assert three_day == number(r"\((\d+) of them three-day\)", offline)
-    # the Hub sentence: 60 train rows, 30 of them three-day (the split of tests/domains/test_travel.py), on the same plan
+    # the Hub sentence: 60 train rows, 30 of them three-day (the split of tests/domains/test_travel.py), on the same
+    # plan
     import datasets
 
     from c3_plugin.core.config import build_workflow
