@@ -45,7 +45,8 @@ def main() -> int:
     print("== 1. Unbiasedness: mean C3 advantage vs exact Q - V, per (decision point, context, action) ==")
     plans = [("reasoner_actor", "tree [2, 4]", 3000), ("reasoner_actor", "tree [4, 4]", 2000),
              ("reasoner_actor_verifier", "tree [2, 2, 2]", 3000)]
-    plans += [("reasoner_actor", f"diagnostic n={n} u=0 c={c}", int(6000 / (n * c) ** 0.5)) for n in (2, 4, 8) for c in (1, 4, 16)]
+    plans += [("reasoner_actor", f"diagnostic n={n} u=0 c={c}", int(6000 / (n * c) ** 0.5)) for n in (2, 4, 8)
+              for c in (1, 4, 16)]
     summary_rows = []
     for wf, plan, runs in plans:
         env = fidelity.builtin_env(wf, vocab=3, seed=args.seed)

@@ -169,7 +169,8 @@ def variants_study(args: argparse.Namespace, seeds: list[int], env_steps: int) -
                                                 "total": float(shares[-1])}}
         curves[env_name] = {}
         for lr in lrs:
-            out = {label: run_method(method, dataclasses.replace(base, lr=lr, **over), seeds, env_steps) for label, method, over in ROWS}
+            out = {label: run_method(method, dataclasses.replace(base, lr=lr, **over), seeds, env_steps)
+                   for label, method, over in ROWS}
             grids = {tuple(v["steps"]) for v in out.values()}
             if len(grids) != 1:
                 raise RuntimeError(f"{env_name}, lr={lr}: the methods were evaluated at different env steps: {grids}")

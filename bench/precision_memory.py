@@ -39,7 +39,8 @@ def changed_share(lr: float = LR, steps: int = 3) -> dict[str, float]:
     prompts = [list(map(int, rng.integers(0, 4096, size=16))) for _ in range(16)]
     comps = [list(map(int, rng.integers(0, 4096, size=16))) for _ in range(16)]
     old = token_logprobs(copy.deepcopy(base).float(), prompts, comps, 0)
-    samples = [PolicySample(p, c, o, float(a)) for p, c, o, a in zip(prompts, comps, old, rng.choice([-1.0, 1.0], size=16))]
+    samples = [PolicySample(p, c, o, float(a))
+               for p, c, o, a in zip(prompts, comps, old, rng.choice([-1.0, 1.0], size=16))]
     args = type("A", (), dict(ppo_epochs=1, minibatch_size=None, micro_batch_size=8, temperature=1.0, clip_eps=0.2,
                               clip_eps_high=None, max_grad_norm=1.0, loss_aggregation="token_mean",
                               reference_kl_coef=0.0))()

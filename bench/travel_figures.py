@@ -110,7 +110,8 @@ def generation_figures(value_tokens: int, sequences: int) -> dict:
     wall = time.perf_counter() - t
     tokens = sum(len(g.token_ids) for g in gens)
     out["unconstrained"] = {"tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall,
-                            "valid_actions": sum(parse_action(prompt.prefix + g.text, 0, row["days"]).valid for g in gens)}
+                            "valid_actions": sum(parse_action(prompt.prefix + g.text, 0, row["days"]).valid
+                                                 for g in gens)}
     out["ratio_tokens_per_s"] = out["skeleton"]["tokens_per_s"] / out["unconstrained"]["tokens_per_s"]
     return out
 

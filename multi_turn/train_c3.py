@@ -9,4 +9,5 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from c3_plugin.tools.cli import main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main(algorithm="c3", default_config=Path(__file__).resolve().parents[1] / "configs" / "code" / "multi_turn_c3.yaml"))
+    sys.exit(main(algorithm="c3", default_config=Path(__file__).resolve().parents[1] / "configs" / "code"
+                  / "multi_turn_c3.yaml"))

@@ -34,7 +34,8 @@ def test_bf16_compute_over_fp32_masters_keeps_small_updates_on_cuda():
     prompts = [list(map(int, rng.integers(6, 200, size=6))) for _ in range(8)]
     comps = [list(map(int, rng.integers(6, 200, size=5))) for _ in range(8)]
     old = token_logprobs(plain, prompts, comps, tok.pad_token_id)
-    samples = [PolicySample(p, c, o, float(a)) for p, c, o, a in zip(prompts, comps, old, rng.choice([-1.0, 1.0], size=8))]
+    samples = [PolicySample(p, c, o, float(a))
+               for p, c, o, a in zip(prompts, comps, old, rng.choice([-1.0, 1.0], size=8))]
     args = type("A", (), dict(ppo_epochs=1, minibatch_size=None, micro_batch_size=4, temperature=1.0, clip_eps=0.2,
                               clip_eps_high=None, max_grad_norm=1.0, loss_aggregation="token_mean",
                               reference_kl_coef=0.0))()

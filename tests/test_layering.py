@@ -86,7 +86,8 @@ def test_the_checks_see_what_they_check():
     deferred = {m: re.findall(r"^\s+from (c3_plugin[\w.]*) import", p.read_text(), re.M)
                 for m, p in MODULES.items() if m.startswith("c3_plugin")}
     deferred = {m: found for m, found in deferred.items() if found}
-    assert deferred and all(set(found) & (graph[m] | {t.rpartition(".")[0] for t in graph[m]}) for m, found in deferred.items())
+    assert deferred and all(set(found) & (graph[m] | {t.rpartition(".")[0] for t in graph[m]})
+                            for m, found in deferred.items())
 
 
 def test_each_layer_is_a_folder():

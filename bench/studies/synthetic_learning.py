@@ -237,20 +237,23 @@ class DecisiveFirstEnv(TrainableEnv):
         step = self.workflow.steps[len(outputs)]
         if step.kind == "feedback":
             text = self.workflow.feedback[step.name](item,
-                                                     {r: self.workflow.latest_outputs(outputs).get(r, "") for r in step.reads})
+                                                     {r: self.workflow.latest_outputs(outputs).get(r, "")
+                                                      for r in step.reads})
             return self._message_prob(item, outputs + (text,), position, k)
         p = self.policy(step.name, self.workflow.assemble(step, item, outputs))
         if step.index == position:
             return float(p[k])
         prefix = self.workflow.roles[step.name].prefix
-        return float(sum(p[j] * self._message_prob(item, outputs + (prefix + m,), position, k) for j, m in enumerate(self.messages)))
+        return float(sum(p[j] * self._message_prob(item, outputs + (prefix + m,), position, k)
+                         for j, m in enumerate(self.messages)))
 
     def reward_prob(self, item: Mapping[str, Any], outputs: Sequence[str]) -> float:
         key = (str(item["question"]), tuple(outputs))
         if key not in self._reward_prob:  # a fixed law: seeding it once per path keeps training cheap
             good = self._first_prefix + self.messages[self.good_index(item)]
             p = self.reward_high if outputs[0] == good else self.reward_low
-            shifts = (_seeded(self.seed, "noise", item["question"], *outputs[: s + 1]).uniform(-1.0, 1.0) for s in self._later)
+            shifts = (_seeded(self.seed, "noise", item["question"], *outputs[: s + 1]).uniform(-1.0, 1.0)
+                      for s in self._later)
             p = p + self.noise * sum(shifts)
             if self.actor_penalty:
                 harmful = self.workflow.roles[self.actor_step.name].prefix + self.messages[self.harmful_index(item)]

@@ -90,7 +90,8 @@ def decision_diagnostics(groups: np.ndarray, outcomes: np.ndarray | None = None,
                                                       credit.loo_advantages_batch(groups[..., 1::2]))
             out["noise_ratio"] = observed / credit.noise_variance(sigma2, n, n * c // 2) if sigma2 > 0 else float("nan")
     if outcomes is not None and c >= 2:
-        out["influence"] = float(np.mean([credit.influence([[y for y in alt if y is not _PAD] for alt in grp]) for grp in outcomes]))
+        out["influence"] = float(np.mean([credit.influence([[y for y in alt if y is not _PAD] for alt in grp])
+                                          for grp in outcomes]))
     return out
 
 

@@ -130,5 +130,6 @@ class SyntheticBackend:
                 q = p ** (1.0 / max(sampling.temperature, 1e-6))
                 q = q / q.sum()
                 idx = self.rng.choice(len(p), size=n, p=q)
-            out.append([Generation(text=self.env.messages[k], token_ids=[int(k)], logprobs=[float(np.log(q[k]))]) for k in idx])
+            out.append([Generation(text=self.env.messages[k], token_ids=[int(k)], logprobs=[float(np.log(q[k]))])
+                        for k in idx])
         return out

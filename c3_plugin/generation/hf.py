@@ -154,7 +154,8 @@ class HFBackend:
         if sampling.greedy and n > 1:
             seqs = seqs.repeat_interleave(n, dim=0)
             json_stops = [s for s in json_stops for _ in range(n)]
-        completions = [_trim(seqs[row].tolist(), caps[row // n], json_stops[row], stops) for row in range(seqs.shape[0])]
+        completions = [_trim(seqs[row].tolist(), caps[row // n], json_stops[row], stops)
+                       for row in range(seqs.shape[0])]
         prompt_ids = [encoded[row // n] for row in range(seqs.shape[0])]  # re-derivable: encode_prompt is deterministic
         logprobs = self.behaviour_logprobs(agent, prompt_ids, completions,
                                            1.0 if sampling.greedy else sampling.temperature)

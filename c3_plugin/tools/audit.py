@@ -155,7 +155,8 @@ def audit(session: Session, runs: Sequence[RecordedRun], n: int = 4, c: int = 4,
                          f"re-entered: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1
                                                          else ""))
     k = wf.num_decisions
-    items = [{**dict(r.path[0].item or {"question": r.path[0].context}), "id": f"audit-{i}"} for i, r in enumerate(runs)]
+    items = [{**dict(r.path[0].item or {"question": r.path[0].context}), "id": f"audit-{i}"}
+             for i, r in enumerate(runs)]
     top = session.reward_top
     out_runs = [{"instance": r.instance, "occurrence": r.occurrence, "leaf": r.path[-1].node, "reward": r.reward,
                  "question": r.path[0].context, "messages": []} for r in runs]

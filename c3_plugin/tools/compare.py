@@ -165,7 +165,8 @@ def controlled(configs: dict[tuple[str, int], RunConfig], allow: bool | Sequence
     known = sorted({k for row in table.values() for k in row} | set(differences))
     unknown = [k for k in named if k not in known]
     if unknown:
-        hints = "; ".join(f"'{k}'" + (f" (did you mean '{m[0]}'?)" if (m := get_close_matches(k, known, 1)) else "") for k in unknown)
+        hints = "; ".join(f"'{k}'" + (f" (did you mean '{m[0]}'?)" if (m := get_close_matches(k, known, 1)) else "")
+                          for k in unknown)
         raise ConfigError(f"--allow-differences names no setting of {', '.join(algorithms)}: {hints}")
     allowed = sorted(uncontrolled) if allow is True else sorted(k for k in named if k in uncontrolled)
     refused = sorted(k for k in uncontrolled if k not in allowed)
@@ -271,7 +272,8 @@ def aggregate(out: Path, algorithms: Sequence[str], seeds: Sequence[int],
     result: dict[str, Any] = {"algorithms": list(algorithms), "seeds": list(seeds), "missing_runs": missing,
                               "metrics": metrics, "final": {}, "auc": {}, "pairs": {}, "costs": {}}
     for metric in metrics:
-        final = {a: {s: float(runs[a, s]["summary"]["eval_after"][metric]) for s in seeds if (a, s) in runs} for a in algorithms}
+        final = {a: {s: float(runs[a, s]["summary"]["eval_after"][metric]) for s in seeds if (a, s) in runs}
+                 for a in algorithms}
         result["final"][metric] = compare_table(final)
         auc = {}
         for a in algorithms:
@@ -289,7 +291,8 @@ def aggregate(out: Path, algorithms: Sequence[str], seeds: Sequence[int],
         for m, p in holm(raw).items():
             result["final"][m]["pairs"][pair]["p_holm"] = p
     for name, path in COSTS:
-        values = {a: [v for s in seeds if (a, s) in runs and (v := _dig(runs[a, s]["summary"], path)) is not None] for a in algorithms}
+        values = {a: [v for s in seeds if (a, s) in runs and (v := _dig(runs[a, s]["summary"], path)) is not None]
+                  for a in algorithms}
         if any(values.values()):
             result["costs"][name] = {a: summarize(v) for a, v in values.items() if v}
     return result

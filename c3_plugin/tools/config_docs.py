@@ -163,7 +163,8 @@ def key_index() -> str:
 
 def undocumented() -> list[str]:
     """``Class.field`` for every field this project defines without a doc line where its default is."""
-    return sorted({f"{defined_in(cls, name).__name__}.{name}" for _, cls in sections() for name, doc in field_docs(cls).items()
+    return sorted({f"{defined_in(cls, name).__name__}.{name}" for _, cls in sections()
+                   for name, doc in field_docs(cls).items()
                    if not doc})
 
 

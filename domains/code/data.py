@@ -114,7 +114,8 @@ def evaluate_constants(sandbox: Sandbox, assertions: Sequence[Assertion], labels
     CodeDatasetError, naming ``labels[i]``, for a constant that does not evaluate to plain data."""
     todo = [(a, label) for a, label in zip(assertions, labels) if a.pending]
     jobs = [("\n".join(f"import {m}" for m in a.modules),
-             [{"index": i, "probes": [{"expr": src, "mode": "value"}], "timeout_s": CONSTANT_TIMEOUT_S} for i, src in enumerate(a.pending)], "")
+             [{"index": i, "probes": [{"expr": src, "mode": "value"}], "timeout_s": CONSTANT_TIMEOUT_S}
+              for i, src in enumerate(a.pending)], "")
             for a, _ in todo]
     for (a, label), results in zip(todo, _raw_results(sandbox, jobs) if jobs else []):
         values = [_first_value(r) for r in results]

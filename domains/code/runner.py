@@ -139,7 +139,8 @@ def probes_of(test):
         if "expr" in test:
             return [(test["expr"], "value")], False
         return [((test["entry_point"], list(test["args"])), "value")], False
-    return [(p["expr"] if "expr" in p else (p["call"], decode(p["args"])), p.get("mode", "value")) for p in test["probes"]], True
+    return [(p["expr"] if "expr" in p else (p["call"], decode(p["args"])), p.get("mode", "value"))
+            for p in test["probes"]], True
 
 
 def probe_values(probes, env, trusted):

@@ -65,7 +65,8 @@ def make_reward(config: TemplateConfig | None = None):
         if batch_items is None:
             raise ValueError("template reward: batch_items with an 'answer' per completion are required")
         fold = (lambda t: t) if exact else str.lower
-        return [float(fold(str(c).strip().strip(".")) == fold(str(it["answer"]))) for c, it in zip(agent_completions[-1], batch_items)]
+        return [float(fold(str(c).strip().strip(".")) == fold(str(it["answer"])))
+                for c, it in zip(agent_completions[-1], batch_items)]
 
     reward.reward_range = (0.0, 1.0)
     return reward

@@ -285,10 +285,12 @@ def _commonsense(task: Task, values, slots, route_ok, required, emitted) -> dict
     cat = task.catalog
     restaurants = [entity_key(cat, "restaurants", values[(d, f)]) for d in range(1, task.days + 1) for f in MEALS
                    if values.get((d, f), EMPTY) != EMPTY]
-    attractions = [entity_key(cat, "attractions", p) for d in range(1, task.days + 1) for p in _parts(values.get((d, "attraction"), EMPTY))]
+    attractions = [entity_key(cat, "attractions", p) for d in range(1, task.days + 1)
+                   for p in _parts(values.get((d, "attraction"), EMPTY))]
     modes = {s.mode for s in slots.values() if s.mode}
     return {
-        "route_continuity": continuity and all(_not_loop(values.get((d, "current_city"), EMPTY)) for d in range(1, task.days + 1)),
+        "route_continuity": continuity and all(_not_loop(values.get((d, "current_city"), EMPTY))
+                                               for d in range(1, task.days + 1)),
         "closed_loop": closed,
         "city_count": readable and len(visited) == task.cities,
         "city_consistency": all(route_ok.values()) and all(in_city for _, in_cat, in_city in emitted if in_cat),

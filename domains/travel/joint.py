@@ -136,7 +136,8 @@ def output_budget(tokenizer: Any, days: int, max_value_tokens: int) -> dict[str,
     """Worst-case completion tokens of each role's skeleton and of the joint skeleton."""
     from c3_plugin.core.structured import Skeleton, max_completion_tokens
 
-    roles = [max_completion_tokens(tokenizer, Skeleton(tuple(owned_slots(a, days)), max_value_tokens)) for a in range(2)]
+    roles = [max_completion_tokens(tokenizer, Skeleton(tuple(owned_slots(a, days)), max_value_tokens))
+             for a in range(2)]
     joint = max_completion_tokens(tokenizer, Skeleton(tuple(joint_slots(days)), max_value_tokens))
     return {"logistics": roles[0], "experience": roles[1], "roles_sum": sum(roles), "joint": joint}
 

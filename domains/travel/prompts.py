@@ -58,7 +58,8 @@ def _transport_allowed(task: Task, mode: str) -> bool:
 def _leg_options(task: Task, dp) -> list[tuple[str, float, bool]]:
     """(exact value, full-party cost, allowed) of every transport for a move day."""
     leg = dp.leg
-    out = [(f.value, f.price * task.people, _transport_allowed(task, "flight")) for f in task.catalog.flights_for(leg.origin, leg.dest, leg.date)]
+    out = [(f.value, f.price * task.people, _transport_allowed(task, "flight"))
+           for f in task.catalog.flights_for(leg.origin, leg.dest, leg.date)]
     for mode in ("self-driving", "taxi"):
         g: Ground | None = task.catalog.ground_for(mode, leg.origin, leg.dest)
         if g is not None:

@@ -205,7 +205,8 @@ def test_variance_decomposition_is_exact():
     env = make_env(dataclasses.replace(MASKED, noise=0.0), seed=9)
     k = env.harmful_index(ITEM)
     p_first = env.policy(*env.context(ITEM, ()))
-    actor = sum(p_first[i] * (h := env.policy(*env.context(ITEM, (m,)))[k]) * (1 - h) for i, m in enumerate(env.messages))
+    actor = sum(p_first[i] * (h := env.policy(*env.context(ITEM, (m,)))[k]) * (1 - h)
+                for i, m in enumerate(env.messages))
     d = variance_decomposition(env, ITEM)
     assert d["decisions"][1] == pytest.approx(actor * MASKED.actor_penalty ** 2,
                                               abs=1e-12) and d["decisions"][2] == pytest.approx(0, abs=1e-15)

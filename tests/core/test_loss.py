@@ -127,7 +127,8 @@ def test_micro_batches_accumulate_to_the_full_batch_gradient(tok):
         model = tiny_model(tok, seed=5)
         with torch.no_grad():
             old, mask = sequence_logprobs(model, prompts, comps, tok.pad_token_id)
-        samples = [PolicySample(p, c, old[r, : len(c)].tolist(), float(a)) for r, (p, c, a) in enumerate(zip(prompts, comps, rng.normal(size=6)))]
+        samples = [PolicySample(p, c, old[r, : len(c)].tolist(), float(a))
+                   for r, (p, c, a) in enumerate(zip(prompts, comps, rng.normal(size=6)))]
         seen = []
 
         class Recording(torch.optim.SGD):

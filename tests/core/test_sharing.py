@@ -200,7 +200,8 @@ class TableBackend:
     def generate(self, prompts, n, sampling):
         p = self.policy[prompts[0].role]
         idx = self.rng.choice(len(p), size=(len(prompts), n), p=p)
-        return [[Generation(text=f"m{k}", token_ids=[int(k)], logprobs=[float(np.log(p[k]))]) for k in row] for row in idx]
+        return [[Generation(text=f"m{k}", token_ids=[int(k)], logprobs=[float(np.log(p[k]))]) for k in row]
+                for row in idx]
 
 
 def table_reward(rng):

@@ -99,7 +99,8 @@ def test_generated_messages_follow_their_skeletons(tok, close_loving_model, gree
     torch.manual_seed(0)
     grammar = {"A": SK_A, "B": SK_B, "C": SK_C}
     backend = HFBackend(lambda a: close_loving_model, [tok], grammar=lambda p: grammar[p.role])
-    prompts = [Prompt(f"plan for {r}", r, 0, prefix=grammar[r].prefill(), max_new_tokens=5) for r in ("A", "B", "C", "A")]
+    prompts = [Prompt(f"plan for {r}", r, 0, prefix=grammar[r].prefill(), max_new_tokens=5)
+               for r in ("A", "B", "C", "A")]
     gens = backend.generate(prompts, 3, Sampling(max_new_tokens=5, temperature=1.3, greedy=greedy))
     hit_cap = chose_close = 0
     for p, group in zip(prompts, gens):

@@ -77,7 +77,8 @@ def test_stops_on_every_declared_eos_and_records_exact_logprobs():
     assert any(len(g.token_ids) == 12 and g.token_ids[-1] not in (0, 1) for g in flat)
     # the recorded behaviour log-probs are what the update recomputes (same temperature, same context ids,
     # other micro-batch composition)
-    samples = [PolicySample(encode_prompt(tok, p, False), g.token_ids, g.logprobs, 1.0) for p, row in zip(prompts, gens) for g in row]
+    samples = [PolicySample(encode_prompt(tok, p, False), g.token_ids, g.logprobs, 1.0)
+               for p, row in zip(prompts, gens) for g in row]
     with torch.no_grad():
         lp, mask = sequence_logprobs(model, [s.prompt_ids for s in samples], [s.completion_ids for s in samples],
                                      tok.pad_token_id, temperature=0.7)

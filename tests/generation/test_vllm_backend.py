@@ -133,7 +133,8 @@ def test_json_stop_cuts_a_free_text_message_after_its_object_closes(team):
 
 
 def _greedy(backend, prompts, n=1):
-    return [[tuple(x.token_ids) for x in g] for g in backend.generate(prompts, n, Sampling(greedy=True, max_new_tokens=16))]
+    return [[tuple(x.token_ids) for x in g]
+            for g in backend.generate(prompts, n, Sampling(greedy=True, max_new_tokens=16))]
 
 
 def test_sync_after_an_optimizer_step_changes_greedy_outputs_and_matches_the_updated_model(team):
@@ -177,7 +178,8 @@ def test_a_stale_prefix_cache_is_caught_and_sync_resets_it(team):
     # weights pushed without the reset: the cached prefix's keys and values are stale
     backend.load_weights([(n, t.detach().clone()) for n, t in model.named_parameters()])
     stale = backend.generate([long], 2, sampling)
-    stale_err = max(abs(a - b) for x, r in zip(stale[0], _hf_logprobs(tok, model, [long], stale, 0.7)) for a, b in zip(x.logprobs, r))
+    stale_err = max(abs(a - b) for x, r in zip(stale[0], _hf_logprobs(tok, model, [long], stale, 0.7))
+                    for a, b in zip(x.logprobs, r))
     assert stale_err > 1e-2, stale_err
     backend.sync()  # the real sync: weights and a fresh cache
     fresh = backend.generate([long], 2, sampling)

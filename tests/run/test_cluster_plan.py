@@ -261,7 +261,8 @@ def test_gpu_hours_arithmetic_by_hand(workflow):
     a800 = hours(workflow, "c3.num_train_epochs=1", "cluster.gpu=a800")  # a third of the peak: about 3.2x the hours
     assert a800["gpu_hours"]["total"] == pytest.approx(est["gpu_hours"]["total"] * 989 / 312, rel=0.01)
     vllm = hours(workflow, "c3.num_train_epochs=1", "cluster.gpu=h100", "c3.generation_backend=vllm")
-    assert vllm["gpu_hours"]["decode"] == pytest.approx(est["gpu_hours"]["decode"] * MFU["decode_hf"] / MFU["decode_vllm"], rel=1e-3)
+    assert vllm["gpu_hours"]["decode"] == pytest.approx(est["gpu_hours"]["decode"] * MFU["decode_hf"]
+                                                        / MFU["decode_vllm"], rel=1e-3)
     # the experiment: every workflow algorithm the config holds, once per seed
     exp = est["experiment"]
     assert set(exp["gpu_hours_per_run"]) == {"c3", "magrpo",

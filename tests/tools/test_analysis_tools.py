@@ -57,7 +57,8 @@ def test_contrast_separates_different_reliabilities_and_covers_equal_ones():
     assert np.mean([c["implied_diff_lo"] < 0 < c["implied_diff_hi"] for c in covered]) >= 0.85
     assert np.mean([c["split_half_diff_lo"] < 0 < c["split_half_diff_hi"] for c in covered]) >= 0.85
     # diagnose's contrasts: each decision point with continuations against the previous one (not the last role)
-    chunks = [{"u": u, "first": f, "groups": grp[f:f + 100].tolist()} for u, grp in ((0, weak), (1, strong), (2, weak[:, :, :1]))
+    chunks = [{"u": u, "first": f, "groups": grp[f:f + 100].tolist()}
+              for u, grp in ((0, weak), (1, strong), (2, weak[:, :, :1]))
               for f in (0, 100, 200)]
     (adjacent,) = adjacent_contrasts(chunks, 3)
     assert (adjacent["a"], adjacent["b"]) == (1, 0) and adjacent["implied_diff"] == pytest.approx(d["implied_diff"])

@@ -60,7 +60,8 @@ def test_compare_runs_every_algorithm_and_seed_once_and_aggregates(base_config, 
         assert json.loads((out / run / "config.json").read_text())["wandb"]["group"] == "h2h"
     assert result["metrics"] == ["eval/copy/accuracy", "eval/echo/accuracy"]
     for metric in result["metrics"]:
-        finals = {algo: [json.loads((out / f"{algo}-s{s}" / "summary.json").read_text())["eval_after"][metric] for s in (0, 1)]
+        finals = {algo: [json.loads((out / f"{algo}-s{s}" / "summary.json").read_text())["eval_after"][metric]
+                         for s in (0, 1)]
                   for algo in ("c3", "magrpo")}
         for algo, values in finals.items():
             assert result["final"][metric]["algorithms"][algo] == summarize(values)

@@ -93,7 +93,8 @@ def eval_rows(sampled=True):
 
 def trainer(evals, seen=None, batch=4, logger=None):
     tok = tiny_tokenizer()
-    train = Dataset.from_list([{"id": f"p{i}", "prompt": f"t{i}", "question": f"t{i}", "answer": "1", "target": 0.0} for i in range(2)])
+    train = Dataset.from_list([{"id": f"p{i}", "prompt": f"t{i}", "question": f"t{i}", "answer": "1", "target": 0.0}
+                               for i in range(2)])
     args = experiment_config(C3Config, num_train_epochs=1, max_new_tokens=4, instances_per_update=2,
                              agent_devices="cpu", eval_batch_size=batch)
     tr = C3Trainer(agents=[tiny_model(tok, 0), tiny_model(tok, 1)], tokenizer=tok, reward_func=target_reward,

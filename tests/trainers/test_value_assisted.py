@@ -85,7 +85,8 @@ def parity_reward(*completions, batch_items=None, prompts=None):
 
 def make_trainer(rows=4, **cfg):
     tok = tiny_tokenizer()
-    ds = Dataset.from_list([{"id": f"p{i}", "prompt": f"q{i}", "question": f"q{i}", "answer": "1"} for i in range(rows)])
+    ds = (Dataset.from_list([{"id": f"p{i}", "prompt": f"q{i}", "question": f"q{i}", "answer": "1"}
+                             for i in range(rows)]))
     args = experiment_config(C3Config, num_train_epochs=1, max_new_tokens=5, instances_per_update=2,
                              agent_devices="cpu", **cfg)
     with warnings.catch_warnings():
@@ -127,7 +128,8 @@ def test_value_assisted_credits_with_the_critic_and_trains_it():
     # the critic's fit on a fixed batch: the loss goes down over a few steps
     batch_states, targets = tr._q_batch
     assert len(batch_states) == len(targets) == sum(sizes)  # every alternative, its mean continuation return
-    losses = [float(np.mean(tr.q_critic.fit(batch_states, targets, 1, np.random.default_rng(0), 8, 1.0))) for _ in range(6)]
+    losses = [float(np.mean(tr.q_critic.fit(batch_states, targets, 1, np.random.default_rng(0), 8, 1.0)))
+              for _ in range(6)]
     assert losses[-1] < losses[0], losses
     metrics = tr.update_q_critic()
     assert {"train/q_critic_loss", "train/q_critic_value_mean", "train/q_critic_target_mean",
