@@ -76,7 +76,7 @@ def report(name, sb, rows, wrong_solutions):
         print(f"  FAILS {tid}: {res.status}: {res.reason[:150]}")
     if wrong_solutions:
         for kind in ("none", "first-argument"):
-            res_w, _ = check(sb, rows, lambda r: wrong(r, kind))
+            res_w, _ = check(sb, rows, lambda r, kind=kind: wrong(r, kind))
             passing = [r["id"] for r, res in zip(rows, res_w) if all(x.passed for x in res)]
             print(f"  wrong solution ({kind}): passes all tests on {len(passing)}/{len(rows)} tasks {passing[:5]}")
     return results, secs

@@ -165,8 +165,8 @@ def variants_study(args: argparse.Namespace, seeds: list[int], env_steps: int) -
             f"{r} {v:.4f} ({v / shares[-1]:.0%})" for r, v in zip([*roles, "Bernoulli outcome"], shares[:-1]))
               + f"; total {shares[-1]:.4f}")
         envs[env_name] = {"overrides": ENV_VARIANTS[env_name], "setup": dataclasses.asdict(base), "lrs": lrs,
-                          "by_lr": {}, "variance_at_start": {"roles": roles, "decisions": shares[:-2].tolist(), "outcome": float(shares[-2]),
-                                                "total": float(shares[-1])}}
+                          "by_lr": {}, "variance_at_start": {"roles": roles, "decisions": shares[:-2].tolist(),
+                                                             "outcome": float(shares[-2]), "total": float(shares[-1])}}
         curves[env_name] = {}
         for lr in lrs:
             out = {label: run_method(method, dataclasses.replace(base, lr=lr, **over), seeds, env_steps)

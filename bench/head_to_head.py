@@ -49,7 +49,8 @@ def main() -> None:
                      "tokens": s["totals"]["tokens_generated"], "wall_s": wall, "peak_rss_gb": usage.ru_maxrss / 1e6,
                      "metric": acc})
     print(f"== head-to-head on the demo task (seed {args.seed}); greedy {rows[0]['metric']} ==")
-    print(f"{'algorithm':<10}{'before':>8}{'after':>8}{'env steps':>11}{'messages':>10}{'tokens':>9}{'wall s':>9}{'peak GB':>9}")
+    print(f"{'algorithm':<10}{'before':>8}{'after':>8}{'env steps':>11}{'messages':>10}{'tokens':>9}{'wall s':>9}"
+          f"{'peak GB':>9}")
     for r in rows:
         print(f"{r['algorithm']:<10}{r['before']:>8.3f}{r['after']:>8.3f}{r['env_steps']:>11}{r['messages']:>10}{r['tokens']:>9}"
               f"{r['wall_s']:>9.0f}{r['peak_rss_gb']:>9.2f}")

@@ -60,7 +60,8 @@ def changed_share(lr: float = LR, steps: int = 3) -> dict[str, float]:
                 ppo_update(model, opt, samples, args, np.random.default_rng(0), 0)
         deltas[name] = torch.cat([p.detach().float().reshape(-1) for p in model.parameters()]) - start
         out[f"changed_share/{name}"] = float((deltas[name] != 0).float().mean())
-    out["cosine_masters_vs_fp32"] = float(torch.nn.functional.cosine_similarity(deltas["fp32_masters_bf16_compute"], deltas["fp32"], dim=0))
+    out["cosine_masters_vs_fp32"] = float(torch.nn.functional.cosine_similarity(deltas["fp32_masters_bf16_compute"],
+                                                                                deltas["fp32"], dim=0))
     return out
 
 

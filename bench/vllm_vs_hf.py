@@ -111,8 +111,8 @@ def ranks(world: int, backend: str) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         overrides = [f"c3.generation_backend={backend}", "dataset.train.size=4", "c3.num_train_epochs=1",
-                     "dataset.eval=[{'name': 'compare', 'source': 'synthetic', 'task': 'compare', 'size': 2, 'seed': "
-                     "2}]",
+                     "dataset.eval=[{'name': 'compare', 'source': 'synthetic', 'task': 'compare', 'size': 2, "
+                     "'seed': 2}]",
                      f"output.base_dir={tmp}", "output.run_name=run", "output.plot=false", "output.save_model=false",
                      "output.verbose=false", "c3.save_traces=false"]
         script = [str(ROOT / "single_turn/train_c3.py"), "--config", str(ROOT / "configs/math/demo_cpu.yaml")]
@@ -184,8 +184,8 @@ def prefix_sharing(args) -> dict:
     hf = HFBackend(lambda a: model, [tok, tok], micro_batch_size=8)
     out: dict = {"instances": args.instances, "max_new_tokens": args.max_new_tokens}
     for name in ("hf", "vllm"):
-        inner = hf if name == "hf" else VLLMBackend(hf,
-                                                    VLLMOptions(max_model_len=2048, log_stats=True, measure_mismatch=False))
+        inner = hf if name == "hf" else VLLMBackend(hf, VLLMOptions(max_model_len=2048, log_stats=True,
+                                                                    measure_mismatch=False))
         if name == "vllm":
             # engine start, untimed
             inner.generate([Prompt(text="hi", role="R", agent=0)], 1, Sampling(temperature=0.7, max_new_tokens=2))

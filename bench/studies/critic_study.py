@@ -19,6 +19,7 @@ independent references reach. Intervals: percentile bootstrap over points; C3 - 
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any, Sequence
@@ -81,8 +82,8 @@ def _mlp(x: np.ndarray, y: np.ndarray, lr: float, epochs: int = 200, hidden: int
     return lambda q: net(torch.tensor((q - mu) / sd, dtype=torch.float32)).squeeze(-1).detach().numpy()
 
 
-HEADS = {**{f"ridge alpha={a:g}": (lambda a: lambda x, y: _ridge(x, y, a))(a) for a in (1.0, 10.0, 100.0, 1000.0)},
-         **{f"mlp lr={lr:g}": (lambda lr: lambda x, y: _mlp(x, y, lr))(lr) for lr in (1e-4, 1e-3)}}
+HEADS = {**{f"ridge alpha={a:g}": functools.partial(_ridge, alpha=a) for a in (1.0, 10.0, 100.0, 1000.0)},
+         **{f"mlp lr={lr:g}": functools.partial(_mlp, lr=lr) for lr in (1e-4, 1e-3)}}
 
 
 def fit_critic(x: np.ndarray, y: np.ndarray, point: np.ndarray, folds: int = 5, seed: int = 0) -> tuple[str, Any, dict]:
@@ -110,7 +111,8 @@ def critic_comparison(session: Session, train_dir: str | Path, out_dir: str | Pa
     x_tr = embed(session, [f"{h}\n{a}" for h, alts in zip(tr_ctx, tr_alt) for a in alts])
     y_tr = tr_ret.mean(-1).reshape(-1)
     head, critic, losses = fit_critic(x_tr, y_tr, np.repeat(np.arange(len(tr_ctx)), n))
-    pred = critic(embed(session, [f"{h}\n{a}" for h, alts in zip(ho_ctx, ho_alt) for a in alts])).reshape(len(ho_ctx), n)
+    texts = [f"{h}\n{a}" for h, alts in zip(ho_ctx, ho_alt) for a in alts]
+    pred = critic(embed(session, texts)).reshape(len(ho_ctx), n)
     ref_a = ho_ret[..., c:c + reference].mean(-1)
     estimates = {"C3 (4 continuations)": ho_ret[..., :c].mean(-1), "learned critic": pred,
                  "reference B (16)": ho_ret[..., c + reference:].mean(-1)}
@@ -125,7 +127,7 @@ def critic_comparison(session: Session, train_dir: str | Path, out_dir: str | Pa
     for name, rho in corr.items():
         for scope, mask in (("common", common), ("own", ordered(ref_a) & ordered(estimates[name]))):
             vals = rho[mask]
-            lo, hi = bootstrap_ci(lambda idx: float(vals[idx].mean()), len(vals),
+            lo, hi = bootstrap_ci(lambda idx, vals=vals: float(vals[idx].mean()), len(vals),
                                   seed=seed) if len(vals) > 1 else (float("nan"),) * 2
             rows.append({"estimator": f"{name} [{scope}]", "points": int(mask.sum()),
                          "rank_corr": float(vals.mean()) if len(vals) else float("nan"), "lo": lo, "hi": hi})

@@ -64,7 +64,7 @@ def unbiasedness(env: SyntheticEnv, plan: Any, questions: Sequence[str], runs: i
             run[0] += float(a)
             run[1] += 1
     rows = []
-    for (u, q, outputs, msg), cell in cells.items():
+    for (u, _q, outputs, msg), cell in cells.items():
         sums = np.array([v[0] for v in cell["runs"].values()])
         counts = np.array([v[1] for v in cell["runs"].values()], dtype=np.float64)
         mean, se = _cluster_mean_se(sums, counts)

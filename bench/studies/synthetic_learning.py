@@ -350,7 +350,8 @@ def variance_decomposition(env: SyntheticEnv, item: Mapping[str, Any]) -> dict[s
             return
         step = wf.steps[len(outputs)]
         if step.kind == "feedback":
-            walk(outputs + (wf.feedback[step.name](item, {r: wf.latest_outputs(outputs).get(r, "") for r in step.reads}),), weight)
+            latest = wf.latest_outputs(outputs)
+            walk(outputs + (wf.feedback[step.name](item, {r: latest.get(r, "") for r in step.reads}),), weight)
             return
         pi, q = env.policy(*env.context(item, outputs)), env.q_values(item, outputs)
         decisions[step.decision] += weight * float(pi @ (q - pi @ q) ** 2)

@@ -84,7 +84,8 @@ def decision_diagnostics(groups: np.ndarray, outcomes: np.ndarray | None = None,
     if c >= 2 and independent:
         out["noise_predicted"] = credit.noise_variance(sigma2, n, n * c)
         rho, used = credit.split_half_reliability(groups)
-        out["split_half_reliability"], out["split_half_groups"], out["split_half_excluded"] = rho, float(used), float(g - used)
+        out["split_half_reliability"], out["split_half_groups"] = rho, float(used)
+        out["split_half_excluded"] = float(g - used)
         if c % 2 == 0:
             observed = credit.observed_noise_variance(credit.loo_advantages_batch(groups[..., 0::2]),
                                                       credit.loo_advantages_batch(groups[..., 1::2]))

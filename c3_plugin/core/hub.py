@@ -124,8 +124,9 @@ def uncached_hub_sources(dataset: Mapping[str, Any] | None) -> list[tuple[str, s
     for key, spec in specs:
         source = spec.get("source") if isinstance(spec, Mapping) else None
         base = Path(dataset.get("base_dir") or ".")
-        local = local_path(source, dataset.get("base_dir")) is not None or Path(source).exists() or (base / source).exists() \
-            if isinstance(source, str) else True  # a .jsonl file, or a folder load_dataset reads
+        # a .jsonl file, or a folder load_dataset reads
+        local = (local_path(source, dataset.get("base_dir")) is not None or Path(source).exists()
+                 or (base / source).exists()) if isinstance(source, str) else True
         if isinstance(source, str) and source != "synthetic" and not local and not dataset_cached(source):
             out.append((f"{key}.source", source))
     return out

@@ -78,7 +78,8 @@ def masked_sequence_log_prob(model: torch.nn.Module, prompt_ids: Sequence[int] |
     if not prompt:
         raise ValueError("a scored sequence needs a non-empty tokenized prompt")
     mask = (torch.ones(len(completion)) if loss_mask is None else
-            torch.as_tensor(loss_mask if torch.is_tensor(loss_mask) else list(loss_mask), dtype=torch.float32).reshape(-1))
+            torch.as_tensor(loss_mask if torch.is_tensor(loss_mask) else list(loss_mask),
+                            dtype=torch.float32).reshape(-1))
     if mask.numel() != len(completion):
         raise ValueError(f"loss mask has {mask.numel()} entries for {len(completion)} completion tokens")
     if not completion:

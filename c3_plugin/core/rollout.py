@@ -185,7 +185,7 @@ def _expand_ended(workflow: Workflow, step: Step, b: int, items: Sequence[Mappin
     role = workflow.roles[step.name]
     out: list[_Node] = []
     pos = 0
-    for k, f in enumerate(frontier):
+    for f in frontier:
         if EPISODE_END not in f.outputs:
             out.extend(sampled[pos * b:(pos + 1) * b])
             pos += 1

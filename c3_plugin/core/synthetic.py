@@ -76,7 +76,8 @@ class SyntheticEnv:
                 text = self.workflow.feedback[step.name](item, {r: latest.get(r, "") for r in step.reads})
                 v = self.value(item, outputs + (text,))
             else:
-                v = float(self.policy(step.name, self.workflow.assemble(step, item, outputs)) @ self.q_values(item, outputs))
+                v = float(self.policy(step.name, self.workflow.assemble(step, item, outputs))
+                          @ self.q_values(item, outputs))
         self._value[key] = v
         return v
 

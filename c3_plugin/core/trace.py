@@ -154,8 +154,9 @@ def _root_problems(root: TraceEntry, workflow: Workflow, tokenizers: Sequence[An
     """Recorded context-shaping settings of one root that differ from the workflow's (and the tokenizers')."""
     where = f"instance {root.instance} node {root.node} (root)"
     out = []
-    for name, recorded, now in (("system prompt", root.systems, {r.name: r.system for r in workflow.roles.values()}),
-                                ("response prefix", root.prefixes, {r.name: r.prefix for r in workflow.roles.values()})):
+    roles = workflow.roles.values()
+    for name, recorded, now in (("system prompt", root.systems, {r.name: r.system for r in roles}),
+                                ("response prefix", root.prefixes, {r.name: r.prefix for r in roles})):
         if recorded is None:
             continue
         for role in sorted(set(recorded) | set(now)):

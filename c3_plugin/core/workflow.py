@@ -295,8 +295,8 @@ def _parse_roles(raw: Any, num_agents: int | None) -> dict[str, Role]:
         if name in _RESERVED or not str(name).isidentifier():
             raise WorkflowError(f"{name}: role names must be identifiers other than {_RESERVED}")
         agent = spec.get("agent")
-        if not isinstance(agent, int) or isinstance(agent,
-                                                    bool) or agent < 0 or (num_agents is not None and agent >= num_agents):
+        if (not isinstance(agent, int) or isinstance(agent, bool) or agent < 0
+                or (num_agents is not None and agent >= num_agents)):
             raise WorkflowError(f"{name}: unknown agent index {agent!r}; agents are 0..{(num_agents or 1) - 1}")
         roles[name] = Role(name=name, agent=agent, template=spec.get("template", "{question}"),
                            reads=_as_names(spec.get("reads"), name), prefix=spec.get("prefix", "") or "",

@@ -127,7 +127,8 @@ class HFBackend:
         kwargs: dict[str, Any] = {}
         json_stop = None
         if skeletons is not None:
-            kwargs["logits_processor"] = LogitsProcessorList([SkeletonLogitsProcessor(tok, skeletons, width, num_return_sequences=rows_per_prompt)])
+            kwargs["logits_processor"] = LogitsProcessorList([SkeletonLogitsProcessor(
+                tok, skeletons, width, num_return_sequences=rows_per_prompt)])
         elif self.json_stop:
             json_stop = JsonStop(tok, width, [p.prefix for p in prompts for _ in range(rows_per_prompt)])
             kwargs["stopping_criteria"] = StoppingCriteriaList([json_stop])

@@ -59,13 +59,15 @@ def main(argv: list[str] | None = None, algorithm: str | None = None, default_co
         from c3_plugin.core.config import ConfigError
         from c3_plugin.core.workflow import WorkflowError
 
-        if not getattr(exc, "before_training",
-                       False) or not isinstance(exc, (ConfigError, WorkflowError, ValueError, FileNotFoundError)):
+        if (not getattr(exc, "before_training", False)
+                or not isinstance(exc, (ConfigError, WorkflowError, ValueError, FileNotFoundError))):
             # a failure during training, or another kind of error (a bug: KeyError, TypeError, ...), keeps its traceback
             raise
 
+        failure = exc  # the except clause unbinds exc when it ends
+
         def again() -> None:
-            raise exc
+            raise failure
 
         validate_or_exit(again)
         raise

@@ -211,7 +211,7 @@ def execute(cfg_path: str | Path, configs: dict[tuple[str, int], RunConfig], out
     started = []
     kept = sum((out / run_name(a, s) / "summary.json").exists() for a, s in configs)
     began = time.monotonic()
-    for (algorithm, seed), cfg in configs.items():
+    for algorithm, seed in configs:
         name = run_name(algorithm, seed)
         if (out / name / "summary.json").exists():
             log(f"[compare] {name}: finished, kept")

@@ -166,7 +166,8 @@ def results_table(comparison: dict) -> str:
                 continue
             out.append(f"<tr><td>{html.escape(m)}</td><td>{html.escape(pair)}</td><td>{c['mean_diff']:+.3f} "
                        f"<small>[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]</small></td><td>{p(c.get('p'))}</td>"
-                       f"<td>{p(c.get('p_holm'))}</td><td>{p((c.get('wilcoxon') or {}).get('p'))}</td><td>{c['n']}</td></tr>")
+                       f"<td>{p(c.get('p_holm'))}</td><td>{p((c.get('wilcoxon') or {}).get('p'))}</td>"
+                       f"<td>{c['n']}</td></tr>")
     out.append("</table>")
     return "\n".join(out)
 
@@ -195,8 +196,8 @@ def run_results(run: dict) -> str:
     out += [f"<tr><td>{k}</td><td>{v}</td></tr>" for k, v in final + spent]
     out.append("</table><table class='before-after'><tr><th>metric</th><th>before training</th><th>after training</th>"
                "<th>change</th></tr>")
-    out += [f"<tr><td>{html.escape(k)}</td><td>{_cell(b)}</td><td>{_cell(a)}</td><td>{'&ndash;' if d is None else f'{d:+.4f}'}"
-            "</td></tr>" for k, b, a, d in before_after(summary)]
+    out += [f"<tr><td>{html.escape(k)}</td><td>{_cell(b)}</td><td>{_cell(a)}</td>"
+            f"<td>{'&ndash;' if d is None else f'{d:+.4f}'}</td></tr>" for k, b, a, d in before_after(summary)]
     out.append("</table>")
     if any(k.startswith("eval_anchor/") for k in {**summary.get("eval_before", {}), **after}):
         out.append("<p><small>The before/after evaluations covered more items (final_eval_num_samples) than the ones "

@@ -115,8 +115,8 @@ def dry_run_probe(config: CodeConfig | None = None) -> dict[str, Any]:
     exits = reward(["plan"], ["import sys\nsys.exit(0)"], batch_items=[item])[0]
     sb = default_sandbox()
     report = {"probe_reward": right, "probe_wrong_reward": wrong, "probe_exit_reward": exits,
-              "sandbox_isolation": ("namespaces (user, mount, pid, net, ipc, uts, cgroup) + pivot_root + no "
-                                    "capabilities"
+              "sandbox_isolation": ("namespaces (user, mount, pid, net, ipc, uts, cgroup) + pivot_root "
+                                    "+ no capabilities"
                                     if sb.isolation == "namespaces" else f"NONE - {UNSAFE}"),
               "sandbox_limits": f"{sb.box_limits} for the whole sandbox; rlimits per test",
               "probe_ok": right == 1.0 and wrong == 0.5 and exits == 0.0}

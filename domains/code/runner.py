@@ -478,9 +478,10 @@ def enter_namespaces(job):
             write_file("/proc/self/setgroups", "deny")
             write_file("/proc/self/uid_map", "%d %d 1\n" % (INSIDE_UID, uid))
             write_file("/proc/self/gid_map", "%d %d 1\n" % (INSIDE_UID, gid))
-        _call("unshare", libc().unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP))
+        _call("unshare", libc().unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
+                                        | CLONE_NEWCGROUP))
     except OSError as exc:
-        raise SetupError("user namespaces are unavailable: %s" % exc)
+        raise SetupError("user namespaces are unavailable: %s" % exc) from exc
     sources = open_sources(job)  # in the new mount namespace (binds need that), still as the user who started us
     if uid == 0:  # now the leased uid (caps of the new namespace kept, none outside it)
         prctl(PR_SET_KEEPCAPS, 1)
@@ -620,7 +621,8 @@ def fresh_box(job):
         except OSError:
             pass
     mount("tmpfs", "/sandbox", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOATIME,
-          "size=%dm,nr_inodes=%d,mode=0700,uid=%d,gid=%d" % (job["disk_mb"], job.get("inodes", 16384), INSIDE_UID, INSIDE_UID))
+          "size=%dm,nr_inodes=%d,mode=0700,uid=%d,gid=%d" % (job["disk_mb"], job.get("inodes", 16384), INSIDE_UID,
+                                                            INSIDE_UID))
     mount("/sandbox", "/tmp", None, MS_BIND)
     _BOX[:] = [_box_state()]
 

@@ -48,8 +48,8 @@ def load_datasets(section: Mapping[str, Any], seed: int = 0, config: Any = None)
 def workflows() -> dict[str, Workflow]:
     spec = {"name": "echo_pair", "agents": 2, "roles": {
         "Planner": {"agent": 0, "template": "{question}\nSay which word must be repeated."},
-        "Writer": {"agent": 1, "reads": ["Planner"], "template": "{question}\nPlanner: {Planner}\nWrite only the "
-                                                                 "word."}}}
+        "Writer": {"agent": 1, "reads": ["Planner"],
+                   "template": "{question}\nPlanner: {Planner}\nWrite only the word."}}}
     return {"echo_pair": workflow_from_dict(spec)}
 
 

@@ -30,7 +30,8 @@ FIELDS = ("current_city", "transportation", "breakfast", "attraction", "lunch", 
 ROLE_FIELDS = (("current_city", "transportation", "accommodation"), ("breakfast", "attraction", "lunch", "dinner"))
 ROLE_NAMES = ("Logistics", "Experience")
 EMPTY = "-"
-TRIPLE = re.compile(r'\{\s*"day"\s*:\s*(\d+)\s*,\s*"field"\s*:\s*"([a-z_]+)"\s*,\s*"value"\s*:\s*"((?:[^"\\\n]|\\.)*)"\s*\}')
+TRIPLE = re.compile(r'\{\s*"day"\s*:\s*(\d+)\s*,\s*"field"\s*:\s*"([a-z_]+)"\s*,'
+                    r'\s*"value"\s*:\s*"((?:[^"\\\n]|\\.)*)"\s*\}')
 
 
 def owned_slots(agent: int, days: int) -> list[tuple[int, str]]:

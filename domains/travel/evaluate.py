@@ -329,8 +329,8 @@ def _hard(task: Task, values, slots, budget_soft: float, budget_pass: bool) -> d
                              else 0.0)
     if c.get("room type"):
         want = str(c["room type"]).lower()
-        ok = (lambda e: e.room_type.lower()
-              != "shared room") if want == "not shared room" else (lambda e: e.room_type.lower() == ROOM_TYPES.get(want, want))
+        ok = ((lambda e: e.room_type.lower() != "shared room") if want == "not shared room"
+              else (lambda e: e.room_type.lower() == ROOM_TYPES.get(want, want)))
         out["room_type"] = _share([e is not None and ok(e) for e in stays]) if stays else 0.0
     if c.get("cuisine"):
         wanted = [str(x).lower() for x in c["cuisine"]]

@@ -84,7 +84,7 @@ Budget contracts (as given to each role; you write both roles' fields):
 {lo}: {{logistics_budget}}
 {ex}: {{experience_budget}}
 
-Reply with one JSON object {{{{"assignments": [...]}}}}: one {{{{"day", "field", "value"}}}} assignment for every slot of both checklists, day by day, each day's fields in the order {order}.""".format(
+Reply with one JSON object {{{{"assignments": [...]}}}}: one {{{{"day", "field", "value"}}}} assignment for every slot of both checklists, day by day, each day's fields in the order {order}.""".format(  # noqa: E501 (the prompt's text, verbatim)
     conventions=CONVENTIONS, lo=ROLE_NAMES[0], ex=ROLE_NAMES[1], lo_fields=_fields(0), ex_fields=_fields(1),
     order=", ".join(FIELDS))
 

@@ -51,7 +51,8 @@ def _stay_problems(task: Task, acc: Accommodation, nights: int) -> list[str]:
 
 
 def _transport_allowed(task: Task, mode: str) -> bool:
-    banned = {"no flight": "flight", "no self-driving": "self-driving"}.get(str(task.constraints.get("transportation") or "").lower())
+    banned = {"no flight": "flight", "no self-driving": "self-driving"}.get(
+        str(task.constraints.get("transportation") or "").lower())
     return banned != mode
 
 
@@ -207,7 +208,7 @@ Your day checklist:
 
 Budget contract: {{{key}_budget}}
 
-Reply with one JSON object {{{{"assignments": [...]}}}}: one {{{{"day", "field", "value"}}}} assignment for every slot in your checklist, in checklist order."""
+Reply with one JSON object {{{{"assignments": [...]}}}}: one {{{{"day", "field", "value"}}}} assignment for every slot in your checklist, in checklist order."""  # noqa: E501 (the prompt's text, verbatim)
 
 SYSTEM = ("You are the {role} planner of a two-agent travel team. You own {fields} for every day; your teammate owns "
           "the rest and acts at the same time without seeing your answer.")

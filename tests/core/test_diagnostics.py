@@ -45,7 +45,8 @@ def coin(leaves):
 def synthetic(workflow, plan, items=ITEMS, seed=0, **kw):
     env = SyntheticEnv(workflow, vocab=3, seed=seed)
     rng = np.random.default_rng(seed)
-    return materialize(workflow, plan, items, SyntheticBackend(env, seed=seed), lambda l: env.reward(l, rng), **kw)
+    return materialize(workflow, plan, items, SyntheticBackend(env, seed=seed), lambda leaf: env.reward(leaf, rng),
+                       **kw)
 
 
 # ----- influence ------------------------------------------------------------------------------------------
@@ -65,7 +66,7 @@ def test_influence_uses_the_outcome_and_skips_the_last_decision_point():
     constant = rollout_diagnostics(ro, outcome=lambda leaves: ["same"] * len(leaves))
     assert constant["credit/Reasoner_u0/influence"] == pytest.approx(0.0, abs=1e-12)
     assert "credit/Actor_u1/influence" not in constant  # the last decision point's outcomes are its own messages
-    parity = rollout_diagnostics(ro, outcome=lambda leaves: [int(l.action.split()[-1]) % 2 for l in leaves])
+    parity = rollout_diagnostics(ro, outcome=lambda leaves: [int(leaf.action.split()[-1]) % 2 for leaf in leaves])
     groups = group_returns(ro.rewards, 0)  # the reward here is that parity
     expected = np.mean([credit.influence([list(alt) for alt in g]) for g in groups])
     assert parity["credit/Reasoner_u0/influence"] == pytest.approx(expected)

@@ -1,6 +1,6 @@
-"""The settings refused at config load (``c3_plugin.core.estimator_rules``): each refused with its reason and fix, from a
-YAML config and from CoMLRL-style direct construction, and each proven numerically: a ``no-op`` rule's setting gives
-the same advantages (or update) as the setting it is refused for, computed through the trainers' own credit hooks
+"""The settings refused at config load (``c3_plugin.core.estimator_rules``): each refused with its reason and fix,
+from a YAML config and from CoMLRL-style direct construction, and each proven numerically: a ``no-op`` rule's setting
+gives the same advantages (or update) as the setting it is refused for, computed through the trainers' own credit hooks
 and the trainers' scaling step, so the test fails if the rule is wrong; the ``estimator`` rule changes C3's
 advantages into another estimator, and its acknowledgement field accepts it."""
 
@@ -151,7 +151,8 @@ def test_every_mode_is_mean_under_group_zscore_and_max_raw_differ_under_the_othe
                            ro), mean)
     for mode in ("max", "raw"):
         for scaling in ("none", "batch_scale", "batch_zscore"):
-            assert_differ(scaled(WorkflowMAGRPOTrainer, magrpo_args(advantage_mode=mode, advantage_scaling=scaling), ro),
+            assert_differ(scaled(WorkflowMAGRPOTrainer, magrpo_args(advantage_mode=mode, advantage_scaling=scaling),
+                                 ro),
                           scaled(WorkflowMAGRPOTrainer, magrpo_args(advantage_scaling=scaling), ro))
 
 
@@ -210,7 +211,10 @@ def test_a_tree_of_ones_forms_no_group_so_c3_trains_nothing():
 
 def test_group_zscore_turns_c3_leave_one_out_into_another_estimator_unless_acknowledged():
     ro = rollout("tree [2, 4]", seed=4)
-    args = lambda s: types.SimpleNamespace(plan="tree [2, 4]", advantage_scaling=s, advantage_mode="mean")
+
+    def args(s):
+        return types.SimpleNamespace(plan="tree [2, 4]", advantage_scaling=s, advantage_mode="mean")
+
     loo, z = scaled(C3Trainer, args("none"), ro), scaled(C3Trainer, args("group_zscore"), ro)
     reasoner, actor = 0, 1
     assert np.allclose(np.abs(z[reasoner]), 1.0)  # 2 alternatives per context: +-1 whatever the returns

@@ -132,8 +132,11 @@ def test_micro_batches_accumulate_to_the_full_batch_gradient(tok):
         seen = []
 
         class Recording(torch.optim.SGD):
+            grads = seen
+
             def step(self, closure=None):
-                seen.append(torch.cat([p.grad.flatten().clone() for p in model.parameters() if p.grad is not None]))
+                params = [p for g in self.param_groups for p in g["params"]]  # the model's, in its order
+                self.grads.append(torch.cat([p.grad.flatten().clone() for p in params if p.grad is not None]))
                 return super().step(closure)
 
         opt = Recording(model.parameters(), lr=0.0)

@@ -158,7 +158,7 @@ def test_greedy_sampling_and_credit_shapes():
     wf = load_workflow("reasoner_actor")
     env = SyntheticEnv(wf, vocab=3, seed=0)
     rng = np.random.default_rng(0)
-    ro = materialize(wf, "tree [2, 4]", ITEMS, SyntheticBackend(env), lambda l: env.reward(l, rng),
+    ro = materialize(wf, "tree [2, 4]", ITEMS, SyntheticBackend(env), lambda leaf: env.reward(leaf, rng),
                      Sampling(greedy=True))
     first = ro.decision_entries(0)
     assert first[0].message == first[1].message

@@ -146,7 +146,7 @@ def test_averaged_tree_credit_is_the_parallel_role_formula():
     env = SyntheticEnv(wf, vocab=4, seed=1)
     rng = np.random.default_rng(1)
     items = [{"id": f"i{k}", "question": f"Q{k}"} for k in range(20)]
-    ro = materialize(wf, "tree [3, 4]", items, SyntheticBackend(env, seed=2), lambda l: env.reward(l, rng),
+    ro = materialize(wf, "tree [3, 4]", items, SyntheticBackend(env, seed=2), lambda leaf: env.reward(leaf, rng),
                      share_identical_contexts=True)
     adv = tree_advantages(ro.rewards)
     idx, shared = ro.unique_credit(ro.depth_nodes[1], adv[1])
@@ -164,7 +164,7 @@ def test_diagnostics_count_each_shared_sample_once():
     env = SyntheticEnv(wf, vocab=4, seed=1)
     rng = np.random.default_rng(3)
     items = [{"id": f"i{k}", "question": f"Q{k % 3}"} for k in range(30)]
-    ro = materialize(wf, "tree [2, 4]", items, SyntheticBackend(env, seed=4), lambda l: env.reward(l, rng),
+    ro = materialize(wf, "tree [2, 4]", items, SyntheticBackend(env, seed=4), lambda leaf: env.reward(leaf, rng),
                      share_identical_contexts=True)
     m = rollout_diagnostics(ro)
     assert m["budget/messages"] == 30 * 6 and m["budget/messages_per_instance"] == 6

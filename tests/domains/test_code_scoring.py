@@ -311,6 +311,6 @@ def test_mbppplus_inputs_keep_their_python_types():
             mismatched.add(r["task_id"])
     assert mismatched == MBPPPLUS_AS_EVALPLUS
     by_id = {r["task_id"]: r for r in rows}
-    assert mbppplus_inputs(by_id["Mbpp/124"])[0] == [0,
-                                                     1j] and type(mbppplus_inputs(by_id["Mbpp/580"])[0][0][2][2]) is tuple
+    assert (mbppplus_inputs(by_id["Mbpp/124"])[0] == [0, 1j]
+            and type(mbppplus_inputs(by_id["Mbpp/580"])[0][0][2][2]) is tuple)
     assert str(mbppplus_inputs(by_id["Mbpp/124"])[3 + 3][1]) == "(-0-1j)"  # the sign of a zero survives

@@ -918,7 +918,8 @@ def test_what_honest_code_needs_passes_the_filter():
 
 def test_without_libseccomp_the_sandbox_fails_closed(monkeypatch):
     """A runner that cannot load libseccomp never becomes ready: an infrastructure error, never a score."""
-    monkeypatch.setattr(sbx, "_SOURCE", [sbx.RUNNER.read_text().replace('"libseccomp.so.2"', '"libseccomp-missing.so.0"')])
+    monkeypatch.setattr(sbx, "_SOURCE",
+                        [sbx.RUNNER.read_text().replace('"libseccomp.so.2"', '"libseccomp-missing.so.0"')])
     with pytest.raises(SandboxError):
         dc.execute("def f():\n    return 1", [Test(expected=1, expr="f()")], timeout_s=TIMEOUT)
 
@@ -1055,8 +1056,8 @@ def test_resource_counters_are_the_box_s_own_and_charged_to_its_own_user():
     if sb is None:
         return
     out = {}
-    run = threading.Thread(target=lambda: out.setdefault("r",
-                                                         sb.run(COUNTERS, [Test(expected=[8, -1], expr="hold()")], timeout_s=6)))
+    run = threading.Thread(target=lambda: out.setdefault("r", sb.run(COUNTERS, [Test(expected=[8, -1], expr="hold()")],
+                                                                      timeout_s=6)))
     run.start()
     time.sleep(1.5)  # the candidate holds its instances now
     owners = set()
@@ -1109,7 +1110,8 @@ def test_the_kernel_command_line_mount_table_devices_and_host_counters_are_not_r
 
 BOX_MARKS = '''
 import os
-ACL = bytes.fromhex("02000000" "01000700ffffffff" "02000700e8030000" "04000500ffffffff" "10000700ffffffff" "20000500ffffffff")
+ACL = bytes.fromhex("02000000" "01000700ffffffff" "02000700e8030000" "04000500ffffffff" "10000700ffffffff"
+                    "20000500ffffffff")
 def mark(how):
     if how == "times":
         os.utime("/sandbox", (1, 1))

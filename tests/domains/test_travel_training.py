@@ -52,7 +52,7 @@ def test_c3_trains_on_travel_with_skeletons_masks_curriculum_and_compact_wandb(t
     assert summary["env_steps"] == budget["expected_env_steps"] == 2 * 4 * 4
     assert summary["totals"]["messages"] == budget["expected_messages"] == 8 * 4  # 2 + 2 per instance: shared samples
     run = Path(summary["run_dir"])
-    entries = [TraceEntry.from_dict(json.loads(l)) for l in (run / "traces.jsonl").read_text().splitlines()]
+    entries = [TraceEntry.from_dict(json.loads(line)) for line in (run / "traces.jsonl").read_text().splitlines()]
     decisions = [e for e in entries if e.kind == "decision"]
     originals = [e for e in decisions if e.shared is None]
     assert len(originals) == 32 and len(decisions) == 8 * 6
@@ -62,7 +62,7 @@ def test_c3_trains_on_travel_with_skeletons_masks_curriculum_and_compact_wandb(t
         assert act.valid, e.output
         assert (e.loss_mask is not None and len(e.loss_mask) == len(e.token_ids)
                 and 0 < sum(e.loss_mask) < len(e.token_ids))
-    history = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    history = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     evals_logged = [h for h in history if "eval/reward" in h]
     # before training, after the three-day phase's 16-env-step flush, and after training
     assert [h["env_step"] for h in evals_logged] == [0, 16, 32]
@@ -80,7 +80,7 @@ def test_magrpo_trains_on_travel_with_four_aligned_joint_actions(tmp_path):
     models, tok = tiny_pair()
     summary = train(cfg, models=models, tokenizer=tok)
     assert summary["env_steps"] == 4 * 4 and summary["totals"]["messages"] == 4 * 8
-    history = [json.loads(l) for l in (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
+    history = [json.loads(line) for line in (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
     rows = [h for h in history if "train/update_step" in h]
     assert [h["train/agent0/samples"] for h in rows] == [16]  # 4 prompts x 4 generations, no sharing
     assert rows[0]["train/agent0/optimizer_steps"] == rows[0]["train/agent1/optimizer_steps"] == 1

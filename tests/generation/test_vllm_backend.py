@@ -224,7 +224,7 @@ def test_lora_agents_are_served_with_their_adapters(team, serve):
     prompts = _prompts(agent=0, cap=8) + _prompts(agent=1, cap=8)
     sampling = Sampling(temperature=0.7, max_new_tokens=8)
     try:
-        for round in range(2):
+        for _ in range(2):
             gens = backend.generate(prompts, 2, sampling)
             assert backend.serve_lora == (serve == "vllm_lora")
             for a, sl in ((0, slice(0, 2)), (1, slice(2, 4))):
@@ -251,12 +251,9 @@ def test_a_short_c3_run_on_smollm2_trains_through_vllm_and_logs_the_mismatch(tmp
 
     root = __import__("pathlib").Path(__file__).resolve().parents[2]
     cfg = load_config(root / "configs/math/demo_cpu.yaml", overrides=[
-        "c3.generation_backend=vllm", "dataset.train.size=4", "c3.instances_per_update=2", "dataset.eval=[{'name': "
-                                                                                           "'compare', 'source': "
-                                                                                           "'synthetic', 'task': "
-                                                                                           "'compare', 'size': 4, "
-                                                                                           "'seed': "
-                                                                                           "2}]", f"output.base_dir={tmp_path}", "output.plot=false",
+        "c3.generation_backend=vllm", "dataset.train.size=4", "c3.instances_per_update=2",
+        "dataset.eval=[{'name': 'compare', 'source': 'synthetic', 'task': 'compare', 'size': 4, 'seed': 2}]",
+        f"output.base_dir={tmp_path}", "output.plot=false",
         "output.save_model=false", "c3.save_traces=false", "c3.eval_batch_size=4", "c3.importance_sampling_cap=2.0"])
     summary = train(cfg)
     assert summary["updates"] == 2

@@ -97,7 +97,7 @@ def test_the_dry_run_prints_a_summary_and_the_json_on_request(capsys, tmp_path):
     text = capsys.readouterr().out
     lines = text.splitlines()
     assert lines[0].startswith("dry-run: OK  c3 on math (reasoner_actor") and len(lines) < 15
-    assert (any(l.startswith("budget: 31 train rows, epochs 1, plan tree [2, 4], env steps 248") for l in lines)
+    assert (any(line.startswith("budget: 31 train rows, epochs 1, plan tree [2, 4], env steps 248") for line in lines)
             and "algorithms c3, magrpo, mappo differ in:" in text)
     assert lines[-1] == f"full report: {tmp_path / 'r.json'}"
     report = json.loads((tmp_path / "r.json").read_text())

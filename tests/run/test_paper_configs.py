@@ -33,7 +33,8 @@ def test_every_recipe_value_is_set_and_sourced():
         for n, line in enumerate(path.read_text().splitlines(), 1):
             body = line.split("#")[0].strip()
             value = body.partition(":")[2].strip()
-            if ":" in body and value and not value.startswith(("&", "*")) and not body.startswith(("-", "<<", "extends", "algorithm")) \
+            if ":" in body and value and not value.startswith(("&", "*")) \
+                    and not body.startswith(("-", "<<", "extends", "algorithm")) \
                     and "eval_batch_size" not in body and "base_dir" not in body and "enabled" not in body \
                     and "answer_timeout_s" not in body and "domain:" not in body and "seed:" not in body:
                 assert "#" in line, f"{path.name}:{n} sets a value without naming its source: {line.strip()}"

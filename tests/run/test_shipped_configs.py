@@ -28,7 +28,8 @@ OFFLINE = {
              "dataset.drop_overlap=false"],
     "paper": ["dataset.train=" + repr([
         {"name": "math_train", "source": str(FIX / "math_train_original.jsonl"), "schema": "math", "weight": 7500},
-        {"name": "cmath_train", "source": str(FIX / "cmath_train_original.jsonl"), "schema": "cmath", "weight": 1098}])],
+        {"name": "cmath_train", "source": str(FIX / "cmath_train_original.jsonl"), "schema": "cmath",
+         "weight": 1098}])],
     "travel": [f"dataset.train.source={ROOT / 'data' / 'travelplanner' / 'train.jsonl'}", "dataset.train.split=train",
                "dataset.train.eval_panels=null"],
 }

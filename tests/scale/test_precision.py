@@ -93,8 +93,9 @@ def test_lora_adapters_train_in_fp32_over_a_bf16_base():
     assert any(p.dtype == torch.bfloat16 for n, p in peft_model.named_parameters() if "lora_" in n)
     ds = Dataset.from_list([{"id": f"p{i}", "prompt": f"q{i}", "question": f"q{i}", "answer": "1"} for i in range(2)])
     tr = C3Trainer(agents=[peft_model, peft_model], tokenizer=tok, reward_func=reward, train_dataset=ds,
-                   lora_adapters=True, args=experiment_config(C3Config, num_train_epochs=1, max_new_tokens=4, instances_per_update=2, agent_devices="cpu",
-                                 agent_learning_rate=LR))
+                   lora_adapters=True, args=experiment_config(C3Config, num_train_epochs=1, max_new_tokens=4,
+                                                              instances_per_update=2, agent_devices="cpu",
+                                                              agent_learning_rate=LR))
     lora = {n: p for n, p in peft_model.named_parameters() if "lora_" in n}
     base = {n: p for n, p in peft_model.named_parameters() if "lora_" not in n}
     assert (all(p.dtype == torch.float32 for p in lora.values())

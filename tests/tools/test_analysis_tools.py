@@ -383,7 +383,8 @@ def test_audit_bar_moves_with_each_decision_step_it_generates(capsys):
 def test_diagnose_bars_show_every_group_and_the_decision_point_under_way(tiny_config, tmp_path, capsys):
     """A bar over all groups and one over the current decision point's, both moving as each decision step of a chunk
     is generated (2 groups per chunk, 2 steps: one group per step)."""
-    assert console(["diagnose", "--config", str(tiny_config), "--groups", "2", "--chunk", "2", "--out", str(tmp_path)]) == 0
+    assert console(["diagnose", "--config", str(tiny_config), "--groups", "2", "--chunk", "2",
+                    "--out", str(tmp_path)]) == 0
     err = capsys.readouterr().err
     assert bar_counts(err, "diagnose") == ["0.0/4", "1.0/4", "2.0/4", "3.0/4", "4.0/4"], err
     assert bar_counts(err, "u=0 Planner") == bar_counts(err, "u=1 Writer") == ["0.0/2", "1.0/2", "2.0/2"], err

@@ -310,8 +310,9 @@ SHIPPED = [("configs/math/c3.yaml", ["c3", "magrpo", "mappo"], []),
            ("configs/math/demo_cpu.yaml", ["c3", "magrpo", "mappo"], []),
            ("configs/math/h2h_cpu.yaml", ["c3", "magrpo", "mappo"], []),
            ("configs/math/h2h_frozen_cpu.yaml", ["c3", "magrpo"], []),
-           ("configs/travel/c3.yaml", ["c3", "magrpo"], ["dataset.train.source=data/travelplanner/train.jsonl",
-                                                         "dataset.train.split=train", "dataset.train.eval_panels=null"])]
+           ("configs/travel/c3.yaml", ["c3", "magrpo"],
+            ["dataset.train.source=data/travelplanner/train.jsonl", "dataset.train.split=train",
+             "dataset.train.eval_panels=null"])]
 
 
 @pytest.mark.parametrize("path, algorithms, overrides", SHIPPED, ids=[p for p, _, _ in SHIPPED])

@@ -197,7 +197,8 @@ def test_every_iac_and_maac_field_is_a_c3_field(cls):
 
 
 def test_every_iac_and_maac_keyword_is_a_c3_keyword():
-    accepted = set(inspect.signature(C3Trainer.__init__).parameters) | set(inspect.signature(WorkflowTrainer.__init__).parameters)
+    accepted = (set(inspect.signature(C3Trainer.__init__).parameters)
+                | set(inspect.signature(WorkflowTrainer.__init__).parameters))
     for cls in (IACTrainer, MAACTrainer):
         assert set(inspect.signature(cls.__init__).parameters) - {"self"} <= accepted, cls.__name__
 

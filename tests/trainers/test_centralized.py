@@ -177,7 +177,7 @@ def test_require_centralized_api_passes_on_the_installed_comlrl_and_names_what_i
                        match=r"comlrl\.trainers\.reinforce\.CentralizedMAGRPOTrainer.*Fix: install"):
         require_centralized_api()
     with pytest.raises(ValueError, match="CentralizedMAGRPOTrainer"):  # the lazily resolved trainer checks first
-        centralized.JointMAGRPOTrainer
+        _ = centralized.JointMAGRPOTrainer
     monkeypatch.undo()
 
     @dataclass

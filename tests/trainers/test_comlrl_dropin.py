@@ -124,7 +124,8 @@ SIGNATURES = {
     "one list of agents": lambda completions: [_expected(completions[0][0], completions[1][0])],
     "batch_items keyword, scalar": lambda a, b, *, batch_items=None: _expected(a[0], b[0])
               + 100.0 * (batch_items[0]["answer"] in "01"),
-    "varargs and kwargs, tensor": lambda *c, **kw: torch.tensor([_expected(c[0][0], c[1][0]) + 1000.0 * ("prompts" in kw)]),
+    "varargs and kwargs, tensor": lambda *c, **kw: torch.tensor([_expected(c[0][0], c[1][0])
+                                                                 + 1000.0 * ("prompts" in kw)]),
 }
 OFFSET = {"positional per agent, list": 0.0, "prompts first": 10.0, "one list of agents": 0.0,
           "batch_items keyword, scalar": 100.0, "varargs and kwargs, tensor": 1000.0}

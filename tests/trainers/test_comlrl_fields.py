@@ -41,11 +41,13 @@ PROOFS = {
     "top_k": lambda: _trainer(top_k=7).sampling().top_k == 7,
     "num_turns": lambda: _trainer(num_turns=3).workflow.num_decisions == 6,
     "discount": lambda: (_refused("discount", 0.9, "discount=0.9 changes nothing with num_turns=1") is None
-                         and _trainer(num_turns=2, discount=0.5).turns.returns(__import__("numpy").array([[1.0, 1.0]]))[0] == 1.5),
+                         and _trainer(num_turns=2, discount=0.5).turns.returns(
+                             __import__("numpy").array([[1.0, 1.0]]))[0] == 1.5),
     "joint_mode": lambda: (_trainer(joint_mode="cross", num_generations=3).plan.tree == (3, 3)  # J = K^N joint actions
-                           and _raises(lambda: _trainer(WorkflowMAGRPOTrainer, joint_mode="cross"), "joint_mode: "
-                                                                                                    "cross")),
-    "early_termination_threshold": lambda: _trainer(num_turns=2, early_termination_threshold=0.5).args.early_termination_threshold == 0.5,
+                           and _raises(lambda: _trainer(WorkflowMAGRPOTrainer, joint_mode="cross"),
+                                       "joint_mode: cross")),
+    "early_termination_threshold": lambda: _trainer(
+        num_turns=2, early_termination_threshold=0.5).args.early_termination_threshold == 0.5,
     "external_prompt_passthrough": lambda: _passthrough(),
     "eval_interval": lambda: _trainer(eval_interval=3).args.eval_interval == 3,
     "eval_num_samples": lambda: _trainer(eval_num_samples=2).args.eval_num_samples == 2,

@@ -205,7 +205,8 @@ def test_evaluation_matches_comlrl_keys_sampling_and_wandb_step(monkeypatch):
         if key == "c3":
             greedy = []
             real = tr.backend.generate
-            monkeypatch.setattr(tr.backend, "generate", lambda p, n, s: (greedy.append(s.greedy), real(p, n, s))[1])
+            monkeypatch.setattr(tr.backend, "generate",
+                                lambda p, n, s, greedy=greedy, real=real: (greedy.append(s.greedy), real(p, n, s))[1])
             tr.train()
             assert greedy and not any(greedy)  # CoMLRL samples its evaluation (and its training)
         wandb.finish()

@@ -89,10 +89,10 @@ def test_cosine_schedule_on_a_real_run_follows_the_closed_form(tmp_path):
         assert rates == pytest.approx(closed, rel=1e-12, abs=0)
         assert rates[0] == 0.0 and rates[warm] == pytest.approx(base)  # warm-up from 0, its end at the full rate
         mid = warm + (total - warm) // 2
-        assert rates[mid] == pytest.approx(base * (0.1
-                                                   + 0.9 * 0.5 * (1 + math.cos(math.pi * (mid - warm) / (total - warm)))))
-        assert rates[-1] == pytest.approx(base * (0.1
-                                                  + 0.9 * 0.5 * (1 + math.cos(math.pi * (total - 1 - warm) / (total - warm)))))
+        assert rates[mid] == pytest.approx(
+            base * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (mid - warm) / (total - warm)))))
+        assert rates[-1] == pytest.approx(
+            base * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (total - 1 - warm) / (total - warm)))))
         assert trainer.lr_schedulers[agent].steps == total
     logged = [row["train/agent1/lr"] for row in trainer.history if "train/agent1/lr" in row]
     assert logged[-1] == pytest.approx(seen[id(trainer.optimizers[1])][-1])

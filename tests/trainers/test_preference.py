@@ -206,7 +206,7 @@ def test_replay_records_round_trip_exact_ids_and_masks_and_reject_other_kinds(tm
         record = json.loads(json.dumps(tr._preference_pair_to_record(pair)))
         assert record["joint"] is False
         back = tr._preference_pair_from_record(record)
-        for a, (t, u) in enumerate(zip(pair.agent_tensors, back.agent_tensors)):
+        for t, u in zip(pair.agent_tensors, back.agent_tensors):
             for name in ("prompt_input_ids", "winner_completion_ids", "loser_completion_ids", "winner_loss_mask",
                          "loser_loss_mask"):
                 assert torch.equal(getattr(t, name), getattr(u, name)), name

@@ -84,7 +84,8 @@ def eval_rows(sampled=True):
     for i, c in enumerate([0, 1, 3, 4]):
         rows.append({"id": f"s-{i}", "prompt": f"q{i}", "question": f"q{i}", "answer": "1", "datasource": "s",
                      "target": [0.0, 0.5, 1.0, 0.25][i], "c": c, **dm.sampling_columns(
-                         {"name": "s", **({"num_samples": 4, "temperature": 0.7, "pass_k": [2, 4]} if sampled else {})})})
+                         {"name": "s",
+                          **({"num_samples": 4, "temperature": 0.7, "pass_k": [2, 4]} if sampled else {})})})
     for i in range(2):
         rows.append({"id": f"g-{i}", "prompt": f"w{i}", "question": f"w{i}", "answer": "1", "datasource": "g",
                      "target": float(i), "c": 0, **dm.sampling_columns({"name": "g"})})
@@ -109,7 +110,8 @@ def test_sampled_suite_logs_avg_and_pass_at_k_against_a_hand_computation(monkeyp
     seen, calls = [], []
     tr = trainer(eval_rows(), seen)
     collect = tr.collect
-    monkeypatch.setattr(tr, "collect", lambda items, **kw: calls.append((len(items), {k: v for k, v in kw.items() if k != "tick"}))
+    monkeypatch.setattr(tr, "collect", lambda items, **kw: calls.append((len(items),
+                                                                         {k: v for k, v in kw.items() if k != "tick"}))
                         or collect(items, **kw))  # tick: the progress bar's
     state = torch.random.get_rng_state()
     out = tr.evaluate()

@@ -69,7 +69,7 @@ def tiny_team(n=2):
 def test_trainers_extend_comlrl_and_keep_its_constructor():
     assert issubclass(C3Trainer, MAGRPOTrainer) and issubclass(C3Config, MAGRPOConfig)
     ours = inspect.signature(C3Trainer.__init__).parameters
-    for name, param in inspect.signature(MAGRPOTrainer.__init__).parameters.items():
+    for name in inspect.signature(MAGRPOTrainer.__init__).parameters:
         assert name in ours, name
     assert {"workflow", "plan"} <= set(ours)
     for name in ("c3", "magrpo", "mappo"):
@@ -106,7 +106,7 @@ def test_each_algorithm_trains_through_the_run_path(tmp_path, algorithm):
     assert summary["env_steps"] == budget["expected_env_steps"] == 6 * 8
     assert summary["totals"]["messages"] == budget["expected_messages"]
     run = Path(summary["run_dir"])
-    history = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    history = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     train_rows = [h for h in history if "train/update_step" in h]
     assert len(train_rows) == budget["rollout_batches"] == 2
     steps = [sum(h.get(f"train/agent{a}/optimizer_steps") or 0 for h in train_rows) for a in range(2)]
@@ -151,7 +151,7 @@ def test_magrpo_broadcasts_one_run_score_to_every_decision():
     ro = tr.collect([dict(r) for r in ds])
     credited = tr.compute_advantages(ro)
     runs = group_advantages(ro.rewards.reshape(4, 8), "mean").reshape(-1)
-    for idx, adv in credited:
+    for _idx, adv in credited:
         np.testing.assert_allclose(adv, runs)
     # the Actor of run r continues the Reasoner of run r
     r_nodes = [ro.entries[i] for i in credited[0][0]]
@@ -166,10 +166,10 @@ def test_gae_matches_a_plain_loop():
     for r in range(5):
         for u in range(3):
             total = 0.0
-            for l in range(u, 3):
-                v_next = values[r, l + 1] if l + 1 < 3 else 0.0
-                delta = (rewards[r] if l == 2 else 0.0) + 0.9 * v_next - values[r, l]
-                total += (0.9 * 0.8) ** (l - u) * delta
+            for t in range(u, 3):
+                v_next = values[r, t + 1] if t + 1 < 3 else 0.0
+                delta = (rewards[r] if t == 2 else 0.0) + 0.9 * v_next - values[r, t]
+                total += (0.9 * 0.8) ** (t - u) * delta
             assert adv[r, u] == pytest.approx(total)
     np.testing.assert_allclose(ret, adv + values)
     # lambda = 1, gamma = 1: the advantage is the terminal reward minus the value

@@ -121,7 +121,7 @@ def test_value_assisted_credits_with_the_critic_and_trains_it():
     q = tr.q_critic.predict(states, 8)
     credited = tr.compute_advantages(ro)
     sizes = [len(ts) for _, _, ts in inputs]
-    for (idx, adv), (idx2, returns, ts), qs in zip(credited, inputs, np.split(q, np.cumsum(sizes)[:-1])):
+    for (idx, adv), (idx2, returns, _ts), qs in zip(credited, inputs, np.split(q, np.cumsum(sizes)[:-1])):
         assert np.array_equal(idx, idx2)
         assert adv == pytest.approx(value_assisted_advantages(returns, qs.reshape(returns.shape[:2]), 1.0).reshape(-1),
                                     abs=1e-9)
@@ -185,7 +185,7 @@ def test_value_assisted_through_the_run_path_logs_the_critic(tmp_path):
     models, tok = tiny_team()
     with pytest.warns(UserWarning, match="2 alternatives"):
         summary = train(cfg, models=models, tokenizer=tok)
-    rows = [json.loads(l) for l in (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
     rows = [r for r in rows if "train/update_step" in r]
     assert len(rows) == 2 and [r["train/q_critic_warmup"] for r in rows] == [1.0, 0.0]
     assert all(np.isfinite(r["train/q_critic_loss"]) and "train/agent1/optimizer_steps" in r for r in rows)
