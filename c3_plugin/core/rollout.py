@@ -72,8 +72,8 @@ class Rollout:
     def __post_init__(self) -> None:
         inst_of = {str(it["id"]): i for i, it in enumerate(self.items)}
         index = {(e.instance, e.node): k for k, e in enumerate(self.entries)}
-        self.owner = np.fromiter((k if e.shared is None
-                                  else index[(e.instance, e.shared)] for k, e in enumerate(self.entries)),
+        self.owner = np.fromiter((k if e.shared is None else index[(e.instance, e.shared)]
+                                  for k, e in enumerate(self.entries)),
                                  dtype=np.int64, count=len(self.entries))
         decisions = [e for e in self.entries if e.kind == "decision" and e.shared is None
                      and e.step >= self.replayed_steps

@@ -84,10 +84,10 @@ def console(argv: list[str] | None = None) -> int:
         p.add_argument("--override", action="append", default=[], metavar="a.b=value",
                        help="override a config value (repeatable); true/false/none, Python literals, else strings")
 
-    common(sub.add_parser("train", help="train one run (the algorithm named in the config); torchrun for several "
-                                        "processes"))
-    dry = (sub.add_parser("dry-run", help="check the config, data, budget, memory and cluster plan without loading a "
-                                          "model"))
+    common(sub.add_parser("train",
+                          help="train one run (the algorithm named in the config); torchrun for several processes"))
+    dry = sub.add_parser("dry-run",
+                         help="check the config, data, budget, memory and cluster plan without loading a model")
     common(dry)
     dry.add_argument("--json", action="store_true", help="print the whole report as JSON instead of its summary")
     dry.add_argument("--report", default=None, metavar="FILE", help="also write the whole report as JSON to FILE")
@@ -107,8 +107,8 @@ def console(argv: list[str] | None = None) -> int:
                      help="compare although settings other than the credit differ: the named keys (e.g. "
                           "agent_learning_rate), or every difference when given alone; the consent goes into "
                           "summary.json")
-    dash = (sub.add_parser("dashboard", help="an HTML page for a comparison or run folder, or a W&B workspace for a "
-                                             "comparison"))
+    dash = sub.add_parser("dashboard",
+                          help="an HTML page for a comparison or run folder, or a W&B workspace for a comparison")
     dash.add_argument("folder", nargs="?",
                       help="a c3 compare folder (results table over seeds) or a run folder (its final "
                            "metrics and before/after table): writes <folder>/dashboard.html")
@@ -122,8 +122,8 @@ def console(argv: list[str] | None = None) -> int:
                       help="the compared algorithms (W&B job types)")
     dash.add_argument("--online", action="store_true",
                       help="save the workspace to W&B (else write its specification to --out)")
-    diag = (sub.add_parser("diagnose", help="reliability, noise law and influence at every decision point, without "
-                                            "training"))
+    diag = sub.add_parser("diagnose",
+                          help="reliability, noise law and influence at every decision point, without training")
     diag.add_argument("--config", default=None, help="run config YAML (or --run: a trained run's own config)")
     diag.add_argument("--override", action="append", default=[], metavar="a.b=value",
                       help="override a config value (repeatable)")
@@ -150,8 +150,9 @@ def console(argv: list[str] | None = None) -> int:
     plan.add_argument("--budget", type=int, required=True,
                       help="reward calls B per decision point (and leaves of the tree plans)")
     plan.add_argument("--out", default=None, help="also write the result as JSON here")
-    adv = (sub.add_parser("advise", help="which algorithm and plan: predicted gradient SNR per decision point of every "
-                                         "plan of B leaves"))
+    adv = sub.add_parser("advise",
+                         help="which algorithm and plan: predicted gradient SNR per decision point of every plan of B "
+                              "leaves")
     adv.add_argument("--from", dest="source", required=True,
                      help="a diagnose.json written by c3 diagnose (--decisions all)")
     adv.add_argument("--budget", type=int, required=True,

@@ -51,8 +51,8 @@ def _class_comments(cls: type) -> dict[str, str]:
     out = {}
     for node in getattr(body, "body", []):
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            text = (next((comments[n] for n in range(node.lineno, (node.end_lineno or node.lineno) + 1)
-                          if n in comments), None))
+            text = next((comments[n] for n in range(node.lineno, (node.end_lineno or node.lineno) + 1)
+                         if n in comments), None)
             if text is None:  # a block of comment lines right above the field
                 above, n = [], node.lineno - 1
                 while n in comments and src.splitlines()[n - 1].strip().startswith("#"):

@@ -171,8 +171,8 @@ def mbpp_rows(rows: Sequence[Mapping[str, Any]], name: str, sandbox: Sandbox | N
             raise CodeDatasetError(f"{name}: task {r['task_id']}: refused: {exc}") from None
         entry_point = _entry_point(code, compiled)
         out.append({"id": f"{name}-{r['task_id']}", "task_id": str(r["task_id"]), "datasource": name,
-                    "entry_point": entry_point, "setup": setup, "example": asserts[0], "text": r.get("text")
-                    or r.get("prompt") or "",
+                    "entry_point": entry_point, "setup": setup, "example": asserts[0],
+                    "text": r.get("text") or r.get("prompt") or "",
                     "signature": _signature(code, entry_point), "canonical": code, "_asserts": compiled})
     sb = sandbox or default_sandbox()
     evaluate_constants(sb, [a for row in out for a in row["_asserts"]],

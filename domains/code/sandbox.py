@@ -183,8 +183,8 @@ def isolation_probe() -> dict:
     global _PROBE
     with _PROBE_LOCK:
         if _PROBE is None:
-            report = {"namespaces": False, "reason": "", "proc": False, "box_limits": cgroups.available()
-                      or "rlimits only"}
+            report = {"namespaces": False, "reason": "", "proc": False,
+                      "box_limits": cgroups.available() or "rlimits only"}
             job = {"probe": True, "isolation": "namespaces", "prefix": os.path.realpath(sys.base_prefix),
                    "tests": [], "timeout_s": 1.0, "candidate_timeout_s": 1.0, "limits": {}}
             try:

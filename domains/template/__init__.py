@@ -39,9 +39,8 @@ def load_datasets(section: Mapping[str, Any], seed: int = 0, config: Any = None)
 
     train = single_train_source(section, "template")
     train_rows = rows(train.get("name", "train"), int(train.get("size", 32)), int(train.get("seed", seed)))
-    eval_rows = [r for spec in section.get("eval")
-                 or [] for r in rows(spec.get("name", "eval"), int(spec.get("size", 16)),
-                                     int(spec.get("seed", seed + 1)))]
+    eval_rows = [r for spec in section.get("eval") or []
+                 for r in rows(spec.get("name", "eval"), int(spec.get("size", 16)), int(spec.get("seed", seed + 1)))]
     return datasets.Dataset.from_list(train_rows), (datasets.Dataset.from_list(eval_rows) if eval_rows else None)
 
 
