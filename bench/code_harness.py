@@ -208,8 +208,8 @@ def main() -> None:
     by_id = dict(zip((r["id"] for r in full), results))
     test_results = [by_id[r["id"]] for r in test_split]
     ok = sum(all(x.passed for x in res) for res in test_results)
-    print(f"  of which the test split (11-510): {ok}/{len(test_split)} tasks, {sum(len(res) for res in test_results)} "
-          "tests")
+    print(f"  of which the test split (11-510): {ok}/{len(test_split)} tasks, "
+          f"{sum(len(res) for res in test_results)} tests")
     report("MBPP test (11-510)", sb, test_split, wrong_solutions=True)
     report("MBPP sanitized", sb, sanitized, wrong_solutions=False)
     report("MBPP+ v0.1.0", sb, plus, wrong_solutions=True)

@@ -231,8 +231,8 @@ def variants_study(args: argparse.Namespace, seeds: list[int], env_steps: int) -
          "Reasoner -> Actor -> Verifier, exact success: mean and 95% band over seeds")
     if any("harmful" in c for by_lr in curves.values() for by_label in by_lr.values() for c in by_label.values()):
         plot(curves, "harmful", Path(args.png_harmful), "P(Actor writes its harmful message)",
-             "Masked later mistake: the team's exact probability of the Actor's harmful message, mean and 95% band "
-             "over seeds")
+             "Masked later mistake: the team's exact probability of the Actor's harmful message, mean "
+             "and 95% band over seeds")
     print(f"\nwrote {args.png} and {args.png_harmful}; variants wall time {time.time() - t0:.1f}s")
     return report
 
@@ -291,8 +291,8 @@ def regimes_study(args: argparse.Namespace, seeds: list[int]) -> dict:
         for label, g in grid.items():
             print(f"{label:>28} " + " ".join(f"{fmt(summarize(g[lr]['eval']['auc'])):>16}" for lr in lrs)
                   + f" {best[label]:>17g}")
-        print("   (AUC on the evaluation seeds, mean +- 95% half-width; the step size is picked by mean AUC on the "
-              "selection seeds)")
+        print("   (AUC on the evaluation seeds, mean +- 95% half-width; the step size is picked by mean AUC on "
+              "the selection seeds)")
         summary = {label: {str(lr): {"select_auc": g[lr]["select_auc"], "auc": summarize(g[lr]["eval"]["auc"]),
                                      "final": summarize(g[lr]["eval"]["final"]),
                                      "auc_per_seed": g[lr]["eval"]["auc"].tolist(),
@@ -331,8 +331,8 @@ def regimes_study(args: argparse.Namespace, seeds: list[int]) -> dict:
             ph = "-" if cmp["p_holm"] is None else f"{cmp['p_holm']:.4f}"
             ci = f"[{cmp['ci95'][0]:+.4f}, {cmp['ci95'][1]:+.4f}]"
             print(f"{name + ': ' + key:>92} {cmp['mean_diff']:>+10.4f} {ci:>20} {p:>9} {ph:>9}")
-    print("\n== c3 advise (exact diagnosis of the initial team) against the measured winner (AUC, each method at its "
-          "best lr) ==")
+    print("\n== c3 advise (exact diagnosis of the initial team) against the measured winner (AUC, each "
+          "method at its best lr) ==")
     print(f"{'regime':>38} {'advice':>30} {'predicted score c3 / magrpo (benched plans)':>44} {'measured':>34}")
     for name, r in results.items():
         cmp = r["paired"]["c3 - magrpo (auc, each at its best lr)"]
@@ -413,8 +413,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true",
                     help="a smoke run: 5 seeds, 320 env steps (regimes: 3 + 2 seeds, 2 step sizes)")
     ap.add_argument("--study", choices=["variants", "regimes", "all"], default="all",
-                    help="variants: ENV_VARIANTS, every method and step size; regimes: C3 vs MAGRPO at each one's best "
-                         "step size")
+                    help="variants: ENV_VARIANTS, every method and step size; regimes: C3 vs MAGRPO at each "
+                         "one's best step size")
     ap.add_argument("--seeds", type=int, default=30,
                     help="seeds 0..N-1 (each: environment, initial policies, sampling, rewards)")
     ap.add_argument("--env-steps", type=int, default=1600, help="terminal reward calls per training run (variants)")

@@ -111,8 +111,8 @@ def ranks(world: int, backend: str) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         overrides = [f"c3.generation_backend={backend}", "dataset.train.size=4", "c3.num_train_epochs=1",
-                     "dataset.eval=[{'name': 'compare', 'source': 'synthetic', 'task': 'compare', 'size': 2, "
-                     "'seed': 2}]",
+                     "dataset.eval=[{'name': 'compare', 'source': 'synthetic', 'task': 'compare', "
+                     "'size': 2, 'seed': 2}]",
                      f"output.base_dir={tmp}", "output.run_name=run", "output.plot=false", "output.save_model=false",
                      "output.verbose=false", "c3.save_traces=false"]
         script = [str(ROOT / "single_turn/train_c3.py"), "--config", str(ROOT / "configs/math/demo_cpu.yaml")]

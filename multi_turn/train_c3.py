@@ -1,5 +1,5 @@
-("""Train a multi-turn team with C3: python multi_turn/train_c3.py [--config configs/code/multi_turn_c3.yaml] """
- """[--override k=v] [--dry-run]""")
+"""Train a multi-turn team with C3: python multi_turn/train_c3.py [--config configs/code/multi_turn_c3.yaml] [--override
+k=v] [--dry-run]"""
 
 import sys
 from pathlib import Path

@@ -1,5 +1,5 @@
-("""Train a multi-turn team with MAGRPO: python multi_turn/train_magrpo.py [--config """
- """configs/code/multi_turn_magrpo.yaml] [--override k=v] [--dry-run]""")
+"""Train a multi-turn team with MAGRPO: python multi_turn/train_magrpo.py [--config configs/code/multi_turn_magrpo.yaml]
+[--override k=v] [--dry-run]"""
 
 import sys
 from pathlib import Path

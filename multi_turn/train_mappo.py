@@ -1,5 +1,5 @@
-("""Train a multi-turn team with MAPPO: python multi_turn/train_mappo.py [--config """
- """configs/code/multi_turn_mappo.yaml] [--override k=v] [--dry-run]""")
+"""Train a multi-turn team with MAPPO: python multi_turn/train_mappo.py [--config configs/code/multi_turn_mappo.yaml]
+[--override k=v] [--dry-run]"""
 
 import sys
 from pathlib import Path

@@ -1,5 +1,5 @@
-("""Train the travel team with MADPO: python single_turn/train_madpo.py [--config configs/travel/madpo.yaml] """
- """[--override mapl.k=v] [--dry-run]""")
+"""Train the travel team with MADPO: python single_turn/train_madpo.py [--config configs/travel/madpo.yaml] [--override
+mapl.k=v] [--dry-run]"""
 
 import sys
 from pathlib import Path

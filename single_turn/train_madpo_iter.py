@@ -1,5 +1,5 @@
-("""Train the travel team with MADPO-Iter: python single_turn/train_madpo_iter.py [--config """
- """configs/travel/madpo_iter.yaml] [--override mapl.k=v] [--dry-run]""")
+"""Train the travel team with MADPO-Iter: python single_turn/train_madpo_iter.py [--config
+configs/travel/madpo_iter.yaml] [--override mapl.k=v] [--dry-run]"""
 
 import sys
 from pathlib import Path

@@ -1,5 +1,5 @@
-("""Train a team with MAGRPO: python single_turn/train_magrpo.py --config configs/math/magrpo.yaml [--override k=v] """
- """[--dry-run]""")
+"""Train a team with MAGRPO: python single_turn/train_magrpo.py --config configs/math/magrpo.yaml [--override k=v]
+[--dry-run]"""
 
 import sys
 from pathlib import Path

@@ -1,5 +1,5 @@
-("""Train a team with MAPPO: python single_turn/train_mappo.py --config configs/math/mappo.yaml [--override k=v] """
- """[--dry-run]""")
+"""Train a team with MAPPO: python single_turn/train_mappo.py --config configs/math/mappo.yaml [--override k=v]
+[--dry-run]"""
 
 import sys
 from pathlib import Path

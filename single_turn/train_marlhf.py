@@ -1,5 +1,5 @@
-("""Train the travel team with MARLHF: python single_turn/train_marlhf.py [--config configs/travel/marlhf.yaml] """
- """[--override mapl.k=v] [--dry-run]""")
+"""Train the travel team with MARLHF: python single_turn/train_marlhf.py [--config configs/travel/marlhf.yaml]
+[--override mapl.k=v] [--dry-run]"""
 
 import sys
 from pathlib import Path

@@ -1,5 +1,5 @@
-("""Train the travel team with MARLHF-Iter: python single_turn/train_marlhf_iter.py [--config """
- """configs/travel/marlhf_iter.yaml] [--override mapl.k=v] [--dry-run]""")
+"""Train the travel team with MARLHF-Iter: python single_turn/train_marlhf_iter.py [--config
+configs/travel/marlhf_iter.yaml] [--override mapl.k=v] [--dry-run]"""
 
 import sys
 from pathlib import Path

@@ -99,8 +99,8 @@ def test_the_cycle_finder_sees_imports_inside_functions(tmp_path):
     (pkg / "__init__.py").write_text("")
     (pkg / "a.py").write_text("from .b import helper\n")
     (pkg / "b.py").write_text("def helper():\n    pass\n\ndef lazy():\n    from . import a\n    return a\n")
-    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import x\nimport "
-                              "pkg.b\n")
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a "
+                              "import x\nimport pkg.b\n")
     graph = import_graph(module_files(tmp_path, "pkg"))
     assert graph["pkg.a"] == {"pkg.b"} and graph["pkg.b"] == {"pkg.a"} and graph["pkg.c"] == {"pkg.b"}
     assert cycles(graph) == [["pkg.a", "pkg.b"]]

@@ -101,8 +101,8 @@ def fit_critic(x: np.ndarray, y: np.ndarray, point: np.ndarray, folds: int = 5, 
 
 def critic_comparison(session: Session, train_dir: str | Path, out_dir: str | Path, held_out: int = 60, n: int = 4,
                       c: int = 4, reference: int = 16, seed: int = 1000) -> dict[str, Any]:
-    ("""Collect (or resume) the held-out groups, fit the critic on ``train_dir``'s groups, score both; writes """
-     """``critic.json``.""")
+    """Collect (or resume) the held-out groups, fit the critic on ``train_dir``'s groups, score both; writes
+    ``critic.json``."""
     out = Path(out_dir)
     diagnose(session, out / "heldout", groups=held_out, n=n, c=c + 2 * reference, decisions="0", seed=seed,
              progress=True)

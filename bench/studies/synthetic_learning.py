@@ -105,8 +105,8 @@ class LearningSetup:
     def agent_scales(self, workflow: Workflow) -> dict[str, float]:
         """Each role's multiplier of ``lr``: ``lr_scale[agent]`` of the agent that plays it (1 without ``lr_scale``)."""
         if self.lr_scale and len(self.lr_scale) != workflow.num_agents:
-            raise ValueError(f"lr_scale has {len(self.lr_scale)} entries but the workflow has {workflow.num_agents} "
-                             "agents")
+            raise ValueError(f"lr_scale has {len(self.lr_scale)} entries but the workflow has "
+                             f"{workflow.num_agents} agents")
         if any(x < 0 for x in self.lr_scale):
             raise ValueError(f"lr_scale {self.lr_scale}: multipliers must be >= 0 (0 freezes an agent)")
         return {name: float(self.lr_scale[role.agent]) if self.lr_scale
@@ -204,8 +204,8 @@ class DecisiveFirstEnv(TrainableEnv):
         after = sum(s.index > self.actor_step.index for s in later) if self.actor_step else 0
         if actor_penalty > 0 and not actor_penalty > 2 * after * noise:
             raise ValueError(f"DecisiveFirstEnv: actor_penalty = {actor_penalty:g} must exceed 2 (noisy agents after "
-                             f"the Actor) noise = {2 * after * noise:g}, or the harmful message might not be the "
-                             "Actor's worst")
+                             f"the Actor) noise = {2 * after * noise:g}, or the harmful message might not "
+                             "be the Actor's worst")
         if low - len(later) * noise - actor_penalty < 0 or high + len(later) * noise > 1:
             raise ValueError("DecisiveFirstEnv: low - (noisy agents) noise - actor_penalty and high + (noisy agents) "
                              "noise must stay within [0, 1]")
@@ -284,14 +284,14 @@ class MatchChainEnv(TrainableEnv):
             raise ValueError("MatchChainEnv: the workflow must be decision points only (no feedback steps)")
         for prev, st in zip(steps, steps[1:]):
             if tuple(st.reads) != (prev.name,):
-                raise ValueError(f"MatchChainEnv: decision point {st.name} must read exactly the one before it "
-                                 f"({prev.name})")
+                raise ValueError(f"MatchChainEnv: decision point {st.name} must read exactly the one "
+                                 f"before it ({prev.name})")
         if len(first_values) != learner.vocab:
-            raise ValueError(f"MatchChainEnv: {len(first_values)} first_values for {learner.vocab} messages; give one "
-                             "per message")
+            raise ValueError(f"MatchChainEnv: {len(first_values)} first_values for {learner.vocab} messages; "
+                             "give one per message")
         if len(gains) != len(steps) - 1 or any(g < 0 for g in gains):
-            raise ValueError(f"MatchChainEnv: gains needs one value >= 0 per later decision point ({len(steps) - 1}), "
-                             f"got {list(gains)}")
+            raise ValueError("MatchChainEnv: gains needs one value >= 0 per later decision point "
+                             f"({len(steps) - 1}), got {list(gains)}")
         if min(first_values) < 0 or max(first_values) + sum(gains) > 1:
             raise ValueError("MatchChainEnv: first_values must be >= 0 and max(first_values) + sum(gains) <= 1")
         super().__init__(workflow, vocab=learner.vocab, seed=seed, reward_low=min(first_values),
@@ -309,8 +309,8 @@ class MatchChainEnv(TrainableEnv):
         return self.first_values[int(perm[k])]
 
     def good_index(self, item: Mapping[str, Any]) -> int:
-        ("""Index of the first agent's best message (the largest ``first_values`` entry; the later gains cannot """
-         """change it).""")
+        """Index of the first agent's best message (the largest ``first_values`` entry; the later gains cannot change
+        it)."""
         return int(np.argmax([self.first_value(item, k) for k in range(len(self.messages))]))
 
     def reply_index(self, item: Mapping[str, Any], u: int, read: str) -> int:

@@ -86,8 +86,8 @@ class DatasetSection:
     def __post_init__(self) -> None:
         if not isinstance(self.train, (dict, list)) or (isinstance(self.train, list)
                                                         and not all(isinstance(s, dict) for s in self.train)):
-            raise ValueError("train must be one source (a mapping) or a list of sources (mappings), got "
-                             f"{self.train!r}")
+            raise ValueError("train must be one source (a mapping) or a list of sources "
+                             f"(mappings), got {self.train!r}")
 
     def train_sources(self) -> list[dict[str, Any]]:
         """The train source specs as a list (one for the single-mapping form, none when it is empty)."""
@@ -472,8 +472,8 @@ def build_workflow(cfg: RunConfig, domain: Any) -> Workflow:
             if Path(str(sec.name)).suffix or Path(str(sec.name)).exists():
                 raise
             raise ConfigError(f"workflow.name '{sec.name}' is not a workflow of domain '{domain.name}' "
-                              f"({', '.join(sorted(flows)) or 'none'}), a built-in ({', '.join(builtin_workflows())}) "
-                              "or a YAML file") from exc
+                              f"({', '.join(sorted(flows)) or 'none'}), a built-in "
+                              f"({', '.join(builtin_workflows())}) or a YAML file") from exc
     fields = {k: v for k, v in (("prefix", sec.prefix), ("max_new_tokens", sec.max_new_tokens), ("system", sec.system),
                                                   ("temperature", sec.temperature)) if v}
     if sec.templates or fields:

@@ -49,8 +49,8 @@ def parse_curriculum(spec: Sequence[Mapping[str, Any]] | None, num_train_epochs:
                             if where else None))
     total = sum(p.epochs for p in phases)
     if total != int(num_train_epochs):
-        raise ValueError(f"curriculum epochs sum to {total} but num_train_epochs is {num_train_epochs}; make them "
-                         "equal")
+        raise ValueError(f"curriculum epochs sum to {total} but num_train_epochs is "
+                         f"{num_train_epochs}; make them equal")
     return phases
 
 

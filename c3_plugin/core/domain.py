@@ -81,8 +81,8 @@ class Domain:
 
 
 def probe_only(probe: Callable[[Any], dict[str, Any]]) -> Callable[[Any, Any, Any], dict[str, Any]]:
-    ("""A ``Domain.dry_run`` hook from a probe of the domain config alone: the report's ``probe`` is """
-     """``probe(config)``.""")
+    """A ``Domain.dry_run`` hook from a probe of the domain config alone: the report's ``probe`` is
+    ``probe(config)``."""
     return lambda cfg, train, evals: {"probe": probe(cfg.domain_cfg)}
 
 

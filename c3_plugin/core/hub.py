@@ -142,5 +142,5 @@ def require_hub_data(dataset: Mapping[str, Any] | None) -> None:
         from c3_plugin.core.errors import ConfigError
 
         raise ConfigError(f"offline ({reason}): {', '.join(f'{k} {s!r}' for k, s in missing)} "
-                          f"{'is' if len(missing) == 1 else 'are'} on the Hugging Face Hub and not in the local cache; "
-                          f"{BUNDLED_DATA}")
+                          f"{'is' if len(missing) == 1 else 'are'} on the Hugging Face Hub and not in the local "
+                          f"cache; {BUNDLED_DATA}")

@@ -144,8 +144,8 @@ def _expand_decision(workflow: Workflow, step: Step, b: int, items: Sequence[Map
     generations = backend.generate(prompts, b, role_sampling(sampling, role))
     prompt_ids = [encode(p) for p in prompts] if encode is not None else [None] * len(prompts)
     if len(generations) != len(prompts) or any(len(g) != b for g in generations):
-        raise RuntimeError(f"backend returned {[len(g) for g in generations]} generations for {len(prompts)} prompts x "
-                           f"n={b}")
+        raise RuntimeError(f"backend returned {[len(g) for g in generations]} generations for "
+                           f"{len(prompts)} prompts x n={b}")
     originals: dict[int, list[int]] = {}  # class -> node ids of its samples' first entries
     new_frontier = []
     for f, context, cls in zip(frontier, contexts, classes):

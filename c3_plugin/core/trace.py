@@ -161,8 +161,8 @@ def _root_problems(root: TraceEntry, workflow: Workflow, tokenizers: Sequence[An
             continue
         for role in sorted(set(recorded) | set(now)):
             if role not in now:
-                out.append(f"{where}: hidden state: the trace records a {name} for role {role}, which the workflow "
-                           "does not have")
+                out.append(f"{where}: hidden state: the trace records a {name} for role {role}, which the "
+                           "workflow does not have")
             elif role not in recorded:
                 out.append(f"{where}: hidden state: the trace records no {name} for role {role}")
             elif recorded[role] != now[role]:
@@ -170,8 +170,8 @@ def _root_problems(root: TraceEntry, workflow: Workflow, tokenizers: Sequence[An
                            f"the workflow has {str(now[role])[:60]!r}")
     if (use_chat_template is not None and root.use_chat_template is not None
         and root.use_chat_template != use_chat_template):
-        out.append(f"{where}: hidden state: recorded use_chat_template={root.use_chat_template}, replayed with "
-                   f"{use_chat_template}")
+        out.append(f"{where}: hidden state: recorded use_chat_template={root.use_chat_template}, replayed "
+                   f"with {use_chat_template}")
     if tokenizers is not None and root.chat_templates is not None:
         if len(root.chat_templates) != len(tokenizers):
             out.append(f"{where}: hidden state: chat templates recorded for {len(root.chat_templates)} agents, "

@@ -81,8 +81,8 @@ def template_keys(template: str, where: str) -> tuple[str, ...]:
         if name is None:
             continue
         if not name.isidentifier():
-            raise WorkflowError(f"{where}: template key '{{{name}}}' is not a plain name; escape literal braces as "
-                                f"'{{{{' and '}}}}'")
+            raise WorkflowError(f"{where}: template key '{{{name}}}' is not a plain name; escape literal braces "
+                                f"as '{{{{' and '}}}}'")
         keys.append(name)
     return tuple(dict.fromkeys(keys))
 
@@ -229,8 +229,8 @@ class Workflow:
             other = [o.name for o in self.roles.values() if o.agent == r.agent and o.temperature != r.temperature]
             if other:
                 raise WorkflowError(f"{r.name}: temperature {r.temperature} differs from that of {', '.join(other)}, "
-                                    f"played by the same agent {r.agent}; give every role of one agent the same "
-                                    "temperature")
+                                    f"played by the same agent {r.agent}; give every role of one agent "
+                                    "the same temperature")
             out[r.agent] = r.temperature
         return out
 
@@ -350,8 +350,8 @@ def _build_steps(schedule: Sequence[Any], roles: Mapping[str, Role], feedback_na
         if "feedback" in item:
             name, kind, template = item["feedback"], "feedback", ""
             if name not in feedback_names:
-                raise WorkflowError(f"{name}: feedback step has no function; pass feedback={{'{name}': fn}} or list it "
-                                    "under 'feedback'")
+                raise WorkflowError(f"{name}: feedback step has no function; pass feedback={{'{name}': fn}} or "
+                                    "list it under 'feedback'")
             reads = _as_names(item.get("reads"), name)
         else:
             name = item.get("role")
@@ -434,8 +434,8 @@ def workflow_from_dict(spec: Mapping[str, Any], *, feedback: Mapping[str, Feedba
         final = decisions[-1].name
     for r in formatters or {}:
         if r not in roles or any(s.reads for s in steps if s.name == r):
-            raise WorkflowError(f"{r}: a formatter gives the whole context from the task item, so its role must exist "
-                                "and read nothing")
+            raise WorkflowError(f"{r}: a formatter gives the whole context from the task item, so its role must "
+                                "exist and read nothing")
     for r in contexts or {}:
         if r not in roles:
             raise WorkflowError(f"{r}: a context function is given for a role the workflow does not have")
@@ -457,8 +457,8 @@ def parallel_workflow(num_agents: int, formatters: Sequence[Callable[..., str]] 
     if int(num_agents) < 1:
         raise WorkflowError(f"parallel workflow: num_agents must be >= 1, got {num_agents}")
     if formatters is not None and len(formatters) != num_agents:
-        raise WorkflowError(f"parallel workflow: {len(formatters)} formatters for {num_agents} agents; give one per "
-                            "agent")
+        raise WorkflowError(f"parallel workflow: {len(formatters)} formatters for {num_agents} "
+                            "agents; give one per agent")
     roles = {f"Agent{a}": {"agent": a, "template": "{prompt}"} for a in range(int(num_agents))}
     spec = {"name": "parallel", "agents": int(num_agents), "roles": roles, "inputs": ["prompt"]}
     fmt = {f"Agent{a}": f for a, f in enumerate(formatters)} if formatters is not None else None
@@ -481,6 +481,6 @@ def load_workflow(source: str | Path | Mapping[str, Any], **kwargs: Any) -> Work
     if not path.suffix and (BUILTIN_DIR / f"{source}.yaml").exists():
         path = BUILTIN_DIR / f"{source}.yaml"
     if not path.exists():
-        raise WorkflowError(f"workflow: '{source}' is neither a built-in ({', '.join(builtin_workflows())}) nor a YAML "
-                            "file")
+        raise WorkflowError(f"workflow: '{source}' is neither a built-in "
+                            f"({', '.join(builtin_workflows())}) nor a YAML file")
     return workflow_from_dict(yaml.safe_load(path.read_text()), **kwargs)

@@ -138,8 +138,8 @@ class GenerationHook:
         masks = out.get("completion_loss_masks")
         masks = [None] * n if masks is None else [[int(x) for x in m][:len(ids)] for m, ids in zip(masks[0], token_ids)]
         if any(m is not None and len(m) != len(ids) for m, ids in zip(masks, token_ids)):
-            raise ValueError(f"{where} returned completion_loss_masks shorter than its response_lens; trim them "
-                             "together")
+            raise ValueError(f"{where} returned completion_loss_masks shorter than its "
+                             "response_lens; trim them together")
         messages = [self._message(text, prompt, where) for text in texts]
         logprobs, trainer_lps = self._logprobs(prompt.agent, prompt_ids, token_ids, sampling, call)
         return [Generation(text=m, token_ids=ids, logprobs=lp, loss_mask=mask, trainer_logprobs=tl,
@@ -148,8 +148,8 @@ class GenerationHook:
 
     @staticmethod
     def _message(text: str, prompt: Prompt, where: str) -> str:
-        ("""The message after the role's prefix: CoMLRL's completion is the whole action, the trace adds the prefix """
-         """back.""")
+        """The message after the role's prefix: CoMLRL's completion is the whole action, the trace adds the prefix
+        back."""
         if text.startswith(prompt.prefix):
             return text[len(prompt.prefix):]
         raise ValueError(f"role {prompt.role!r} has response prefix {prompt.prefix!r} but a completion {where} "
@@ -196,6 +196,6 @@ def backend_generate(backend: Any, prompts: Sequence[Prompt], n: int, sampling: 
         return backend.generate(prompts, n, sampling)
     if not isinstance(backend, HFBackend):
         raise ValueError(f"{type(backend).__name__} cannot run the HF generate kwargs {sorted(generate_kwargs)} passed "
-                         "to _generate_completions (they are transformers objects); set generation_backend: hf, or "
-                         "stop passing them")
+                         "to _generate_completions (they are transformers objects); set generation_backend: hf, "
+                         "or stop passing them")
     return backend.generate(prompts, n, sampling, generate_kwargs=generate_kwargs)

@@ -162,8 +162,8 @@ def divisibility_errors(algo_cfg: Any, world: int) -> list[str]:
             divisors = [d for d in range(1, micro + 1) if per_rank % d == 0]
             fix += f", or micro_batch_size to a divisor of {per_rank}, e.g. {divisors[-1]}"
         errors.append(f"minibatch_size={mb} is not a multiple of ranks x micro_batch_size = {world} x {micro} = {step} "
-                      f"(each rank takes minibatch_size / {world} messages per optimizer step in micro-batches of "
-                      f"{micro}): {fix}")
+                      f"(each rank takes minibatch_size / {world} messages per optimizer step in "
+                      f"micro-batches of {micro}): {fix}")
     return errors
 
 
@@ -189,8 +189,8 @@ def vllm_placement_errors(algo_cfg: Any, world: int) -> list[str]:
     errors = []
     if getattr(algo_cfg, "vllm_server_url", None):
         errors.append(f"vllm_server_url with {world} ranks: a generation server takes one trainer process's weight "
-                      "pushes; under torchrun drop vllm_server_url (each rank then runs its own colocated engine), or "
-                      "run one process")
+                      "pushes; under torchrun drop vllm_server_url (each rank then runs its own colocated "
+                      "engine), or run one process")
     if int(getattr(algo_cfg, "vllm_tensor_parallel_size", 1)) > 1:
         errors.append(f"vllm_tensor_parallel_size={algo_cfg.vllm_tensor_parallel_size} with {world} ranks: each rank "
                       "runs its own engine on its own GPU over its own shard of the rollout "

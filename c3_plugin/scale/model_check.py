@@ -59,8 +59,8 @@ def check_hub_model(name: str, key: str, gguf_file: str | None = None, revision:
         return {"name": name, "source": "hub", "verified": False, "cached": False,
                 "note": f"{key} '{name}' is gated on the Hub: accept its licence and log in (huggingface-cli login)"}
     except RevisionNotFoundError as exc:
-        raise ConfigError(f"{key} '{name}': revision {revision!r} (agent_model.revision) does not exist on the "
-                          "Hub") from exc
+        raise ConfigError(f"{key} '{name}': revision {revision!r} (agent_model.revision) does "
+                          "not exist on the Hub") from exc
     except RepositoryNotFoundError as exc:
         raise ConfigError(f"{key} '{name}' is not a model on the Hugging Face Hub (a typo? names look like "
                           f"'Qwen/Qwen3-4B-Instruct-2507'); {FIX}") from exc

@@ -35,8 +35,8 @@ def unloadable(key: str, name: str) -> Iterator[None]:
                   str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
         raise ConfigError(f"{key} '{name}' cannot be loaded ({reason}); give a local folder with config.json, weights "
                           "and tokenizer files (relative paths resolve against the config file's folder), or a Hugging "
-                          "Face hub name that is reachable online or already in the HF cache; without the Hub: "
-                          f"{BUNDLED_MODEL}") from exc
+                          "Face hub name that is reachable online or already in the HF cache; without the "
+                          f"Hub: {BUNDLED_MODEL}") from exc
 
 
 def load_pretrained(auto_class: Any, name: str, key: str, *, revision: str | None = None, gguf_file: str | None = None,
@@ -89,8 +89,8 @@ def _dequantized(auto_class: Any, file: Path, kwargs: dict[str, Any]) -> Any:
 
 
 def _plain(model: Any) -> None:
-    ("""A model loaded from GGUF holds dequantized weights: drop the quantizer marks so it saves and trains as a """
-     """plain model.""")
+    """A model loaded from GGUF holds dequantized weights: drop the quantizer marks so it saves and trains as a plain
+    model."""
     model.hf_quantizer = None
     model.is_quantized = False
     if hasattr(model.config, "quantization_config"):
@@ -144,8 +144,8 @@ def load_policies(model: ModelSection, agents: AgentsSection, num_agents: int) -
         return [peft_model] * num_agents, tok, True
     if agents.models:
         if len(agents.models) != num_agents:
-            raise ConfigError(f"agents.models lists {len(agents.models)} models but the workflow has {num_agents} "
-                              "agents")
+            raise ConfigError(f"agents.models lists {len(agents.models)} models but the workflow "
+                              f"has {num_agents} agents")
         return [load_model(model, name) for name in agents.models], tok, False
     first = load_model(model)
     return [first] + [copy.deepcopy(first) for _ in range(num_agents - 1)], tok, False

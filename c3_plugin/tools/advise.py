@@ -104,8 +104,8 @@ def plan_noise(tree: Sequence[int] | None, budget: int, var: Mapping[str, Any]) 
 
 
 def plan_snr(tree: Sequence[int] | None, budget: int, var: Mapping[str, Any]) -> list[float]:
-    ("""Predicted gradient SNR ``m_u S_u / (S_u + N_u)`` of every decision point under ``tree`` (``None``: """
-     """independent).""")
+    """Predicted gradient SNR ``m_u S_u / (S_u + N_u)`` of every decision point under ``tree`` (``None``:
+    independent)."""
     return [m * sig / (sig + noise) if m and sig + noise > 0 else 0.0
             for sig, (m, noise) in zip(var["S"], plan_noise(tree, budget, var))]
 
@@ -137,16 +137,16 @@ def advise(diagnosis: Mapping[str, Any], budget: int, lr_scale: Sequence[float] 
     ratio = best_tree["score"] / indep["score"] if indep["score"] > 0 else math.inf
     lead = max(range(k), key=lambda u: weights[u])
     why = (f"{var['roles'][lead]} carries {weights[lead]:.0%} of the learnable signal; its predicted gradient SNR is "
-           f"{best_tree['snr'][lead]:.3g} on C3's {best_tree['plan']} against {indep['snr'][lead]:.3g} on independent "
-           f"{budget}")
+           f"{best_tree['snr'][lead]:.3g} on C3's {best_tree['plan']} against {indep['snr'][lead]:.3g} on "
+           f"independent {budget}")
     if best["algorithm"] == "c3" and var["U"][lead] > 0:
         why += (f" (its teammates' upstream variance U = {var['U'][lead]:.3g} is noise in MAGRPO's broadcast run "
                 "score, not in C3's groups)")
     elif best["algorithm"] == "magrpo":
         m = math.prod(_tree(best_tree)[: lead + 1])
         why += (f" (the tree gives it {m} alternatives per update against {budget} runs)" if m < budget else
-                f" (that tree credits only {var['roles'][lead]}; independent {budget} also gives the others {budget} "
-                "samples)")
+                f" (that tree credits only {var['roles'][lead]}; independent {budget} also gives the "
+                f"others {budget} samples)")
     verdict = (f"use {'C3' if best['algorithm'] == 'c3' else 'MAGRPO'} with plan \"{best['plan']}\": predicted score "
                f"{best['score']:.3f} vs {(indep if best['algorithm'] == 'c3' else best_tree)['score']:.3f} for the "
                f"best {'MAGRPO' if best['algorithm'] == 'c3' else 'C3'} plan; {why}")

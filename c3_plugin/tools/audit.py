@@ -54,8 +54,8 @@ def trace_files(run_dir: str | Path) -> list[Path]:
     run = Path(run_dir)
     files = [run / "traces.jsonl"] if (run / "traces.jsonl").exists() else sorted(run.glob("traces.rank*.jsonl"))
     if not files:
-        raise FileNotFoundError(f"{run}: no traces.jsonl; train with save_traces: true in the algorithm section to "
-                                "record traces")
+        raise FileNotFoundError(f"{run}: no traces.jsonl; train with save_traces: true in the algorithm "
+                                "section to record traces")
     return files
 
 
@@ -103,8 +103,8 @@ def select_runs(runs: Sequence[RecordedRun], instance: str | None = None,
 
 
 def _welch(q: np.ndarray, alt_means: np.ndarray) -> tuple[float, float, float]:
-    ("""``Q - V`` with its Welch 95% interval (a side without spread, such as a deterministic re-score, adds no """
-     """variance).""")
+    """``Q - V`` with its Welch 95% interval (a side without spread, such as a deterministic re-score, adds no
+    variance)."""
     from scipy.stats import t as student_t
 
     diff = float(q.mean() - alt_means.mean())
@@ -230,8 +230,8 @@ def print_audit(report: Mapping[str, Any]) -> None:
           "success: share of its continuations that reached the top reward")
     if any(r["note"] for r in rows):
         print("note 'no spread': every Q return and every fresh alternative's mean return agreed, so the interval has "
-              "zero width; few samples that agreed, not certainty (interval_note in audit.json; a larger --n / --c may "
-              "show spread)")
+              "zero width; few samples that agreed, not certainty (interval_note in audit.json; a larger --n / "
+              "--c may show spread)")
     hurt = [(run, m) for run in report["runs"] for m in run["messages"] if m["verdict"] == "hurt"]
     for run, m in sorted(hurt, key=lambda rm: rm[1]["rank"]):
         print(f"  #{m['rank']} {run['instance']} {m['role']}: {shorten(m['message'], 48)!r} (Q {m['q']:.2f}); "

@@ -100,13 +100,13 @@ def console(argv: list[str] | None = None) -> int:
     cmp.add_argument("--launcher", default=None,
                      help="command that launches each run, e.g. 'torchrun --nproc_per_node 8'")
     cmp.add_argument("--metric", action="append", default=None, metavar="GLOB",
-                     help="final eval metrics compared (repeatable glob; default eval/*/accuracy, else "
-                          "eval/reward_mean)")
+                     help="final eval metrics compared (repeatable glob; default eval/*/accuracy, "
+                          "else eval/reward_mean)")
     cmp.add_argument("--aggregate-only", action="store_true", help="aggregate the finished runs without starting any")
     cmp.add_argument("--allow-differences", nargs="*", default=None, metavar="KEY",
                      help="compare although settings other than the credit differ: the named keys (e.g. "
-                          "agent_learning_rate), or every difference when given alone; the consent goes into "
-                          "summary.json")
+                          "agent_learning_rate), or every difference when given alone; the consent "
+                          "goes into summary.json")
     dash = sub.add_parser("dashboard",
                           help="an HTML page for a comparison or run folder, or a W&B workspace for a comparison")
     dash.add_argument("folder", nargs="?",
@@ -151,8 +151,8 @@ def console(argv: list[str] | None = None) -> int:
                       help="reward calls B per decision point (and leaves of the tree plans)")
     plan.add_argument("--out", default=None, help="also write the result as JSON here")
     adv = sub.add_parser("advise",
-                         help="which algorithm and plan: predicted gradient SNR per decision point of every plan of B "
-                              "leaves")
+                         help="which algorithm and plan: predicted gradient SNR per decision point of "
+                              "every plan of B leaves")
     adv.add_argument("--from", dest="source", required=True,
                      help="a diagnose.json written by c3 diagnose (--decisions all)")
     adv.add_argument("--budget", type=int, required=True,
@@ -174,8 +174,8 @@ def console(argv: list[str] | None = None) -> int:
                      help="audit the N instances with the lowest-reward runs (default 3)")
     aud.add_argument("--checkpoint", default=None,
                      help="final (default when <run>/final exists, else latest when it kept checkpoints, else base), "
-                          "latest or checkpoint-N (<run>/checkpoints/), or a folder of agent_<i>/ models or a "
-                          "checkpoint")
+                          "latest or checkpoint-N (<run>/checkpoints/), or a folder of agent_<i>/ "
+                          "models or a checkpoint")
     aud.add_argument("--n", type=int, default=4, help="fresh alternatives per decision point (the baseline V)")
     aud.add_argument("--c", type=int, default=4, help="continuations per alternative and of the recorded message (Q)")
     aud.add_argument("--seed", type=int, default=0, help="sampling seed")
@@ -248,8 +248,8 @@ def analysis_command(args: argparse.Namespace, parser: argparse.ArgumentParser) 
                            args.failed if args.failed is not None or args.instance else 3, args.n, args.c, args.seed,
                            progress=not args.quiet)
         print_audit(report)
-        print(f"policies: {checkpoint}; wrote {Path(args.out or Path(args.run) / 'audit') / 'audit.json'} and "
-              "audit.png")
+        print(f"policies: {checkpoint}; wrote "
+              f"{Path(args.out or Path(args.run) / 'audit') / 'audit.json'} and audit.png")
         return 0
     from c3_plugin.tools.diagnose import diagnose, print_report
 

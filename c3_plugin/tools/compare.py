@@ -57,11 +57,11 @@ def run_overrides(algorithm: str, seed: int, out: Path, name: str, overrides: Se
 
 def plan(cfg_path: str | Path, algorithms: Sequence[str], seeds: Sequence[int], out: Path,
          overrides: Sequence[str] = ()) -> dict[tuple[str, int], RunConfig]:
-    ("""Every run's config, checked to share data, evaluation sets and budget (:class:`ConfigError` naming the """
-     """difference).""")
+    """Every run's config, checked to share data, evaluation sets and budget (:class:`ConfigError` naming the
+    difference)."""
     if len(set(algorithms)) < 2 or len(set(seeds)) < 1:
-        raise ConfigError("c3 compare needs at least two algorithms and one seed, e.g. --algorithms c3 magrpo --seeds "
-                          "0 1 2")
+        raise ConfigError("c3 compare needs at least two algorithms and one seed, e.g. --algorithms c3 "
+                          "magrpo --seeds 0 1 2")
     name = out.name
     configs = {(a, s): load_config(cfg_path, run_overrides(a, s, out, name, overrides))
                for s in seeds for a in algorithms}  # seed-major: a stopped comparison holds complete pairs
@@ -98,8 +98,8 @@ def check_comparable(configs: dict[tuple[str, int], RunConfig]) -> None:
                 diffs.append(f"{key}: {first} has {value!r}, {other} has {prints[other][key]!r}")
     if diffs:
         raise ConfigError("these runs would not be comparable: " + "; ".join(diffs) +
-                          "; give every algorithm section the same data, evaluation sets and env-step budget (plan "
-                          "leaves)")
+                          "; give every algorithm section the same data, evaluation sets and env-step "
+                          "budget (plan leaves)")
 
 
 def settings_listing(cfg: RunConfig, algorithms: Sequence[str] | None = None) -> dict[str, Any]:

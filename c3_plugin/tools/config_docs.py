@@ -136,8 +136,8 @@ def render() -> str:
     """The whole of ``docs/config.md``."""
     lines = ["# Config fields", "",
              "Generated from the config dataclasses by `python -m c3_plugin.tools.config_docs` (do not edit by hand;",
-             "`tests/tools/test_config_docs.py` fails when this file is stale). Each field's doc is the comment "
-             "where its",
+             "`tests/tools/test_config_docs.py` fails when this file is stale). Each field's doc is "
+             "the comment where its",
              "default is defined. A YAML config's top-level keys are the sections below; an algorithm reads the",
              "section named in its heading. Defaults are the dataclass defaults; a YAML config's algorithm section",
              "starts from `config.WORKFLOW_EXPERIMENT_DEFAULTS` (see the README).", ""]

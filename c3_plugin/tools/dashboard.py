@@ -41,8 +41,8 @@ def load_runs(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None
         config = json.loads((folder / "config.json").read_text()) if (folder / "config.json").exists() else {}
         folders, comparison = [(config.get("algorithm", "run"), config.get("seed", 0), folder)], None
     else:
-        raise FileNotFoundError(f"{folder} holds neither a comparison (c3 compare's summary.json) nor a run "
-                                "(metrics.jsonl)")
+        raise FileNotFoundError(f"{folder} holds neither a comparison (c3 compare's summary.json) nor "
+                                "a run (metrics.jsonl)")
     runs = []
     for algorithm, seed, path in folders:
         if not (path / "metrics.jsonl").exists():
@@ -185,8 +185,8 @@ def run_results(run: dict) -> str:
     (the same rows: :func:`c3_plugin.run.report.before_after`)."""
     summary = run["summary"]
     if not summary:
-        return ("<p>No summary.json: the run has not finished, so it has no final metrics yet (the curves are what it "
-                "logged).</p>")
+        return ("<p>No summary.json: the run has not finished, so it has no final metrics yet (the curves are "
+                "what it logged).</p>")
     after = summary.get("eval_after", {})
     final = [(html.escape(k), _cell(after.get(k))) for k in eval_metrics(after)]
     spent = ([(label, _cell(_lookup(summary, path), 1)) for label, path in COST_KEYS]

@@ -136,8 +136,8 @@ def contrast(a: np.ndarray, b: np.ndarray, seed: int = 0, resamples: int = 2000)
 
 
 def chunk_groups(chunks: Sequence[Mapping[str, Any]], u: int, groups: int | None = None) -> np.ndarray:
-    ("""The returns ``[G, n, c]`` of decision point ``u`` from collected chunks, in group order (``groups``: only """
-     """the first ones).""")
+    """The returns ``[G, n, c]`` of decision point ``u`` from collected chunks, in group order (``groups``: only the
+    first ones)."""
     mine = sorted((ch for ch in chunks if ch["u"] == u and (groups is None or ch["first"] < groups)),
                   key=lambda ch: ch["first"])
     if not mine:
@@ -160,8 +160,8 @@ def decision_report(groups: np.ndarray, outcomes: np.ndarray | None = None, seed
                            "within_group_variance": credit.within_group_variance(adv),
                            "reward_mean": float(groups.mean())}
     if c < 2:
-        rep["note"] = ("last decision point: each alternative's return is its own reward (c = 1), so no split-half or "
-                       "noise law")
+        rep["note"] = ("last decision point: each alternative's return is its own reward (c = 1), so no "
+                       "split-half or noise law")
         if n >= 2:  # its signal plus the reward's own noise, which c = 1 cannot split (c3 advise)
             rep["reward_variance"] = float(np.mean(np.nanmean(groups, -1).var(-1, ddof=1)))
         return rep

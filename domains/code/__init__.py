@@ -106,17 +106,17 @@ outcome = make_outcome(reward)  # per leaf: pass/fail on each hidden test, reusi
 
 
 def dry_run_probe(config: CodeConfig | None = None) -> dict[str, Any]:
-    ("""Score fixed candidates in the real sandbox (``config`` was applied to it by ``configure_from``): a correct """
-     """function, a wrong one, an early exit.""")
-    item = {"tests": '[{"expr": "add(2, 3)", "expected": ["int", "5"]}, {"expr": "add(-1, 1)", "expected": ["int", '
-                     '"0"]}]', "setup": ""}
+    """Score fixed candidates in the real sandbox (``config`` was applied to it by ``configure_from``): a correct
+    function, a wrong one, an early exit."""
+    item = {"tests": '[{"expr": "add(2, 3)", "expected": ["int", "5"]}, {"expr": "add(-1, 1)", '
+                     '"expected": ["int", "0"]}]', "setup": ""}
     right = reward(["plan"], ["```python\ndef add(a, b):\n    return a + b\n```"], batch_items=[item])[0]
     wrong = reward(["plan"], ["def add(a, b):\n    return a + b if a > 0 else 7"], batch_items=[item])[0]
     exits = reward(["plan"], ["import sys\nsys.exit(0)"], batch_items=[item])[0]
     sb = default_sandbox()
     report = {"probe_reward": right, "probe_wrong_reward": wrong, "probe_exit_reward": exits,
-              "sandbox_isolation": ("namespaces (user, mount, pid, net, ipc, uts, cgroup) + pivot_root "
-                                    "+ no capabilities"
+              "sandbox_isolation": ("namespaces (user, mount, pid, net, ipc, uts, cgroup) + "
+                                    "pivot_root + no capabilities"
                                     if sb.isolation == "namespaces" else f"NONE - {UNSAFE}"),
               "sandbox_limits": f"{sb.box_limits} for the whole sandbox; rlimits per test",
               "probe_ok": right == 1.0 and wrong == 0.5 and exits == 0.0}
@@ -141,8 +141,8 @@ def dry_run(cfg, train, evals) -> dict[str, Any]:
         out["reference_runs"] = {"pending": list(PENDING), "estimated_minutes": round(minutes, 1),
                                  "cache": str(cache_dir())}
         out["notes"] = ["code: before its first step the run measures the reference solutions in the sandbox ("
-                        + ", ".join(f"{p['set']}: {p['what']} of {p['solutions']} solutions on {p['tests']} "
-                                    "tests" for p in PENDING)
+                        + ", ".join(f"{p['set']}: {p['what']} of {p['solutions']} solutions "
+                                    f"on {p['tests']} tests" for p in PENDING)
                         + f"): about {max(minutes, 0.1):.1f} min on 2 cores, once per machine (cached in "
                           f"{cache_dir()}); until then an MBPP+ eval count is an upper bound (a task whose reference "
                           "fails on all but one input is dropped)"]

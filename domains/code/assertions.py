@@ -275,8 +275,8 @@ class _Splitter:
             return node
         except CheckError as exc:
             if not isinstance(exc, _Unsupported):
-                raise AssertionFormError(f"{self.source!r}: the constant {ast.unparse(node)!r} cannot be evaluated: "
-                                         f"{exc}") from exc
+                raise AssertionFormError(f"{self.source!r}: the constant {ast.unparse(node)!r} "
+                                         f"cannot be evaluated: {exc}") from exc
         self.modules |= {n.value.id for n in ast.walk(node) if isinstance(n, ast.Attribute)
                          and isinstance(n.value, ast.Name)
                          and self._module(n.value.id)}

@@ -353,8 +353,8 @@ class Sandbox:
         if self.isolation == "namespaces" and not probe["namespaces"]:
             raise SandboxError("refusing to run model-written code: this host cannot build the sandbox's namespaces "
                                f"({probe['reason'] or 'unknown reason'}). Enable user namespaces, or set "
-                               "`code: {isolation: none}` in the config to run candidates with resource limits only "
-                               "(unsafe).")
+                               "`code: {isolation: none}` in the config to run candidates with resource "
+                               "limits only (unsafe).")
         if self.isolation == "none":
             warnings.warn(UNSAFE, RuntimeWarning, stacklevel=2)
             LOG.warning("code sandbox: %s", UNSAFE)

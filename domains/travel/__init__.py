@@ -132,8 +132,8 @@ def validate_config(cfg: Any, workflow: Workflow) -> None:
         return
     if getattr(cfg.algo, "reference_kl_enabled", False):
         raise ValueError(f"{cfg.algorithm}.reference_kl_enabled must stay false with travel.structured_generation: "
-                         "schema tokens are excluded from the policy loss; set travel.structured_generation=false to "
-                         "use a reference KL")
+                         "schema tokens are excluded from the policy loss; set travel.structured_generation=false "
+                         "to use a reference KL")
     if is_joint(workflow):
         if workflow.roles[JOINT_ROLE].prefix != joint_prefill():
             raise ValueError(f"travel.structured_generation needs workflow 'travel_joint' (role {JOINT_ROLE} prefilled "

@@ -110,8 +110,8 @@ class Flight:
 
     @property
     def value(self) -> str:
-        return (f"Flight Number: {self.number}, from {self.origin} to {self.dest}, Departure Time: {self.dep}, Arrival "
-                f"Time: {self.arr}")
+        return (f"Flight Number: {self.number}, from {self.origin} to {self.dest}, Departure Time: {self.dep}, "
+                f"Arrival Time: {self.arr}")
 
 
 @dataclass(frozen=True)

@@ -105,8 +105,8 @@ def split_rows(rows: Sequence[Mapping[str, Any]], filters: Mapping[str, Sequence
                              "to compute a seeded stratified split")
         for p in panels:
             if sorted(cell_of[i] for i in p) != cells:
-                raise ValueError(f"dataset.train.eval_panels: panel {list(p)} does not hold one row of every (days, "
-                                 f"level) cell {cells}")
+                raise ValueError(f"dataset.train.eval_panels: panel {list(p)} does not hold one row of every "
+                                 f"(days, level) cell {cells}")
         eval_panels = [list(p) for p in panels]
     else:
         rng = random.Random(seed)

@@ -224,8 +224,8 @@ class TravelJointAdapter:
 
     def parse_completion(self, completion: str, batch_item: Mapping[str, Any], num_agents: int = 2) -> list[str]:
         if int(num_agents) != len(ROLE_NAMES):
-            raise ValueError(f"travel joint actions split into {len(ROLE_NAMES)} roles ({', '.join(ROLE_NAMES)}), "
-                             f"not {num_agents}")
+            raise ValueError(f"travel joint actions split into {len(ROLE_NAMES)} roles "
+                             f"({', '.join(ROLE_NAMES)}), not {num_agents}")
         return list(split_joint(completion, item_days(batch_item)))
 
 

@@ -180,8 +180,8 @@ def budget_contract(task: Task, agent: int) -> str:
     floor = (lo, ex)[agent]
     mine = ("transportation and accommodation", "meals")[agent]
     return (f"The party's total budget is ${task.budget:.0f}. Your share for {mine} is at most ${caps[agent]} "
-            f"(cheapest eligible choice: ${floor:.0f}); your teammate's share is ${caps[1 - agent]}. The two shares "
-            "sum to the budget.")
+            f"(cheapest eligible choice: ${floor:.0f}); your teammate's share is ${caps[1 - agent]}. The two "
+            "shares sum to the budget.")
 
 
 def prompt_fields(item: Mapping[str, Any]) -> dict[str, str]:

@@ -215,8 +215,8 @@ def test_dry_run_names_the_decisions_c3_leaves_without_a_gradient(tmp_path):
     from c3_plugin.run.dry_run import dry_run_report
 
     # without the shipped config's acknowledgement (c3.untrained_decisions), the untrained decision is a warning
-    with pytest.warns(UserWarning, match="no gradient for Reasoner_u2 .one alternative per context.*MAGRPO trains "
-                                         "every decision"):
+    with pytest.warns(UserWarning, match="no gradient for Reasoner_u2 .one alternative per context.*MAGRPO "
+                                         "trains every decision"):
         report = dry_run_report(load_config(_code_config(tmp_path, "multi_turn_c3.yaml"),
                                             ["c3.untrained_decisions=null"]))
     assert report["plan"] == "tree [2, 2, 1, 2]" and report["leaves_per_instance"] == 8

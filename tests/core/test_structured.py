@@ -47,8 +47,8 @@ def enc(tok, text):
 
 
 def check_against_skeleton(tok, sk, ids, mask):
-    ("""Oracle walk: value tokens are mask 1 up to the close; every mask-0 run is a forced close, a schema segment """
-     """or EOS.""")
+    """Oracle walk: value tokens are mask 1 up to the close; every mask-0 run is a forced close, a schema segment or
+    EOS."""
     close = enc(tok, '"')[0]
     i, hit_cap, chose_close = 0, 0, 0
     for k in range(len(sk.slots)):

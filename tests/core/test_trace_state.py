@@ -119,15 +119,15 @@ def test_tampered_token_ids_are_reported(rollout, team):
     target = next(e for e in entries if e.role == "Actor" and e.alternative == 1)
     target.prompt_ids = target.prompt_ids[:-1] + [target.prompt_ids[-1] + 1]
     problems = replay_check(entries, wf, tokenizers=[tok, tok])
-    assert (len(problems) == 1 and problems[0].startswith(f"instance {target.instance} node {target.node} (Actor, step "
-                                                          "1)"))
+    assert (len(problems) == 1 and problems[0].startswith(f"instance {target.instance} node "
+                                                          f"{target.node} (Actor, step 1)"))
     assert f"at token {len(target.prompt_ids) - 1}" in problems[0]
     entries = fresh(ro)
     target = next(e for e in entries if e.role == "Reasoner")
     target.token_ids = target.token_ids + [tok.convert_tokens_to_ids("Z")]  # a token the message text does not have
     problems = replay_check(entries, wf, tokenizers=[tok, tok])
-    assert (len(problems) == 1 and problems[0].startswith(f"instance {target.instance} node {target.node} (Reasoner, "
-                                                          "step 0)"))
+    assert (len(problems) == 1 and problems[0].startswith(f"instance {target.instance} node "
+                                                          f"{target.node} (Reasoner, step 0)"))
     assert "message token ids decode to a different text" in problems[0]
     assert replay_check(entries, wf) == []  # text alone cannot see it
 

@@ -61,8 +61,8 @@ RIGGED = ("class R:\n"
           "    def __len__(self): return 3\n"
           "    @property\n"
           "    def __class__(self): return int\n"
-          "def f(x):\n"
-          "    return R()\n")
+          "def f(x):\n    "
+          "return R()\n")
 
 
 @pytest.mark.parametrize("test, right", [
@@ -97,8 +97,8 @@ def test_a_frame_inspecting_truth_value_gains_nothing_over_a_constant():
             "    while fr is not None:\n"
             "        if 'not ' in repr(fr.f_locals.get('test')):\n"
             "            return False\n"
-            "        fr = fr.f_back\n"
-            "    return True\n")
+            "        fr = fr.f_back\n    "
+            "return True\n")
     tests = ["assert f(1)", "assert not f(2)"]
     assert score(peek, tests) == score("def f(x):\n    return True", tests) == 0.5
     assert score("def f(x):\n    return x == 1", tests) == 1.0

@@ -118,8 +118,8 @@ def test_sockets_cannot_reach_the_host():
     port = server.getsockname()[1]
     hits = []
     threading.Thread(target=lambda: hits.append(server.accept()), daemon=True).start()
-    code = (f"import socket\ndef f():\n    s = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n    return "
-            "'owned'")
+    code = (f"import socket\ndef f():\n    s = socket.create_connection(('127.0.0.1', {port}), "
+            "timeout=1)\n    return 'owned'")
     r = run(code)
     assert not r.passed and not hits
     server.close()

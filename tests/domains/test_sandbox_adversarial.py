@@ -179,8 +179,8 @@ def test_the_runner_imports_nothing_the_candidate_can_write():
             "def flags():\n"
             "    writable = [p for p in sys.path if os.access(p or '.', os.W_OK)]\n"
             "    env = sorted(k for k in os.environ if k.startswith('PYTHON') and k != 'PYTHONHASHSEED')\n"
-            "    return [bool(sys.flags.safe_path or sys.flags.isolated), bool(sys.flags.no_user_site), writable, "
-            "env]\n")
+            "    return [bool(sys.flags.safe_path or sys.flags.isolated), "
+            "bool(sys.flags.no_user_site), writable, env]\n")
     results = attack(code, [Test(0, expr="plant()"), Test([True, True, [], []], expr="flags()")])
     if results is not None:
         assert results[0].passed and results[1].passed, results[1].reason
@@ -386,8 +386,8 @@ def test_keys_of_the_host_session_keyring_are_not_possessed_inside():
 def test_without_namespaces_candidates_are_refused_unless_isolation_none_is_explicit(monkeypatch, caplog):
     probe = sbx.isolation_probe()
     monkeypatch.setattr(sbx, "_PROBE", dict(probe, namespaces=False, reason="no user namespaces here (test)"))
-    with pytest.raises(SandboxError, match="refusing to run model-written code.*no user namespaces here.*isolation: "
-                                           "none"):
+    with pytest.raises(SandboxError, match="refusing to run model-written code.*no user namespaces "
+                                           "here.*isolation: none"):
         Sandbox(workers=1)
     with pytest.raises(ValueError, match="isolation"):
         Sandbox(workers=1, isolation="maybe")
@@ -877,8 +877,8 @@ SYSCALL_ATTACKS = {
     "request_key (the kernel would run /sbin/request-key on the host)": _raw("request_key", "b'dns_resolver', "
                                                                                             "b'example.com', None, 0"),
     "AF_VSOCK socket (outside the network namespace)": "import socket\ndef f():\n    try:\n        socket.socket(40, "
-                                                       "socket.SOCK_STREAM)\n    except OSError:\n        pass\n    "
-                                                       "return 1",
+                                                       "socket.SOCK_STREAM)\n    except OSError:\n      "
+                                                       "  pass\n    return 1",
     "AF_INET socket": "import socket\ndef f():\n    try:\n        socket.socket(socket.AF_INET)\n    except OSError:\n "
                       "       pass\n    return 1",
     "AF_NETLINK socket": "import socket\ndef f():\n    try:\n        socket.socket(16, socket.SOCK_RAW)\n    except "
@@ -907,8 +907,8 @@ def test_what_honest_code_needs_passes_the_filter():
                       "os.waitpid(pid, 0)\n    return 1",
               "AF_UNIX socketpair": "import socket\ndef f():\n    a, b = socket.socketpair(socket.AF_UNIX)\n    "
                                     "a.send(b'x')\n    return len(b.recv(1))",
-              "subprocess": "import subprocess\ndef f():\n    return int(subprocess.run(['/bin/true']).returncode == "
-                            "0)"}
+              "subprocess": "import subprocess\ndef f():\n    return "
+                            "int(subprocess.run(['/bin/true']).returncode == 0)"}
     for name, code in honest.items():
         results = attack(code, [Test(expected=1, expr="f()")])
         if results is None:
@@ -1184,8 +1184,8 @@ def test_the_host_reads_a_bounded_report_whatever_the_candidate_sends(monkeypatc
     assert not forged.passed and forged.reason == "malformed result message", forged.reason
     assert sizes[-1] < 64 << 10  # the host read a short report, not the 4 MiB
     wrong = sb.run(REPORT, [Test(expected=[[1]], expr="many(49990)") for _ in range(3)])
-    assert all(r.reason == f"result larger than {8 * len(json.dumps(['list', [['list', [['int', '1']]]]])) + 4096} "
-                           "bytes"
+    assert all(r.reason == "result larger than "
+                           f"{8 * len(json.dumps(['list', [['list', [['int', '1']]]]])) + 4096} bytes"
                for r in wrong), wrong[0].reason  # a value test's own cap: 8 x its expected value's size + 4 KiB
     assert sizes[-1] < 64 << 10
     expected = [[i] for i in range(49_990)]

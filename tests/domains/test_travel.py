@@ -168,8 +168,8 @@ def test_reward_only_repair_cannot_weaken_ultimate_metrics():
     assert (m_trunc["collaboration_success"] == m_trunc["reference_plan_success"]
             == m_trunc["required_grounded_recall"] == 0.0)
     # recovery rejects wrong-role, overflow and route-changing triples
-    text = (good[0][:-2] + ', {"day": 1, "field": "lunch", "value": "x"}, {"day": 1, "field": "current_city", "value": '
-                           '"Mars"}')
+    text = (good[0][:-2] + ', {"day": 1, "field": "lunch", "value": "x"}, {"day": 1, "field": '
+                           '"current_city", "value": "Mars"}')
     rec = recover_assignments(text, 0, task.days, task.scaffold_cities, same_route)
     assert (1, "lunch") not in rec and same_route(rec[(1, "current_city")], task.scaffold[0].current_city)
     assert recover_assignments('{"day": 1, "field": "current_city", "value": "Mars"}', 0, task.days,

@@ -20,8 +20,8 @@ FIXTURE = ROOT / "tests" / "fixtures" / "travel" / "train.jsonl"
 
 
 def travel_config(tmp_path, algorithm, curriculum=True, wandb=False):
-    phases = ("[{'name': 'three_day', 'epochs': 1, 'where': {'days': [3]}, 'eval_every': 16}, {'name': 'full', "
-              "'epochs': 1}]"
+    phases = ("[{'name': 'three_day', 'epochs': 1, 'where': {'days': [3]}, 'eval_every': 16}, {'name': "
+              "'full', 'epochs': 1}]"
               if curriculum else "None")
     overrides = [f"dataset.train.source={FIXTURE}", "dataset.train.split=train", "dataset.train.eval_panels=null",
                  "dataset.train.filters={'days': [3, 5], 'level': ['easy', 'medium']}", "dataset.train.limit=4",

@@ -287,8 +287,8 @@ def test_c3_diagnose_samples_through_vllm_on_smollm2(tmp_path):
 
 
 def _vllm_torchrun(out, world: int, stage: int):
-    ("""A tiny C3 run with ``generation_backend: vllm`` under torchrun: (summary, metric rows, engine records, run """
-     """folder).""")
+    """A tiny C3 run with ``generation_backend: vllm`` under torchrun: (summary, metric rows, engine records, run
+    folder)."""
     import json
 
     from tests.scale.test_distributed import metrics, tiny_config, torchrun

@@ -29,8 +29,8 @@ def test_offline_hub_data_fails_in_a_second_before_anything_heavy_is_imported():
     out = subprocess.run([sys.executable, "-c", code, str(ROOT / "configs" / "travel" / "madpo.yaml")],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     error, imported = out.stdout.splitlines()
-    assert (error.startswith("offline (HF_HUB_OFFLINE is set): dataset.train.source 'osunlp/TravelPlanner' is on the "
-                             "Hugging Face Hub"))
+    assert (error.startswith("offline (HF_HUB_OFFLINE is set): dataset.train.source 'osunlp/TravelPlanner' is on "
+                             "the Hugging Face Hub"))
     assert "data/ (data/README.md" in error and "domains/travel/README.md" in error and imported == "False"
 
 

@@ -67,8 +67,8 @@ def test_a_run_that_fails_before_training_leaves_no_folder(tmp_path, monkeypatch
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     data = tiny_config(tmp_path)
     data["agent_model"]["name"] = str(tmp_path / "no_such_model")
-    with pytest.raises(ConfigError, match="cannot be loaded \\(no folder .*no_such_model\\).*local folder with "
-                                          "config.json"):
+    with pytest.raises(ConfigError, match="cannot be loaded \\(no folder .*no_such_model\\).*local "
+                                          "folder with config.json"):
         run.train(load_config(data=data))
     assert not (tmp_path / "outputs").exists() or not any((tmp_path / "outputs").iterdir())
     path = tmp_path / "bad.yaml"

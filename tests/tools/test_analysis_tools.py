@@ -203,15 +203,15 @@ def test_audit_names_zero_width_intervals_and_writes_readable_boxes(tmp_path, mo
     report = audit(session, [run], n=3, c=2, progress=False)
     for m in report["runs"][0]["messages"]:
         assert m["ci_lo"] == m["ci_hi"] == 0.0
-        assert (m["interval_note"].startswith("no spread: all 2 Q returns are 0 and all 3 fresh alternatives' mean "
-                                              "returns are 0"))
+        assert (m["interval_note"].startswith("no spread: all 2 Q returns are 0 and all 3 fresh "
+                                              "alternatives' mean returns are 0"))
     assert all(r["interval_note"] for r in report["ranking"])
     spread = audit(synthetic_session(env), [run], n=8, c=8, progress=False)["runs"][0]["messages"]
     assert [m["interval_note"] for m in spread
             if m["ci_hi"] > m["ci_lo"]] == [None] * sum(m["ci_hi"] > m["ci_lo"] for m in spread)
     one = {"ci_lo": -1.0, "ci_hi": -1.0, "q_returns": [0.0], "alternative_means": [1.0, 1.0]}
-    assert (interval_note(one).startswith("no spread: the one Q return is 0 and all 2 fresh alternatives' mean returns "
-                                          "are 1"))
+    assert (interval_note(one).startswith("no spread: the one Q return is 0 and all 2 fresh "
+                                          "alternatives' mean returns are 1"))
     import sys
 
     from c3_plugin.tools import audit as audit_module

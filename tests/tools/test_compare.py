@@ -333,8 +333,8 @@ def test_shipped_head_to_heads_differ_in_credit_only(path, algorithms, overrides
 
 
 def test_every_shipped_config_shares_its_settings_but_the_credit():
-    ("""Every shipped config with several workflow-algorithm sections: the algorithm sections' fields differ in """
-     """credit only.""")
+    """Every shipped config with several workflow-algorithm sections: the algorithm sections' fields differ in credit
+    only."""
     from c3_plugin.core.config import load_config
     from c3_plugin.run.dry_run import optimisation_settings
 
