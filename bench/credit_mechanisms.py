@@ -47,12 +47,13 @@ NOISE_GROUPS = 48
 
 
 def session(workflow: str | None = None):
-    from c3_plugin.tools.session import open_session
     from c3_plugin.core.config import load_config
+    from c3_plugin.tools.session import open_session
 
     spec = WORKFLOWS.get(workflow or "reasoner_actor")
     # diagnose sets its own plans; the config's training plan only has to fit the workflow's depth
-    overrides = [] if spec is None else [f"workflow={spec!r}", f"c3.plan=tree {[2, 4] + [1] * (len(spec['max_new_tokens']) - 2)}"]
+    overrides = [] if spec is None else [f"workflow={spec!r}",
+                                         f"c3.plan=tree {[2, 4] + [1] * (len(spec['max_new_tokens']) - 2)}"]
     return open_session(load_config(str(CONFIG), overrides))
 
 
@@ -68,20 +69,22 @@ def noise(out: Path, scale: float) -> None:
 
     s = session()
     for n, c in NOISE_GRID:
-        print_report(diagnose(s, out / "noise" / f"n{n}_c{c}", groups=max(8, int(NOISE_GROUPS * scale)), n=n, c=c, decisions="0"))
+        print_report(diagnose(s, out / "noise" / f"n{n}_c{c}", groups=max(8, int(NOISE_GROUPS * scale)), n=n, c=c,
+                              decisions="0"))
 
 
 def critic(out: Path, scale: float) -> None:
     from bench.studies.critic_study import critic_comparison
 
-    result = critic_comparison(session(), out / "depth" / "reasoner_actor", out / "critic", held_out=max(8, int(48 * scale)))
+    result = critic_comparison(session(), out / "depth" / "reasoner_actor", out / "critic",
+                               held_out=max(8, int(48 * scale)))
     print(json.dumps({k: v for k, v in result.items() if k != "per_point"}, indent=2))
 
 
 def report(out: Path) -> None:
-    from c3_plugin.tools.session import print_table
-    from c3_plugin.tools.plan_budget import predicted_reliability
     from c3_plugin.tools.diagnose import RAW, contrast, plot_depth, raw_groups
+    from c3_plugin.tools.plan_budget import predicted_reliability
+    from c3_plugin.tools.session import print_table
 
     FIGURES.mkdir(parents=True, exist_ok=True)
     reports = [json.loads(p.read_text()) for wf in DEPTH if (p := out / "depth" / wf / "diagnose.json").exists()]
@@ -89,7 +92,8 @@ def report(out: Path) -> None:
         print("== Reliability by depth (n = 4, c = 4) ==")
         rows = [{"workflow": r["workflow"], **d} for r in reports for d in r["decisions"]]
         print_table(rows, ["workflow", "u", "role", "groups", "usable", "split_half", "split_half_lo", "split_half_hi",
-                           "implied", "implied_lo", "implied_hi", "signal_S", "noise_N", "influence", "zero_signal_share"])
+                           "implied", "implied_lo", "implied_hi", "signal_S", "noise_N", "influence",
+                           "zero_signal_share"])
         plot_depth(reports, FIGURES / "reliability_by_depth.png")
         rows = []
         for (wa, ua), (wb, ub) in CONTRASTS:
@@ -106,8 +110,8 @@ def report(out: Path) -> None:
             d = json.loads(p.read_text())["decisions"][0]
             cells.append({"n": n, "c": c, "groups": d["groups"], "sigma2": d["return_variance"],
                           "observed": d["noise_observed"], "predicted": d["noise_predicted"], "ratio": d["noise_ratio"],
-                          "ratio_lo": d["noise_ratio_lo"], "ratio_hi": d["noise_ratio_hi"], "split_half": d["split_half"],
-                          "usable": d["usable"], "implied": d["implied"],
+                          "ratio_lo": d["noise_ratio_lo"], "ratio_hi": d["noise_ratio_hi"],
+                          "split_half": d["split_half"], "usable": d["usable"], "implied": d["implied"],
                           "planned": predicted_reliability(d["signal_S"], d["return_variance"], n, c // 2)})
     if cells:
         print("\n== Noise law at the 2-agent Reasoner (B = nc/2 per half) ==")

@@ -1,9 +1,9 @@
 """DeepSpeed ZeRO data parallelism on CPU: 2 gloo processes against one process, same PPO updates.
 
 Three PPO updates (2 epochs each, micro-batches of 2, token-mean, clip 1.0, AdamW at the paper's learning
-rate 1e-6) of SmolLM2-135M (the demo model) on 16 fixed messages of 96-192 tokens: one process with torch AdamW on all 16; 2 torchrun ranks
-under ZeRO-2 (and ZeRO-3) with 8 each. Prints the largest parameter difference and the wall seconds per
-update (the same 2 cores serve both: one process uses 2 threads, each rank 1).
+rate 1e-6) of SmolLM2-135M (the demo model) on 16 fixed messages of 96-192 tokens: one process with torch AdamW on all
+16; 2 torchrun ranks under ZeRO-2 (and ZeRO-3) with 8 each. Prints the largest parameter difference and the wall seconds
+per update (the same 2 cores serve both: one process uses 2 threads, each rank 1).
 
     make bench-deepspeed        (python bench/deepspeed_dp.py)
 """
@@ -25,15 +25,16 @@ WORKER = ROOT / "tests" / "distributed" / "update_equivalence.py"
 
 
 def run(out: Path, stage: int, world: int) -> dict:
-    env = {**os.environ, "C3_MODEL": "smollm2", "C3_LR": "1e-6", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(max(1, 2 // world))}
+    env = {**os.environ, "C3_MODEL": "smollm2", "C3_LR": "1e-6", "PYTHONPATH": str(ROOT),
+           "OMP_NUM_THREADS": str(max(1, 2 // world))}
     if world == 1:
         cmd = [sys.executable, str(WORKER), str(out)] + ([str(stage)] if stage else [])
     else:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world), "--master_addr", "127.0.0.1",
-               "--master_port", str(port), str(WORKER), str(out), str(stage)]
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world), "--master_addr",
+               "127.0.0.1", "--master_port", str(port), str(WORKER), str(out), str(stage)]
     subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True)
     return torch.load(out)
 

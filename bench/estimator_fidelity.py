@@ -45,7 +45,8 @@ def main() -> int:
     print("== 1. Unbiasedness: mean C3 advantage vs exact Q - V, per (decision point, context, action) ==")
     plans = [("reasoner_actor", "tree [2, 4]", 3000), ("reasoner_actor", "tree [4, 4]", 2000),
              ("reasoner_actor_verifier", "tree [2, 2, 2]", 3000)]
-    plans += [("reasoner_actor", f"diagnostic n={n} u=0 c={c}", int(6000 / (n * c) ** 0.5)) for n in (2, 4, 8) for c in (1, 4, 16)]
+    plans += [("reasoner_actor", f"diagnostic n={n} u=0 c={c}", int(6000 / (n * c) ** 0.5)) for n in (2, 4, 8)
+              for c in (1, 4, 16)]
     summary_rows = []
     for wf, plan, runs in plans:
         env = fidelity.builtin_env(wf, vocab=3, seed=args.seed)
@@ -55,7 +56,8 @@ def main() -> int:
         if s["within_3se"] != s["cells"]:
             failures.append(f"unbiasedness {plan}: {s}")
     env = fidelity.builtin_env("reasoner_actor", vocab=3, seed=args.seed)
-    s = fidelity.summary(fidelity.unbiasedness_unequal(env, QUESTIONS[0], [1, 2, 3, 6], int(40000 * scale), seed=args.seed + 2))
+    s = fidelity.summary(fidelity.unbiasedness_unequal(env, QUESTIONS[0], [1, 2, 3, 6], int(40000 * scale),
+                                                       seed=args.seed + 2))
     summary_rows.append({"workflow": "reasoner_actor", "plan": "unequal c=[1,2,3,6]", **s})
     if s["within_3se"] != s["cells"]:
         failures.append(f"unbiasedness unequal counts: {s}")
@@ -73,7 +75,8 @@ def main() -> int:
 
     print("\n== 3. Agent ablation vs C3 at the Reasoner of the 3-agent workflow (n = 4) ==")
     env3 = fidelity.builtin_env("reasoner_actor_verifier", vocab=3, seed=args.seed)
-    rows = fidelity.ablation_vs_c3(env3, QUESTIONS[0], 4, [1, 4, 16, 64, 256, 1024], int(10000 * scale), seed=args.seed + 4)
+    rows = fidelity.ablation_vs_c3(env3, QUESTIONS[0], 4, [1, 4, 16, 64, 256, 1024], int(10000 * scale),
+                                   seed=args.seed + 4)
     table(rows, ["rollouts", "c3_bias", "c3_bias_se", "c3_rmse", "ablation_bias", "ablation_rmse", "ablation_offset"])
     print("bias: largest |mean error| over actions, conditional on the action; rmse: over all alternatives.\n"
           "C3's rmse levels off at the spread of its leave-one-out baseline over the other sampled\n"

@@ -36,8 +36,8 @@ a learner downstream of a teammate whose variance persists (Reasoner frozen, or 
 tree [2, 4] vs independent 8) and an all-trained 4-agent chain whose first agent decides (tree
 [2, 2, 2, 2] vs independent 16). Each method runs a step-size grid on selection seeds 1000.. (which pick its
 step size by mean AUC) and on the evaluation seeds 0..29 (which measure); the paired differences at each
-method's own best step size and those at equal step sizes are Holm-adjusted as two families. Beside each measured winner it
-prints what ``c3 advise`` picks from the exact diagnosis of the initial team, and when the advice picks another
+method's own best step size and those at equal step sizes are Holm-adjusted as two families. Beside each measured winner
+it prints what ``c3 advise`` picks from the exact diagnosis of the initial team, and when the advice picks another
 tree than the benched one, that tree is trained too. Figure: docs/figures/estimator_to_learning_regimes.png.
 
 Usage: python bench/estimator_to_learning.py [--quick] [--study variants|regimes|all] [--env NAME ...] [--lrs LR ...]
@@ -57,10 +57,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for bench.studies
 
+from bench.studies.synthetic_learning import (
+    ENV_VARIANTS,
+    REGIMES,
+    LearningSetup,
+    exact_diagnosis,
+    learning_curves,
+    make_env,
+    variance_decomposition,
+)
 from c3_plugin.core.stats import area_under_curve, holm, paired_comparison, summarize
 from c3_plugin.tools.advise import advise, print_advice
-from bench.studies.synthetic_learning import (ENV_VARIANTS, REGIMES, LearningSetup, exact_diagnosis, learning_curves, make_env,
-                                          variance_decomposition)
 
 ROOT = Path(__file__).resolve().parent.parent
 ROWS = [  # (label, method, LearningSetup overrides)
@@ -93,11 +100,12 @@ def run_method(method: str, setup: LearningSetup, seeds: list[int], env_steps: i
     success = np.array([[r["success"] for r in rs] for rs in per_seed])
     first_good = np.array([rs[-1]["first_good"] for rs in per_seed])
     messages = max(r["messages"] for r in rows) / max(steps) * setup.leaves * setup.copies  # per update
-    out = {"steps": steps, "success": success, "final": success[:, -1], "messages_per_update": messages, "first_good": first_good,
-           "auc": np.array([area_under_curve(steps, row) for row in success])}
+    out = {"steps": steps, "success": success, "final": success[:, -1], "messages_per_update": messages,
+           "first_good": first_good, "auc": np.array([area_under_curve(steps, row) for row in success])}
     if setup.actor_penalty:
         harmful = np.array([[r["harmful"] for r in rs] for rs in per_seed])
-        out.update(harmful=harmful, harmful_final=harmful[:, -1], harmful_mean=np.array([area_under_curve(steps, h) for h in harmful]))
+        out.update(harmful=harmful, harmful_final=harmful[:, -1],
+                   harmful_mean=np.array([area_under_curve(steps, h) for h in harmful]))
     return out
 
 
@@ -154,13 +162,15 @@ def variants_study(args: argparse.Namespace, seeds: list[int], env_steps: int) -
         roles = make_env(base, 0).workflow.decision_points()
         print(f"\n######## {env_name}: {base}")
         print("reward variance at the start, exact, mean over seeds: " + ", ".join(
-            f"{r} {v:.4f} ({v / shares[-1]:.0%})" for r, v in zip([*roles, "Bernoulli outcome"], shares[:-1])) + f"; total {shares[-1]:.4f}")
-        envs[env_name] = {"overrides": ENV_VARIANTS[env_name], "setup": dataclasses.asdict(base), "lrs": lrs, "by_lr": {},
-                          "variance_at_start": {"roles": roles, "decisions": shares[:-2].tolist(), "outcome": float(shares[-2]),
-                                                "total": float(shares[-1])}}
+            f"{r} {v:.4f} ({v / shares[-1]:.0%})" for r, v in zip([*roles, "Bernoulli outcome"], shares[:-1]))
+              + f"; total {shares[-1]:.4f}")
+        envs[env_name] = {"overrides": ENV_VARIANTS[env_name], "setup": dataclasses.asdict(base), "lrs": lrs,
+                          "by_lr": {}, "variance_at_start": {"roles": roles, "decisions": shares[:-2].tolist(),
+                                                             "outcome": float(shares[-2]), "total": float(shares[-1])}}
         curves[env_name] = {}
         for lr in lrs:
-            out = {label: run_method(method, dataclasses.replace(base, lr=lr, **over), seeds, env_steps) for label, method, over in ROWS}
+            out = {label: run_method(method, dataclasses.replace(base, lr=lr, **over), seeds, env_steps)
+                   for label, method, over in ROWS}
             grids = {tuple(v["steps"]) for v in out.values()}
             if len(grids) != 1:
                 raise RuntimeError(f"{env_name}, lr={lr}: the methods were evaluated at different env steps: {grids}")
@@ -169,22 +179,26 @@ def variants_study(args: argparse.Namespace, seeds: list[int], env_steps: int) -
             summary = {}
             print(f"\n== {env_name}, lr = {lr:g}: exact success (mean +- 95% CI half-width over {len(seeds)} seeds) ==")
             head = f"{'method':>14} {'final success':>18} {'area under curve':>18} {'final pi(good)':>15} {'stuck':>6}"
-            print(head + (f" {'P(harm) end':>11} {'P(harm) mean':>12} {'>0.5':>5}" if penalty else "") + f" {'messages/update':>16}")
+            print(head + (f" {'P(harm) end':>11} {'P(harm) mean':>12} {'>0.5':>5}" if penalty else "")
+                  + f" {'messages/update':>16}")
             for label, v in out.items():
                 curves[env_name][lr][label] = c = {"steps": v["steps"], "success": band(v["success"])}
                 summary[label] = {"final": summarize(v["final"]), "auc": summarize(v["auc"]),
-                                  "messages_per_update": v["messages_per_update"], "first_good_final": v["first_good"].tolist(),
+                                  "messages_per_update": v["messages_per_update"],
+                                  "first_good_final": v["first_good"].tolist(),
                                   "stuck_seeds": int((v["first_good"] < 0.5).sum()),
                                   "final_per_seed": v["final"].tolist(), "auc_per_seed": v["auc"].tolist(), "curve": c}
                 line = (f"{label:>14} {fmt(summary[label]['final']):>18} {fmt(summary[label]['auc']):>18} "
                         f"{v['first_good'].mean():>15.3f} {summary[label]['stuck_seeds']:>6}")
                 if penalty:
                     c["harmful"] = band(v["harmful"])
-                    summary[label].update(harmful_final=summarize(v["harmful_final"]), harmful_mean=summarize(v["harmful_mean"]),
+                    summary[label].update(harmful_final=summarize(v["harmful_final"]),
+                                          harmful_mean=summarize(v["harmful_mean"]),
                                           harmful_final_per_seed=v["harmful_final"].tolist(),
                                           harmful_mean_per_seed=v["harmful_mean"].tolist(),
                                           harmful_stuck_seeds=int((v["harmful_final"] > 0.5).sum()))
-                    line += f" {v['harmful_final'].mean():>11.4f} {v['harmful_mean'].mean():>12.4f} {summary[label]['harmful_stuck_seeds']:>5}"
+                    line += (f" {v['harmful_final'].mean():>11.4f} {v['harmful_mean'].mean():>12.4f} "
+                             f"{summary[label]['harmful_stuck_seeds']:>5}")
                 print(line + f" {v['messages_per_update']:>16.0f}")
             pairs = {}
             for a, b in PAIRS:
@@ -195,7 +209,8 @@ def variants_study(args: argparse.Namespace, seeds: list[int], env_steps: int) -
             envs[env_name]["by_lr"][str(lr)] = {"methods": summary, "paired": pairs}
 
     adjusted = holm(tests)
-    print(f"\n== paired differences over seeds (same environment and seeds for every method; Holm over all {len(tests)} tests) ==")
+    print("\n== paired differences over seeds (same environment and seeds for every method; Holm over all "
+          f"{len(tests)} tests) ==")
     print("   (harmful_*: the team's probability of the Actor's harmful message; negative = C3 avoids it more)")
     print(f"{'comparison':>60} {'mean diff':>10} {'95% CI':>20} {'t':>7} {'p':>9} {'p (Holm)':>9}")
     for env_name, e in envs.items():
@@ -209,13 +224,15 @@ def variants_study(args: argparse.Namespace, seeds: list[int], env_steps: int) -
                 ci = f"[{cmp['ci95'][0]:+.4f}, {cmp['ci95'][1]:+.4f}]"
                 print(f"{key:>60} {cmp['mean_diff']:>+10.4f} {ci:>20} {t:>7} {p:>9} {ph:>9}")
 
-    report = {"seeds": seeds, "env_steps": env_steps, "methods": [{"label": label, "method": m, "overrides": over} for label, m, over in ROWS],
+    report = {"seeds": seeds, "env_steps": env_steps,
+              "methods": [{"label": label, "method": m, "overrides": over} for label, m, over in ROWS],
               "holm_family": len(tests), "envs": envs, "wall_s": round(time.time() - t0, 1)}
     plot(curves, "success", Path(args.png), "exact success probability",
          "Reasoner -> Actor -> Verifier, exact success: mean and 95% band over seeds")
     if any("harmful" in c for by_lr in curves.values() for by_label in by_lr.values() for c in by_label.values()):
         plot(curves, "harmful", Path(args.png_harmful), "P(Actor writes its harmful message)",
-             "Masked later mistake: the team's exact probability of the Actor's harmful message, mean and 95% band over seeds")
+             "Masked later mistake: the team's exact probability of the Actor's harmful message, mean "
+             "and 95% band over seeds")
     print(f"\nwrote {args.png} and {args.png_harmful}; variants wall time {time.time() - t0:.1f}s")
     return report
 
@@ -241,7 +258,8 @@ def regimes_study(args: argparse.Namespace, seeds: list[int]) -> dict:
     lrs = [4.0, 16.0] if args.quick else REGIME_LRS
     select = list(range(SELECT_SEED0, SELECT_SEED0 + (2 if args.quick else args.select_seeds)))
     results, curves = {}, {}
-    tests: dict[str, dict] = {"best": {}, "grid": {}}  # two Holm families: each method at its best lr (the question), and the grid
+    # two Holm families: each method at its best lr (the question), and the grid
+    tests: dict[str, dict] = {"best": {}, "grid": {}}
     for name in args.regime:
         base = dataclasses.replace(LearningSetup(), **REGIMES[name])
         steps = REGIME_STEPS[name] // (5 if args.quick else 1)
@@ -253,10 +271,11 @@ def regimes_study(args: argparse.Namespace, seeds: list[int]) -> dict:
         bench_score = {m: next(r["score"] for r in advice["plans"] if r["plan"] == plan) for m, plan in benched.items()}
         rows = [("c3", "c3", {}), ("magrpo", "magrpo", {})]
         if advice["algorithm"] == "c3" and advice["plan"] != benched["c3"]:  # also measure the plan the advice picks
-            rows.append((f"c3 {advice['plan']} (advised)", "c3", {"tree": tuple(json.loads(advice["plan"].split(" ", 1)[1]))}))
+            rows.append((f"c3 {advice['plan']} (advised)", "c3",
+                         {"tree": tuple(json.loads(advice["plan"].split(" ", 1)[1]))}))
         print(f"\n######## regime: {name} ({steps} env steps per run, {base.leaves} per update; lr scale per agent "
-              f"{list(base.lr_scale) or 'all 1'}; step sizes {lrs}; picked on seeds {select[0]}..{select[-1]}, measured on "
-              f"seeds {seeds[0]}..{seeds[-1]})")
+              f"{list(base.lr_scale) or 'all 1'}; step sizes {lrs}; picked on seeds {select[0]}..{select[-1]}, "
+              f"measured on seeds {seeds[0]}..{seeds[-1]})")
         print_advice(advice, top=6)
         grid: dict[str, dict] = {}
         for label, method, over in rows:
@@ -267,12 +286,16 @@ def regimes_study(args: argparse.Namespace, seeds: list[int]) -> dict:
                 ev = run_method(method, setup, seeds, steps)
                 grid[label][lr] = {"select_auc": float(sel["auc"].mean()), "eval": ev}
         best = {label: max(lrs, key=lambda lr: g[lr]["select_auc"]) for label, g in grid.items()}
-        print(f"\n{'method':>28} " + " ".join(f"{'AUC @ lr ' + format(lr, 'g'):>16}" for lr in lrs) + f" {'best (selection)':>17}")
+        print(f"\n{'method':>28} " + " ".join(f"{'AUC @ lr ' + format(lr, 'g'):>16}" for lr in lrs)
+              + f" {'best (selection)':>17}")
         for label, g in grid.items():
-            print(f"{label:>28} " + " ".join(f"{fmt(summarize(g[lr]['eval']['auc'])):>16}" for lr in lrs) + f" {best[label]:>17g}")
-        print("   (AUC on the evaluation seeds, mean +- 95% half-width; the step size is picked by mean AUC on the selection seeds)")
+            print(f"{label:>28} " + " ".join(f"{fmt(summarize(g[lr]['eval']['auc'])):>16}" for lr in lrs)
+                  + f" {best[label]:>17g}")
+        print("   (AUC on the evaluation seeds, mean +- 95% half-width; the step size is picked by mean AUC on "
+              "the selection seeds)")
         summary = {label: {str(lr): {"select_auc": g[lr]["select_auc"], "auc": summarize(g[lr]["eval"]["auc"]),
-                                     "final": summarize(g[lr]["eval"]["final"]), "auc_per_seed": g[lr]["eval"]["auc"].tolist(),
+                                     "final": summarize(g[lr]["eval"]["final"]),
+                                     "auc_per_seed": g[lr]["eval"]["auc"].tolist(),
                                      "final_per_seed": g[lr]["eval"]["final"].tolist(),
                                      "messages_per_update": g[lr]["eval"]["messages_per_update"]} for lr in lrs}
                    for label, g in grid.items()}
@@ -290,15 +313,16 @@ def regimes_study(args: argparse.Namespace, seeds: list[int]) -> dict:
             pairs[f"c3 - magrpo (auc, both at lr {lr:g})"] = cmp
             tests["grid"][f"{name}: c3 - magrpo (auc, both at lr {lr:g})"] = cmp["p"]
         results[name] = {"overrides": {k: list(v) if isinstance(v, tuple) else v for k, v in REGIMES[name].items()},
-                         "env_steps": steps, "lrs": lrs, "select_seeds": select, "best_lr": {k: float(v) for k, v in best.items()},
-                         "methods": summary, "paired": pairs, "diagnosis": diag, "advice": advice,
+                         "env_steps": steps, "lrs": lrs, "select_seeds": select,
+                         "best_lr": {k: float(v) for k, v in best.items()}, "methods": summary, "paired": pairs,
+                         "diagnosis": diag, "advice": advice,
                          "advice_bench_plans": {"plans": benched, "scores": bench_score}}
         curves[name] = {label: {"steps": grid[label][best[label]]["eval"]["steps"], "lr": best[label],
                                 "success": band(grid[label][best[label]]["eval"]["success"])} for label in grid}
 
     adjusted = {**holm(tests["best"]), **holm(tests["grid"])}
-    print(f"\n== regimes: paired differences on the evaluation seeds (Holm within each family: the {len(tests['best'])} tests "
-          f"at each method's best lr, the {len(tests['grid'])} at equal lr) ==")
+    print("\n== regimes: paired differences on the evaluation seeds (Holm within each family: the "
+          f"{len(tests['best'])} tests at each method's best lr, the {len(tests['grid'])} at equal lr) ==")
     print(f"{'comparison':>92} {'mean diff':>10} {'95% CI':>20} {'p':>9} {'p (Holm)':>9}")
     for name, r in results.items():
         for key, cmp in r["paired"].items():
@@ -307,12 +331,14 @@ def regimes_study(args: argparse.Namespace, seeds: list[int]) -> dict:
             ph = "-" if cmp["p_holm"] is None else f"{cmp['p_holm']:.4f}"
             ci = f"[{cmp['ci95'][0]:+.4f}, {cmp['ci95'][1]:+.4f}]"
             print(f"{name + ': ' + key:>92} {cmp['mean_diff']:>+10.4f} {ci:>20} {p:>9} {ph:>9}")
-    print("\n== c3 advise (exact diagnosis of the initial team) against the measured winner (AUC, each method at its best lr) ==")
+    print("\n== c3 advise (exact diagnosis of the initial team) against the measured winner (AUC, each "
+          "method at its best lr) ==")
     print(f"{'regime':>38} {'advice':>30} {'predicted score c3 / magrpo (benched plans)':>44} {'measured':>34}")
     for name, r in results.items():
         cmp = r["paired"]["c3 - magrpo (auc, each at its best lr)"]
         ci = cmp["ci95"]
-        winner = ("c3" if cmp["mean_diff"] > 0 else "magrpo") if cmp["p_holm"] is not None and cmp["p_holm"] < 0.05 else "no clear winner"
+        winner = ("c3" if cmp["mean_diff"] > 0
+                  else "magrpo") if cmp["p_holm"] is not None and cmp["p_holm"] < 0.05 else "no clear winner"
         r["measured_winner"] = winner
         sc = r["advice_bench_plans"]["scores"]
         adv = f"{r['advice']['algorithm']} ({r['advice']['plan']})"
@@ -343,7 +369,8 @@ def plot_regimes(curves: dict, path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(loc="lower right", fontsize=8)
     axes[0][0].set_ylabel("exact success probability")
-    fig.suptitle("C3 vs MAGRPO, each at its best step size (picked on separate seeds): mean and 95% band over seeds", fontsize=10)
+    fig.suptitle("C3 vs MAGRPO, each at its best step size (picked on separate seeds): mean and 95% band over seeds",
+                 fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -383,16 +410,22 @@ def plot_regime_grid(results: dict, path: Path) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="a smoke run: 5 seeds, 320 env steps (regimes: 3 + 2 seeds, 2 step sizes)")
+    ap.add_argument("--quick", action="store_true",
+                    help="a smoke run: 5 seeds, 320 env steps (regimes: 3 + 2 seeds, 2 step sizes)")
     ap.add_argument("--study", choices=["variants", "regimes", "all"], default="all",
-                    help="variants: ENV_VARIANTS, every method and step size; regimes: C3 vs MAGRPO at each one's best step size")
-    ap.add_argument("--seeds", type=int, default=30, help="seeds 0..N-1 (each: environment, initial policies, sampling, rewards)")
+                    help="variants: ENV_VARIANTS, every method and step size; regimes: C3 vs MAGRPO at each "
+                         "one's best step size")
+    ap.add_argument("--seeds", type=int, default=30,
+                    help="seeds 0..N-1 (each: environment, initial policies, sampling, rewards)")
     ap.add_argument("--env-steps", type=int, default=1600, help="terminal reward calls per training run (variants)")
-    ap.add_argument("--env", nargs="+", choices=list(ENV_VARIANTS), default=list(ENV_VARIANTS), help="environment variants")
+    ap.add_argument("--env", nargs="+", choices=list(ENV_VARIANTS), default=list(ENV_VARIANTS),
+                    help="environment variants")
     ap.add_argument("--lrs", type=float, nargs="+", default=None,
                     help=f"policy-gradient step sizes for every environment variant (default: {DEFAULT_LRS})")
-    ap.add_argument("--regime", nargs="+", choices=list(REGIMES), default=list(REGIMES), help="regimes of the regimes study")
-    ap.add_argument("--select-seeds", type=int, default=10, help=f"regimes: seeds {SELECT_SEED0}.. that pick each method's step size")
+    ap.add_argument("--regime", nargs="+", choices=list(REGIMES), default=list(REGIMES),
+                    help="regimes of the regimes study")
+    ap.add_argument("--select-seeds", type=int, default=10,
+                    help=f"regimes: seeds {SELECT_SEED0}.. that pick each method's step size")
     ap.add_argument("--json", default=str(ROOT / "bench" / "estimator_to_learning.json"))
     ap.add_argument("--png", default=str(ROOT / "docs" / "figures" / "estimator_to_learning.png"))
     ap.add_argument("--png-harmful", default=str(ROOT / "docs" / "figures" / "estimator_to_learning_harmful.png"))

@@ -26,8 +26,8 @@ def team(tok, n, cfg_kwargs, device):
     models = []
     for seed in range(n):
         torch.manual_seed(seed)
-        cfg = LlamaConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=None,
-                          **cfg_kwargs)
+        cfg = LlamaConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+                          bos_token_id=None, **cfg_kwargs)
         with torch.device(device):
             m = LlamaForCausalLM(cfg).to(torch.bfloat16)
         m.generation_config.pad_token_id, m.generation_config.eos_token_id = tok.pad_token_id, tok.eos_token_id
@@ -55,12 +55,14 @@ def run(algorithm, tok, models, ds, args_kwargs):
                for m, s0 in zip(trainer.agents, start)]
     rows = [h for h in trainer.history if "train/update_step" in h]
     tokens = trainer.totals["tokens_generated"]
-    return {"algorithm": algorithm, "batches": len(rows), "env_steps": trainer.env_step, "messages": trainer.totals["messages"],
-            "tokens_generated": tokens, "wall_s": wall, "rollout_s": sum(r["time/rollout_s"] for r in rows),
-            "update_s": sum(r["time/update_s"] for r in rows), "gen_tokens_per_s": tokens / max(sum(r["time/rollout_s"] for r in rows), 1e-9),
-            "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30, "loss_finite": all(r.get("train/loss") is not None for r in rows),
-            "master_dtype": str(next(trainer.agents[0].parameters()).dtype), "compute_dtype": str(trainer.compute_dtypes[0]),
-            "share_of_master_weights_changed": changed}
+    return {"algorithm": algorithm, "batches": len(rows), "env_steps": trainer.env_step,
+            "messages": trainer.totals["messages"], "tokens_generated": tokens, "wall_s": wall,
+            "rollout_s": sum(r["time/rollout_s"] for r in rows), "update_s": sum(r["time/update_s"] for r in rows),
+            "gen_tokens_per_s": tokens / max(sum(r["time/rollout_s"] for r in rows), 1e-9),
+            "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30,
+            "loss_finite": all(r.get("train/loss") is not None for r in rows),
+            "master_dtype": str(next(trainer.agents[0].parameters()).dtype),
+            "compute_dtype": str(trainer.compute_dtypes[0]), "share_of_master_weights_changed": changed}
 
 
 def estimate(models, tok, args_kwargs, prompt_tokens=256):
@@ -81,17 +83,18 @@ def zero_check(device: str, smoke: bool) -> dict:
     """One PPO update of a Qwen3-4B-shaped agent (random weights, bf16 compute over fp32 masters) under a
     one-process DeepSpeed ZeRO-2 engine: peak GPU memory against the cluster plan's estimate."""
     import numpy as np
-
-    from c3_plugin.scale import distributed as dp
-    from c3_plugin.run.cluster import zero_model_states
-    from c3_plugin.core.config import DeepSpeedSection
-    from c3_plugin.run.memory import ModelShape, estimate_memory
-    from c3_plugin.scale.precision import keep_fp32_masters
-    from c3_plugin.trainers.update import PolicySample, ppo_update
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    dims = dict(vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
-                num_key_value_heads=8, head_dim=128, tie_word_embeddings=True, max_position_embeddings=4096)
+    from c3_plugin.core.config import DeepSpeedSection
+    from c3_plugin.run.cluster import zero_model_states
+    from c3_plugin.run.memory import ModelShape, estimate_memory
+    from c3_plugin.scale import distributed as dp
+    from c3_plugin.scale.precision import keep_fp32_masters
+    from c3_plugin.trainers.update import PolicySample, ppo_update
+
+    dims = dict(vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
+                num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
+                max_position_embeddings=4096)
     prompt, completion, messages, micro = 512, 512, 4, 2
     if smoke:
         dims.update(vocab_size=512, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
@@ -113,19 +116,21 @@ def zero_check(device: str, smoke: bool) -> dict:
                             rng.integers(10, dims["vocab_size"], size=completion).tolist(), [-5.0] * completion,
                             float(rng.normal())) for _ in range(messages)]
     args = type("A", (), dict(ppo_epochs=1, minibatch_size=None, micro_batch_size=micro, temperature=1.0, clip_eps=0.2,
-                              clip_eps_high=None, max_grad_norm=1.0, loss_aggregation="token_mean", importance_sampling_cap=None))()
+                              clip_eps_high=None, max_grad_norm=1.0, loss_aggregation="token_mean",
+                              importance_sampling_cap=None))()
     t = time.perf_counter()
     stats = ppo_update(model, None, samples, args, rng, pad_id=0, engine=engine)
     torch.cuda.synchronize()
     wall = time.perf_counter() - t
-    shape = ModelShape(params=count, layers=dims["num_hidden_layers"], hidden=dims["hidden_size"], kv_heads=dims["num_key_value_heads"],
-                       head_dim=dims["head_dim"], vocab=dims["vocab_size"])
-    est = estimate_memory(shape, "bfloat16", "per_agent", 1, micro, completion, prompt + completion, 0, device_memory_gb=141.0,
-                          model_states=zero_model_states(count, 2, 1))
+    shape = ModelShape(params=count, layers=dims["num_hidden_layers"], hidden=dims["hidden_size"],
+                       kv_heads=dims["num_key_value_heads"], head_dim=dims["head_dim"], vocab=dims["vocab_size"])
+    est = estimate_memory(shape, "bfloat16", "per_agent", 1, micro, completion, prompt + completion, 0,
+                          device_memory_gb=141.0, model_states=zero_model_states(count, 2, 1))
     expected = est["total_gib"]
     peak = torch.cuda.max_memory_allocated() / 2**30
-    return {"params": count, "zero_stage": 2, "world": 1, "update_s": wall, "loss_finite": bool(np.isfinite(stats["loss"])),
-            "peak_gpu_gib": peak, "estimated_gib": expected, "measured_over_estimated": peak / expected if expected else None,
+    return {"params": count, "zero_stage": 2, "world": 1, "update_s": wall,
+            "loss_finite": bool(np.isfinite(stats["loss"])), "peak_gpu_gib": peak, "estimated_gib": expected,
+            "measured_over_estimated": peak / expected if expected else None,
             "within_15_percent": bool(expected and abs(peak / expected - 1) <= 0.15)}
 
 
@@ -152,13 +157,16 @@ def main() -> None:
     tok = tiny_tokenizer()
     if not args.smoke:
         tok.add_tokens([f"<w{i}>" for i in range(32000 - len(tok))])  # a realistic vocabulary size for the LM head
-    arch = dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=8,
-                max_position_embeddings=4096, tie_word_embeddings=False)
+    arch = dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=16, num_attention_heads=16,
+                num_key_value_heads=8, max_position_embeddings=4096, tie_word_embeddings=False)
     if args.smoke:
-        arch.update(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2)
-    ds = Dataset.from_list([{"id": f"p{i}", "prompt": f"What is {i} + {i}?", "question": f"What is {i} + {i}?", "answer": str(2 * i)}
+        arch.update(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                    num_key_value_heads=2)
+    ds = Dataset.from_list([{"id": f"p{i}", "prompt": f"What is {i} + {i}?", "question": f"What is {i} + {i}?",
+                             "answer": str(2 * i)}
                             for i in range(2 * args.instances)])
-    report = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "bf16": torch.cuda.is_bf16_supported()}
+    report = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+              "bf16": torch.cuda.is_bf16_supported()}
     results = []
     # a discarded warm-up (CUDA context, kernels, allocator), then MAGRPO before C3 so that any
     # residual warm-up favours the baseline
@@ -166,10 +174,12 @@ def main() -> None:
         models = team(tok, 2, arch, device)
         report["params_per_agent_m"] = sum(p.numel() for p in models[0].parameters()) / 1e6
         kwargs = dict(num_train_epochs=1, plan=plan, instances_per_update=args.instances, max_new_tokens=args.actor,
-                      micro_batch_size=32, agent_devices=f"{device}:0" if device == "cuda" else "cpu", agent_learning_rate=1e-6, generation_batch_size=None,
+                      micro_batch_size=32, agent_devices=f"{device}:0" if device == "cuda" else "cpu",
+                      agent_learning_rate=1e-6, generation_batch_size=None,
                       per_role={"Reasoner": args.reasoner, "Actor": args.actor})
         if not results and not report.get("warmed_up"):
-            kwargs.update(instances_per_update=2, max_new_tokens=8, per_role={"Reasoner": 8, "Actor": 8}, num_train_epochs=1)
+            kwargs.update(instances_per_update=2, max_new_tokens=8, per_role={"Reasoner": 8, "Actor": 8},
+                          num_train_epochs=1)
             run(algorithm, tok, models, ds.select(range(2)), kwargs)
             report["warmed_up"] = True
         else:

@@ -29,8 +29,9 @@ def main() -> None:
     for algo in args.algorithms:
         run_name = f"{algo}-s{args.seed}"
         cmd = [sys.executable, str(ROOT / f"single_turn/train_{algo}.py"), "--config", args.config,
-               "--override", f"algorithm={algo}", "--override", f"seed={args.seed}", "--override", f"output.base_dir={args.out}",
-               "--override", f"output.run_name={run_name}", "--override", "output.save_model=false"]
+               "--override", f"algorithm={algo}", "--override", f"seed={args.seed}", "--override",
+               f"output.base_dir={args.out}", "--override", f"output.run_name={run_name}", "--override",
+               "output.save_model=false"]
         log = Path(args.out) / f"{run_name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         t = time.perf_counter()
@@ -43,11 +44,13 @@ def main() -> None:
             raise SystemExit(f"{algo} failed; log: {log}")
         s = json.loads((Path(args.out) / run_name / "summary.json").read_text())
         acc = [k for k in s["eval_after"] if k.endswith("/accuracy")][0]
-        rows.append({"algorithm": algo, "before": s["eval_before"][acc], "after": s["eval_after"][acc], "env_steps": s["env_steps"],
-                     "messages": s["totals"]["messages"], "tokens": s["totals"]["tokens_generated"], "wall_s": wall,
-                     "peak_rss_gb": usage.ru_maxrss / 1e6, "metric": acc})
+        rows.append({"algorithm": algo, "before": s["eval_before"][acc], "after": s["eval_after"][acc],
+                     "env_steps": s["env_steps"], "messages": s["totals"]["messages"],
+                     "tokens": s["totals"]["tokens_generated"], "wall_s": wall, "peak_rss_gb": usage.ru_maxrss / 1e6,
+                     "metric": acc})
     print(f"== head-to-head on the demo task (seed {args.seed}); greedy {rows[0]['metric']} ==")
-    print(f"{'algorithm':<10}{'before':>8}{'after':>8}{'env steps':>11}{'messages':>10}{'tokens':>9}{'wall s':>9}{'peak GB':>9}")
+    print(f"{'algorithm':<10}{'before':>8}{'after':>8}{'env steps':>11}{'messages':>10}{'tokens':>9}{'wall s':>9}"
+          f"{'peak GB':>9}")
     for r in rows:
         print(f"{r['algorithm']:<10}{r['before']:>8.3f}{r['after']:>8.3f}{r['env_steps']:>11}{r['messages']:>10}{r['tokens']:>9}"
               f"{r['wall_s']:>9.0f}{r['peak_rss_gb']:>9.2f}")

@@ -32,16 +32,18 @@ def changed_share(lr: float = LR, steps: int = 3) -> dict[str, float]:
     from c3_plugin.trainers.update import PolicySample, ppo_update
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=4096, hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
-                      num_key_value_heads=4, initializer_range=0.02, tie_word_embeddings=False)
+    cfg = LlamaConfig(vocab_size=4096, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+                      num_attention_heads=4, num_key_value_heads=4, initializer_range=0.02, tie_word_embeddings=False)
     base = LlamaForCausalLM(cfg).to(torch.bfloat16)
     rng = np.random.default_rng(0)
     prompts = [list(map(int, rng.integers(0, 4096, size=16))) for _ in range(16)]
     comps = [list(map(int, rng.integers(0, 4096, size=16))) for _ in range(16)]
     old = token_logprobs(copy.deepcopy(base).float(), prompts, comps, 0)
-    samples = [PolicySample(p, c, o, float(a)) for p, c, o, a in zip(prompts, comps, old, rng.choice([-1.0, 1.0], size=16))]
+    samples = [PolicySample(p, c, o, float(a))
+               for p, c, o, a in zip(prompts, comps, old, rng.choice([-1.0, 1.0], size=16))]
     args = type("A", (), dict(ppo_epochs=1, minibatch_size=None, micro_batch_size=8, temperature=1.0, clip_eps=0.2,
-                              clip_eps_high=None, max_grad_norm=1.0, loss_aggregation="token_mean", reference_kl_coef=0.0))()
+                              clip_eps_high=None, max_grad_norm=1.0, loss_aggregation="token_mean",
+                              reference_kl_coef=0.0))()
     start = torch.cat([p.detach().float().reshape(-1) for p in base.parameters()])
     out, deltas = {}, {}
     for name in ("bf16_in_place", "fp32_masters_bf16_compute", "fp32"):
@@ -58,7 +60,8 @@ def changed_share(lr: float = LR, steps: int = 3) -> dict[str, float]:
                 ppo_update(model, opt, samples, args, np.random.default_rng(0), 0)
         deltas[name] = torch.cat([p.detach().float().reshape(-1) for p in model.parameters()]) - start
         out[f"changed_share/{name}"] = float((deltas[name] != 0).float().mean())
-    out["cosine_masters_vs_fp32"] = float(torch.nn.functional.cosine_similarity(deltas["fp32_masters_bf16_compute"], deltas["fp32"], dim=0))
+    out["cosine_masters_vs_fp32"] = float(torch.nn.functional.cosine_similarity(deltas["fp32_masters_bf16_compute"],
+                                                                                deltas["fp32"], dim=0))
     return out
 
 
@@ -84,15 +87,16 @@ def logprob_memory(sequences: int = 64, micro: int = 8) -> dict[str, float]:
 
 
 def logprob_gap() -> dict[str, float]:
-    from c3_plugin.generation.hf import HFBackend
-    from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt
     from c3_plugin.core.loss import sequence_logprobs
+    from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt
+    from c3_plugin.generation.hf import HFBackend
     from c3_plugin.run.testing import two_eos_team
 
     tok, model = two_eos_team()
     prompts = [Prompt("abc", "R", 0), Prompt("ponmlkjih", "R", 0)]
     torch.manual_seed(0)
-    gens = HFBackend(lambda a: model, [tok], use_chat_template=False).generate(prompts, 16, Sampling(max_new_tokens=12, temperature=0.7))
+    gens = HFBackend(lambda a: model, [tok],
+                     use_chat_template=False).generate(prompts, 16, Sampling(max_new_tokens=12, temperature=0.7))
     pids = [encode_prompt(tok, p, False) for p, row in zip(prompts, gens) for _ in row]
     flat = [g for row in gens for g in row]
     with torch.no_grad():
@@ -102,8 +106,8 @@ def logprob_gap() -> dict[str, float]:
     ids = torch.tensor([pids[0]])
     torch.manual_seed(0)
     out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=0.7, top_k=0,
-                         max_new_tokens=12, num_return_sequences=16, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                         output_logits=True, return_dict_in_generate=True)
+                         max_new_tokens=12, num_return_sequences=16, eos_token_id=tok.eos_token_id,
+                         pad_token_id=tok.pad_token_id, output_logits=True, return_dict_in_generate=True)
     seqs = out.sequences[:, ids.shape[1]:]
     logits = torch.stack(out.logits, 1).float() / 0.7
     step = (torch.gather(logits, -1, seqs.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1))
@@ -118,7 +122,8 @@ def logprob_gap() -> dict[str, float]:
         with torch.no_grad():
             re, _ = sequence_logprobs(model, [pids[0]], [kept], tok.pad_token_id, 0.7)
         gaps.extend(abs(re[0, i].item() - step[r, i].item()) for i in range(len(kept)))
-    return {"logprob_gap_max/now": now, "logprob_gap_max/before": max(gaps), "tokens_deleted_inside_messages/before": deleted}
+    return {"logprob_gap_max/now": now, "logprob_gap_max/before": max(gaps),
+            "tokens_deleted_inside_messages/before": deleted}
 
 
 def main() -> None:

@@ -27,7 +27,8 @@ PHASES = [  # (name, command) as the Makefile's test recipe runs them
     ("main suite, every core (-n auto)", [".venv/bin/python", "-m", "pytest", "-q", "-n", "auto", "--dist", "loadgroup",
                                           "-m", f"{MAIN} and not torchrun"]),
     ("torchrun tests, one at a time", [".venv/bin/python", "-m", "pytest", "-q", "-m", f"{MAIN} and torchrun"]),
-    ("vLLM tests (.venv-vllm)", [".venv-vllm/bin/python", "-m", "pytest", "-q", "-m", "vllm", "tests/generation/test_vllm_backend.py"]),
+    ("vLLM tests (.venv-vllm)", [".venv-vllm/bin/python", "-m", "pytest", "-q", "-m", "vllm",
+                                 "tests/generation/test_vllm_backend.py"]),
 ]
 
 
@@ -37,7 +38,8 @@ def tests_of(junit: Path) -> list[tuple[str, float, str]]:
     for case in ET.parse(junit).getroot().iter("testcase"):
         outcome = "failed" if case.find("failure") is not None or case.find("error") is not None else \
             "skipped" if case.find("skipped") is not None else "passed"
-        out.append((f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name')}", float(case.get("time", 0.0)), outcome))
+        out.append((f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name')}",
+                    float(case.get("time", 0.0)), outcome))
     return out
 
 
@@ -74,13 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for k, (name, cmd) in enumerate(PHASES):
             junit = Path(tmp) / f"phase{k}.xml"
-            seconds, code = run(cmd + [f"--junitxml={junit}"], env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if "vllm" in name.lower() else None)
+            seconds, code = run(cmd + [f"--junitxml={junit}"], env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+                                if "vllm" in name.lower() else None)
             phase = tests_of(junit) if junit.exists() else []
             failed += sum(c[2] == "failed" for c in phase) + (1 if code and not phase else 0)
             cases += phase
             lines.append(f"| {name} | {seconds:.0f} | {len(phase)} |")
     total = sum(float(line.split("|")[2]) for line in lines)
-    print("| phase | wall s | tests |\n| --- | ---: | ---: |\n" + "\n".join(lines) + f"\n| **total** | **{total:.0f}** | **{len(cases)}** |")
+    print("| phase | wall s | tests |\n| --- | ---: | ---: |\n" + "\n".join(lines)
+          + f"\n| **total** | **{total:.0f}** | **{len(cases)}** |")
     print(f"\nslowest {args.top} of {len(cases)} tests ({failed} failed):\n\n{table(cases, args.top)}")
     return 1 if failed else 0
 

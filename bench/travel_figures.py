@@ -28,8 +28,8 @@ OFFLINE = [f"dataset.train.source={FIXTURE}", "dataset.train.split=train", "data
 
 
 def dry_run_figures() -> dict:
-    cmd = [sys.executable, str(ROOT / "single_turn" / "train_c3.py"), "--config", str(ROOT / "configs" / "travel" / "c3.yaml"),
-           "--dry-run"] + [x for o in OFFLINE for x in ("--override", o)]
+    cmd = [sys.executable, str(ROOT / "single_turn" / "train_c3.py"), "--config",
+           str(ROOT / "configs" / "travel" / "c3.yaml"), "--dry-run"] + [x for o in OFFLINE for x in ("--override", o)]
     t = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     cli = time.perf_counter() - t
@@ -77,9 +77,9 @@ def generation_figures(value_tokens: int, sequences: int) -> dict:
     import torch
 
     from c3_plugin.core.config import ModelSection
+    from c3_plugin.core.protocol import Prompt, Sampling
     from c3_plugin.generation.hf import HFBackend
     from c3_plugin.scale.policies import load_model, load_tokenizer
-    from c3_plugin.core.protocol import Prompt, Sampling
     from domains.travel import grammar, normalise, parse_action, travel_workflow
     from domains.travel.prompts import prompt_fields
 
@@ -110,7 +110,8 @@ def generation_figures(value_tokens: int, sequences: int) -> dict:
     wall = time.perf_counter() - t
     tokens = sum(len(g.token_ids) for g in gens)
     out["unconstrained"] = {"tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall,
-                            "valid_actions": sum(parse_action(prompt.prefix + g.text, 0, row["days"]).valid for g in gens)}
+                            "valid_actions": sum(parse_action(prompt.prefix + g.text, 0, row["days"]).valid
+                                                 for g in gens)}
     out["ratio_tokens_per_s"] = out["skeleton"]["tokens_per_s"] / out["unconstrained"]["tokens_per_s"]
     return out
 
@@ -127,16 +128,19 @@ def main() -> None:
     d, r = figures["dry_run"], figures["reward"]
     print("== travel figures (2 CPU cores) ==")
     print(f"dry run: CLI {d['cli_wall_s']:.1f} s wall (imports included), report alone {d['in_process_s']:.2f} s; "
-          f"catalogs parsed {d['catalog_parse']['parsed']}/{d['catalog_parse']['rows']}; all-dash probe {d['all_dash_probe_reward']}")
+          f"catalogs parsed {d['catalog_parse']['parsed']}/{d['catalog_parse']['rows']}; all-dash probe "
+          f"{d['all_dash_probe_reward']}")
     print(f"reward: {r['calls']} joint actions; cold {r['cold_calls_per_s']:.0f} calls/s (catalog parse included), "
           f"warm {r['warm_calls_per_s']:.0f} calls/s")
     if "generation" in figures:
         g = figures["generation"]
         print(f"generation (SmolLM2-135M, {args.sequences} sequences): skeleton {g['skeleton']['tokens']} tokens in "
-              f"{g['skeleton']['wall_s']:.1f} s = {g['skeleton']['tokens_per_s']:.1f} tok/s ({g['skeleton']['value_tokens']} "
-              f"policy-chosen); unconstrained {g['unconstrained']['tokens']} tokens in {g['unconstrained']['wall_s']:.1f} s = "
-              f"{g['unconstrained']['tokens_per_s']:.1f} tok/s; ratio {g['ratio_tokens_per_s']:.2f}; strictly valid Logistics actions "
-              f"{g['skeleton']['valid_actions']}/{args.sequences} vs {g['unconstrained']['valid_actions']}/{args.sequences}")
+              f"{g['skeleton']['wall_s']:.1f} s = {g['skeleton']['tokens_per_s']:.1f} tok/s "
+              f"({g['skeleton']['value_tokens']} policy-chosen); unconstrained {g['unconstrained']['tokens']} tokens "
+              f"in {g['unconstrained']['wall_s']:.1f} s = {g['unconstrained']['tokens_per_s']:.1f} tok/s; ratio "
+              f"{g['ratio_tokens_per_s']:.2f}; strictly valid Logistics actions "
+              f"{g['skeleton']['valid_actions']}/{args.sequences} vs "
+              f"{g['unconstrained']['valid_actions']}/{args.sequences}")
     print(json.dumps(figures, indent=1, default=str))
 
 

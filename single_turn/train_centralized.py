@@ -1,5 +1,6 @@
 """Train one centralized joint actor on the travel task:
-python single_turn/train_centralized.py --algorithm {magrpo,madpo,madpo_iter,marlhf,marlhf_iter} [--config ...] [--override k=v] [--dry-run]
+python single_turn/train_centralized.py --algorithm {magrpo,madpo,madpo_iter,marlhf,marlhf_iter} [--config ...]
+[--override k=v] [--dry-run]
 
 Each algorithm has its own default config, configs/travel/centralized_<algorithm>.yaml. One model sees
 both roles' contexts and writes the whole joint action; the two role actions are split from it only

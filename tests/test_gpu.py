@@ -34,9 +34,11 @@ def test_bf16_compute_over_fp32_masters_keeps_small_updates_on_cuda():
     prompts = [list(map(int, rng.integers(6, 200, size=6))) for _ in range(8)]
     comps = [list(map(int, rng.integers(6, 200, size=5))) for _ in range(8)]
     old = token_logprobs(plain, prompts, comps, tok.pad_token_id)
-    samples = [PolicySample(p, c, o, float(a)) for p, c, o, a in zip(prompts, comps, old, rng.choice([-1.0, 1.0], size=8))]
+    samples = [PolicySample(p, c, o, float(a))
+               for p, c, o, a in zip(prompts, comps, old, rng.choice([-1.0, 1.0], size=8))]
     args = type("A", (), dict(ppo_epochs=1, minibatch_size=None, micro_batch_size=4, temperature=1.0, clip_eps=0.2,
-                              clip_eps_high=None, max_grad_norm=1.0, loss_aggregation="token_mean", reference_kl_coef=0.0))()
+                              clip_eps_high=None, max_grad_norm=1.0, loss_aggregation="token_mean",
+                              reference_kl_coef=0.0))()
     start = torch.cat([p.detach().float().reshape(-1) for p in plain.parameters()])
     for model in (masters, plain):
         opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
@@ -53,7 +55,8 @@ def test_c3_trainer_step_on_cuda_in_bf16():
     tok = tiny_tokenizer()
     models = [cuda_model(tok, 0), cuda_model(tok, 1)]
     ds = Dataset.from_list([{"id": f"p{i}", "prompt": f"q{i}", "question": f"q{i}", "answer": "1"} for i in range(4)])
-    args = experiment_config(C3Config, num_train_epochs=1, max_new_tokens=8, instances_per_update=4, agent_devices="cuda:0")
+    args = experiment_config(C3Config, num_train_epochs=1, max_new_tokens=8, instances_per_update=4,
+                             agent_devices="cuda:0")
     trainer = C3Trainer(agents=models, tokenizer=tok, train_dataset=ds, args=args,
                         reward_func=lambda *c, batch_items=None, prompts=None: [float(len(x) % 2) for x in c[-1]])
     trainer.verbose = False

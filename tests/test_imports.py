@@ -21,7 +21,8 @@ def module_files(root: Path, package: str) -> dict[str, Path]:
 
 def _type_checking_only(node: ast.AST) -> bool:
     test = getattr(node, "test", None)
-    return isinstance(node, ast.If) and (getattr(test, "id", None) == "TYPE_CHECKING" or getattr(test, "attr", None) == "TYPE_CHECKING")
+    return isinstance(node, ast.If) and (getattr(test, "id", None) == "TYPE_CHECKING"
+                                         or getattr(test, "attr", None) == "TYPE_CHECKING")
 
 
 def _imports(tree: ast.AST):
@@ -98,7 +99,8 @@ def test_the_cycle_finder_sees_imports_inside_functions(tmp_path):
     (pkg / "__init__.py").write_text("")
     (pkg / "a.py").write_text("from .b import helper\n")
     (pkg / "b.py").write_text("def helper():\n    pass\n\ndef lazy():\n    from . import a\n    return a\n")
-    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import x\nimport pkg.b\n")
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a "
+                              "import x\nimport pkg.b\n")
     graph = import_graph(module_files(tmp_path, "pkg"))
     assert graph["pkg.a"] == {"pkg.b"} and graph["pkg.b"] == {"pkg.a"} and graph["pkg.c"] == {"pkg.b"}
     assert cycles(graph) == [["pkg.a", "pkg.b"]]
@@ -125,7 +127,8 @@ def test_public_preference_names_import_from_the_package():
         assert getattr(preference, name).__module__.startswith("c3_plugin.trainers.preference.")
     for name in PREFERENCE:
         config_cls, trainer_cls = resolve(name)
-        assert getattr(preference, trainer_cls.__name__) is trainer_cls and getattr(preference, config_cls.__name__) is config_cls
+        assert (getattr(preference, trainer_cls.__name__) is trainer_cls
+                and getattr(preference, config_cls.__name__) is config_cls)
 
 
 def test_a_checkpoint_written_under_the_single_module_name_still_loads():

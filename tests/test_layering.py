@@ -62,7 +62,8 @@ def test_no_import_cycle_counting_imports_inside_functions():
 def test_the_library_imports_no_domain_and_domains_only_its_core():
     _, of = _layers()
     graph = _graph()
-    into_domains = sorted(f"{m} -> {t}" for m, ts in graph.items() if m.startswith("c3_plugin") for t in ts if t.startswith("domains"))
+    into_domains = sorted(f"{m} -> {t}" for m, ts in graph.items() if m.startswith("c3_plugin") for t in ts
+                          if t.startswith("domains"))
     assert not into_domains, into_domains
     bad = []
     for m, ts in graph.items():
@@ -85,7 +86,8 @@ def test_the_checks_see_what_they_check():
     deferred = {m: re.findall(r"^\s+from (c3_plugin[\w.]*) import", p.read_text(), re.M)
                 for m, p in MODULES.items() if m.startswith("c3_plugin")}
     deferred = {m: found for m, found in deferred.items() if found}
-    assert deferred and all(set(found) & (graph[m] | {t.rpartition(".")[0] for t in graph[m]}) for m, found in deferred.items())
+    assert deferred and all(set(found) & (graph[m] | {t.rpartition(".")[0] for t in graph[m]})
+                            for m, found in deferred.items())
 
 
 def test_each_layer_is_a_folder():

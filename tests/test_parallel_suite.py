@@ -26,7 +26,7 @@ def test_an_xdist_group_keeps_its_module_fixture_on_one_worker(tmp_path):
         def test_other(case):
             pass
     """))
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
-                          "test_grouped.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist",
+                          "loadgroup", "test_grouped.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert len((tmp_path / "setups.log").read_text().split()) == 1  # built once, on one worker

@@ -39,6 +39,7 @@ def test_every_file_the_table_names_exists():
     for path, cell in _rows().items():
         assert (REPO / path).is_dir(), path
         for name in re.findall(r"`([\w/]+\.py)`", cell):
-            if not ((REPO / path / name).is_file() or any((REPO / path).rglob(name))):  # the folder's own or a subfolder's
+            # the folder's own or a subfolder's
+            if not ((REPO / path / name).is_file() or any((REPO / path).rglob(name))):
                 stale.append(f"{path}{name}")
     assert not stale, f"the README's table names files that do not exist: {stale}"

@@ -13,7 +13,14 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from c3_plugin.core.credit import loo_advantages_batch, noise_variance, observed_noise_variance, pooled_return_variance, split_half_reliability, tree_advantages
+from c3_plugin.core.credit import (
+    loo_advantages_batch,
+    noise_variance,
+    observed_noise_variance,
+    pooled_return_variance,
+    split_half_reliability,
+    tree_advantages,
+)
 from c3_plugin.core.plan import parse_plan
 from c3_plugin.core.rollout import materialize
 from c3_plugin.core.stats import spearman_expectation
@@ -39,7 +46,8 @@ def unbiasedness(env: SyntheticEnv, plan: Any, questions: Sequence[str], runs: i
     plan = parse_plan(plan)
     items = [{"id": f"q{qi}#{r}", "question": q} for r in range(runs) for qi, q in enumerate(questions)]
     rng = np.random.default_rng(seed)
-    rollout = materialize(env.workflow, plan, items, SyntheticBackend(env, seed=seed + 1), lambda leaves: env.reward(leaves, rng))
+    rollout = materialize(env.workflow, plan, items, SyntheticBackend(env, seed=seed + 1),
+                          lambda leaves: env.reward(leaves, rng))
     by_node = {(e.instance, e.node): e for e in rollout.entries}
     cells: dict[tuple, dict[str, dict[str, float]]] = {}
     for u, adv in enumerate(estimator(rollout.rewards)):
@@ -56,7 +64,7 @@ def unbiasedness(env: SyntheticEnv, plan: Any, questions: Sequence[str], runs: i
             run[0] += float(a)
             run[1] += 1
     rows = []
-    for (u, q, outputs, msg), cell in cells.items():
+    for (u, _q, outputs, msg), cell in cells.items():
         sums = np.array([v[0] for v in cell["runs"].values()])
         counts = np.array([v[1] for v in cell["runs"].values()], dtype=np.float64)
         mean, se = _cluster_mean_se(sums, counts)
@@ -66,7 +74,8 @@ def unbiasedness(env: SyntheticEnv, plan: Any, questions: Sequence[str], runs: i
     return rows
 
 
-def unbiasedness_unequal(env: SyntheticEnv, question: str, counts: Sequence[int], groups: int, seed: int = 0) -> list[dict]:
+def unbiasedness_unequal(env: SyntheticEnv, question: str, counts: Sequence[int], groups: int,
+                         seed: int = 0) -> list[dict]:
     """C3 at the opening decision point with unequal continuation counts per alternative:
     mean advantage per (alternative slot, action) against the exact Q - V."""
     item = {"id": "q", "question": question}
@@ -109,7 +118,8 @@ def noise_law(env: SyntheticEnv, questions: Sequence[str], n: int, c: int, group
             "predicted": predicted, "ratio": observed / predicted}
 
 
-def ablation_vs_c3(env: SyntheticEnv, question: str, n: int, rollouts: Sequence[int], groups: int, seed: int = 0) -> list[dict]:
+def ablation_vs_c3(env: SyntheticEnv, question: str, n: int, rollouts: Sequence[int], groups: int,
+                   seed: int = 0) -> list[dict]:
     """Error against the exact ``Q(h, a) - V(h)`` at the opening decision point as the rollouts
     per alternative grow, for C3 (leave-one-out over ``n`` alternatives) and for agent
     ablation (each alternative's mean return minus the null message's mean return).

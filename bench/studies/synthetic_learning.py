@@ -43,8 +43,8 @@ The estimators see the same number of terminal reward calls per update:
   exact ``Q(h, a) - V(h)`` of each message, enumerated. It is the ceiling of what credit can buy on
   these samples: the learning curve of noise-free per-agent credit.
 
-The update is the exact softmax policy gradient (times the agent's ``lr_scale``) of ``sum_u mean_{messages at u} A * log pi``:
-per decision point a mean over its messages, so every unbiased estimator's expected step is the same
+The update is the exact softmax policy gradient (times the agent's ``lr_scale``) of ``sum_u mean_{messages at u} A * log
+pi``: per decision point a mean over its messages, so every unbiased estimator's expected step is the same
 ``lr * sum_u E[(Q - V) grad log pi]`` (the group-mean baseline's is ``(B - 1) / B`` of it, because a run
 is part of its own baseline) and the methods differ in the noise of their advantages.
 """
@@ -76,19 +76,26 @@ class LearningSetup:
     high: float = 0.7  # success probability after the good first message (before the later agents' noise)
     low: float = 0.3  # success probability after any other first message
     noise: float = 0.08  # each later message shifts the success probability by a seeded amount in [-noise, noise]
-    actor_penalty: float = 0.0  # success lost when the second decision point (the Actor) writes its harmful message; 0: none
+    # success lost when the second decision point (the Actor) writes its harmful message; 0: none
+    actor_penalty: float = 0.0
     init_scale: float = 0.1  # std of the seeded initial logits: near-uniform policies
     lr: float = 2.0  # policy-gradient step size on the logits, the same for every method
     tree: tuple[int, ...] = (2, 2, 2)  # C3's plan: alternatives per decision point
-    group_mode: str = "mean"  # MAGRPO's group baseline (credit.GROUP_MODES); no std scaling, which would change the step size
-    critic_lr: float = 0.3  # critic step: V_hat += critic_lr * (mean logged return at the context - V_hat), once per update
+    # MAGRPO's group baseline (credit.GROUP_MODES); no std scaling, which would change the step size
+    group_mode: str = "mean"
+    # critic step: V_hat += critic_lr * (mean logged return at the context - V_hat), once per update
+    critic_lr: float = 0.3
     critic_init: float = 0.5  # V_hat of a context never seen (the middle of the reward range)
     copies: int = 1  # instances of the task per update (each runs the whole plan)
     eval_every: int = 4  # updates between exact evaluations of the success probability
-    lr_scale: tuple[float, ...] = ()  # per agent (workflow agent index) multiplier of lr; 0 = frozen (never updated); () = 1 for all
-    env: str = "decisive_first"  # environment class (ENVIRONMENTS): decisive_first, or match_chain (first_values, gains)
-    first_values: tuple[float, ...] = ()  # match_chain: success probability of each first message (a seeded permutation per task)
-    gains: tuple[float, ...] = ()  # match_chain: what decision point u >= 1 adds by writing the good reply to the message it reads
+    # per agent (workflow agent index) multiplier of lr; 0 = frozen (never updated); () = 1 for all
+    lr_scale: tuple[float, ...] = ()
+    # environment class (ENVIRONMENTS): decisive_first, or match_chain (first_values, gains)
+    env: str = "decisive_first"
+    # match_chain: success probability of each first message (a seeded permutation per task)
+    first_values: tuple[float, ...] = ()
+    # match_chain: what decision point u >= 1 adds by writing the good reply to the message it reads
+    gains: tuple[float, ...] = ()
 
     @property
     def leaves(self) -> int:
@@ -98,10 +105,12 @@ class LearningSetup:
     def agent_scales(self, workflow: Workflow) -> dict[str, float]:
         """Each role's multiplier of ``lr``: ``lr_scale[agent]`` of the agent that plays it (1 without ``lr_scale``)."""
         if self.lr_scale and len(self.lr_scale) != workflow.num_agents:
-            raise ValueError(f"lr_scale has {len(self.lr_scale)} entries but the workflow has {workflow.num_agents} agents")
+            raise ValueError(f"lr_scale has {len(self.lr_scale)} entries but the workflow has "
+                             f"{workflow.num_agents} agents")
         if any(x < 0 for x in self.lr_scale):
             raise ValueError(f"lr_scale {self.lr_scale}: multipliers must be >= 0 (0 freezes an agent)")
-        return {name: float(self.lr_scale[role.agent]) if self.lr_scale else 1.0 for name, role in workflow.roles.items()}
+        return {name: float(self.lr_scale[role.agent]) if self.lr_scale
+                else 1.0 for name, role in workflow.roles.items()}
 
     def plan(self, method: str) -> str:
         """The rollout plan a method samples: C3's tree, or as many independent runs as it has leaves."""
@@ -190,15 +199,16 @@ class DecisiveFirstEnv(TrainableEnv):
         later = [s for s in decisions[1:] if s is not self.actor_step]  # the noisy agents
         spread = actor_penalty + 2 * len(later) * noise  # the most the later agents can move a first message's value
         if not high - low > spread:
-            raise ValueError(f"DecisiveFirstEnv: high - low = {high - low:g} must exceed actor_penalty + 2 (noisy agents) noise = "
-                             f"{spread:g}, or a later agent could change which first message is best")
+            raise ValueError(f"DecisiveFirstEnv: high - low = {high - low:g} must exceed actor_penalty + 2 (noisy "
+                             f"agents) noise = {spread:g}, or a later agent could change which first message is best")
         after = sum(s.index > self.actor_step.index for s in later) if self.actor_step else 0
         if actor_penalty > 0 and not actor_penalty > 2 * after * noise:
-            raise ValueError(f"DecisiveFirstEnv: actor_penalty = {actor_penalty:g} must exceed 2 (noisy agents after the Actor) noise"
-                             f" = {2 * after * noise:g}, or the harmful message might not be the Actor's worst")
+            raise ValueError(f"DecisiveFirstEnv: actor_penalty = {actor_penalty:g} must exceed 2 (noisy agents after "
+                             f"the Actor) noise = {2 * after * noise:g}, or the harmful message might not "
+                             "be the Actor's worst")
         if low - len(later) * noise - actor_penalty < 0 or high + len(later) * noise > 1:
-            raise ValueError("DecisiveFirstEnv: low - (noisy agents) noise - actor_penalty and high + (noisy agents) noise "
-                             "must stay within [0, 1]")
+            raise ValueError("DecisiveFirstEnv: low - (noisy agents) noise - actor_penalty and high + (noisy agents) "
+                             "noise must stay within [0, 1]")
         super().__init__(workflow, vocab=learner.vocab, seed=seed, reward_low=low, reward_high=high)
         self.learner, self.noise, self.actor_penalty = learner, noise, actor_penalty
         self._first_prefix = workflow.roles[workflow.steps[0].name].prefix
@@ -226,20 +236,24 @@ class DecisiveFirstEnv(TrainableEnv):
         """Probability that the decision point at schedule ``position`` writes message ``k``, given ``outputs``."""
         step = self.workflow.steps[len(outputs)]
         if step.kind == "feedback":
-            text = self.workflow.feedback[step.name](item, {r: self.workflow.latest_outputs(outputs).get(r, "") for r in step.reads})
+            text = self.workflow.feedback[step.name](item,
+                                                     {r: self.workflow.latest_outputs(outputs).get(r, "")
+                                                      for r in step.reads})
             return self._message_prob(item, outputs + (text,), position, k)
         p = self.policy(step.name, self.workflow.assemble(step, item, outputs))
         if step.index == position:
             return float(p[k])
         prefix = self.workflow.roles[step.name].prefix
-        return float(sum(p[j] * self._message_prob(item, outputs + (prefix + m,), position, k) for j, m in enumerate(self.messages)))
+        return float(sum(p[j] * self._message_prob(item, outputs + (prefix + m,), position, k)
+                         for j, m in enumerate(self.messages)))
 
     def reward_prob(self, item: Mapping[str, Any], outputs: Sequence[str]) -> float:
         key = (str(item["question"]), tuple(outputs))
         if key not in self._reward_prob:  # a fixed law: seeding it once per path keeps training cheap
             good = self._first_prefix + self.messages[self.good_index(item)]
             p = self.reward_high if outputs[0] == good else self.reward_low
-            shifts = (_seeded(self.seed, "noise", item["question"], *outputs[: s + 1]).uniform(-1.0, 1.0) for s in self._later)
+            shifts = (_seeded(self.seed, "noise", item["question"], *outputs[: s + 1]).uniform(-1.0, 1.0)
+                      for s in self._later)
             p = p + self.noise * sum(shifts)
             if self.actor_penalty:
                 harmful = self.workflow.roles[self.actor_step.name].prefix + self.messages[self.harmful_index(item)]
@@ -270,15 +284,20 @@ class MatchChainEnv(TrainableEnv):
             raise ValueError("MatchChainEnv: the workflow must be decision points only (no feedback steps)")
         for prev, st in zip(steps, steps[1:]):
             if tuple(st.reads) != (prev.name,):
-                raise ValueError(f"MatchChainEnv: decision point {st.name} must read exactly the one before it ({prev.name})")
+                raise ValueError(f"MatchChainEnv: decision point {st.name} must read exactly the one "
+                                 f"before it ({prev.name})")
         if len(first_values) != learner.vocab:
-            raise ValueError(f"MatchChainEnv: {len(first_values)} first_values for {learner.vocab} messages; give one per message")
+            raise ValueError(f"MatchChainEnv: {len(first_values)} first_values for {learner.vocab} messages; "
+                             "give one per message")
         if len(gains) != len(steps) - 1 or any(g < 0 for g in gains):
-            raise ValueError(f"MatchChainEnv: gains needs one value >= 0 per later decision point ({len(steps) - 1}), got {list(gains)}")
+            raise ValueError("MatchChainEnv: gains needs one value >= 0 per later decision point "
+                             f"({len(steps) - 1}), got {list(gains)}")
         if min(first_values) < 0 or max(first_values) + sum(gains) > 1:
             raise ValueError("MatchChainEnv: first_values must be >= 0 and max(first_values) + sum(gains) <= 1")
-        super().__init__(workflow, vocab=learner.vocab, seed=seed, reward_low=min(first_values), reward_high=max(first_values) + sum(gains))
-        self.learner, self.first_values, self.gains = learner, tuple(float(x) for x in first_values), tuple(float(g) for g in gains)
+        super().__init__(workflow, vocab=learner.vocab, seed=seed, reward_low=min(first_values),
+                         reward_high=max(first_values) + sum(gains))
+        self.learner, self.first_values, self.gains = (learner, tuple(float(x) for x in first_values),
+                                                       tuple(float(g) for g in gains))
         self.actor_step = None  # no harmful message (DecisiveFirstEnv's masked variant)
         self._prefix = [workflow.roles[st.name].prefix for st in steps]
         self._reward_prob: dict[tuple[str, tuple[str, ...]], float] = {}
@@ -290,7 +309,8 @@ class MatchChainEnv(TrainableEnv):
         return self.first_values[int(perm[k])]
 
     def good_index(self, item: Mapping[str, Any]) -> int:
-        """Index of the first agent's best message (the largest ``first_values`` entry; the later gains cannot change it)."""
+        """Index of the first agent's best message (the largest ``first_values`` entry; the later gains cannot change
+        it)."""
         return int(np.argmax([self.first_value(item, k) for k in range(len(self.messages))]))
 
     def reply_index(self, item: Mapping[str, Any], u: int, read: str) -> int:
@@ -330,7 +350,8 @@ def variance_decomposition(env: SyntheticEnv, item: Mapping[str, Any]) -> dict[s
             return
         step = wf.steps[len(outputs)]
         if step.kind == "feedback":
-            walk(outputs + (wf.feedback[step.name](item, {r: wf.latest_outputs(outputs).get(r, "") for r in step.reads}),), weight)
+            latest = wf.latest_outputs(outputs)
+            walk(outputs + (wf.feedback[step.name](item, {r: latest.get(r, "") for r in step.reads}),), weight)
             return
         pi, q = env.policy(*env.context(item, outputs)), env.q_values(item, outputs)
         decisions[step.decision] += weight * float(pi @ (q - pi @ q) ** 2)
@@ -414,7 +435,8 @@ def advantages(method: str, rollout: Rollout, setup: LearningSetup, critic: Tabu
     raise ValueError(f"unknown method {method!r}; use one of {METHODS}")
 
 
-def policy_gradient(learner: TabularSoftmaxPolicy, rollout: Rollout, adv: Sequence[np.ndarray | None]) -> dict[tuple[str, str], np.ndarray]:
+def policy_gradient(learner: TabularSoftmaxPolicy, rollout: Rollout,
+                    adv: Sequence[np.ndarray | None]) -> dict[tuple[str, str], np.ndarray]:
     """Exact gradient of ``sum_u mean_{messages at u} A * log pi(message | context)`` with respect to the
     logits: ``A (onehot(message) - pi(. | context))`` per message, summed per context."""
     grads: dict[tuple[str, str], np.ndarray] = {}
@@ -494,7 +516,8 @@ def train(method: str, seed: int, env_steps: int, setup: LearningSetup = Learnin
     return rows
 
 
-def learning_curves(method: str, seeds: Sequence[int], env_steps: int, setup: LearningSetup = LearningSetup()) -> list[dict]:
+def learning_curves(method: str, seeds: Sequence[int], env_steps: int,
+                    setup: LearningSetup = LearningSetup()) -> list[dict]:
     """:func:`train` for every seed (a seed fixes the environment, the initial policies, the sampling and the
     rewards; the methods share seeds, so their curves pair by seed)."""
     return [row for seed in seeds for row in train(method, seed, env_steps, setup)]
@@ -503,7 +526,8 @@ def learning_curves(method: str, seeds: Sequence[int], env_steps: int, setup: Le
 ENV_VARIANTS: dict[str, dict[str, Any]] = {  # name -> LearningSetup overrides of the environment
     "decisive first": {},  # only the first agent matters; the later ones add +-noise
     # the first agent still moves success by high - low = 0.4; the Actor's harmful message costs 0.2 whatever came
-    # before and the Actor adds no noise (0.4 > 0.2 + 2 * 0.08 and 0.2 > 2 * 0.08: both orders hold whatever the others do)
+    # before and the Actor adds no noise (0.4 > 0.2 + 2 * 0.08 and 0.2 > 2 * 0.08: both orders hold whatever the others
+    # do)
     "masked later mistake": {"actor_penalty": 0.2},
 }
 
@@ -513,12 +537,15 @@ REGIMES: dict[str, dict[str, Any]] = {
     # Reasoner -> Actor: the Reasoner's messages are worth 0, 0.1, 0.7, 0.8 (variance 0.125 under a uniform
     # Reasoner) and it is frozen, so that variance persists; the Actor gains 0.2 by answering its Reasoner's message
     # with the good reply, which depends on that message. C3's tree [2, 4] against independent 8.
-    "downstream learner (frozen upstream)": {"env": "match_chain", "workflow": "reasoner_actor", "first_values": (0.0, 0.1, 0.7, 0.8),
-                                             "gains": (0.2,), "tree": (2, 4), "lr_scale": (0.0, 1.0)},
+    "downstream learner (frozen upstream)": {"env": "match_chain", "workflow": "reasoner_actor",
+                                             "first_values": (0.0, 0.1, 0.7, 0.8), "gains": (0.2,), "tree": (2, 4),
+                                             "lr_scale": (0.0, 1.0)},
     # the same with the Reasoner learning at 0.1x the step size
-    "downstream learner (slow upstream)": {"env": "match_chain", "workflow": "reasoner_actor", "first_values": (0.0, 0.1, 0.7, 0.8),
-                                           "gains": (0.2,), "tree": (2, 4), "lr_scale": (0.1, 1.0)},
-    # Planner -> Solver -> Critic -> Verifier, all trained: the Planner decides (0.7 for one message, 0.3 for the others),
+    "downstream learner (slow upstream)": {"env": "match_chain", "workflow": "reasoner_actor",
+                                           "first_values": (0.0, 0.1, 0.7, 0.8), "gains": (0.2,), "tree": (2, 4),
+                                           "lr_scale": (0.1, 1.0)},
+    # Planner -> Solver -> Critic -> Verifier, all trained: the Planner decides (0.7 for one message, 0.3 for the
+    # others),
     # each later agent gains 0.05 by the good reply. At 16 env steps C3's tree [2, 2, 2, 2] gives the Planner 2
     # alternatives per update, independent 16 gives it 16 runs.
     "all-trained 4-agent chain": {"env": "match_chain", "workflow": "chain4", "first_values": (0.7, 0.3, 0.3, 0.3),

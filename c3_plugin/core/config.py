@@ -15,8 +15,8 @@ from typing import Any, Mapping
 
 import yaml
 
-from c3_plugin.core.domain import check_domain_name, load_domain
 from c3_plugin.core.config_types import check_fields
+from c3_plugin.core.domain import check_domain_name, load_domain
 from c3_plugin.core.errors import ConfigError
 from c3_plugin.core.estimator_rules import check
 from c3_plugin.core.hub import require_hub_data
@@ -28,26 +28,42 @@ from c3_plugin.core.workflow import Workflow, WorkflowError, builtin_workflows, 
 
 @dataclass
 class ModelSection:
-    name: str = "HuggingFaceTB/SmolLM2-135M-Instruct"  # HF name, local folder (relative: to the config file's folder), or "pkg:<python package>"
+    # HF name, local folder (relative: to the config file's folder), or "pkg:<python package>"
+    name: str = "HuggingFaceTB/SmolLM2-135M-Instruct"
     gguf_file: str | None = None  # GGUF file inside that folder (needs the gguf package)
-    dtype: str = "float32"  # compute dtype: "float32" or "bfloat16" (trained weights stay fp32 masters); "float16" only for frozen models
+    # compute dtype: "float32" or "bfloat16" (trained weights stay fp32 masters); "float16" only for frozen models
+    dtype: str = "float32"
     device: str = "auto"  # "auto" (cuda:0 when available), "cpu" or "cuda:N"
-    device_memory_gb: float | str | None = None  # device memory the dry-run checks its estimate against: GiB, or a class ("h100", "h200", "a100-40", ...); None: the H100-80 and H200-141 classes
-    prompt_tokens: int = 512  # task-prompt length (tokens) the dry-run's memory estimate assumes before the earlier roles' messages
+    # device memory the dry-run checks its estimate against: GiB, or a class ("h100", "h200", "a100-40", ...); None: the
+    # H100-80 and H200-141 classes
+    device_memory_gb: float | str | None = None
+    # task-prompt length (tokens) the dry-run's memory estimate assumes before the earlier roles' messages
+    prompt_tokens: int = 512
     revision: str | None = None  # pinned hub revision
 
 
 @dataclass
 class AgentsSection:
-    policy: str = "per_agent"  # "per_agent" (one model per agent), "lora" (one base, one adapter per agent) or "shared" (one model plays every role, trained on all roles' messages in one update with one optimizer, as the C3 reference launcher's single actor)
-    models: list[str] | None = None  # optional per-agent models, each like agent_model.name (per_agent only); default: agent_model.name
+    # "per_agent" (one model per agent), "lora" (one base, one adapter per agent) or "shared" (one model plays every
+    # role, trained on all roles' messages in one update with one optimizer, as the C3 reference launcher's single
+    # actor)
+    policy: str = "per_agent"
+    # optional per-agent models, each like agent_model.name (per_agent only); default: agent_model.name
+    models: list[str] | None = None
     lora_r: int = 16  # LoRA rank
     lora_alpha: int = 32  # LoRA scaling
     lora_dropout: float = 0.0  # LoRA dropout
-    lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])  # modules to adapt
-    learning_rate: dict[str, float] = field(default_factory=dict)  # per-role learning rate of the agent that plays it, e.g. {Actor: 1.0e-5} (default: the algorithm's agent_learning_rate); the same for every algorithm of a comparison
-    learning_rate_scale: dict[str, float] = field(default_factory=dict)  # per-role multiplier of the algorithm's agent_learning_rate, e.g. {Reasoner: 0.1} (not with learning_rate for the same role)
-    trainable: dict[str, bool] = field(default_factory=dict)  # per-role; false freezes the agent that plays it: it samples, is credited and logged, but never updated (a fixed teammate)
+    # modules to adapt
+    lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    # per-role learning rate of the agent that plays it, e.g. {Actor: 1.0e-5} (default: the algorithm's
+    # agent_learning_rate); the same for every algorithm of a comparison
+    learning_rate: dict[str, float] = field(default_factory=dict)
+    # per-role multiplier of the algorithm's agent_learning_rate, e.g. {Reasoner: 0.1} (not with learning_rate for the
+    # same role)
+    learning_rate_scale: dict[str, float] = field(default_factory=dict)
+    # per-role; false freezes the agent that plays it: it samples, is credited and logged, but never updated (a fixed
+    # teammate)
+    trainable: dict[str, bool] = field(default_factory=dict)
 
 
 @dataclass
@@ -66,12 +82,15 @@ class DatasetSection:
     # (default greedy) decodes each item k times with sampling at the suite's ``temperature``/``top_p`` (default:
     # the algorithm's) and logs avg@k and pass@k' for each k' in ``pass_k`` (default [k]); docs/metrics.md.
     eval: list[dict[str, Any]] = field(default_factory=list)
-    drop_overlap: bool = False  # drop (instead of refusing) training rows that are evaluation problems, from every train source
+    # drop (instead of refusing) training rows that are evaluation problems, from every train source
+    drop_overlap: bool = False
     base_dir: str | None = None  # where relative paths resolve (set to the config file's folder when loaded)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.train, (dict, list)) or (isinstance(self.train, list) and not all(isinstance(s, dict) for s in self.train)):
-            raise ValueError(f"train must be one source (a mapping) or a list of sources (mappings), got {self.train!r}")
+        if not isinstance(self.train, (dict, list)) or (isinstance(self.train, list)
+                                                        and not all(isinstance(s, dict) for s in self.train)):
+            raise ValueError("train must be one source (a mapping) or a list of sources "
+                             f"(mappings), got {self.train!r}")
 
     def train_sources(self) -> list[dict[str, Any]]:
         """The train source specs as a list (one for the single-mapping form, none when it is empty)."""
@@ -80,12 +99,16 @@ class DatasetSection:
 
 @dataclass
 class WorkflowSection:
-    name: str | None = None  # a workflow of the domain, a built-in name or a YAML path (None: the domain's default workflow)
-    prefix: dict[str, str] = field(default_factory=dict)  # per-role response prefix (assistant prefill), e.g. {Actor: "\\boxed{"}
+    # a workflow of the domain, a built-in name or a YAML path (None: the domain's default workflow)
+    name: str | None = None
+    # per-role response prefix (assistant prefill), e.g. {Actor: "\\boxed{"}
+    prefix: dict[str, str] = field(default_factory=dict)
     max_new_tokens: dict[str, int] = field(default_factory=dict)  # per-role generation cap
     templates: dict[str, str] = field(default_factory=dict)  # per-role template overrides
     system: dict[str, str] = field(default_factory=dict)  # per-role system prompt overrides
-    temperature: dict[str, float] = field(default_factory=dict)  # per-role sampling temperature, e.g. {Reasoner: 1.3} (default: the algorithm's temperature; greedy evaluation is unchanged)
+    # per-role sampling temperature, e.g. {Reasoner: 1.3} (default: the algorithm's temperature; greedy evaluation is
+    # unchanged)
+    temperature: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -95,7 +118,8 @@ class OutputSection:
     save_model: bool = True  # save final models/adapters under <run>/final/
     checkpoint_interval: int = 1  # checkpoint every N epochs (0: no checkpoints)
     resume: str | None = None  # "auto" (latest checkpoint of this run), a checkpoint path, or None
-    if_exists: str = "new"  # without resume, when the run folder holds a run: "new" (<name>-2, -3, ...), "overwrite" or "refuse"
+    # without resume, when the run folder holds a run: "new" (<name>-2, -3, ...), "overwrite" or "refuse"
+    if_exists: str = "new"
     verbose: bool = True  # progress bars
     plot: bool = True  # write a PNG learning curve at the end
 
@@ -113,7 +137,8 @@ class WandbSection:
     mode: str = "offline"  # "offline" (no account needed), "online" or "disabled"
     dir: str | None = None  # default: the run folder
     tags: list[str] = field(default_factory=list)  # W&B tags
-    group: str | None = None  # W&B run group: the runs of one comparison share it (c3 compare sets the comparison's name)
+    # W&B run group: the runs of one comparison share it (c3 compare sets the comparison's name)
+    group: str | None = None
     job_type: str | None = None  # W&B job type (None: the algorithm), so grouped panels split C3 from MAGRPO
 
 
@@ -125,9 +150,13 @@ class RewardProcessorSection:
 
 @dataclass
 class DeepSpeedSection:
-    enabled: str | bool = "auto"  # DeepSpeed ZeRO for the policy updates: "auto" (when torchrun launches more than one process), true (also on one process, e.g. for CPU offload) or false (refuses more than one process)
-    zero_stage: int = 2  # ZeRO stage: 1 (optimizer states sharded), 2 (+ gradients), 3 (+ parameters, gathered whole for generation)
-    offload_optimizer: bool = False  # keep Adam states (and the step) in CPU memory (DeepSpeedCPUAdam; compiles a C++ op on first use)
+    # DeepSpeed ZeRO for the policy updates: "auto" (when torchrun launches more than one process), true (also on one
+    # process, e.g. for CPU offload) or false (refuses more than one process)
+    enabled: str | bool = "auto"
+    # ZeRO stage: 1 (optimizer states sharded), 2 (+ gradients), 3 (+ parameters, gathered whole for generation)
+    zero_stage: int = 2
+    # keep Adam states (and the step) in CPU memory (DeepSpeedCPUAdam; compiles a C++ op on first use)
+    offload_optimizer: bool = False
     offload_params: bool = False  # ZeRO-3 only: keep the parameter shards in CPU memory between uses
     reduce_bucket_size: int = 200_000_000  # elements per gradient reduce bucket
     dist_backend: str | None = None  # torch.distributed backend: None picks nccl with GPUs and gloo on CPU
@@ -148,16 +177,17 @@ class DeepSpeedSection:
 class ClusterSection:
     nnodes: int = 1  # nodes the dry-run plans for (at run time the launcher's WORLD_SIZE decides)
     nproc_per_node: int = 1  # processes (GPUs) per node the dry-run plans for; WORLD_SIZE, when set, wins
-    gpu: str | float | None = None  # the GPU class (h100, h200, a800, ...) or GiB per GPU of the fits verdict (None: agent_model.device_memory_gb)
+    # the GPU class (h100, h200, a800, ...) or GiB per GPU of the fits verdict (None: agent_model.device_memory_gb)
+    gpu: str | float | None = None
 
     def __post_init__(self) -> None:
         if int(self.nnodes) < 1 or int(self.nproc_per_node) < 1:
             raise ValueError(f"nnodes and nproc_per_node must be >= 1, got {self.nnodes} and {self.nproc_per_node}")
 
 
-SECTIONS = {"agent_model": ModelSection, "agents": AgentsSection, "dataset": DatasetSection, "workflow": WorkflowSection,
-            "output": OutputSection, "wandb": WandbSection, "reward_processor": RewardProcessorSection,
-            "deepspeed": DeepSpeedSection, "cluster": ClusterSection}
+SECTIONS = {"agent_model": ModelSection, "agents": AgentsSection, "dataset": DatasetSection,
+            "workflow": WorkflowSection, "output": OutputSection, "wandb": WandbSection,
+            "reward_processor": RewardProcessorSection, "deepspeed": DeepSpeedSection, "cluster": ClusterSection}
 SCALARS = {"algorithm": "c3", "domain": "math", "seed": 0, "extends": None, "description": ""}
 
 
@@ -189,7 +219,8 @@ class RunConfig:
 def deep_merge(base: Mapping[str, Any], child: Mapping[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(dict(base))
     for k, v in child.items():
-        out[k] = deep_merge(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), Mapping) else copy.deepcopy(v)
+        out[k] = deep_merge(out[k], v) if isinstance(v,
+                                                     Mapping) and isinstance(out.get(k), Mapping) else copy.deepcopy(v)
     return out
 
 
@@ -285,8 +316,9 @@ def check_keys(raw: Mapping[str, Any], names: list[str], domain_name: str) -> No
                 raise ConfigError(f"unknown key '{where}.{key}'{_nearest(key, valid, where + '.')}")
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None, data: Mapping[str, Any] | None = None,
-                default_algorithm: str | None = None, hub_preflight: bool = False) -> RunConfig:
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
+                data: Mapping[str, Any] | None = None, default_algorithm: str | None = None,
+                hub_preflight: bool = False) -> RunConfig:
     """Read, merge, override and validate a run config. Keys are checked first, before any trainer or domain is
     imported; ``hub_preflight`` (the entry points) then fails at once when the Hub cannot be used and a dataset
     source on it is not cached (:func:`c3_plugin.core.hub.require_hub_data`)."""
@@ -296,9 +328,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     overridden = any(o.partition("=")[0].strip() == "algorithm" for o in overrides or [])
     if default_algorithm and raw.get("algorithm") and raw["algorithm"] != default_algorithm and not overridden:
         # an entry point's algorithm is a default: --override algorithm=X always wins, a config's own key must agree
-        raise ConfigError(f"the config says algorithm: {raw['algorithm']} but this entry point trains {default_algorithm} by "
-                          f"default; add --override algorithm={raw['algorithm']} to train it (or use c3 train, which "
-                          f"trains the config's algorithm), or --override algorithm={default_algorithm}")
+        raise ConfigError(f"the config says algorithm: {raw['algorithm']} but this entry point trains "
+                          f"{default_algorithm} by default; add --override algorithm={raw['algorithm']} to train it "
+                          "(or use c3 train, which trains the config's algorithm), or --override "
+                          f"algorithm={default_algorithm}")
     names = algorithms()
     if algorithm not in names:
         raise ConfigError(f"unknown algorithm '{algorithm}'{_nearest(algorithm, names)}")
@@ -330,15 +363,16 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         algo_values.setdefault("seed", seed)
     _workflow_experiment_defaults(algo_cls, algo_values)
     algo = bind(algo_cls, algo_values, own)
-    domain_cfg = bind(domain.config_cls, raw.get(domain_name), domain_name) if domain.config_cls else dict(raw.get(domain_name) or {})
+    domain_cfg = bind(domain.config_cls, raw.get(domain_name),
+                      domain_name) if domain.config_cls else dict(raw.get(domain_name) or {})
     if sections["agents"].policy not in ("per_agent", "lora", "shared"):
         raise ConfigError(f"agents.policy must be 'per_agent', 'lora' or 'shared', got {sections['agents'].policy!r}")
     if sections["agents"].policy == "shared":
         _check_shared_policy(sections["agents"], getattr(algo, "agent_learning_rate", None))
     if sections["wandb"].mode not in ("offline", "online", "disabled"):
         raise ConfigError(f"wandb.mode must be offline, online or disabled, got {sections['wandb'].mode!r}")
-    rc = RunConfig(algorithm=algorithm, domain=domain_name, seed=seed, sections=sections, algo=algo, domain_cfg=domain_cfg,
-                   raw=raw, source=Path(path) if path else None)
+    rc = RunConfig(algorithm=algorithm, domain=domain_name, seed=seed, sections=sections, algo=algo,
+                   domain_cfg=domain_cfg, raw=raw, source=Path(path) if path else None)
     _default_plan(rc, domain, own)
     return rc
 
@@ -346,7 +380,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 def _default_plan(rc: "RunConfig", domain: Any, section_name: str) -> None:
     """A workflow trainer section without ``plan`` gets the algorithm's default plan over the config's workflow
     (:func:`c3_plugin.trainers.comlrl_compat.default_plan`), written into the section, then checked."""
-    if capabilities(rc.algo).budget != "plan" or rc.algo.plan is not None:  # not a workflow trainer's config, or a plan given
+    # not a workflow trainer's config, or a plan given
+    if capabilities(rc.algo).budget != "plan" or rc.algo.plan is not None:
         return
     workflow = build_workflow(rc, domain)
     rc.algo.plan = default_plan(rc.algo, [workflow.num_decisions], workflow.num_agents)
@@ -378,7 +413,8 @@ def _workflow_experiment_defaults(algo_cls: type, values: dict[str, Any]) -> Non
     if values.get("advantage_scaling") is not None:
         values.setdefault("advantage_normalization", False)  # an explicit scaling is the section's choice
     if values.get("plan") is None:
-        values.setdefault("num_generations", 8)  # the default plan's budget: the paper's B = 8 reward calls per instance
+        # the default plan's budget: the paper's B = 8 reward calls per instance
+        values.setdefault("num_generations", 8)
     if values.get("plan") is not None and "num_generations" not in values:
         try:
             plan = parse_plan(values["plan"])
@@ -391,19 +427,19 @@ def _workflow_experiment_defaults(algo_cls: type, values: dict[str, Any]) -> Non
 def _check_shared_policy(ag: AgentsSection, base_lr: float | None) -> None:
     """``agents.policy: shared`` is one model: no per-agent models, no frozen role, one learning rate."""
     if ag.models:
-        raise ConfigError("agents.models lists one model per agent, but agents.policy: shared trains one model for every "
-                          "role (agent_model.name); remove agents.models or use agents.policy: per_agent")
+        raise ConfigError("agents.models lists one model per agent, but agents.policy: shared trains one model for "
+                          "every role (agent_model.name); remove agents.models or use agents.policy: per_agent")
     frozen = sorted(r for r, v in ag.trainable.items() if v is False)
     if frozen:
-        raise ConfigError(f"agents.trainable: false for {frozen} under agents.policy: shared would freeze the one model every "
-                          "role plays; use agents.policy: per_agent to freeze a role")
+        raise ConfigError(f"agents.trainable: false for {frozen} under agents.policy: shared would freeze the one "
+                          "model every role plays; use agents.policy: per_agent to freeze a role")
     rates = {float(v) for v in ag.learning_rate.values() if isinstance(v, (int, float))}
     if base_lr is not None:
         rates |= {float(base_lr) * float(v) for v in ag.learning_rate_scale.values() if isinstance(v, (int, float))}
     if len(rates) > 1:
-        raise ConfigError(f"agents.learning_rate / learning_rate_scale give the roles different learning rates {sorted(rates)} "
-                          "under agents.policy: shared, one model with one optimizer; give one rate (the algorithm's "
-                          "agent_learning_rate) or use agents.policy: per_agent")
+        raise ConfigError("agents.learning_rate / learning_rate_scale give the roles different learning rates "
+                          f"{sorted(rates)} under agents.policy: shared, one model with one optimizer; give one rate "
+                          "(the algorithm's agent_learning_rate) or use agents.policy: per_agent")
 
 
 def build_workflow(cfg: RunConfig, domain: Any) -> Workflow:
@@ -414,8 +450,8 @@ def build_workflow(cfg: RunConfig, domain: Any) -> Workflow:
     if sec.name is None:
         if domain.default_workflow is None and len(flows) != 1:
             raise ConfigError(f"workflow.name is not set and domain '{domain.name}' declares no default workflow; "
-                              f"set workflow.name to one of its workflows ({', '.join(sorted(flows)) or 'none'}), a built-in "
-                              f"({', '.join(builtin_workflows())}) or a YAML path")
+                              f"set workflow.name to one of its workflows ({', '.join(sorted(flows)) or 'none'}), a "
+                              f"built-in ({', '.join(builtin_workflows())}) or a YAML path")
         wf = domain.workflow(domain.default_workflow or next(iter(flows)))
     elif sec.name in flows:
         wf = flows[sec.name]
@@ -426,8 +462,8 @@ def build_workflow(cfg: RunConfig, domain: Any) -> Workflow:
             if Path(str(sec.name)).suffix or Path(str(sec.name)).exists():
                 raise
             raise ConfigError(f"workflow.name '{sec.name}' is not a workflow of domain '{domain.name}' "
-                              f"({', '.join(sorted(flows)) or 'none'}), a built-in ({', '.join(builtin_workflows())}) "
-                              "or a YAML file") from exc
+                              f"({', '.join(sorted(flows)) or 'none'}), a built-in "
+                              f"({', '.join(builtin_workflows())}) or a YAML file") from exc
     fields = {k: v for k, v in (("prefix", sec.prefix), ("max_new_tokens", sec.max_new_tokens), ("system", sec.system),
                                                   ("temperature", sec.temperature)) if v}
     if sec.templates or fields:

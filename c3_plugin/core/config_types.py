@@ -5,8 +5,9 @@ checks each one against its field's annotation before the dataclass is built, so
 fails when the config loads, naming the field, instead of inside the optimizer an hour later. Numbers written
 as strings are converted (YAML 1.1 reads ``1e-6`` as the string ``"1e-6"``), an integral float fills an
 ``int`` field (``2.0e8``), a number fills a string field (``--override wandb.group=2024``), and null reaches a
-string, list or mapping field as it did before (its class reads it); anything else that does not match is refused. Ranges: learning rates and counts
-(``num_*``, ``*_size``, ``*_steps``, ``*_tokens``, ...) must be finite and non-negative, no number is NaN."""
+string, list or mapping field as it did before (its class reads it); anything else that does not match is refused.
+Ranges: learning rates and counts (``num_*``, ``*_size``, ``*_steps``, ``*_tokens``, ...) must be finite and
+non-negative, no number is NaN."""
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def _describe(hint: Any) -> str:
         return f"a mapping to {_describe(args[1])}" if len(args) == 2 and args[1] is not Any else "a mapping"
     if origin is typing.Literal:
         return " or ".join(repr(a) for a in args)
-    return {float: "a number", int: "an integer", bool: "true or false", str: "a string"}.get(hint, getattr(hint, "__name__", str(hint)))
+    return {float: "a number", int: "an integer", bool: "true or false",
+            str: "a string"}.get(hint, getattr(hint, "__name__", str(hint)))
 
 
 def coerce(value: Any, hint: Any) -> Any:

@@ -201,7 +201,8 @@ def influence(outcomes: Sequence[Sequence[Hashable]]) -> float:
     if len(outcomes) < 2 or np.any(lengths == 0):
         raise ValueError("influence: needs at least 2 alternatives, each with at least one outcome")
     codes: dict[Hashable, int] = {}
-    y_codes = np.fromiter((codes.setdefault(y, len(codes)) for o in outcomes for y in o), dtype=np.int64, count=int(lengths.sum()))
+    y_codes = np.fromiter((codes.setdefault(y, len(codes)) for o in outcomes for y in o), dtype=np.int64,
+                          count=int(lengths.sum()))
     j_codes = np.repeat(np.arange(len(outcomes)), lengths)
     joint = np.bincount(j_codes * len(codes) + y_codes, minlength=len(outcomes) * len(codes))
     return _entropy_mm(lengths) + _entropy_mm(np.bincount(y_codes)) - _entropy_mm(joint)
@@ -237,7 +238,8 @@ def pooled_return_variance(values: np.ndarray) -> float:
 
 def within_group_variance(advantages: np.ndarray | Sequence[Sequence[float]]) -> float:
     """Mean over groups of the sample variance of the advantages across a group's alternatives."""
-    a = np.asarray(advantages, dtype=np.float64) if isinstance(advantages, np.ndarray) else _pad([[[x] for x in g] for g in advantages])[..., 0]
+    a = (np.asarray(advantages, dtype=np.float64) if isinstance(advantages, np.ndarray)
+         else _pad([[[x] for x in g] for g in advantages])[..., 0])
     return float(np.nanvar(a, axis=-1, ddof=1).mean())
 
 
@@ -248,7 +250,8 @@ def zero_signal_share(values: np.ndarray | Sequence[Sequence[Sequence[float]]]) 
     return float(np.mean(np.nanmax(means, -1) == np.nanmin(means, -1)))
 
 
-def normalize_advantages(adv: np.ndarray, mode: str = "none", groups: np.ndarray | None = None, eps: float = 1e-6) -> np.ndarray:
+def normalize_advantages(adv: np.ndarray, mode: str = "none", groups: np.ndarray | None = None,
+                         eps: float = 1e-6) -> np.ndarray:
     """Scale advantages for the loss.
 
     ``none`` (default) keeps the leave-one-out values; ``batch_scale`` divides by the batch
@@ -273,9 +276,9 @@ def normalize_advantages(adv: np.ndarray, mode: str = "none", groups: np.ndarray
     g = np.unique(np.asarray(groups), return_inverse=True)[1]
     size = np.bincount(g)
     if np.any(size == 1):
-        raise ValueError(f"normalize_advantages: group_zscore got {int((size == 1).sum())} group(s) of one message, whose "
-                         "advantage it would set to 0; group the runs of one instance and decision point together "
-                         "(independent plans) or use batch_scale / none")
+        raise ValueError(f"normalize_advantages: group_zscore got {int((size == 1).sum())} group(s) of one message, "
+                         "whose advantage it would set to 0; group the runs of one instance and decision point "
+                         "together (independent plans) or use batch_scale / none")
     if np.any(size == 2):
         warnings.warn("group_zscore on 2-alternative groups maps every advantage to +-1", stacklevel=2)
     mean = np.bincount(g, weights=a) / size

@@ -66,7 +66,8 @@ def independent_continuations(rollout: Rollout, u: int) -> bool:
     return bool(np.array_equal(rollout.owner[nodes], nodes))
 
 
-def decision_diagnostics(groups: np.ndarray, outcomes: np.ndarray | None = None, independent: bool = True) -> dict[str, float]:
+def decision_diagnostics(groups: np.ndarray, outcomes: np.ndarray | None = None,
+                         independent: bool = True) -> dict[str, float]:
     """Diagnostics of one decision point from its groups ``[G, n, c]`` (and optional categorical
     downstream outcomes of the same shape, for influence, which needs ``c >= 2``: from one
     continuation per alternative the plug-in ``I(J; Y)`` is just the entropy of ``Y``). The noise
@@ -83,13 +84,15 @@ def decision_diagnostics(groups: np.ndarray, outcomes: np.ndarray | None = None,
     if c >= 2 and independent:
         out["noise_predicted"] = credit.noise_variance(sigma2, n, n * c)
         rho, used = credit.split_half_reliability(groups)
-        out["split_half_reliability"], out["split_half_groups"], out["split_half_excluded"] = rho, float(used), float(g - used)
+        out["split_half_reliability"], out["split_half_groups"] = rho, float(used)
+        out["split_half_excluded"] = float(g - used)
         if c % 2 == 0:
             observed = credit.observed_noise_variance(credit.loo_advantages_batch(groups[..., 0::2]),
                                                       credit.loo_advantages_batch(groups[..., 1::2]))
             out["noise_ratio"] = observed / credit.noise_variance(sigma2, n, n * c // 2) if sigma2 > 0 else float("nan")
     if outcomes is not None and c >= 2:
-        out["influence"] = float(np.mean([credit.influence([[y for y in alt if y is not _PAD] for alt in grp]) for grp in outcomes]))
+        out["influence"] = float(np.mean([credit.influence([[y for y in alt if y is not _PAD] for alt in grp])
+                                          for grp in outcomes]))
     return out
 
 
@@ -104,7 +107,8 @@ def leaf_outcomes(rollout: Rollout, outcome: Callable[[Sequence[Leaf]], Sequence
     return out.reshape(rollout.rewards.shape)
 
 
-def rollout_diagnostics(rollout: Rollout, outcome: Callable[[Sequence[Leaf]], Sequence[Hashable]] | None = None) -> dict[str, float]:
+def rollout_diagnostics(rollout: Rollout,
+                        outcome: Callable[[Sequence[Leaf]], Sequence[Hashable]] | None = None) -> dict[str, float]:
     """Budget and credit diagnostics of one batch, keyed ``budget/*`` and ``credit/<role>_u<u>/*``.
 
     ``outcome`` is the domain's outcome extractor (:attr:`c3_plugin.core.domain.Domain.outcome`: leaves

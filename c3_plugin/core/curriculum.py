@@ -36,17 +36,21 @@ def parse_curriculum(spec: Sequence[Mapping[str, Any]] | None, num_train_epochs:
     phases = []
     for k, raw in enumerate(spec):
         if not isinstance(raw, Mapping) or set(raw) - PHASE_KEYS or "epochs" not in raw:
-            raise ValueError(f"curriculum[{k}] must be a mapping with 'epochs' and optional {sorted(PHASE_KEYS - {'epochs'})}, got {raw!r}")
+            raise ValueError(f"curriculum[{k}] must be a mapping with 'epochs' and optional "
+                             f"{sorted(PHASE_KEYS - {'epochs'})}, got {raw!r}")
         where = raw.get("where")
         if where is not None and not isinstance(where, Mapping):
             raise ValueError(f"curriculum[{k}].where must map row fields to lists of values, got {where!r}")
         if int(raw["epochs"]) < 1:
             raise ValueError(f"curriculum[{k}].epochs must be >= 1")
-        phases.append(Phase(epochs=int(raw["epochs"]), eval_every=int(raw.get("eval_every", 0) or 0), name=str(raw.get("name", f"phase{k + 1}")),
-                            where={f: tuple(v if isinstance(v, (list, tuple)) else [v]) for f, v in where.items()} if where else None))
+        phases.append(Phase(epochs=int(raw["epochs"]), eval_every=int(raw.get("eval_every", 0) or 0),
+                            name=str(raw.get("name", f"phase{k + 1}")),
+                            where={f: tuple(v if isinstance(v, (list, tuple)) else [v]) for f, v in where.items()}
+                            if where else None))
     total = sum(p.epochs for p in phases)
     if total != int(num_train_epochs):
-        raise ValueError(f"curriculum epochs sum to {total} but num_train_epochs is {num_train_epochs}; make them equal")
+        raise ValueError(f"curriculum epochs sum to {total} but num_train_epochs is "
+                         f"{num_train_epochs}; make them equal")
     return phases
 
 
@@ -69,7 +73,8 @@ def check_rows(phases: Sequence[Phase], dataset: Any) -> None:
             raise ValueError(f"curriculum[{k}] ({p.name}) selects no training rows with where={dict(p.where or {})}")
 
 
-def epoch_rows(spec: Sequence[Mapping[str, Any]] | None, num_train_epochs: int, train: Any) -> tuple[list[Phase] | None, list[int]]:
+def epoch_rows(spec: Sequence[Mapping[str, Any]] | None, num_train_epochs: int,
+               train: Any) -> tuple[list[Phase] | None, list[int]]:
     """``(phases, training rows per epoch)``; ``train`` is the dataset, or its row count without a curriculum."""
     phases = parse_curriculum(spec, num_train_epochs)
     if phases and isinstance(train, int):

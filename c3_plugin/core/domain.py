@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib import import_module
-from importlib.util import find_spec
 from importlib.metadata import entry_points
+from importlib.util import find_spec
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
 from c3_plugin.core.errors import ConfigError
@@ -37,21 +37,39 @@ class Domain:
     optional hooks below receive it (``dry_run`` and ``validate_config`` get the whole run config)."""
 
     name: str
-    load_datasets: Callable[[Mapping[str, Any], int, Any], tuple[Any, Any]]  # (dataset section, seed, domain config) -> (train, eval); the section's "dry_run": True means the dry-run calls: count and check, but leave what the run computes once and caches (reference outputs, timings) for the run, and say what it will cost in the dry_run hook
+    # (dataset section, seed, domain config) -> (train, eval); the section's "dry_run": True means the dry-run calls:
+    # count and check, but leave what the run computes once and caches (reference outputs, timings) for the run, and say
+    # what it will cost in the dry_run hook
+    load_datasets: Callable[[Mapping[str, Any], int, Any], tuple[Any, Any]]
     workflows: Callable[[], Mapping[str, Workflow]]  # named workflows with this domain's prompts
-    make_reward: Callable[[Any], Callable[..., list[float]]]  # (domain config) -> the reward (CoMLRL's reward contract, with a ``reward_range`` attribute)
-    make_eval_logger: Callable[[Workflow], Callable[..., list[dict]]]  # (workflow) -> its eval logger (CoMLRL 1.4.3 form)
-    eval_aggregator: Callable[..., dict[str, float]]  # rows -> metrics; accuracy-like ones named "<datasource>/accuracy" (plots and c3 compare use eval/*/accuracy, else eval/reward_mean)
-    dry_run: Callable[[Any, Any, Any], dict[str, Any]]  # (run config, train, eval) -> fields of the --dry-run report, from checks that load no model; "probe" (a dict with "probe_reward") is required (:func:`probe_only` builds the hook from a probe of the domain config)
+    # (domain config) -> the reward (CoMLRL's reward contract, with a ``reward_range`` attribute)
+    make_reward: Callable[[Any], Callable[..., list[float]]]
+    # (workflow) -> its eval logger (CoMLRL 1.4.3 form)
+    make_eval_logger: Callable[[Workflow], Callable[..., list[dict]]]
+    # rows -> metrics; accuracy-like ones named "<datasource>/accuracy" (plots and c3 compare use eval/*/accuracy, else
+    # eval/reward_mean)
+    eval_aggregator: Callable[..., dict[str, float]]
+    # (run config, train, eval) -> fields of the --dry-run report, from checks that load no model; "probe" (a dict with
+    # "probe_reward") is required (:func:`probe_only` builds the hook from a probe of the domain config)
+    dry_run: Callable[[Any, Any, Any], dict[str, Any]]
     config_cls: type | None = None  # dataclass validating the config's <domain> section
-    default_workflow: str | None = None  # the workflow a config without workflow.name runs (None: the built-in parallel team)
+    # the workflow a config without workflow.name runs (None: the built-in parallel team)
+    default_workflow: str | None = None
     merger: Callable[[Mapping[str, str]], str] | None = None
     formatters: Callable[[Workflow], list[Callable]] | None = None  # CoMLRL formatters for plain MAGRPOTrainer use
-    outcome: Callable[[Sequence[Leaf]], Sequence[Hashable]] | None = None  # leaves -> one categorical outcome each (the extracted answer, the test results), for the credit/*/influence diagnostic; None: influence is not logged
-    validate_config: Callable[[Any, Workflow], None] | None = None  # (run config, workflow) -> raises ConfigError/ValueError on a config this domain cannot run; also the place to apply domain settings that live outside the reward
-    grammar: Callable[[Any], Any] | None = None  # (domain config) -> forced JSON skeleton grammar (Prompt -> Skeleton | None) or None for free text
-    wandb_keys: Callable[[Any], list[str]] | None = None  # (domain config) -> metric globs published to W&B when the algorithm section sets none
-    joint_adapter: Callable[[Workflow | None], Any] | None = None  # (joint workflow or None) -> the centralized joint actor's adapter (CoMLRL's CentralizedComparatorAdapter: joint prompt, split of a joint action into role actions)
+    # leaves -> one categorical outcome each (the extracted answer, the test results), for the credit/*/influence
+    # diagnostic; None: influence is not logged
+    outcome: Callable[[Sequence[Leaf]], Sequence[Hashable]] | None = None
+    # (run config, workflow) -> raises ConfigError/ValueError on a config this domain cannot run; also the place to
+    # apply domain settings that live outside the reward
+    validate_config: Callable[[Any, Workflow], None] | None = None
+    # (domain config) -> forced JSON skeleton grammar (Prompt -> Skeleton | None) or None for free text
+    grammar: Callable[[Any], Any] | None = None
+    # (domain config) -> metric globs published to W&B when the algorithm section sets none
+    wandb_keys: Callable[[Any], list[str]] | None = None
+    # (joint workflow or None) -> the centralized joint actor's adapter (CoMLRL's CentralizedComparatorAdapter: joint
+    # prompt, split of a joint action into role actions)
+    joint_adapter: Callable[[Workflow | None], Any] | None = None
 
     def workflow(self, name: str | None = None) -> Workflow:
         """The domain's workflow ``name`` (None: ``default_workflow``)."""
@@ -63,7 +81,8 @@ class Domain:
 
 
 def probe_only(probe: Callable[[Any], dict[str, Any]]) -> Callable[[Any, Any, Any], dict[str, Any]]:
-    """A ``Domain.dry_run`` hook from a probe of the domain config alone: the report's ``probe`` is ``probe(config)``."""
+    """A ``Domain.dry_run`` hook from a probe of the domain config alone: the report's ``probe`` is
+    ``probe(config)``."""
     return lambda cfg, train, evals: {"probe": probe(cfg.domain_cfg)}
 
 

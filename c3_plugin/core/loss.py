@@ -39,8 +39,9 @@ def pad_batch(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequ
     return input_ids, attention, cmask
 
 
-def sequence_logprobs(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
-                      pad_id: int, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+def sequence_logprobs(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]],
+                      completion_ids: Sequence[Sequence[int]], pad_id: int,
+                      temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probs ``[B, T]`` of the completions under ``model`` and their mask ``[B, T]``."""
     device = next(model.parameters()).device
     input_ids, attention, cmask = pad_batch(prompt_ids, completion_ids, pad_id)
@@ -57,11 +58,13 @@ def sequence_logprobs(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]
     return logp * cmask, cmask
 
 
-SEQUENCE_AGGREGATIONS = ("sequence_mean", "token_sum")  # one message's masked log-likelihood: the mean or the sum of its tokens
+# one message's masked log-likelihood: the mean or the sum of its tokens
+SEQUENCE_AGGREGATIONS = ("sequence_mean", "token_sum")
 
 
 def masked_sequence_log_prob(model: torch.nn.Module, prompt_ids: Sequence[int] | torch.Tensor,
-                             completion_ids: Sequence[int] | torch.Tensor, loss_mask: Sequence[int] | torch.Tensor | None = None,
+                             completion_ids: Sequence[int] | torch.Tensor,
+                             loss_mask: Sequence[int] | torch.Tensor | None = None,
                              aggregation: str = "token_sum") -> torch.Tensor:
     """log pi(completion | prompt) of one message over exactly ``completion_ids`` (the last token included), each
     token weighted by ``loss_mask`` (None: every token; 0 on forced schema tokens): ``token_sum`` sums,
@@ -75,7 +78,8 @@ def masked_sequence_log_prob(model: torch.nn.Module, prompt_ids: Sequence[int] |
     if not prompt:
         raise ValueError("a scored sequence needs a non-empty tokenized prompt")
     mask = (torch.ones(len(completion)) if loss_mask is None else
-            torch.as_tensor(loss_mask if torch.is_tensor(loss_mask) else list(loss_mask), dtype=torch.float32).reshape(-1))
+            torch.as_tensor(loss_mask if torch.is_tensor(loss_mask) else list(loss_mask),
+                            dtype=torch.float32).reshape(-1))
     if mask.numel() != len(completion):
         raise ValueError(f"loss mask has {mask.numel()} entries for {len(completion)} completion tokens")
     if not completion:

@@ -41,14 +41,16 @@ class Plan:
         k = num_decisions
         if self.kind == "tree":
             if len(self.tree) != k:
-                raise PlanError(f"tree {list(self.tree)} has {len(self.tree)} levels but the workflow has {k} decision points")
+                raise PlanError(f"tree {list(self.tree)} has {len(self.tree)} levels but the workflow "
+                                f"has {k} decision points")
             return tuple(self.tree)
         if self.kind == "independent":
             return (self.runs,) + (1,) * (k - 1)
         if not 0 <= self.u < k:
             raise PlanError(f"diagnostic u={self.u} is outside the workflow's decision points 0..{k - 1}")
         if self.u == k - 1 and self.c > 1:
-            raise PlanError(f"diagnostic at the last decision point (u={self.u}) needs c=1: nothing follows it but the reward")
+            raise PlanError(f"diagnostic at the last decision point (u={self.u}) needs c=1: nothing "
+                            "follows it but the reward")
         tail = (self.c,) + (1,) * (k - self.u - 2) if self.u < k - 1 else ()
         return (1,) * self.u + (self.n,) + tail
 

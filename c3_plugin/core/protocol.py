@@ -36,7 +36,8 @@ class Prompt:
     prefix: str = ""  # assistant prefill
     system: str | None = None
     max_new_tokens: int | None = None  # per-role cap; None: the sampling default
-    item: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)  # the task item (a generation hook's batch_items)
+    # the task item (a generation hook's batch_items)
+    item: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -44,9 +45,12 @@ class Generation:
     text: str
     token_ids: list[int]
     logprobs: list[float]
-    loss_mask: list[int] | None = None  # 1 for tokens the policy chose (trained on), 0 for forced schema tokens; None: all 1
-    trainer_logprobs: list[float] | None = None  # the trainer's recomputation when ``logprobs`` are another engine's (vLLM); None: they are the trainer's
-    prompt_ids: list[int] | None = None  # the prompt ids the tokens condition on when not encode_prompt's (a generation hook's); None: encode_prompt's
+    # 1 for tokens the policy chose (trained on), 0 for forced schema tokens; None: all 1
+    loss_mask: list[int] | None = None
+    # the trainer's recomputation when ``logprobs`` are another engine's (vLLM); None: they are the trainer's
+    trainer_logprobs: list[float] | None = None
+    # the prompt ids the tokens condition on when not encode_prompt's (a generation hook's); None: encode_prompt's
+    prompt_ids: list[int] | None = None
 
 
 class GenerationBackend(Protocol):
@@ -58,7 +62,8 @@ class GenerationBackend(Protocol):
 def encode_prompt(tokenizer: Any, prompt: Prompt, use_chat_template: bool = True) -> list[int]:
     """Token ids the policy conditions on: chat-formatted context plus the response prefix."""
     if use_chat_template and getattr(tokenizer, "chat_template", None):
-        messages = ([{"role": "system", "content": prompt.system}] if prompt.system else []) + [{"role": "user", "content": prompt.text}]
+        messages = ([{"role": "system", "content": prompt.system}] if prompt.system
+                    else []) + [{"role": "user", "content": prompt.text}]
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     else:

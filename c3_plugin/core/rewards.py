@@ -48,9 +48,9 @@ def leaf_rewards(reward_func: Callable[..., Any], per_agent: Sequence[Sequence[s
         raw = reward_func(*per_agent, batch_items=list(items), prompts=list(prompts))
         values = [float(x) for x in (raw.tolist() if hasattr(raw, "tolist") else raw)]
         if len(values) != n:
-            raise ValueError(f"batched reward_func {getattr(reward_func, '__name__', reward_func)!r} returned {len(values)} "
-                             f"rewards for {n} joint actions; a @batched reward returns one value per joint action "
-                             "(drop @batched to be called once per joint action, as CoMLRL does)")
+            raise ValueError(f"batched reward_func {getattr(reward_func, '__name__', reward_func)!r} returned "
+                             f"{len(values)} rewards for {n} joint actions; a @batched reward returns one value per "
+                             "joint action (drop @batched to be called once per joint action, as CoMLRL does)")
         return values
     signature = _signature(reward_func)
     out = []
@@ -61,6 +61,7 @@ def leaf_rewards(reward_func: Callable[..., Any], per_agent: Sequence[Sequence[s
             raise ValueError(f"reward_func returned no value for joint action {i} (item {items[i].get('id', i)!r})")
         if len(values) > 1 and len(set(values)) > 1:  # CoMLRL's MAGRPO keeps the first value; say so once
             warnings.warn(f"reward_func returned {len(values)} different values for one joint action ({values}); the "
-                          "workflow trainers, like CoMLRL's MAGRPO, use the first as the team's joint reward", stacklevel=3)
+                          "workflow trainers, like CoMLRL's MAGRPO, use the first as the team's joint reward",
+                          stacklevel=3)
         out.append(values[0])
     return out

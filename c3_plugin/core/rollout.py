@@ -62,22 +62,28 @@ class Rollout:
     rewards: np.ndarray  # [instances, *branching] leaf rewards
     leaves: list[Leaf] = field(default_factory=list, repr=False)  # what the reward scored, row-major like ``rewards``
     budget: Budget = field(init=False)
-    owner: np.ndarray = field(init=False, repr=False)  # per entry: index of the entry holding its sample (itself unless a copy)
-    replayed_steps: int = 0  # leading schedule steps copied from a recorded trace (``materialize(given=...)``), not sampled: outside the budget
-    turn_rewards: np.ndarray | None = None  # CoMLRL's multi-turn team: [leaves, turns] per-turn rewards, row-major like ``rewards`` (NaN after a path ended)
+    # per entry: index of the entry holding its sample (itself unless a copy)
+    owner: np.ndarray = field(init=False, repr=False)
+    # leading schedule steps copied from a recorded trace (``materialize(given=...)``), not sampled: outside the budget
+    replayed_steps: int = 0
+    # CoMLRL's multi-turn team: [leaves, turns] per-turn rewards, row-major like ``rewards`` (NaN after a path ended)
+    turn_rewards: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         inst_of = {str(it["id"]): i for i, it in enumerate(self.items)}
         index = {(e.instance, e.node): k for k, e in enumerate(self.entries)}
-        self.owner = np.fromiter((k if e.shared is None else index[(e.instance, e.shared)] for k, e in enumerate(self.entries)),
+        self.owner = np.fromiter((k if e.shared is None else index[(e.instance, e.shared)]
+                                  for k, e in enumerate(self.entries)),
                                  dtype=np.int64, count=len(self.entries))
-        decisions = [e for e in self.entries if e.kind == "decision" and e.shared is None and e.step >= self.replayed_steps
+        decisions = [e for e in self.entries if e.kind == "decision" and e.shared is None
+                     and e.step >= self.replayed_steps
                      and not e.ended]
         idx = np.fromiter((inst_of[e.instance] for e in decisions), dtype=np.int64, count=len(decisions))
         ntok = np.fromiter((len(e.token_ids) for e in decisions), dtype=np.int64, count=len(decisions))
         num = len(self.items)
         self.budget = Budget(leaves=np.full(num, math.prod(self.branching), dtype=np.int64),
-                             messages=np.bincount(idx, minlength=num), tokens=np.bincount(idx, weights=ntok, minlength=num).astype(np.int64))
+                             messages=np.bincount(idx, minlength=num),
+                             tokens=np.bincount(idx, weights=ntok, minlength=num).astype(np.int64))
 
     def decision_entries(self, u: int) -> list[TraceEntry]:
         """Entries of decision point ``u`` in row-major tree order."""
@@ -120,14 +126,16 @@ def unique_samples(workflow: Workflow, branching: Sequence[int], share: bool) ->
 
 
 def _expand_decision(workflow: Workflow, step: Step, b: int, items: Sequence[Mapping[str, Any]], ids: Sequence[str],
-                     frontier: Sequence[_Node], entries: list[TraceEntry], next_node: list[int], backend: GenerationBackend,
-                     sampling: Sampling, share: bool, encode: Callable[[Prompt], list[int]] | None = None) -> list[_Node]:
+                     frontier: Sequence[_Node], entries: list[TraceEntry], next_node: list[int],
+                     backend: GenerationBackend, sampling: Sampling, share: bool,
+                     encode: Callable[[Prompt], list[int]] | None = None) -> list[_Node]:
     """Sample ``b`` alternatives per frontier node (per share class when ``share``) and append their entries
     (with each prompt's token ids when ``encode`` is given)."""
     role = workflow.roles[step.name]
     ended = [f for f in frontier if EPISODE_END in f.outputs]
     if ended:
-        return _expand_ended(workflow, step, b, items, ids, frontier, entries, next_node, backend, sampling, share, encode)
+        return _expand_ended(workflow, step, b, items, ids, frontier, entries, next_node, backend, sampling, share,
+                             encode)
     contexts = [workflow.assemble(step, items[f.item], f.outputs) for f in frontier]
     classes = _share_classes(workflow, step, frontier, contexts) if share else np.arange(len(frontier))
     _, first = np.unique(classes, return_index=True)
@@ -136,7 +144,8 @@ def _expand_decision(workflow: Workflow, step: Step, b: int, items: Sequence[Map
     generations = backend.generate(prompts, b, role_sampling(sampling, role))
     prompt_ids = [encode(p) for p in prompts] if encode is not None else [None] * len(prompts)
     if len(generations) != len(prompts) or any(len(g) != b for g in generations):
-        raise RuntimeError(f"backend returned {[len(g) for g in generations]} generations for {len(prompts)} prompts x n={b}")
+        raise RuntimeError(f"backend returned {[len(g) for g in generations]} generations for "
+                           f"{len(prompts)} prompts x n={b}")
     originals: dict[int, list[int]] = {}  # class -> node ids of its samples' first entries
     new_frontier = []
     for f, context, cls in zip(frontier, contexts, classes):
@@ -147,11 +156,13 @@ def _expand_decision(workflow: Workflow, step: Step, b: int, items: Sequence[Map
             node = next_node[f.item]
             entries.append(TraceEntry(kind="decision", instance=ids[f.item], node=node, parent=entries[f.entry].node,
                                       step=step.index, decision=step.decision, role=role.name, agent=role.agent,
-                                      alternative=a, continuation=child_cont, shared=None if owners is None else owners[a],
-                                      context=context, prefix=role.prefix, message=gen.text, token_ids=list(gen.token_ids),
+                                      alternative=a, continuation=child_cont,
+                                      shared=None if owners is None else owners[a], context=context, prefix=role.prefix,
+                                      message=gen.text, token_ids=list(gen.token_ids),
                                       logprobs=[float(x) for x in gen.logprobs],
                                       loss_mask=None if gen.loss_mask is None else [int(x) for x in gen.loss_mask],
-                                      trainer_logprobs=None if gen.trainer_logprobs is None else [float(x) for x in gen.trainer_logprobs],
+                                      trainer_logprobs=None if gen.trainer_logprobs is None
+                                      else [float(x) for x in gen.trainer_logprobs],
                                       prompt_ids=list(gen.prompt_ids) if gen.prompt_ids is not None else
                                       None if prompt_ids[int(cls)] is None else list(prompt_ids[int(cls)])))
             next_node[f.item] += 1
@@ -163,8 +174,9 @@ def _expand_decision(workflow: Workflow, step: Step, b: int, items: Sequence[Map
 
 
 def _expand_ended(workflow: Workflow, step: Step, b: int, items: Sequence[Mapping[str, Any]], ids: Sequence[str],
-                  frontier: Sequence[_Node], entries: list[TraceEntry], next_node: list[int], backend: GenerationBackend,
-                  sampling: Sampling, share: bool, encode: Callable[[Prompt], list[int]] | None) -> list[_Node]:
+                  frontier: Sequence[_Node], entries: list[TraceEntry], next_node: list[int],
+                  backend: GenerationBackend, sampling: Sampling, share: bool,
+                  encode: Callable[[Prompt], list[int]] | None) -> list[_Node]:
     """:func:`_expand_decision` when some paths have ended: the running ones are sampled as usual, each ended
     node gets ``b`` entries marked ``ended`` (no context, no message, no tokens), in frontier order."""
     running = [k for k, f in enumerate(frontier) if EPISODE_END not in f.outputs]
@@ -173,18 +185,20 @@ def _expand_ended(workflow: Workflow, step: Step, b: int, items: Sequence[Mappin
     role = workflow.roles[step.name]
     out: list[_Node] = []
     pos = 0
-    for k, f in enumerate(frontier):
+    for f in frontier:
         if EPISODE_END not in f.outputs:
             out.extend(sampled[pos * b:(pos + 1) * b])
             pos += 1
             continue
         for a in range(b):
             child_cont = f.cont * b + a if f.branched else 0
-            entries.append(TraceEntry(kind="decision", instance=ids[f.item], node=next_node[f.item], parent=entries[f.entry].node,
-                                      step=step.index, decision=step.decision, role=role.name, agent=role.agent, alternative=a,
-                                      continuation=child_cont, ended=True))
+            entries.append(TraceEntry(kind="decision", instance=ids[f.item], node=next_node[f.item],
+                                      parent=entries[f.entry].node, step=step.index, decision=step.decision,
+                                      role=role.name, agent=role.agent, alternative=a, continuation=child_cont,
+                                      ended=True))
             next_node[f.item] += 1
-            out.append(_Node(f.item, len(entries) - 1, f.outputs + ("",), child_cont, f.branched or b > 1, f.choices + (a,)))
+            out.append(_Node(f.item, len(entries) - 1, f.outputs + ("",), child_cont, f.branched or b > 1,
+                             f.choices + (a,)))
     return out
 
 
@@ -239,8 +253,8 @@ def materialize(workflow: Workflow, plan: Plan | Any, items: Sequence[Mapping[st
         elif step.kind == "feedback":
             frontier = _expand_feedback(workflow, step, items, ids, frontier, entries, next_node)
         else:
-            frontier = _expand_decision(workflow, step, branching[step.decision], items, ids, frontier, entries, next_node,
-                                        backend, sampling, share_identical_contexts, encode)
+            frontier = _expand_decision(workflow, step, branching[step.decision], items, ids, frontier, entries,
+                                        next_node, backend, sampling, share_identical_contexts, encode)
         depth_nodes.append(np.fromiter((f.entry for f in frontier), dtype=np.int64, count=len(frontier)))
     leaves = [Leaf(item=items[f.item], action=workflow.final_action(f.outputs), outputs=f.outputs) for f in frontier]
     rewards = np.asarray(reward_fn(leaves), dtype=np.float64)
@@ -248,7 +262,8 @@ def materialize(workflow: Workflow, plan: Plan | Any, items: Sequence[Mapping[st
         raise RuntimeError(f"reward function returned {rewards.shape} rewards for {len(leaves)} leaves")
     if not np.all(np.isfinite(rewards)):
         bad = int(np.flatnonzero(~np.isfinite(rewards))[0])
-        raise ValueError(f"reward function returned a non-finite reward for leaf {bad} (instance {ids[frontier[bad].item]})")
+        raise ValueError(f"reward function returned a non-finite reward for leaf {bad} (instance "
+                         f"{ids[frontier[bad].item]})")
     for f, r in zip(frontier, rewards):
         entries[f.entry].reward = float(r)
     return Rollout(workflow=workflow, plan=plan, branching=branching, items=list(items), entries=entries,
@@ -267,7 +282,8 @@ def _check_given(given: Sequence[Sequence[TraceEntry]] | None, items: Sequence[A
                          f"{sorted(depths)} for {len(items)} items")
     s = depths.pop()
     if s > len(workflow.steps):
-        raise ValueError(f"materialize: a recorded prefix of {s} steps is longer than the schedule ({len(workflow.steps)} steps)")
+        raise ValueError(f"materialize: a recorded prefix of {s} steps is longer than the schedule "
+                         f"({len(workflow.steps)} steps)")
     fixed = [st.decision for st in workflow.steps[:s] if st.kind == "decision"]
     if any(branching[u] != 1 for u in fixed):
         raise ValueError(f"materialize: the plan branches at decision points {fixed} that the recorded prefix fixes; "
@@ -285,8 +301,9 @@ def _copy_step(step: Step, recorded: Sequence[TraceEntry], ids: Sequence[str], f
     """Copy one recorded step into every frontier node (one node per item: nothing above it branched)."""
     new_frontier = []
     for f, rec in zip(frontier, recorded):
-        entries.append(dataclasses.replace(rec, instance=ids[f.item], node=next_node[f.item], parent=entries[f.entry].node,
-                                           alternative=0, continuation=0, shared=None, reward=None))
+        entries.append(dataclasses.replace(rec, instance=ids[f.item], node=next_node[f.item],
+                                           parent=entries[f.entry].node, alternative=0, continuation=0, shared=None,
+                                           reward=None))
         next_node[f.item] += 1
         new_frontier.append(f._replace(entry=len(entries) - 1, outputs=f.outputs + (rec.output,),
                                        choices=f.choices + ((0,) if step.kind == "decision" else ())))
@@ -301,8 +318,9 @@ def _expand_feedback(workflow: Workflow, step: Step, items: Sequence[Mapping[str
     for f in frontier:
         latest = workflow.latest_outputs(f.outputs)
         text = fn(items[f.item], {r: latest.get(r, "") for r in step.reads})
-        entries.append(TraceEntry(kind="feedback", instance=ids[f.item], node=next_node[f.item], parent=entries[f.entry].node,
-                                  step=step.index, role=step.name, continuation=f.cont, message=text))
+        entries.append(TraceEntry(kind="feedback", instance=ids[f.item], node=next_node[f.item],
+                                  parent=entries[f.entry].node, step=step.index, role=step.name, continuation=f.cont,
+                                  message=text))
         next_node[f.item] += 1
         new_frontier.append(f._replace(entry=len(entries) - 1, outputs=f.outputs + (text,)))
     return new_frontier

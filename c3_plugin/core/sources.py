@@ -27,7 +27,8 @@ def where(source: str, base_dir: str | Path | None = None) -> str:
     """Where :func:`local_path` looked for ``source``, for error messages."""
     if Path(str(source)).is_absolute():
         return "an absolute path"
-    places = ([f"the config folder {Path(base_dir).resolve()}"] if base_dir is not None else []) + [f"the working directory {Path.cwd()}"]
+    places = ([f"the config folder {Path(base_dir).resolve()}"] if base_dir is not None
+              else []) + [f"the working directory {Path.cwd()}"]
     return "looked in " + " and ".join(places)
 
 
@@ -35,7 +36,8 @@ def _key(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip().lower()
 
 
-def check_overlap(train: Sequence[Mapping[str, Any]], evals: Sequence[Mapping[str, Any]], drop: bool = False) -> list[dict]:
+def check_overlap(train: Sequence[Mapping[str, Any]], evals: Sequence[Mapping[str, Any]],
+                  drop: bool = False) -> list[dict]:
     """Refuse (or, with ``drop``, remove) training rows whose question is an evaluation question."""
     eval_keys = {_key(r["question"]): r["datasource"] for r in evals}
     clash = [r for r in train if _key(r["question"]) in eval_keys]

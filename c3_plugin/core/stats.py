@@ -5,7 +5,8 @@ Pure functions over plain sequences; every output is JSON-ready (Python floats, 
 - ``std``: sample standard deviation (ddof=1); 0.0 when n == 1.
 - ``ci95``: Student t interval ``mean +- t_{0.975, n-1} * std / sqrt(n)``; ``[mean, mean]`` when n == 1.
 - paired difference: ``d_i = a_i - b_i`` for the same seed; its mean, std and ci95 as above.
-- paired t-test: ``scipy.stats.ttest_rel`` (two-sided), ``t = mean(d) / (std(d) / sqrt(n))``, ``p = 2 * t.sf(|t|, n-1)``;
+- paired t-test: ``scipy.stats.ttest_rel`` (two-sided), ``t = mean(d) / (std(d) / sqrt(n))``, ``p = 2 * t.sf(|t|,
+n-1)``;
   ``None`` with a note when n < 2 or the differences are constant (spread within float rounding: t is undefined).
 - Wilcoxon signed-rank: ``scipy.stats.wilcoxon(d)`` two-sided, only when n >= 6 pairs (at n <= 5 its smallest
   two-sided p is 0.0625, so it can never reject at 0.05); zero differences are dropped (scipy's default

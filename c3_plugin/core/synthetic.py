@@ -21,8 +21,8 @@ import hashlib
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-from c3_plugin.core.protocol import Generation, Prompt, Sampling
 
+from c3_plugin.core.protocol import Generation, Prompt, Sampling
 from c3_plugin.core.rollout import Leaf
 from c3_plugin.core.workflow import Workflow
 
@@ -76,7 +76,8 @@ class SyntheticEnv:
                 text = self.workflow.feedback[step.name](item, {r: latest.get(r, "") for r in step.reads})
                 v = self.value(item, outputs + (text,))
             else:
-                v = float(self.policy(step.name, self.workflow.assemble(step, item, outputs)) @ self.q_values(item, outputs))
+                v = float(self.policy(step.name, self.workflow.assemble(step, item, outputs))
+                          @ self.q_values(item, outputs))
         self._value[key] = v
         return v
 
@@ -95,7 +96,8 @@ class SyntheticEnv:
 
     def reward(self, leaves: Sequence[Leaf], rng: np.random.Generator) -> np.ndarray:
         """Bernoulli terminal rewards for a batch of leaves."""
-        p = np.fromiter((self.reward_prob(leaf.item, leaf.outputs) for leaf in leaves), dtype=np.float64, count=len(leaves))
+        p = np.fromiter((self.reward_prob(leaf.item, leaf.outputs) for leaf in leaves), dtype=np.float64,
+                        count=len(leaves))
         return (rng.random(len(leaves)) < p).astype(np.float64)
 
     def sample_groups(self, item: Mapping[str, Any], outputs: Sequence[str], n: int, counts: Sequence[int],
@@ -129,5 +131,6 @@ class SyntheticBackend:
                 q = p ** (1.0 / max(sampling.temperature, 1e-6))
                 q = q / q.sum()
                 idx = self.rng.choice(len(p), size=n, p=q)
-            out.append([Generation(text=self.env.messages[k], token_ids=[int(k)], logprobs=[float(np.log(q[k]))]) for k in idx])
+            out.append([Generation(text=self.env.messages[k], token_ids=[int(k)], logprobs=[float(np.log(q[k]))])
+                        for k in idx])
         return out

@@ -27,6 +27,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
+
 from c3_plugin.core.protocol import Prompt, encode_prompt
 from c3_plugin.core.workflow import Workflow
 
@@ -45,22 +46,31 @@ class TraceEntry:
     agent: int | None = None  # agent index (decision points only)
     alternative: int = 0  # index among siblings
     continuation: int = 0  # index among the continuations of the shallowest alternative above
-    shared: int | None = None  # node id of the first entry holding the same sample (a copy under a sharing rollout); None: an original
+    # node id of the first entry holding the same sample (a copy under a sharing rollout); None: an original
+    shared: int | None = None
     context: str = ""  # exact context text h_u (root: the question)
     prefix: str = ""  # response prefix recorded with the context (not part of the message)
     message: str = ""  # the policy's message (feedback: the environment's output)
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)  # behaviour log-probs, one per token
     loss_mask: list[int] | None = None  # per token: 1 chosen by the policy, 0 forced by a grammar (None: all chosen)
-    trainer_logprobs: list[float] | None = None  # per token: the trainer's recomputation when the behaviour log-probs are a vLLM engine's (None: they are the trainer's)
+    # per token: the trainer's recomputation when the behaviour log-probs are a vLLM engine's (None: they are the
+    # trainer's)
+    trainer_logprobs: list[float] | None = None
     reward: float | None = None  # terminal reward (leaves only)
-    ended: bool = False  # decision points only: the episode had ended on this path (a feedback step wrote workflow.EPISODE_END), so nothing was sampled or trained
+    # decision points only: the episode had ended on this path (a feedback step wrote workflow.EPISODE_END), so nothing
+    # was sampled or trained
+    ended: bool = False
     item: dict[str, Any] | None = None  # the task item (root only)
-    prompt_ids: list[int] | None = None  # decision points: token ids the policy conditioned on (chat template, system prompt, context, prefix); None: materialised without tokenizers
+    # decision points: token ids the policy conditioned on (chat template, system prompt, context, prefix); None:
+    # materialised without tokenizers
+    prompt_ids: list[int] | None = None
     systems: dict[str, str | None] | None = None  # root only: every role's system prompt (None: not recorded)
     prefixes: dict[str, str] | None = None  # root only: every role's response prefix (None: not recorded)
-    use_chat_template: bool | None = None  # root only: whether contexts were wrapped in the agents' chat templates (None: no tokenizers given)
-    chat_templates: list[str | None] | None = None  # root only: per agent, sha256 of its tokenizer's chat template (None in the list: it has none)
+    # root only: whether contexts were wrapped in the agents' chat templates (None: no tokenizers given)
+    use_chat_template: bool | None = None
+    # root only: per agent, sha256 of its tokenizer's chat template (None in the list: it has none)
+    chat_templates: list[str | None] | None = None
 
     @property
     def output(self) -> str:
@@ -144,20 +154,24 @@ def _root_problems(root: TraceEntry, workflow: Workflow, tokenizers: Sequence[An
     """Recorded context-shaping settings of one root that differ from the workflow's (and the tokenizers')."""
     where = f"instance {root.instance} node {root.node} (root)"
     out = []
-    for name, recorded, now in (("system prompt", root.systems, {r.name: r.system for r in workflow.roles.values()}),
-                                ("response prefix", root.prefixes, {r.name: r.prefix for r in workflow.roles.values()})):
+    roles = workflow.roles.values()
+    for name, recorded, now in (("system prompt", root.systems, {r.name: r.system for r in roles}),
+                                ("response prefix", root.prefixes, {r.name: r.prefix for r in roles})):
         if recorded is None:
             continue
         for role in sorted(set(recorded) | set(now)):
             if role not in now:
-                out.append(f"{where}: hidden state: the trace records a {name} for role {role}, which the workflow does not have")
+                out.append(f"{where}: hidden state: the trace records a {name} for role {role}, which the "
+                           "workflow does not have")
             elif role not in recorded:
                 out.append(f"{where}: hidden state: the trace records no {name} for role {role}")
             elif recorded[role] != now[role]:
                 out.append(f"{where}: hidden state: role {role}'s {name} is recorded as {str(recorded[role])[:60]!r}, "
                            f"the workflow has {str(now[role])[:60]!r}")
-    if use_chat_template is not None and root.use_chat_template is not None and root.use_chat_template != use_chat_template:
-        out.append(f"{where}: hidden state: recorded use_chat_template={root.use_chat_template}, replayed with {use_chat_template}")
+    if (use_chat_template is not None and root.use_chat_template is not None
+        and root.use_chat_template != use_chat_template):
+        out.append(f"{where}: hidden state: recorded use_chat_template={root.use_chat_template}, replayed "
+                   f"with {use_chat_template}")
     if tokenizers is not None and root.chat_templates is not None:
         if len(root.chat_templates) != len(tokenizers):
             out.append(f"{where}: hidden state: chat templates recorded for {len(root.chat_templates)} agents, "
@@ -214,7 +228,8 @@ def replay_check(entries: Sequence[TraceEntry], workflow: Workflow, tokenizers: 
                 problems.append(f"{where}: hidden state: recorded prefix {entry.prefix!r} is not the role's prefix")
             if tokenizers is not None:
                 chat = use_chat_template if use_chat_template is not None else root.use_chat_template
-                problems.extend(_token_problems(where, entry, workflow, tokenizers, True if chat is None else chat, encoded))
+                problems.extend(_token_problems(where, entry, workflow, tokenizers, True if chat is None else chat,
+                                                encoded))
         else:
             latest = workflow.latest_outputs(outputs)
             expected = workflow.feedback[step.name](item, {r: latest.get(r, "") for r in step.reads})
@@ -223,8 +238,8 @@ def replay_check(entries: Sequence[TraceEntry], workflow: Workflow, tokenizers: 
     return problems
 
 
-def _token_problems(where: str, entry: TraceEntry, workflow: Workflow, tokenizers: Sequence[Any], use_chat_template: bool,
-                    cache: dict[tuple, list[int]]) -> list[str]:
+def _token_problems(where: str, entry: TraceEntry, workflow: Workflow, tokenizers: Sequence[Any],
+                    use_chat_template: bool, cache: dict[tuple, list[int]]) -> list[str]:
     """A decision entry's recorded token ids against its re-encoded prompt and its message text."""
     if entry.agent is None or not 0 <= entry.agent < len(tokenizers):
         return [f"{where}: agent {entry.agent} has no tokenizer among the {len(tokenizers)} given"]
@@ -234,12 +249,13 @@ def _token_problems(where: str, entry: TraceEntry, workflow: Workflow, tokenizer
         system = workflow.roles[entry.role].system
         key = (entry.agent, entry.context, entry.prefix, system, use_chat_template)
         if key not in cache:
-            cache[key] = encode_prompt(tok, Prompt(entry.context, entry.role, entry.agent, entry.prefix, system), use_chat_template)
+            cache[key] = encode_prompt(tok, Prompt(entry.context, entry.role, entry.agent, entry.prefix, system),
+                                       use_chat_template)
         ids = cache[key]
         if ids != list(entry.prompt_ids):
             at = _first_difference(ids, entry.prompt_ids)
-            out.append(f"{where}: hidden state: recorded prompt token ids differ from the re-encoded context at token {at} "
-                       f"(recorded {list(entry.prompt_ids[at:at + 5])}, re-encoded {ids[at:at + 5]}; "
+            out.append(f"{where}: hidden state: recorded prompt token ids differ from the re-encoded context at token "
+                       f"{at} (recorded {list(entry.prompt_ids[at:at + 5])}, re-encoded {ids[at:at + 5]}; "
                        f"{len(entry.prompt_ids)} vs {len(ids)} tokens)")
     text = tok.decode(list(entry.token_ids), skip_special_tokens=True)
     if text != entry.message:

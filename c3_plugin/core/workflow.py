@@ -52,7 +52,8 @@ class Role:
     prefix: str = ""  # assistant prefill: part of the context, not of the policy's message
     system: str | None = None  # optional system prompt for chat templates
     max_new_tokens: int | None = None  # per-role generation cap (None: the sampling default)
-    temperature: float | None = None  # per-role sampling temperature (None: the algorithm's temperature); roles of one agent must agree
+    # per-role sampling temperature (None: the algorithm's temperature); roles of one agent must agree
+    temperature: float | None = None
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,8 @@ def template_keys(template: str, where: str) -> tuple[str, ...]:
         if name is None:
             continue
         if not name.isidentifier():
-            raise WorkflowError(f"{where}: template key '{{{name}}}' is not a plain name; escape literal braces as '{{{{' and '}}}}'")
+            raise WorkflowError(f"{where}: template key '{{{name}}}' is not a plain name; escape literal braces "
+                                f"as '{{{{' and '}}}}'")
         keys.append(name)
     return tuple(dict.fromkeys(keys))
 
@@ -98,8 +100,10 @@ class Workflow:
     merge_roles: tuple[str, ...] = ()
     feedback: Mapping[str, Feedback] = field(default_factory=dict)
     inputs: tuple[str, ...] = ()  # task-item fields templates may use
-    formatters: Mapping[str, Callable[[Mapping[str, Any]], str]] = field(default_factory=dict)  # role -> CoMLRL formatter (item -> its whole context); only roles that read nothing
-    contexts: Mapping[str, ContextFn] = field(default_factory=dict)  # role -> (item, latest outputs of the steps it reads) -> its whole context (CoMLRL's multi-turn prompts)
+    # role -> CoMLRL formatter (item -> its whole context); only roles that read nothing
+    formatters: Mapping[str, Callable[[Mapping[str, Any]], str]] = field(default_factory=dict)
+    # role -> (item, latest outputs of the steps it reads) -> its whole context (CoMLRL's multi-turn prompts)
+    contexts: Mapping[str, ContextFn] = field(default_factory=dict)
 
     @property
     def decision_steps(self) -> tuple[Step, ...]:
@@ -141,7 +145,8 @@ class Workflow:
         if step.name in self.formatters:
             return str(self.formatters[step.name](item))
         if step.name in self.contexts:
-            latest = {prev.name: text for prev, text in zip(self.steps[: step.index], outputs) if prev.name in step.reads}
+            latest = {prev.name: text for prev, text in zip(self.steps[: step.index], outputs)
+                      if prev.name in step.reads}
             return str(self.contexts[step.name](item, latest))
         latest: dict[str, str] = {}
         read = []
@@ -177,7 +182,8 @@ class Workflow:
         spec = self.to_dict()
         for role, text in templates.items():
             if role not in spec["roles"]:
-                raise WorkflowError(f"{role}: no such role in workflow '{self.name}' (roles: {', '.join(spec['roles'])})")
+                raise WorkflowError(f"{role}: no such role in workflow '{self.name}' (roles: "
+                                    f"{', '.join(spec['roles'])})")
             spec["roles"][role]["template"] = text
         for fname, per_role in role_fields.items():
             for role, value in per_role.items():
@@ -188,7 +194,8 @@ class Workflow:
         for item in spec["schedule"]:
             if isinstance(item, dict) and "role" in item and item["role"] in templates:
                 item.pop("template", None)
-        return workflow_from_dict(spec, feedback=self.feedback, merger=self.merger, formatters=self.formatters, contexts=self.contexts)
+        return workflow_from_dict(spec, feedback=self.feedback, merger=self.merger, formatters=self.formatters,
+                                  contexts=self.contexts)
 
     def per_agent(self, values: Mapping[Any, Any] | None, what: str) -> dict[int, Any]:
         """A per-role setting (``{role name or agent index: value}``) as ``{agent: value}``; an unknown role or
@@ -197,15 +204,18 @@ class Workflow:
         for key, value in (values or {}).items():
             if isinstance(key, int) and not isinstance(key, bool):
                 if not 0 <= key < self.num_agents:
-                    raise WorkflowError(f"{what}: agent {key} does not exist; workflow '{self.name}' has agents 0..{self.num_agents - 1}")
+                    raise WorkflowError(f"{what}: agent {key} does not exist; workflow '{self.name}' has agents "
+                                        f"0..{self.num_agents - 1}")
                 agent = key
             elif key in self.roles:
                 agent = self.roles[key].agent
             else:
-                raise WorkflowError(f"{what}: no role '{key}' in workflow '{self.name}' (roles: {', '.join(self.roles)})")
+                raise WorkflowError(f"{what}: no role '{key}' in workflow '{self.name}' (roles: "
+                                    f"{', '.join(self.roles)})")
             if agent in out and out[agent] != value:
                 raise WorkflowError(f"{what}: agent {agent} is given {out[agent]!r} and {value!r} (its roles: "
-                                    f"{', '.join(r.name for r in self.roles.values() if r.agent == agent)}); one value per agent")
+                                    f"{', '.join(r.name for r in self.roles.values() if r.agent == agent)}); one value "
+                                    "per agent")
             out[agent] = value
         return out
 
@@ -218,8 +228,9 @@ class Workflow:
                 continue
             other = [o.name for o in self.roles.values() if o.agent == r.agent and o.temperature != r.temperature]
             if other:
-                raise WorkflowError(f"{r.name}: temperature {r.temperature} differs from that of {', '.join(other)}, played by "
-                                    f"the same agent {r.agent}; give every role of one agent the same temperature")
+                raise WorkflowError(f"{r.name}: temperature {r.temperature} differs from that of {', '.join(other)}, "
+                                    f"played by the same agent {r.agent}; give every role of one agent "
+                                    "the same temperature")
             out[r.agent] = r.temperature
         return out
 
@@ -284,7 +295,8 @@ def _parse_roles(raw: Any, num_agents: int | None) -> dict[str, Role]:
         if name in _RESERVED or not str(name).isidentifier():
             raise WorkflowError(f"{name}: role names must be identifiers other than {_RESERVED}")
         agent = spec.get("agent")
-        if not isinstance(agent, int) or isinstance(agent, bool) or agent < 0 or (num_agents is not None and agent >= num_agents):
+        if (not isinstance(agent, int) or isinstance(agent, bool) or agent < 0
+                or (num_agents is not None and agent >= num_agents)):
             raise WorkflowError(f"{name}: unknown agent index {agent!r}; agents are 0..{(num_agents or 1) - 1}")
         roles[name] = Role(name=name, agent=agent, template=spec.get("template", "{question}"),
                            reads=_as_names(spec.get("reads"), name), prefix=spec.get("prefix", "") or "",
@@ -316,7 +328,8 @@ def _topological_schedule(roles: Mapping[str, Role]) -> list[str]:
                     cycle = cycle[cycle.index(node):] + [node]
                     break
                 cycle.append(node)
-            raise WorkflowError(f"{cycle[0]}: cycle in reads: {' -> '.join(cycle)}; give an explicit 'schedule' for multi-turn workflows")
+            raise WorkflowError(f"{cycle[0]}: cycle in reads: {' -> '.join(cycle)}; give an explicit 'schedule' for "
+                                "multi-turn workflows")
         order.extend(ready[:1])
     return order
 
@@ -337,7 +350,8 @@ def _build_steps(schedule: Sequence[Any], roles: Mapping[str, Role], feedback_na
         if "feedback" in item:
             name, kind, template = item["feedback"], "feedback", ""
             if name not in feedback_names:
-                raise WorkflowError(f"{name}: feedback step has no function; pass feedback={{'{name}': fn}} or list it under 'feedback'")
+                raise WorkflowError(f"{name}: feedback step has no function; pass feedback={{'{name}': fn}} or "
+                                    "list it under 'feedback'")
             reads = _as_names(item.get("reads"), name)
         else:
             name = item.get("role")
@@ -420,14 +434,14 @@ def workflow_from_dict(spec: Mapping[str, Any], *, feedback: Mapping[str, Feedba
         final = decisions[-1].name
     for r in formatters or {}:
         if r not in roles or any(s.reads for s in steps if s.name == r):
-            raise WorkflowError(f"{r}: a formatter gives the whole context from the task item, so its role must exist "
-                                "and read nothing")
+            raise WorkflowError(f"{r}: a formatter gives the whole context from the task item, so its role must "
+                                "exist and read nothing")
     for r in contexts or {}:
         if r not in roles:
             raise WorkflowError(f"{r}: a context function is given for a role the workflow does not have")
     return Workflow(name=name, roles=roles, steps=steps, num_agents=int(num_agents), final=final,
-                    merger=merger, merge_roles=merge_roles, feedback=fb, inputs=inputs, formatters=dict(formatters or {}),
-                    contexts=dict(contexts or {}))
+                    merger=merger, merge_roles=merge_roles, feedback=fb, inputs=inputs,
+                    formatters=dict(formatters or {}), contexts=dict(contexts or {}))
 
 
 def join_messages(outputs: Mapping[str, str]) -> str:
@@ -443,7 +457,8 @@ def parallel_workflow(num_agents: int, formatters: Sequence[Callable[..., str]] 
     if int(num_agents) < 1:
         raise WorkflowError(f"parallel workflow: num_agents must be >= 1, got {num_agents}")
     if formatters is not None and len(formatters) != num_agents:
-        raise WorkflowError(f"parallel workflow: {len(formatters)} formatters for {num_agents} agents; give one per agent")
+        raise WorkflowError(f"parallel workflow: {len(formatters)} formatters for {num_agents} "
+                            "agents; give one per agent")
     roles = {f"Agent{a}": {"agent": a, "template": "{prompt}"} for a in range(int(num_agents))}
     spec = {"name": "parallel", "agents": int(num_agents), "roles": roles, "inputs": ["prompt"]}
     fmt = {f"Agent{a}": f for a, f in enumerate(formatters)} if formatters is not None else None
@@ -466,5 +481,6 @@ def load_workflow(source: str | Path | Mapping[str, Any], **kwargs: Any) -> Work
     if not path.suffix and (BUILTIN_DIR / f"{source}.yaml").exists():
         path = BUILTIN_DIR / f"{source}.yaml"
     if not path.exists():
-        raise WorkflowError(f"workflow: '{source}' is neither a built-in ({', '.join(builtin_workflows())}) nor a YAML file")
+        raise WorkflowError(f"workflow: '{source}' is neither a built-in "
+                            f"({', '.join(builtin_workflows())}) nor a YAML file")
     return workflow_from_dict(yaml.safe_load(path.read_text()), **kwargs)

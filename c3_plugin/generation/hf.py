@@ -43,9 +43,9 @@ import torch
 from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from c3_plugin.core.loss import token_logprobs
-from c3_plugin.scale.precision import compute_context, compute_module
 from c3_plugin.core.protocol import Generation, Prompt, Sampling, encode_prompt
 from c3_plugin.core.structured import JsonStop, Skeleton, SkeletonLogitsProcessor, loss_mask_for, max_completion_tokens
+from c3_plugin.scale.precision import compute_context, compute_module
 
 
 class HFBackend:
@@ -62,7 +62,8 @@ class HFBackend:
         self.tokenizers = list(tokenizers)
         self.use_chat_template = use_chat_template
         self.max_batch = max_batch  # cap on sequences per generate call (None: all at once)
-        self.micro_batch_size = int(micro_batch_size)  # sequences per forward pass of the behaviour log-prob recomputation
+        # sequences per forward pass of the behaviour log-prob recomputation
+        self.micro_batch_size = int(micro_batch_size)
         self.grammar = grammar  # per prompt: the JSON skeleton its message must follow (None: free text)
         self.json_stop = json_stop  # stop a free-text message once prefix + text is a complete JSON object
 
@@ -100,7 +101,8 @@ class HFBackend:
                              f"({skeleton.prefill()!r}), got {prompt.prefix!r}; set the role's prefix to the prefill")
         return skeleton
 
-    def _caps(self, tok: Any, prompts: Sequence[Prompt], sampling: Sampling, skeletons: Sequence[Skeleton] | None) -> list[int]:
+    def _caps(self, tok: Any, prompts: Sequence[Prompt], sampling: Sampling,
+              skeletons: Sequence[Skeleton] | None) -> list[int]:
         """Per prompt token cap: the role's (or the default), raised to the skeleton's worst case."""
         caps = [p.max_new_tokens or sampling.max_new_tokens for p in prompts]
         if skeletons is not None:
@@ -125,7 +127,8 @@ class HFBackend:
         kwargs: dict[str, Any] = {}
         json_stop = None
         if skeletons is not None:
-            kwargs["logits_processor"] = LogitsProcessorList([SkeletonLogitsProcessor(tok, skeletons, width, num_return_sequences=rows_per_prompt)])
+            kwargs["logits_processor"] = LogitsProcessorList([SkeletonLogitsProcessor(
+                tok, skeletons, width, num_return_sequences=rows_per_prompt)])
         elif self.json_stop:
             json_stop = JsonStop(tok, width, [p.prefix for p in prompts for _ in range(rows_per_prompt)])
             kwargs["stopping_criteria"] = StoppingCriteriaList([json_stop])
@@ -136,7 +139,8 @@ class HFBackend:
         model.eval()
         inner = compute_module(model)
         own_config = inner.generation_config
-        inner.generation_config = config  # the model's shipped defaults must not fill what the explicit config leaves unset
+        # the model's shipped defaults must not fill what the explicit config leaves unset
+        inner.generation_config = config
         try:
             with compute_context(model):
                 seqs = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
@@ -151,9 +155,11 @@ class HFBackend:
         if sampling.greedy and n > 1:
             seqs = seqs.repeat_interleave(n, dim=0)
             json_stops = [s for s in json_stops for _ in range(n)]
-        completions = [_trim(seqs[row].tolist(), caps[row // n], json_stops[row], stops) for row in range(seqs.shape[0])]
+        completions = [_trim(seqs[row].tolist(), caps[row // n], json_stops[row], stops)
+                       for row in range(seqs.shape[0])]
         prompt_ids = [encoded[row // n] for row in range(seqs.shape[0])]  # re-derivable: encode_prompt is deterministic
-        logprobs = self.behaviour_logprobs(agent, prompt_ids, completions, 1.0 if sampling.greedy else sampling.temperature)
+        logprobs = self.behaviour_logprobs(agent, prompt_ids, completions,
+                                           1.0 if sampling.greedy else sampling.temperature)
         masks = ([loss_mask_for(tok, skeletons[row // n], ids) for row, ids in enumerate(completions)]
                  if skeletons is not None else [None] * len(completions))
         gens = [Generation(text=tok.decode(ids, skip_special_tokens=True), token_ids=ids, logprobs=lp, loss_mask=m)
@@ -258,25 +264,28 @@ class RecordedStop(StoppingCriteria):
 
 
 def _as_list(x: Any) -> list[Any]:
-    return [] if x is None else list(x) if isinstance(x, (list, tuple, LogitsProcessorList, StoppingCriteriaList)) else [x]
+    return [] if x is None else list(x) if isinstance(x,
+                                                      (list, tuple, LogitsProcessorList, StoppingCriteriaList)) else [x]
 
 
-def merge_generate_kwargs(own: dict[str, Any], extra: Mapping[str, Any], prompt_len: int) -> tuple[dict[str, Any], RecordedStop | None]:
+def merge_generate_kwargs(own: dict[str, Any], extra: Mapping[str, Any],
+                          prompt_len: int) -> tuple[dict[str, Any], RecordedStop | None]:
     """The HF backend's ``generate`` kwargs (``own``: its skeleton processor or JSON stop) with a hook's ``extra``
     ones: processors and stopping criteria appended to the backend's, the hook's stops recorded per row
     (:class:`RecordedStop`) so the message ends where they stopped it. Refuses kwargs outside :data:`HOOK_KWARGS`."""
     extra = {k: v for k, v in extra.items() if k != "do_sample"}
     bad = sorted(k for k in extra if k not in HOOK_KWARGS)
     if bad:
-        raise ValueError(f"generate kwargs {bad} passed to _generate_completions are not supported: sampling is the trainer "
-                         "config's (temperature, top_p, top_k, max_new_tokens), so that the recorded behaviour log-probs are "
-                         f"the sampler's; shape tokens with {list(HOOK_KWARGS[:3])} instead")
+        raise ValueError(f"generate kwargs {bad} passed to _generate_completions are not supported: sampling is the "
+                         "trainer config's (temperature, top_p, top_k, max_new_tokens), so that the recorded behaviour "
+                         f"log-probs are the sampler's; shape tokens with {list(HOOK_KWARGS[:3])} instead")
     out = dict(own)
     for k, v in extra.items():
         if k not in ("logits_processor", "stopping_criteria"):
             out[k] = v
     if extra.get("logits_processor") is not None:
-        out["logits_processor"] = LogitsProcessorList(_as_list(own.get("logits_processor")) + _as_list(extra["logits_processor"]))
+        out["logits_processor"] = LogitsProcessorList(_as_list(own.get("logits_processor"))
+                                                      + _as_list(extra["logits_processor"]))
     stop = None
     if extra.get("stopping_criteria") is not None:
         stop = RecordedStop(extra["stopping_criteria"], prompt_len)

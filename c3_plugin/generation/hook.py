@@ -36,8 +36,8 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 
-from c3_plugin.generation.hf import HFBackend
 from c3_plugin.core.protocol import Generation, Prompt, Sampling
+from c3_plugin.generation.hf import HFBackend
 
 # HF ``generate`` kwargs a hook may pass through ``super()._generate_completions``: token constraints and
 # stops (``do_sample`` is dropped, as CoMLRL drops it); everything else would change the sampling config
@@ -62,7 +62,8 @@ class HookCall:
 
     prompt: Prompt
     sampling: Sampling
-    generated: list[tuple[list[int], list[Generation]]] = field(default_factory=list)  # (prompt ids, generations) per super call
+    # (prompt ids, generations) per super call
+    generated: list[tuple[list[int], list[Generation]]] = field(default_factory=list)
 
 
 def active_call(trainer: Any) -> HookCall | None:
@@ -130,27 +131,30 @@ class GenerationHook:
         lens = out.get("response_lens")
         lens = [len(r) for r in rows] if lens is None else [int(x) for x in lens]
         if not len(texts) == len(rows) == len(lens) == n:
-            raise ValueError(f"{where} returned {len(texts)} completions, {len(rows)} token rows and {len(lens)} response_lens "
-                             f"for num_return_sequences={n}; return one of each per sequence")
+            raise ValueError(f"{where} returned {len(texts)} completions, {len(rows)} token rows and {len(lens)} "
+                             f"response_lens for num_return_sequences={n}; return one of each per sequence")
         prompt_ids = _unpadded(out["prompt_input_ids"], out.get("prompt_attention_mask"))
         token_ids = [_ids(r)[:k] for r, k in zip(rows, lens)]
         masks = out.get("completion_loss_masks")
         masks = [None] * n if masks is None else [[int(x) for x in m][:len(ids)] for m, ids in zip(masks[0], token_ids)]
         if any(m is not None and len(m) != len(ids) for m, ids in zip(masks, token_ids)):
-            raise ValueError(f"{where} returned completion_loss_masks shorter than its response_lens; trim them together")
+            raise ValueError(f"{where} returned completion_loss_masks shorter than its "
+                             "response_lens; trim them together")
         messages = [self._message(text, prompt, where) for text in texts]
         logprobs, trainer_lps = self._logprobs(prompt.agent, prompt_ids, token_ids, sampling, call)
-        return [Generation(text=m, token_ids=ids, logprobs=lp, loss_mask=mask, trainer_logprobs=tl, prompt_ids=list(prompt_ids))
+        return [Generation(text=m, token_ids=ids, logprobs=lp, loss_mask=mask, trainer_logprobs=tl,
+                           prompt_ids=list(prompt_ids))
                 for m, ids, lp, mask, tl in zip(messages, token_ids, logprobs, masks, trainer_lps)]
 
     @staticmethod
     def _message(text: str, prompt: Prompt, where: str) -> str:
-        """The message after the role's prefix: CoMLRL's completion is the whole action, the trace adds the prefix back."""
+        """The message after the role's prefix: CoMLRL's completion is the whole action, the trace adds the prefix
+        back."""
         if text.startswith(prompt.prefix):
             return text[len(prompt.prefix):]
-        raise ValueError(f"role {prompt.role!r} has response prefix {prompt.prefix!r} but a completion {where} returned "
-                         f"does not start with it ({text[:40]!r}); return prefix + text (as super() does) or set the "
-                         "role's prefix to ''")
+        raise ValueError(f"role {prompt.role!r} has response prefix {prompt.prefix!r} but a completion {where} "
+                         f"returned does not start with it ({text[:40]!r}); return prefix + text (as super() does) or "
+                         "set the role's prefix to ''")
 
     def _logprobs(self, agent: int, prompt_ids: list[int], token_ids: list[list[int]], sampling: Sampling,
                   call: HookCall | None) -> tuple[list[list[float]], list[list[float] | None]]:
@@ -191,7 +195,7 @@ def backend_generate(backend: Any, prompts: Sequence[Prompt], n: int, sampling: 
     if not generate_kwargs:
         return backend.generate(prompts, n, sampling)
     if not isinstance(backend, HFBackend):
-        raise ValueError(f"{type(backend).__name__} cannot run the HF generate kwargs {sorted(generate_kwargs)} passed to "
-                         "_generate_completions (they are transformers objects); set generation_backend: hf, or stop "
-                         "passing them")
+        raise ValueError(f"{type(backend).__name__} cannot run the HF generate kwargs {sorted(generate_kwargs)} passed "
+                         "to _generate_completions (they are transformers objects); set generation_backend: hf, "
+                         "or stop passing them")
     return backend.generate(prompts, n, sampling, generate_kwargs=generate_kwargs)

@@ -54,12 +54,12 @@ class WeightLoader:
         retie_output_embeddings(self.model_runner.model)
 
 
-def command(model: str, host: str = "127.0.0.1", port: int = 8000, *, dtype: str = "auto", kv_cache_gb: float | None = None,
-            max_model_len: int | None = None, gpu_memory_utilization: float = 0.9, enforce_eager: bool = True,
-            extra: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
+def command(model: str, host: str = "127.0.0.1", port: int = 8000, *, dtype: str = "auto",
+            kv_cache_gb: float | None = None, max_model_len: int | None = None, gpu_memory_utilization: float = 0.9,
+            enforce_eager: bool = True, extra: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
     """The command line and environment that start the server on ``model`` (a Hugging Face model folder)."""
-    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", host, "--port", str(port),
-            "--dtype", dtype, "--worker-extension-cls", EXTENSION, "--enable-prefix-caching",
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", host, "--port",
+            str(port), "--dtype", dtype, "--worker-extension-cls", EXTENSION, "--enable-prefix-caching",
             "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm",
             "--gpu-memory-utilization", str(gpu_memory_utilization)]
     if kv_cache_gb is not None:
@@ -68,7 +68,8 @@ def command(model: str, host: str = "127.0.0.1", port: int = 8000, *, dtype: str
         argv += ["--max-model-len", str(int(max_model_len))]
     if enforce_eager:
         argv.append("--enforce-eager")
-    env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}  # the server's own engine process
+    # the server's own engine process
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
     return argv + list(extra), {**env, "VLLM_SERVER_DEV_MODE": "1"}
 
 
@@ -99,7 +100,8 @@ class Client:
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.url + path, data=data, method=method, headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(self.url + path, data=data, method=method,
+                                         headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as r:
                 raw = r.read()
@@ -189,12 +191,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True, help="a Hugging Face model folder (the policy's architecture and tokenizer)")
+    parser.add_argument("--model", required=True,
+                        help="a Hugging Face model folder (the policy's architecture and tokenizer)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     parser.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
     parser.add_argument("--dtype", default="auto", help="engine dtype (default: %(default)s)")
-    parser.add_argument("--kv-cache-gb", type=float, default=None, help="KV cache size in GiB (default: vLLM's, from the GPU memory)")
-    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="share of each GPU the server takes (default: %(default)s)")
+    parser.add_argument("--kv-cache-gb", type=float, default=None,
+                        help="KV cache size in GiB (default: vLLM's, from the GPU memory)")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9,
+                        help="share of each GPU the server takes (default: %(default)s)")
     args, extra = parser.parse_known_args(argv)
     cmd, env = command(args.model, args.host, args.port, dtype=args.dtype, kv_cache_gb=args.kv_cache_gb,
                        gpu_memory_utilization=args.gpu_memory_utilization, extra=extra)

@@ -82,7 +82,8 @@ def init(dist_backend: str | None = None, timeout_minutes: int = 60, single: boo
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+        os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                           "MASTER_PORT": str(port)})
 
     if not dist.is_initialized():
         import deepspeed
@@ -162,8 +163,8 @@ def divisibility_errors(algo_cfg: Any, world: int) -> list[str]:
             divisors = [d for d in range(1, micro + 1) if per_rank % d == 0]
             fix += f", or micro_batch_size to a divisor of {per_rank}, e.g. {divisors[-1]}"
         errors.append(f"minibatch_size={mb} is not a multiple of ranks x micro_batch_size = {world} x {micro} = {step} "
-                      f"(each rank takes minibatch_size / {world} messages per optimizer step in micro-batches of "
-                      f"{micro}): {fix}")
+                      f"(each rank takes minibatch_size / {world} messages per optimizer step in "
+                      f"micro-batches of {micro}): {fix}")
     return errors
 
 
@@ -174,11 +175,11 @@ def placement_errors(algo_cfg: Any, world: int) -> list[str]:
     errors = []
     devices = getattr(algo_cfg, "agent_devices", None)
     if devices is not None and devices != "auto":
-        errors.append(f"agent_devices={devices!r} places one process's agents on several devices; with {world} ranks every "
-                      "rank holds the whole team on its own GPU (cuda:LOCAL_RANK): remove agent_devices")
+        errors.append(f"agent_devices={devices!r} places one process's agents on several devices; with {world} ranks "
+                      "every rank holds the whole team on its own GPU (cuda:LOCAL_RANK): remove agent_devices")
     if str(getattr(algo_cfg, "parallel_training", "none")).lower() == "mp":
-        errors.append(f"parallel_training: mp is CoMLRL's one-process model parallelism; with {world} ranks the team is "
-                      "data-parallel: set parallel_training: none")
+        errors.append(f"parallel_training: mp is CoMLRL's one-process model parallelism; with {world} ranks the team "
+                      "is data-parallel: set parallel_training: none")
     return errors + vllm_placement_errors(algo_cfg, world)
 
 
@@ -188,13 +189,15 @@ def vllm_placement_errors(algo_cfg: Any, world: int) -> list[str]:
         return []
     errors = []
     if getattr(algo_cfg, "vllm_server_url", None):
-        errors.append(f"vllm_server_url with {world} ranks: a generation server takes one trainer process's weight pushes; "
-                      "under torchrun drop vllm_server_url (each rank then runs its own colocated engine), or run one process")
+        errors.append(f"vllm_server_url with {world} ranks: a generation server takes one trainer process's weight "
+                      "pushes; under torchrun drop vllm_server_url (each rank then runs its own colocated "
+                      "engine), or run one process")
     if int(getattr(algo_cfg, "vllm_tensor_parallel_size", 1)) > 1:
-        errors.append(f"vllm_tensor_parallel_size={algo_cfg.vllm_tensor_parallel_size} with {world} ranks: each rank runs its "
-                      "own engine on its own GPU over its own shard of the rollout (vllm_tensor_parallel_size: 1); an engine "
-                      "sharded over a group of ranks would need every rank of the group to generate in lock-step, which "
-                      "the ranks' different rollouts do not. Set vllm_tensor_parallel_size: 1, or run one process")
+        errors.append(f"vllm_tensor_parallel_size={algo_cfg.vllm_tensor_parallel_size} with {world} ranks: each rank "
+                      "runs its own engine on its own GPU over its own shard of the rollout "
+                      "(vllm_tensor_parallel_size: 1); an engine sharded over a group of ranks would need every rank "
+                      "of the group to generate in lock-step, which the ranks' different rollouts do not. Set "
+                      "vllm_tensor_parallel_size: 1, or run one process")
     return errors
 
 

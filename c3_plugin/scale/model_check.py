@@ -3,7 +3,8 @@
 ``agent_model.name`` and each ``agents.models`` entry is a Hugging Face hub name, a local folder or
 ``pkg:<package>`` (the folder of an installed package). A value starting with ``./``, ``../``, ``~`` or
 ``/``, or one that exists relative to the config file's folder, is a local folder; relative ones resolve
-against the folder of the config file that names them (:func:`~c3_plugin.core.model_paths.resolve_model_paths`, called by
+against the folder of the config file that names them (:func:`~c3_plugin.core.model_paths.resolve_model_paths`, called
+by
 :func:`c3_plugin.core.config.read_yaml` on each file of an ``extends:`` chain). The dry-run's
 :func:`check_models` checks that a local folder holds a model and a tokenizer, that a ``pkg:`` package is
 installed, and that a hub name is in the local cache or known to the Hub; offline and not cached, the name is
@@ -21,10 +22,13 @@ from c3_plugin.core.hub import BUNDLED_MODEL, CONNECT_TIMEOUT_S, model_cached, o
 from c3_plugin.core.model_paths import local_model_path, resolve_model_path
 from c3_plugin.core.registry import section
 
-CACHED_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")  # one of them: weights in the hub cache
+# one of them: weights in the hub cache
+CACHED_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                  "pytorch_model.bin.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 WEIGHT_GLOBS = ("*.safetensors", "pytorch_model*.bin", "*.index.json")  # single-file or sharded (with an index) weights
-CRITIC_FIELDS = ("critic_model", "q_critic_model", "reward_model_name", "critic_model_name", "comparator_model_name")  # algorithm fields naming a model the run loads
+# algorithm fields naming a model the run loads
+CRITIC_FIELDS = ("critic_model", "q_critic_model", "reward_model_name", "critic_model_name", "comparator_model_name")
 FIX = ("give a local folder with config.json, weights and tokenizer files (save_pretrained writes them; relative paths "
        "resolve against the config file's folder), or a Hugging Face hub name")
 
@@ -56,7 +60,8 @@ def check_hub_model(name: str, key: str, gguf_file: str | None = None, revision:
         return {"name": name, "source": "hub", "verified": False, "cached": False,
                 "note": f"{key} '{name}' is gated on the Hub: accept its licence and log in (huggingface-cli login)"}
     except RevisionNotFoundError as exc:
-        raise ConfigError(f"{key} '{name}': revision {revision!r} (agent_model.revision) does not exist on the Hub") from exc
+        raise ConfigError(f"{key} '{name}': revision {revision!r} (agent_model.revision) does "
+                          "not exist on the Hub") from exc
     except RepositoryNotFoundError as exc:
         raise ConfigError(f"{key} '{name}' is not a model on the Hugging Face Hub (a typo? names look like "
                           f"'Qwen/Qwen3-4B-Instruct-2507'); {FIX}") from exc

@@ -33,9 +33,10 @@ def unloadable(key: str, name: str) -> Iterator[None]:
         local = local_model_path(name)
         reason = (f"no folder {local}" if local is not None and not local.is_dir() else
                   str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
-        raise ConfigError(f"{key} '{name}' cannot be loaded ({reason}); give a local folder with config.json, weights and "
-                          "tokenizer files (relative paths resolve against the config file's folder), or a Hugging Face "
-                          f"hub name that is reachable online or already in the HF cache; without the Hub: {BUNDLED_MODEL}") from exc
+        raise ConfigError(f"{key} '{name}' cannot be loaded ({reason}); give a local folder with config.json, weights "
+                          "and tokenizer files (relative paths resolve against the config file's folder), or a Hugging "
+                          "Face hub name that is reachable online or already in the HF cache; without the "
+                          f"Hub: {BUNDLED_MODEL}") from exc
 
 
 def load_pretrained(auto_class: Any, name: str, key: str, *, revision: str | None = None, gguf_file: str | None = None,
@@ -64,7 +65,8 @@ def _dequantized(auto_class: Any, file: Path, kwargs: dict[str, Any]) -> Any:
     import transformers
 
     stat = file.stat()
-    key = [str(file.resolve()), stat.st_size, stat.st_mtime_ns, transformers.__version__, auto_class.__name__, str(kwargs.get("dtype"))]
+    key = [str(file.resolve()), stat.st_size, stat.st_mtime_ns, transformers.__version__, auto_class.__name__,
+           str(kwargs.get("dtype"))]
     folder = cache_path("gguf-converted", key).with_suffix("")
     rest = {k: v for k, v in kwargs.items() if k != "gguf_file"}
     if (folder / "complete").is_file():
@@ -87,7 +89,8 @@ def _dequantized(auto_class: Any, file: Path, kwargs: dict[str, Any]) -> Any:
 
 
 def _plain(model: Any) -> None:
-    """A model loaded from GGUF holds dequantized weights: drop the quantizer marks so it saves and trains as a plain model."""
+    """A model loaded from GGUF holds dequantized weights: drop the quantizer marks so it saves and trains as a plain
+    model."""
     model.hf_quantizer = None
     model.is_quantized = False
     if hasattr(model.config, "quantization_config"):
@@ -115,8 +118,9 @@ def load_model(model: ModelSection, name: str | None = None) -> Any:
     if model.dtype not in DTYPES:
         raise ConfigError(f"agent_model.dtype must be one of {sorted(DTYPES)}, got {model.dtype!r}")
     gguf = model.gguf_file if name is None else None
-    loaded = load_pretrained(AutoModelForCausalLM, name or model.name, "agents.models entry" if name else "agent_model.name",
-                             revision=model.revision, gguf_file=gguf, dtype=getattr(torch, DTYPES[model.dtype]))
+    loaded = load_pretrained(AutoModelForCausalLM, name or model.name,
+                             "agents.models entry" if name else "agent_model.name", revision=model.revision,
+                             gguf_file=gguf, dtype=getattr(torch, DTYPES[model.dtype]))
     if gguf:  # GGUF weights are dequantized on load: the result is a plain model that can be saved
         _plain(loaded)
     return loaded
@@ -140,7 +144,8 @@ def load_policies(model: ModelSection, agents: AgentsSection, num_agents: int) -
         return [peft_model] * num_agents, tok, True
     if agents.models:
         if len(agents.models) != num_agents:
-            raise ConfigError(f"agents.models lists {len(agents.models)} models but the workflow has {num_agents} agents")
+            raise ConfigError(f"agents.models lists {len(agents.models)} models but the workflow "
+                              f"has {num_agents} agents")
         return [load_model(model, name) for name in agents.models], tok, False
     first = load_model(model)
     return [first] + [copy.deepcopy(first) for _ in range(num_agents - 1)], tok, False

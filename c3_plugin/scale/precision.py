@@ -110,6 +110,6 @@ def check_trainable_fp32(params: Iterable[torch.nn.Parameter], who: str) -> None
     """Refuse to build an optimizer over half-precision parameters (their updates would round away)."""
     bad = sorted({str(p.dtype) for p in params if p.dtype in HALF})
     if bad:
-        raise ValueError(f"{who}: trainable parameters are {', '.join(bad)}; Adam updates at small learning rates round "
-                         "away in half precision. Call c3_plugin.scale.precision.keep_fp32_masters(model) first (the workflow "
-                         "trainers do it for the models they are given)")
+        raise ValueError(f"{who}: trainable parameters are {', '.join(bad)}; Adam updates at small learning rates "
+                         "round away in half precision. Call c3_plugin.scale.precision.keep_fp32_masters(model) first "
+                         "(the workflow trainers do it for the models they are given)")

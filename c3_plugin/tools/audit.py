@@ -11,9 +11,9 @@ can be re-entered. At decision point ``u`` of a run, with the policies of the ch
 * ``V``: ``n`` fresh alternatives are sampled from the recorded context, each continued ``c`` times
   (the diagnostic plan ``diagnostic n u c`` entered at the recorded prefix).
 
-The message's credit is ``Q - V`` with a Welch 95% interval; its verdict is *helped* or *hurt* when the interval excludes 0, else *no
-measurable effect*; messages are ranked by how much they lost (most negative credit first). An interval of
-zero width, where every Q return and every alternative's mean return agreed, says so (``interval_note``:
+The message's credit is ``Q - V`` with a Welch 95% interval; its verdict is *helped* or *hurt* when the interval
+excludes 0, else *no measurable effect*; messages are ranked by how much they lost (most negative credit first). An
+interval of zero width, where every Q return and every alternative's mean return agreed, says so (``interval_note``:
 "no spread" in the table and the figure).
 """
 
@@ -28,8 +28,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from c3_plugin.tools.session import Session, fmt, print_table, seed_all
 from c3_plugin.core.trace import TraceEntry, read_jsonl, replay_check
+from c3_plugin.tools.session import Session, fmt, print_table, seed_all
 from c3_plugin.trainers.bridge import progress_bar, stepping
 
 VERDICTS = ("hurt", "no measurable effect", "helped")
@@ -54,7 +54,8 @@ def trace_files(run_dir: str | Path) -> list[Path]:
     run = Path(run_dir)
     files = [run / "traces.jsonl"] if (run / "traces.jsonl").exists() else sorted(run.glob("traces.rank*.jsonl"))
     if not files:
-        raise FileNotFoundError(f"{run}: no traces.jsonl; train with save_traces: true in the algorithm section to record traces")
+        raise FileNotFoundError(f"{run}: no traces.jsonl; train with save_traces: true in the algorithm "
+                                "section to record traces")
     return files
 
 
@@ -81,7 +82,8 @@ def recorded_runs(entries: Sequence[TraceEntry], num_steps: int) -> list[Recorde
     return runs
 
 
-def select_runs(runs: Sequence[RecordedRun], instance: str | None = None, failed: int | None = None) -> list[RecordedRun]:
+def select_runs(runs: Sequence[RecordedRun], instance: str | None = None,
+                failed: int | None = None) -> list[RecordedRun]:
     """``instance``: its lowest-reward path in its latest batch; ``failed``: the ``failed`` instances whose latest
     batch holds the lowest-reward paths (one path each, in trace order on ties)."""
     latest: dict[str, int] = {}
@@ -101,7 +103,8 @@ def select_runs(runs: Sequence[RecordedRun], instance: str | None = None, failed
 
 
 def _welch(q: np.ndarray, alt_means: np.ndarray) -> tuple[float, float, float]:
-    """``Q - V`` with its Welch 95% interval (a side without spread, such as a deterministic re-score, adds no variance)."""
+    """``Q - V`` with its Welch 95% interval (a side without spread, such as a deterministic re-score, adds no
+    variance)."""
     from scipy.stats import t as student_t
 
     diff = float(q.mean() - alt_means.mean())
@@ -125,8 +128,8 @@ def interval_note(message: Mapping[str, Any]) -> str | None:
         return None
     q, alt = message["q_returns"], message["alternative_means"]
     side = f"all {len(q)} Q returns are {q[0]:g}" if len(q) > 1 else f"the one Q return is {q[0]:g}"
-    return (f"no spread: {side} and all {len(alt)} fresh alternatives' mean returns are {alt[0]:g}, so the interval has "
-            "zero width (every sample agreed; a larger --n / --c may show spread)")
+    return (f"no spread: {side} and all {len(alt)} fresh alternatives' mean returns are {alt[0]:g}, so the interval "
+            "has zero width (every sample agreed; a larger --n / --c may show spread)")
 
 
 def text_colour(background: Any) -> str:
@@ -145,12 +148,15 @@ def audit(session: Session, runs: Sequence[RecordedRun], n: int = 4, c: int = 4,
         raise ValueError(f"--n {n} --c {c}: need n >= 2 alternatives and c >= 1 continuations")
     wf = session.workflow
     entries = [e for r in runs for e in r.path]
-    problems = replay_check(entries, wf, session.trainer.tokenizers, getattr(session.trainer.args, "use_chat_template", True))
+    problems = replay_check(entries, wf, session.trainer.tokenizers,
+                            getattr(session.trainer.args, "use_chat_template", True))
     if problems:
-        raise ValueError(f"the trace fails the replay check (hidden state), so its decision points cannot be re-entered: "
-                         f"{problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+        raise ValueError("the trace fails the replay check (hidden state), so its decision points cannot be "
+                         f"re-entered: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1
+                                                         else ""))
     k = wf.num_decisions
-    items = [{**dict(r.path[0].item or {"question": r.path[0].context}), "id": f"audit-{i}"} for i, r in enumerate(runs)]
+    items = [{**dict(r.path[0].item or {"question": r.path[0].context}), "id": f"audit-{i}"}
+             for i, r in enumerate(runs)]
     top = session.reward_top
     out_runs = [{"instance": r.instance, "occurrence": r.occurrence, "leaf": r.path[-1].node, "reward": r.reward,
                  "question": r.path[0].context, "messages": []} for r in runs]
@@ -159,18 +165,20 @@ def audit(session: Session, runs: Sequence[RecordedRun], n: int = 4, c: int = 4,
     for u, step in enumerate(wf.decision_steps):
         cu = c if u < k - 1 else 1  # the diagnostic plan's continuations (none after the last decision point)
         seed_all(seed, "audit", u)
-        q_share = (k - 1 - u) / (2 * (k - u) - 1)  # of this point's decision steps: Q generates the k-1-u after it, V k-u
-        # Q: the recorded message kept and the rest of the run re-sampled c times (c re-scorings at the last decision point)
+        # of this point's decision steps: Q generates the k-1-u after it, V k-u
+        q_share = (k - 1 - u) / (2 * (k - u) - 1)
+        # Q: the recorded message kept and the rest of the run re-sampled c times (c re-scorings at the last decision
+        # point)
         q_items = [{**it, "id": f"{it['id']}-q{j}"} for it in items for j in range(c)]
         bar.set_postfix_str(f"u={u} {step.name}: Q", refresh=False)
         with stepping([bar], q_share, k - 1 - u) as tick:
-            q_ro = session.collect(q_items, {"tree": [1] * k}, given=[r.path[1:step.index + 2] for r in runs for _ in range(c)],
-                                   tick=tick)
+            q_ro = session.collect(q_items, {"tree": [1] * k},
+                                   given=[r.path[1:step.index + 2] for r in runs for _ in range(c)], tick=tick)
         # V: n fresh alternatives from the recorded context, each continued cu times
         bar.set_postfix_str(f"u={u} {step.name}: V", refresh=False)
         with stepping([bar], 1 - q_share, k - u) as tick:
-            v_ro = session.collect(items, f"diagnostic n={n} u={u} c={cu}", given=[r.path[1:step.index + 1] for r in runs],
-                                   tick=tick)
+            v_ro = session.collect(items, f"diagnostic n={n} u={u} c={cu}",
+                                   given=[r.path[1:step.index + 1] for r in runs], tick=tick)
         q_ret = q_ro.rewards.reshape(len(runs), c)
         v_ret = v_ro.rewards.reshape(len(runs), n, -1)
         for i, r in enumerate(runs):
@@ -216,17 +224,19 @@ def print_audit(report: Mapping[str, Any]) -> None:
                          "Q-V": m["advantage"], "ci_lo": m["ci_lo"], "ci_hi": m["ci_hi"],
                          "note": "no spread" if m.get("interval_note") else "", "success": m["success_share"],
                          "verdict": m["verdict"]})
-    print_table(sorted(rows, key=lambda r: r["rank"]), ["rank", "run", "instance", "reward", "u", "role", "message", "Q-V",
-                                                        "ci_lo", "ci_hi", "note", "success", "verdict"])
+    print_table(sorted(rows, key=lambda r: r["rank"]), ["rank", "run", "instance", "reward", "u", "role", "message",
+                                                        "Q-V", "ci_lo", "ci_hi", "note", "success", "verdict"])
     print("rank 1 lost the most: Q - V is the recorded message's value minus its context's value under the policy; "
           "success: share of its continuations that reached the top reward")
     if any(r["note"] for r in rows):
-        print("note 'no spread': every Q return and every fresh alternative's mean return agreed, so the interval has zero "
-              "width; few samples that agreed, not certainty (interval_note in audit.json; a larger --n / --c may show spread)")
+        print("note 'no spread': every Q return and every fresh alternative's mean return agreed, so the interval has "
+              "zero width; few samples that agreed, not certainty (interval_note in audit.json; a larger --n / "
+              "--c may show spread)")
     hurt = [(run, m) for run in report["runs"] for m in run["messages"] if m["verdict"] == "hurt"]
     for run, m in sorted(hurt, key=lambda rm: rm[1]["rank"]):
         print(f"  #{m['rank']} {run['instance']} {m['role']}: {shorten(m['message'], 48)!r} (Q {m['q']:.2f}); "
-              f"best fresh alternative {shorten(m['best_alternative'], 48)!r} (mean return {m['best_alternative_mean']:.2f})")
+              f"best fresh alternative {shorten(m['best_alternative'], 48)!r} (mean return "
+              f"{m['best_alternative_mean']:.2f})")
 
 
 def plot_audit(report: Mapping[str, Any], path: str | Path) -> Path:
@@ -245,8 +255,8 @@ def plot_audit(report: Mapping[str, Any], path: str | Path) -> Path:
     fig, ax = plt.subplots(figsize=(3.2 * k + 1.5, 1.25 * len(runs) + 0.8))
     for i, run in enumerate(runs):
         y = len(runs) - 1 - i
-        ax.text(-0.08, y + 0.4, f"{run['instance']}\nreward {fmt(run['reward'], 2)}", ha="right", va="center", fontsize=7,
-                parse_math=False)
+        ax.text(-0.08, y + 0.4, f"{run['instance']}\nreward {fmt(run['reward'], 2)}", ha="right", va="center",
+                fontsize=7, parse_math=False)
         for m in run["messages"]:
             colour = cmap(norm(m["advantage"]))
             ax.add_patch(plt.Rectangle((m["u"], y), 0.94, 0.8, color=colour, ec="0.3"))
@@ -254,7 +264,8 @@ def plot_audit(report: Mapping[str, Any], path: str | Path) -> Path:
             ax.text(m["u"] + 0.47, y + 0.4, f"{m['role']} (#{m['rank']})\n" + "\n".join(textwrap.wrap(text, 30)[:2])
                     + f"\nQ-V {m['advantage']:+.2f} [{m['ci_lo']:+.2f}, {m['ci_hi']:+.2f}]"
                     + (" no spread" if m.get("interval_note") else ""), ha="center", va="center", fontsize=6,
-                    color=text_colour(colour), parse_math=False)  # white on the dark ends; a message's "$" is text, not mathtext
+                    # white on the dark ends; a message's "$" is text, not mathtext
+                    color=text_colour(colour), parse_math=False)
     ax.set_xlim(-1.3, k)
     ax.set_ylim(-0.2, len(runs))
     ax.axis("off")
@@ -268,7 +279,8 @@ def plot_audit(report: Mapping[str, Any], path: str | Path) -> Path:
 
 
 def audit_run(session: Session, run_dir: str | Path, out_dir: str | Path, instance: str | None = None,
-              failed: int | None = None, n: int = 4, c: int = 4, seed: int = 0, progress: bool = True) -> dict[str, Any]:
+              failed: int | None = None, n: int = 4, c: int = 4, seed: int = 0,
+              progress: bool = True) -> dict[str, Any]:
     """Select runs from ``run_dir``'s traces, audit them, write ``audit.json`` and ``audit.png`` to ``out_dir``
     (``progress``: a bar on stderr)."""
     entries = [e for f in trace_files(run_dir) for e in read_jsonl(f)]

@@ -4,7 +4,8 @@ read from the comment beside it where its default is defined (or the comment blo
 Fields a class inherits from CoMLRL's configs (which carry no per-field comments) take what
 ``trainers/comlrl_compat.MAGRPO_FIELDS`` says about them. ``python -m c3_plugin.tools.config_docs`` rewrites the
 file and ``c3_plugin/core/config_keys.json`` (the field names the config loader checks keys against before it
-imports any trainer); ``--check`` exits non-zero when either is stale (``tests/tools/test_config_docs.py`` does the same).
+imports any trainer); ``--check`` exits non-zero when either is stale (``tests/tools/test_config_docs.py`` does the
+same).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from c3_plugin.core.registry import _BUILTIN, resolve, section
 from c3_plugin.trainers.comlrl_compat import MAGRPO_FIELDS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "config.md"
-KEYS = Path(cfg_module.__file__).with_name("config_keys.json")  # every documented section's field names, for the fast key check at load
+# every documented section's field names, for the fast key check at load
+KEYS = Path(cfg_module.__file__).with_name("config_keys.json")
 DOMAINS = ("math", "code", "travel")  # the shipped domains whose config sections are documented
 
 
@@ -49,7 +51,8 @@ def _class_comments(cls: type) -> dict[str, str]:
     out = {}
     for node in getattr(body, "body", []):
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            text = next((comments[n] for n in range(node.lineno, (node.end_lineno or node.lineno) + 1) if n in comments), None)
+            text = next((comments[n] for n in range(node.lineno, (node.end_lineno or node.lineno) + 1)
+                         if n in comments), None)
             if text is None:  # a block of comment lines right above the field
                 above, n = [], node.lineno - 1
                 while n in comments and src.splitlines()[n - 1].strip().startswith("#"):
@@ -133,7 +136,8 @@ def render() -> str:
     """The whole of ``docs/config.md``."""
     lines = ["# Config fields", "",
              "Generated from the config dataclasses by `python -m c3_plugin.tools.config_docs` (do not edit by hand;",
-             "`tests/tools/test_config_docs.py` fails when this file is stale). Each field's doc is the comment where its",
+             "`tests/tools/test_config_docs.py` fails when this file is stale). Each field's doc is "
+             "the comment where its",
              "default is defined. A YAML config's top-level keys are the sections below; an algorithm reads the",
              "section named in its heading. Defaults are the dataclass defaults; a YAML config's algorithm section",
              "starts from `config.WORKFLOW_EXPERIMENT_DEFAULTS` (see the README).", ""]
@@ -148,7 +152,8 @@ def key_index() -> str:
     index: dict[str, list[str]] = {}
     for name in _BUILTIN:
         names = {f.name for f in dataclasses.fields(resolve(name)[0]) if not f.name.startswith("_")}
-        index[section(name)] = sorted(names | set(index.get(section(name), [])))  # a shared section (mapl): every reader's fields
+        # a shared section (mapl): every reader's fields
+        index[section(name)] = sorted(names | set(index.get(section(name), [])))
     for name in DOMAINS:
         cls = load_domain(name).config_cls
         if cls is not None:
@@ -158,7 +163,8 @@ def key_index() -> str:
 
 def undocumented() -> list[str]:
     """``Class.field`` for every field this project defines without a doc line where its default is."""
-    return sorted({f"{defined_in(cls, name).__name__}.{name}" for _, cls in sections() for name, doc in field_docs(cls).items()
+    return sorted({f"{defined_in(cls, name).__name__}.{name}" for _, cls in sections()
+                   for name, doc in field_docs(cls).items()
                    if not doc})
 
 

@@ -25,8 +25,8 @@ from c3_plugin.run.report import before_after, eval_metrics, summary_headline
 from c3_plugin.tools.compare import run_name
 
 CREDIT_KEYS = ("within_group_variance", "split_half_reliability", "zero_signal_share", "influence", "noise_ratio")
-COST_KEYS = (("tokens", ("totals", "tokens_generated")), ("messages", ("totals", "messages")), ("env steps", ("env_steps",)),
-             ("wall s", ("wall_s",)))
+COST_KEYS = (("tokens", ("totals", "tokens_generated")), ("messages", ("totals", "messages")),
+             ("env steps", ("env_steps",)), ("wall s", ("wall_s",)))
 
 
 def load_runs(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
@@ -40,7 +40,8 @@ def load_runs(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None
         config = json.loads((folder / "config.json").read_text()) if (folder / "config.json").exists() else {}
         folders, comparison = [(config.get("algorithm", "run"), config.get("seed", 0), folder)], None
     else:
-        raise FileNotFoundError(f"{folder} holds neither a comparison (c3 compare's summary.json) nor a run (metrics.jsonl)")
+        raise FileNotFoundError(f"{folder} holds neither a comparison (c3 compare's summary.json) nor "
+                                "a run (metrics.jsonl)")
     runs = []
     for algorithm, seed, path in folders:
         if not (path / "metrics.jsonl").exists():
@@ -63,7 +64,8 @@ def _svg(fig: Any) -> str:
 
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight",
-                metadata={"Creator": None, "Date": None, "Format": None, "Type": None})  # no RDF block (no outside URIs)
+                # no RDF block (no outside URIs)
+                metadata={"Creator": None, "Date": None, "Format": None, "Type": None})
     plt.close(fig)
     text = buf.getvalue()
     return text[text.index("<svg"):]
@@ -153,7 +155,8 @@ def results_table(comparison: dict) -> str:
     out = ["<table><tr><th>metric</th>" + "".join(f"<th>{html.escape(a)}</th>" for a in algos) + "</tr>"]
     for m in comparison["metrics"]:
         per = comparison["final"][m]["algorithms"]
-        out.append(f"<tr><td>{html.escape(m)}</td>" + "".join(f"<td>{cell(per[a]) if a in per else '&ndash;'}</td>" for a in algos) + "</tr>")
+        out.append(f"<tr><td>{html.escape(m)}</td>"
+                   + "".join(f"<td>{cell(per[a]) if a in per else '&ndash;'}</td>" for a in algos) + "</tr>")
     out.append("</table><table><tr><th>metric</th><th>pair</th><th>mean difference [95% CI]</th><th>p (paired t)</th>"
                "<th>p (Holm)</th><th>p (Wilcoxon)</th><th>seeds</th></tr>")
     for m in comparison["metrics"]:
@@ -162,7 +165,8 @@ def results_table(comparison: dict) -> str:
                 continue
             out.append(f"<tr><td>{html.escape(m)}</td><td>{html.escape(pair)}</td><td>{c['mean_diff']:+.3f} "
                        f"<small>[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]</small></td><td>{p(c.get('p'))}</td>"
-                       f"<td>{p(c.get('p_holm'))}</td><td>{p((c.get('wilcoxon') or {}).get('p'))}</td><td>{c['n']}</td></tr>")
+                       f"<td>{p(c.get('p_holm'))}</td><td>{p((c.get('wilcoxon') or {}).get('p'))}</td>"
+                       f"<td>{c['n']}</td></tr>")
     out.append("</table>")
     return "\n".join(out)
 
@@ -180,22 +184,24 @@ def run_results(run: dict) -> str:
     (the same rows: :func:`c3_plugin.run.report.before_after`)."""
     summary = run["summary"]
     if not summary:
-        return "<p>No summary.json: the run has not finished, so it has no final metrics yet (the curves are what it logged).</p>"
+        return ("<p>No summary.json: the run has not finished, so it has no final metrics yet (the curves are "
+                "what it logged).</p>")
     after = summary.get("eval_after", {})
     final = [(html.escape(k), _cell(after.get(k))) for k in eval_metrics(after)]
-    spent = [(label, _cell(_lookup(summary, path), 1)) for label, path in COST_KEYS] + [("updates", _cell(summary.get("updates")))]
+    spent = ([(label, _cell(_lookup(summary, path), 1)) for label, path in COST_KEYS]
+             + [("updates", _cell(summary.get("updates")))])
     out = [f"<p>{html.escape(summary_headline(summary))}</p>",
            "<table class='final'><tr><th>final metric</th><th>value</th></tr>"]
     out += [f"<tr><td>{k}</td><td>{v}</td></tr>" for k, v in final + spent]
     out.append("</table><table class='before-after'><tr><th>metric</th><th>before training</th><th>after training</th>"
                "<th>change</th></tr>")
-    out += [f"<tr><td>{html.escape(k)}</td><td>{_cell(b)}</td><td>{_cell(a)}</td><td>{'&ndash;' if d is None else f'{d:+.4f}'}"
-            "</td></tr>" for k, b, a, d in before_after(summary)]
+    out += [f"<tr><td>{html.escape(k)}</td><td>{_cell(b)}</td><td>{_cell(a)}</td>"
+            f"<td>{'&ndash;' if d is None else f'{d:+.4f}'}</td></tr>" for k, b, a, d in before_after(summary)]
     out.append("</table>")
     if any(k.startswith("eval_anchor/") for k in {**summary.get("eval_before", {}), **after}):
         out.append("<p><small>The before/after evaluations covered more items (final_eval_num_samples) than the ones "
-                   "during training: this table is on all of them, the curves follow the first eval_num_samples items at "
-                   "every evaluation (summary.json's eval_anchor/* are the curves' end points).</small></p>")
+                   "during training: this table is on all of them, the curves follow the first eval_num_samples items "
+                   "at every evaluation (summary.json's eval_anchor/* are the curves' end points).</small></p>")
     return "\n".join(out)
 
 
@@ -212,7 +218,8 @@ def write_dashboard(folder: str | Path, out: str | Path | None = None) -> Path:
     keys = sorted({k for r in runs for row in r["rows"] for k in row})
     eval_keys = eval_metrics(keys)  # every eval/*/accuracy, else eval/reward_mean (any domain)
     credit = [k for k in keys if k.startswith("credit/") and k.rsplit("/", 1)[-1] in CREDIT_KEYS]
-    title = (f"Comparison {html.escape(folder.name)}: {', '.join(comparison['algorithms'])}, seeds {comparison['seeds']}"
+    title = (f"Comparison {html.escape(folder.name)}: {', '.join(comparison['algorithms'])}, seeds "
+             f"{comparison['seeds']}"
              if comparison else f"Run {html.escape(folder.name)}")
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{title}</title><style>{STYLE}</style>"
              f"</head><body><h1>{title}</h1>"]
@@ -229,10 +236,11 @@ def write_dashboard(folder: str | Path, out: str | Path | None = None) -> Path:
         parts += ["<h2>Costs per run</h2>", costs]
     credit_charts = [c for k in credit if (c := curves_chart(runs, k, k))]
     if credit_charts:
-        parts += ["<h2>Credit diagnostics</h2><div class='grid'>" + "".join(f"<div>{c}</div>" for c in credit_charts) + "</div>"]
+        parts += ["<h2>Credit diagnostics</h2><div class='grid'>" + "".join(f"<div>{c}</div>" for c in credit_charts)
+                  + "</div>"]
     target = Path(out) if out else folder / "dashboard.html"
-    links = "".join(f"<li><a href='{html.escape(_relative(r['path'], target.parent))}'>{html.escape(r['algorithm'])} seed "
-                    f"{r['seed']}</a></li>" for r in runs)
+    links = "".join(f"<li><a href='{html.escape(_relative(r['path'], target.parent))}'>{html.escape(r['algorithm'])} "
+                    f"seed {r['seed']}</a></li>" for r in runs)
     parts += [f"<h2>Runs</h2><ul>{links}</ul></body></html>"]
     target.write_text("\n".join(parts), encoding="utf-8")
     return target

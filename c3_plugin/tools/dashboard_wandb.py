@@ -58,7 +58,8 @@ def workspace_spec(entity: str, project: str, group: str, metrics: list[str], al
     if not algorithms:
         raise ValueError("workspace_spec needs the compared algorithms")
     if any("'" in v or "\\" in v for v in [group, *algorithms]):  # the library's filter strings do not escape them
-        raise ValueError(f"a W&B group or job type with a quote or backslash cannot be filtered on: {group!r} {algorithms}")
+        raise ValueError("a W&B group or job type with a quote or backslash cannot be filtered on: "
+                         f"{group!r} {algorithms}")
     runset = ws.RunsetSettings(
         filters=ws.And(ws.Metric("Group") == group, ws.Metric("JobType").isin(list(algorithms))),
         groupby=[ws.Metric("JobType")],

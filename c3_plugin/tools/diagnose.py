@@ -34,9 +34,9 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from c3_plugin.core import credit
-from c3_plugin.trainers.bridge import progress_bar, stepping
-from c3_plugin.tools.session import Session, bootstrap_ci, mean_ci, print_table, seed_all
 from c3_plugin.core.credit_diagnostics import _PAD, decision_groups, leaf_outcomes
+from c3_plugin.tools.session import Session, bootstrap_ci, mean_ci, print_table, seed_all
+from c3_plugin.trainers.bridge import progress_bar, stepping
 
 RAW = "raw.jsonl"
 SETTINGS = "settings.json"
@@ -136,8 +136,10 @@ def contrast(a: np.ndarray, b: np.ndarray, seed: int = 0, resamples: int = 2000)
 
 
 def chunk_groups(chunks: Sequence[Mapping[str, Any]], u: int, groups: int | None = None) -> np.ndarray:
-    """The returns ``[G, n, c]`` of decision point ``u`` from collected chunks, in group order (``groups``: only the first ones)."""
-    mine = sorted((ch for ch in chunks if ch["u"] == u and (groups is None or ch["first"] < groups)), key=lambda ch: ch["first"])
+    """The returns ``[G, n, c]`` of decision point ``u`` from collected chunks, in group order (``groups``: only the
+    first ones)."""
+    mine = sorted((ch for ch in chunks if ch["u"] == u and (groups is None or ch["first"] < groups)),
+                  key=lambda ch: ch["first"])
     if not mine:
         raise ValueError(f"no groups collected at decision point {u}")
     return np.concatenate([np.asarray(ch["groups"], dtype=np.float64) for ch in mine])[:groups]
@@ -168,7 +170,8 @@ def decision_report(groups: np.ndarray, outcomes: np.ndarray | None = None, seed
                            "within_group_variance": credit.within_group_variance(adv),
                            "reward_mean": float(groups.mean())}
     if c < 2:
-        rep["note"] = "last decision point: each alternative's return is its own reward (c = 1), so no split-half or noise law"
+        rep["note"] = ("last decision point: each alternative's return is its own reward (c = 1), so no "
+                       "split-half or noise law")
         if n >= 2:  # its signal plus the reward's own noise, which c = 1 cannot split (c3 advise)
             def spread(x: np.ndarray) -> float:
                 return float(np.mean(np.nanmean(x, -1).var(-1, ddof=1)))
@@ -181,7 +184,8 @@ def decision_report(groups: np.ndarray, outcomes: np.ndarray | None = None, seed
     def noise(idx: np.ndarray) -> tuple[float, float]:
         """Observed rollout noise (even vs odd halves) of the groups ``idx`` and the law's at B = n c / 2."""
         s2 = credit.pooled_return_variance(groups[idx])
-        obs = credit.observed_noise_variance(credit.loo_advantages_batch(even[idx]), credit.loo_advantages_batch(odd[idx]))
+        obs = credit.observed_noise_variance(credit.loo_advantages_batch(even[idx]),
+                                             credit.loo_advantages_batch(odd[idx]))
         return obs, credit.noise_variance(s2, n, n * (c // 2))
 
     every = np.arange(g)
@@ -189,7 +193,8 @@ def decision_report(groups: np.ndarray, outcomes: np.ndarray | None = None, seed
     rho, used = credit.split_half_per_group(groups)
     sh, sh_lo, sh_hi = mean_correlation_ci(rho[used], seed=seed + 2)
     rep.update({"return_variance": credit.pooled_return_variance(groups), "signal_S": signal, "noise_N": noise_n,
-                "implied": implied, "usable": int(used.sum()), "split_half": sh, "split_half_lo": sh_lo, "split_half_hi": sh_hi})
+                "implied": implied, "usable": int(used.sum()), "split_half": sh, "split_half_lo": sh_lo,
+                "split_half_hi": sh_hi})
     rep["implied_lo"], rep["implied_hi"] = bootstrap_ci(lambda idx: signal_noise(groups[idx])[2], g, seed=seed)
     draws = [(signal_noise(groups[idx])[0], credit.pooled_return_variance(groups[idx])) for idx in resamples(g, seed)]
     rep["bootstrap"] = {"signal_S": [d[0] for d in draws], "return_variance": [d[1] for d in draws]}
@@ -207,7 +212,8 @@ def decision_report(groups: np.ndarray, outcomes: np.ndarray | None = None, seed
     return rep
 
 
-def summarize(chunks: Sequence[Mapping[str, Any]], roles: Sequence[str], num_decisions: int, seed: int = 0) -> list[dict[str, Any]]:
+def summarize(chunks: Sequence[Mapping[str, Any]], roles: Sequence[str], num_decisions: int,
+              seed: int = 0) -> list[dict[str, Any]]:
     """One report row per decision point from the collected chunks."""
     rows = []
     for u in sorted({ch["u"] for ch in chunks}):
@@ -295,8 +301,8 @@ def diagnose(session: Session, out_dir: str | Path, groups: int = 60, n: int = 4
 
 
 def print_report(report: Mapping[str, Any]) -> None:
-    print(f"== c3 diagnose: {report['workflow']} ({report['domain']}, {report['model']}), n={report['n']} c={report['c']}, "
-          f"{report['groups']} groups per decision point ==")
+    print(f"== c3 diagnose: {report['workflow']} ({report['domain']}, {report['model']}), n={report['n']} "
+          f"c={report['c']}, {report['groups']} groups per decision point ==")
     print_table(report["decisions"], TABLE_COLS)
     if report.get("contrasts"):
         print("reliability of decision point a minus b [95% CI] (an interval excluding 0 separates them):")
@@ -316,7 +322,8 @@ def plot_depth(reports: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
 
     def plotted(rep: Mapping[str, Any]) -> list[Mapping[str, Any]]:
         """The report's decision points with a split-half value (the last one, c = 1, has none)."""
-        return [r for r in rep["decisions"] if r.get("split_half") is not None and math.isfinite(r.get("split_half", float("nan")))]
+        return [r for r in rep["decisions"] if r.get("split_half") is not None
+                and math.isfinite(r.get("split_half", float("nan")))]
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for i, rep in enumerate(reports):
@@ -325,12 +332,16 @@ def plot_depth(reports: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
             continue
         x = [r["u"] + 0.06 * i for r in rows]
         y = [r["split_half"] for r in rows]
-        err = [[r["split_half"] - r["split_half_lo"] for r in rows], [r["split_half_hi"] - r["split_half"] for r in rows]]
-        line = ax.errorbar(x, y, yerr=np.nan_to_num(np.asarray(err)), marker="o", capsize=3, label=f"{rep['workflow']} split-half")
+        err = [[r["split_half"] - r["split_half_lo"] for r in rows],
+               [r["split_half_hi"] - r["split_half"] for r in rows]]
+        line = ax.errorbar(x, y, yerr=np.nan_to_num(np.asarray(err)), marker="o", capsize=3,
+                           label=f"{rep['workflow']} split-half")
         imp = [r["implied"] for r in rows]
-        ierr = [[r["implied"] - r.get("implied_lo", r["implied"]) for r in rows], [r.get("implied_hi", r["implied"]) - r["implied"] for r in rows]]
-        ax.errorbar([v + 0.03 for v in x], imp, yerr=np.nan_to_num(np.asarray(ierr, dtype=np.float64)), marker="o", mfc="none",
-                    ls="--", capsize=2, elinewidth=0.8, color=line[0].get_color(), label=f"{rep['workflow']} implied S/(S+2N)")
+        ierr = [[r["implied"] - r.get("implied_lo", r["implied"]) for r in rows],
+                [r.get("implied_hi", r["implied"]) - r["implied"] for r in rows]]
+        ax.errorbar([v + 0.03 for v in x], imp, yerr=np.nan_to_num(np.asarray(ierr, dtype=np.float64)), marker="o",
+                    mfc="none", ls="--", capsize=2, elinewidth=0.8, color=line[0].get_color(),
+                    label=f"{rep['workflow']} implied S/(S+2N)")
     ax.axhline(0, color="0.8", lw=0.8)
     points = sorted({int(r["u"]) for rep in reports for r in plotted(rep)})
     if points:  # a tick at each plotted decision point, integers only (an integer locator falls back to fractions

@@ -35,7 +35,8 @@ def predicted_reliability(signal: float, sigma2: float, n: int, c: int) -> float
 
 
 def decision_options(point: Mapping[str, Any], budget: int, last: bool) -> list[dict[str, Any]]:
-    """Every ``(n, c)`` with ``n >= 2`` and ``n c <= budget`` (``c = 1`` at the last decision point), predicted reliability each."""
+    """Every ``(n, c)`` with ``n >= 2`` and ``n c <= budget`` (``c = 1`` at the last decision point), predicted
+    reliability each."""
     if last:
         return [{"n": budget, "c": 1, "calls": budget, "predicted": 1.0 if budget >= 2 else 0.0}]
     out = []
@@ -69,7 +70,8 @@ def tree_reliability(tree: Sequence[int], points: Sequence[Mapping[str, Any] | N
 
 
 def plan_budget(diagnosis: Mapping[str, Any], budget: int) -> dict[str, Any]:
-    """Per decision point the best ``(n, c)`` for ``budget`` reward calls, and the tree plans of ``budget`` leaves ranked."""
+    """Per decision point the best ``(n, c)`` for ``budget`` reward calls, and the tree plans of ``budget`` leaves
+    ranked."""
     if budget < 2:
         raise ValueError(f"--budget {budget}: a group needs at least 2 reward calls")
     roles = diagnosis["decision_points"]
@@ -82,7 +84,8 @@ def plan_budget(diagnosis: Mapping[str, Any], budget: int) -> dict[str, Any]:
         d = measured[u]
         last = u == k - 1
         if not last and (d is None or d.get("signal_S") is None):
-            points.append({"u": u, "role": role, "note": "not measured by this diagnosis (run c3 diagnose --decisions all)"})
+            points.append({"u": u, "role": role,
+                           "note": "not measured by this diagnosis (run c3 diagnose --decisions all)"})
             continue
         options = decision_options(d, budget, last)
         best = max(options, key=lambda o: (o["predicted"], o["calls"], -o["n"]))

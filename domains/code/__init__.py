@@ -14,9 +14,27 @@ from .assertions import Assertion, AssertionFormError, compile_assertion, define
 from .data import PENDING, CodeDatasetError, decode_tests, evaluate_constants, load_split
 from .prompts import multi_turn, reasoner_actor, reasoner_coder_reviewer, workflows
 from .runner import encode
-from .sandbox import (UNSAFE, Limits, Sandbox, SandboxError, Test, TestResult, configure, default_sandbox,
-                      namespaces_available)
-from .tasks import DEFAULTS, eval_aggregator, extract_code, make_eval_logger, make_outcome, make_reward, run_visible_tests, syntax_valid
+from .sandbox import (
+    UNSAFE,
+    Limits,
+    Sandbox,
+    SandboxError,
+    Test,
+    TestResult,
+    configure,
+    default_sandbox,
+    namespaces_available,
+)
+from .tasks import (
+    DEFAULTS,
+    eval_aggregator,
+    extract_code,
+    make_eval_logger,
+    make_outcome,
+    make_reward,
+    run_visible_tests,
+    syntax_valid,
+)
 from .values import decode, equal
 
 
@@ -25,7 +43,9 @@ class CodeConfig:
     """The config's ``code:`` section."""
 
     timeout_s: float = 5.0  # wall-clock limit of a test without its own (dataset tests: 4 x the canonical time, 2-30 s)
-    isolation: str = "namespaces"  # namespaces: refuse to run candidates where the host cannot isolate them; none: run them anyway, unisolated (unsafe; said loudly)
+    # namespaces: refuse to run candidates where the host cannot isolate them; none: run them anyway, unisolated
+    # (unsafe; said loudly)
+    isolation: str = "namespaces"
 
 
 def configure_from(cfg, workflow=None) -> None:
@@ -72,11 +92,13 @@ def load_datasets(section: Mapping[str, Any], seed: int = 0, config: Any = None)
 
     base, measure = section.get("base_dir"), not section.get("dry_run")
     PENDING.clear()
-    train = load_split({"name": "mbpp_train", **single_train_source(section, "code")}, base, measure=measure) if section.get("train") else []
+    train = load_split({"name": "mbpp_train", **single_train_source(section, "code")}, base,
+                       measure=measure) if section.get("train") else []
     evals = [row for spec in section.get("eval") or [] for row in load_split(spec, base, measure=measure)]
     train = check_overlap(train, evals, drop=bool(section.get("drop_overlap", False)))
     clean = lambda rows: [{k: v for k, v in r.items() if k != "dropped_inputs"} for r in rows]  # noqa: E731 (a list of reasons)
-    return (datasets.Dataset.from_list(clean(train)) if train else None, datasets.Dataset.from_list(clean(evals)) if evals else None)
+    return (datasets.Dataset.from_list(clean(train)) if train else None,
+            datasets.Dataset.from_list(clean(evals)) if evals else None)
 
 
 reward = make_reward()
@@ -84,14 +106,17 @@ outcome = make_outcome(reward)  # per leaf: pass/fail on each hidden test, reusi
 
 
 def dry_run_probe(config: CodeConfig | None = None) -> dict[str, Any]:
-    """Score fixed candidates in the real sandbox (``config`` was applied to it by ``configure_from``): a correct function, a wrong one, an early exit."""
-    item = {"tests": '[{"expr": "add(2, 3)", "expected": ["int", "5"]}, {"expr": "add(-1, 1)", "expected": ["int", "0"]}]', "setup": ""}
+    """Score fixed candidates in the real sandbox (``config`` was applied to it by ``configure_from``): a correct
+    function, a wrong one, an early exit."""
+    item = {"tests": '[{"expr": "add(2, 3)", "expected": ["int", "5"]}, {"expr": "add(-1, 1)", '
+                     '"expected": ["int", "0"]}]', "setup": ""}
     right = reward(["plan"], ["```python\ndef add(a, b):\n    return a + b\n```"], batch_items=[item])[0]
     wrong = reward(["plan"], ["def add(a, b):\n    return a + b if a > 0 else 7"], batch_items=[item])[0]
     exits = reward(["plan"], ["import sys\nsys.exit(0)"], batch_items=[item])[0]
     sb = default_sandbox()
     report = {"probe_reward": right, "probe_wrong_reward": wrong, "probe_exit_reward": exits,
-              "sandbox_isolation": ("namespaces (user, mount, pid, net, ipc, uts, cgroup) + pivot_root + no capabilities"
+              "sandbox_isolation": ("namespaces (user, mount, pid, net, ipc, uts, cgroup) + "
+                                    "pivot_root + no capabilities"
                                     if sb.isolation == "namespaces" else f"NONE - {UNSAFE}"),
               "sandbox_limits": f"{sb.box_limits} for the whole sandbox; rlimits per test",
               "probe_ok": right == 1.0 and wrong == 0.5 and exits == 0.0}
@@ -100,7 +125,8 @@ def dry_run_probe(config: CodeConfig | None = None) -> dict[str, Any]:
     return report
 
 
-# The reference runs' cost on 2 cores (measured: MBPP's train and test splits and MBPP+, 1,273 solutions on 45,956 tests,
+# The reference runs' cost on 2 cores (measured: MBPP's train and test splits and MBPP+, 1,273 solutions on 45,956
+# tests,
 # in 195 s): a sandbox job per solution, then each test.
 SECONDS_PER_REFERENCE_SOLUTION, SECONDS_PER_REFERENCE_TEST = 0.025, 0.0036
 
@@ -110,22 +136,27 @@ def dry_run(cfg, train, evals) -> dict[str, Any]:
     what they are, and about how long the run spends on them before its first step."""
     out: dict[str, Any] = {"probe": dry_run_probe(cfg.domain_cfg)}
     if PENDING:
-        minutes = sum(p["solutions"] * SECONDS_PER_REFERENCE_SOLUTION + p["tests"] * SECONDS_PER_REFERENCE_TEST for p in PENDING) / 60
-        out["reference_runs"] = {"pending": list(PENDING), "estimated_minutes": round(minutes, 1), "cache": str(cache_dir())}
-        out["notes"] = [f"code: before its first step the run measures the reference solutions in the sandbox ("
-                        + ", ".join(f"{p['set']}: {p['what']} of {p['solutions']} solutions on {p['tests']} tests" for p in PENDING)
-                        + f"): about {max(minutes, 0.1):.1f} min on 2 cores, once per machine (cached in {cache_dir()}); "
-                        "until then an MBPP+ eval count is an upper bound (a task whose reference fails on all but one "
-                        "input is dropped)"]
+        minutes = sum(p["solutions"] * SECONDS_PER_REFERENCE_SOLUTION
+                      + p["tests"] * SECONDS_PER_REFERENCE_TEST for p in PENDING) / 60
+        out["reference_runs"] = {"pending": list(PENDING), "estimated_minutes": round(minutes, 1),
+                                 "cache": str(cache_dir())}
+        out["notes"] = ["code: before its first step the run measures the reference solutions in the sandbox ("
+                        + ", ".join(f"{p['set']}: {p['what']} of {p['solutions']} solutions "
+                                    f"on {p['tests']} tests" for p in PENDING)
+                        + f"): about {max(minutes, 0.1):.1f} min on 2 cores, once per machine (cached in "
+                          f"{cache_dir()}); until then an MBPP+ eval count is an upper bound (a task whose reference "
+                          "fails on all but one input is dropped)"]
     return out
 
 
 DOMAIN = Domain(name="code", load_datasets=load_datasets, workflows=workflows,
                 make_reward=lambda config: reward,  # one reward; the config reaches the sandbox through validate_config
                 make_eval_logger=make_eval_logger, eval_aggregator=eval_aggregator, dry_run=dry_run,
-                config_cls=CodeConfig, default_workflow="reasoner_actor", outcome=outcome, validate_config=configure_from)
+                config_cls=CodeConfig, default_workflow="reasoner_actor", outcome=outcome,
+                validate_config=configure_from)
 
-__all__ = ["Assertion", "AssertionFormError", "CodeConfig", "CodeDatasetError", "DOMAIN", "Limits", "Sandbox", "SandboxError", "Test",
-           "TestResult", "compile_assertion", "configure", "decode", "decode_tests", "encode", "equal", "execute", "extract_code",
-           "load_datasets", "load_split", "make_outcome", "multi_turn", "outcome", "pass_rate", "reasoner_actor",
-           "reasoner_coder_reviewer", "reward", "run_visible_tests", "syntax_valid", "workflows"]
+__all__ = ["Assertion", "AssertionFormError", "CodeConfig", "CodeDatasetError", "DOMAIN", "Limits", "Sandbox",
+           "SandboxError", "Test", "TestResult", "compile_assertion", "configure", "decode", "decode_tests", "encode",
+           "equal", "execute", "extract_code", "load_datasets", "load_split", "make_outcome", "multi_turn",
+           "namespaces_available", "outcome", "pass_rate", "reasoner_actor", "reasoner_coder_reviewer", "reward",
+           "run_visible_tests", "syntax_valid", "workflows"]

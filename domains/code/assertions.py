@@ -51,12 +51,14 @@ MODES = ("value", "truth", "iter", "callable", "present")
 HOST_FUNCS: dict[str, Any] = {f.__name__: f for f in (
     abs, all, any, bool, callable, complex, dict, divmod, float, frozenset, int, isinstance, len, list, max, min, round,
     set, sorted, str, sum, tuple, type)}
-BUILTIN_NAMES = frozenset(n for n in dir(builtins) if not n.startswith("_"))  # usable in constants (evaluated without candidate code)
+# usable in constants (evaluated without candidate code)
+BUILTIN_NAMES = frozenset(n for n in dir(builtins) if not n.startswith("_"))
 HOST_TYPES = (bool, int, float, complex, str, bytes, list, tuple, set, frozenset, dict, type(None))
-MATH_NAMES = ("pi", "e", "tau", "inf", "nan", "isclose", "sqrt", "floor", "ceil", "trunc", "fabs", "isnan", "isinf", "isfinite",
-              "log", "log2", "log10", "exp", "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "hypot", "degrees", "radians",
-              "copysign", "fmod", "gcd")
-_ITER_FUNCS = {"all", "any", "frozenset", "len", "list", "set", "sorted", "sum", "tuple"}  # consume their first argument
+MATH_NAMES = ("pi", "e", "tau", "inf", "nan", "isclose", "sqrt", "floor", "ceil", "trunc", "fabs", "isnan", "isinf",
+              "isfinite", "log", "log2", "log10", "exp", "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "hypot",
+              "degrees", "radians", "copysign", "fmod", "gcd")
+# consume their first argument
+_ITER_FUNCS = {"all", "any", "frozenset", "len", "list", "set", "sorted", "sum", "tuple"}
 _ITER_UNLESS_MORE = {"max", "min"}  # max(xs) iterates; max(a, b) compares values
 _CHECK_FUNCS = {"isinstance", "callable", "bool", "isclose", "all", "any"}  # verdicts: never computed in the sandbox
 # library functions whose result is a verdict (a comparison, a predicate, a match): computed inside the sandbox, by a
@@ -67,9 +69,9 @@ VERDICT_LIBRARY = {
     "cmath": {"isclose", "isnan", "isinf", "isfinite"},
     "re": {"match", "fullmatch", "search"},
 }
-VERDICT_METHODS = {"startswith", "endswith", "isdigit", "isalpha", "isalnum", "isnumeric", "isdecimal", "isspace", "islower",
-                   "isupper", "istitle", "isidentifier", "isprintable", "isascii", "issubset", "issuperset", "isdisjoint",
-                   "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__contains__", "__bool__"}
+VERDICT_METHODS = {"startswith", "endswith", "isdigit", "isalpha", "isalnum", "isnumeric", "isdecimal", "isspace",
+                   "islower", "isupper", "istitle", "isidentifier", "isprintable", "isascii", "issubset", "issuperset",
+                   "isdisjoint", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__contains__", "__bool__"}
 TYPE_NAMES = {"str", "bytes", "int", "float", "complex", "list", "tuple", "set", "frozenset", "dict", "bool", "object"}
 STDLIB_MODULES = frozenset(getattr(sys, "stdlib_module_names", ())) - {"__future__", "builtins", "this", "antigravity"}
 MAX_BITS = 1 << 20  # largest integer (in bits) the check may build with ** or <<
@@ -99,7 +101,8 @@ class Assertion:
     check: str
     probes: list[Probe]
     consts: list[Any] = field(default_factory=list)
-    pending: list[str] = field(default_factory=list)  # sources of the constants still to evaluate (in a sandbox, no candidate code)
+    # sources of the constants still to evaluate (in a sandbox, no candidate code)
+    pending: list[str] = field(default_factory=list)
     modules: list[str] = field(default_factory=list)  # standard-library modules those constants use
 
     def to_json(self, encode) -> dict:
@@ -181,7 +184,8 @@ class _Splitter:
 
     def run(self, test: ast.expr) -> Assertion:
         check = self.split(test, "truth")
-        return Assertion(self.source, ast.unparse(check), self.probes, [None] * len(self.pending), self.pending, sorted(self.modules))
+        return Assertion(self.source, ast.unparse(check), self.probes, [None] * len(self.pending), self.pending,
+                         sorted(self.modules))
 
     # names ------------------------------------------------------------
     def _host_name(self, name: str) -> bool:
@@ -194,11 +198,15 @@ class _Splitter:
         """No name in ``node`` refers to the candidate's namespace (only host builtins, standard-library
         modules used as ``module.attr`` and names the expression binds itself)."""
         bound = {a.arg for n in ast.walk(node) if isinstance(n, ast.Lambda) for a in _all_args(n.args)}
-        bound |= {t.id for n in ast.walk(node) if isinstance(n, ast.comprehension) for t in ast.walk(n.target) if isinstance(t, ast.Name)}
-        bound |= {n.target.id for n in ast.walk(node) if isinstance(n, ast.NamedExpr) and isinstance(n.target, ast.Name)}
-        module_bases = {id(n.value) for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)}
+        bound |= {t.id for n in ast.walk(node) if isinstance(n, ast.comprehension) for t in ast.walk(n.target)
+                  if isinstance(t, ast.Name)}
+        bound |= {n.target.id for n in ast.walk(node) if isinstance(n, ast.NamedExpr)
+                  and isinstance(n.target, ast.Name)}
+        module_bases = {id(n.value) for n in ast.walk(node) if isinstance(n, ast.Attribute)
+                        and isinstance(n.value, ast.Name)}
         for n in ast.walk(node):
-            if isinstance(n, ast.Name) and n.id not in bound and not (n.id in BUILTIN_NAMES and n.id not in self.defined):
+            if (isinstance(n, ast.Name) and n.id not in bound
+                and not (n.id in BUILTIN_NAMES and n.id not in self.defined)):
                 if not (id(n) in module_bases and self._module(n.id)):
                     return False
         return True
@@ -208,7 +216,8 @@ class _Splitter:
         if self.candidate_free(node):
             return self.constant(node)
         if isinstance(node, ast.Compare):
-            return ast.Compare(self.split(node.left, "value"), node.ops, [self.split(c, "value") for c in node.comparators])
+            return ast.Compare(self.split(node.left, "value"), node.ops,
+                               [self.split(c, "value") for c in node.comparators])
         if isinstance(node, ast.BoolOp):
             return ast.BoolOp(node.op, [self.split(v, "truth" if ctx == "truth" else "value") for v in node.values])
         if isinstance(node, ast.UnaryOp):
@@ -218,7 +227,8 @@ class _Splitter:
         if isinstance(node, ast.IfExp):
             return ast.IfExp(self.split(node.test, "truth"), self.split(node.body, ctx), self.split(node.orelse, ctx))
         if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and not any(isinstance(e, ast.Starred) for e in node.elts):
-            return type(node)([self.split(e, "value") for e in node.elts], *([ast.Load()] if not isinstance(node, ast.Set) else []))
+            return type(node)([self.split(e, "value") for e in node.elts],
+                              *([ast.Load()] if not isinstance(node, ast.Set) else []))
         if isinstance(node, ast.Dict) and None not in node.keys:
             return ast.Dict([self.split(k, "value") for k in node.keys], [self.split(v, "value") for v in node.values])
         if isinstance(node, ast.Subscript):
@@ -253,7 +263,8 @@ class _Splitter:
         f = node.func
         if isinstance(f, ast.Name):
             return self._host_name(f.id)
-        return (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "math" and self._module("math")
+        return (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "math"
+                and self._module("math")
                 and f.attr in MATH_NAMES)
 
     def constant(self, node: ast.expr) -> ast.expr:
@@ -264,8 +275,10 @@ class _Splitter:
             return node
         except CheckError as exc:
             if not isinstance(exc, _Unsupported):
-                raise AssertionFormError(f"{self.source!r}: the constant {ast.unparse(node)!r} cannot be evaluated: {exc}") from exc
-        self.modules |= {n.value.id for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                raise AssertionFormError(f"{self.source!r}: the constant {ast.unparse(node)!r} "
+                                         f"cannot be evaluated: {exc}") from exc
+        self.modules |= {n.value.id for n in ast.walk(node) if isinstance(n, ast.Attribute)
+                         and isinstance(n.value, ast.Name)
                          and self._module(n.value.id)}
         self.pending.append(ast.unparse(node))
         return ast.Name(f"_c{len(self.pending) - 1}", ast.Load())
@@ -273,9 +286,9 @@ class _Splitter:
     def probe(self, node: ast.expr, mode: str) -> ast.expr:
         verdict = _verdict_inside(node, self)
         if verdict is not None:
-            raise AssertionFormError(f"{self.source!r}: the check {ast.unparse(verdict)!r} would run inside the sandbox "
-                                     "(its result would come from candidate code); write the assertion so that the "
-                                     "candidate's code only computes values")
+            raise AssertionFormError(f"{self.source!r}: the check {ast.unparse(verdict)!r} would run inside the "
+                                     "sandbox (its result would come from candidate code); write the assertion so that "
+                                     "the candidate's code only computes values")
         self.probes.append(Probe(ast.unparse(node), mode))
         return ast.Name(f"_p{len(self.probes) - 1}", ast.Load())
 
@@ -297,7 +310,8 @@ def _check_call(node: ast.Call, splitter: _Splitter) -> bool:
     f = node.func
     if isinstance(f, ast.Name):
         return f.id in _CHECK_FUNCS and splitter._host_name(f.id)
-    if isinstance(f, ast.Attribute) and f.attr in VERDICT_METHODS and not (isinstance(f.value, ast.Name) and splitter._module(f.value.id)):
+    if (isinstance(f, ast.Attribute) and f.attr in VERDICT_METHODS
+        and not (isinstance(f.value, ast.Name) and splitter._module(f.value.id))):
         return True  # f(1).__eq__(2), f(x).startswith("a"): the candidate's object decides
     if not (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)):
         return False
@@ -365,7 +379,8 @@ def _guard_mult(a: Any, b: Any) -> Any:
 
 
 def _guard_pow(a: Any, b: Any) -> Any:
-    if isinstance(a, int) and isinstance(b, int) and b > 0 and max(abs(a).bit_length(), 1) * b > MAX_BITS and abs(a) > 1:
+    if isinstance(a, int) and isinstance(b,
+                                         int) and b > 0 and max(abs(a).bit_length(), 1) * b > MAX_BITS and abs(a) > 1:
         raise CheckError("power too large")
     return operator.pow(a, b)
 
@@ -380,9 +395,9 @@ _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: _guard_mult, 
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: _guard_pow, ast.LShift: _guard_lshift,
            ast.RShift: operator.rshift, ast.BitAnd: operator.and_, ast.BitOr: operator.or_, ast.BitXor: operator.xor}
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert}
-_COMPARE = {ast.Eq: lambda a, b: equal(a, b), ast.NotEq: lambda a, b: not equal(a, b), ast.Lt: operator.lt, ast.LtE: operator.le,
-            ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
-            ast.In: _contains, ast.NotIn: lambda a, b: not _contains(a, b)}
+_COMPARE = {ast.Eq: lambda a, b: equal(a, b), ast.NotEq: lambda a, b: not equal(a, b), ast.Lt: operator.lt,
+            ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_,
+            ast.IsNot: operator.is_not, ast.In: _contains, ast.NotIn: lambda a, b: not _contains(a, b)}
 
 
 @lru_cache(maxsize=4096)
@@ -397,7 +412,8 @@ def evaluate(check: str, env: dict[str, Any]) -> Any:
         return _eval(_parse_check(check), env)
     except CheckError:
         raise
-    except (SyntaxError, TypeError, ValueError, ArithmeticError, LookupError, AttributeError, RecursionError, MemoryError) as exc:
+    except (SyntaxError, TypeError, ValueError, ArithmeticError, LookupError, AttributeError, RecursionError,
+            MemoryError) as exc:
         raise CheckError(f"{type(exc).__name__}: {str(exc)[:200]}") from None
 
 
@@ -449,7 +465,8 @@ def _eval(node: ast.expr, env: dict[str, Any]) -> Any:
             part = lambda x: None if x is None else _eval(x, env)  # noqa: E731
             return value[slice(part(s.lower), part(s.upper), part(s.step))]
         return value[_eval(s, env)]
-    if isinstance(node, ast.Call) and not any(isinstance(a, ast.Starred) for a in node.args) and all(k.arg for k in node.keywords):
+    if (isinstance(node, ast.Call) and not any(isinstance(a, ast.Starred) for a in node.args)
+        and all(k.arg for k in node.keywords)):
         fn = _eval(node.func, env)
         if any(fn is f for f in HOST_FUNCS.values()) or getattr(fn, "__module__", None) == "math":
             args = [_eval(a, env) for a in node.args]

@@ -26,7 +26,8 @@ import time
 _COUNTER = itertools.count()
 _FOUND: list = []
 _LOCK = threading.Lock()
-CPU_SHARES_V1 = 1024  # every sandbox the same CPU weight (cgroup v1 cpu.shares; v2 cpu.weight), however many processes it runs
+# every sandbox the same CPU weight (cgroup v1 cpu.shares; v2 cpu.weight), however many processes it runs
+CPU_SHARES_V1 = 1024
 CPU_WEIGHT_V2 = 100
 
 def _read(path: str) -> str:

@@ -35,12 +35,14 @@ from .runner import encode
 from .sandbox import Sandbox, SandboxError, Test, default_sandbox
 from .values import decode
 
-HF = {"mbpp": ("google-research-datasets/mbpp", "full", "test"), "mbpp_sanitized": ("google-research-datasets/mbpp", "sanitized", "test"),
+HF = {"mbpp": ("google-research-datasets/mbpp", "full", "test"),
+      "mbpp_sanitized": ("google-research-datasets/mbpp", "sanitized", "test"),
       "mbppplus": ("evalplus/mbppplus", None, "test")}
 MBPP_TEST_IDS = range(11, 511)  # the standard MBPP test split
 HARNESS_VERSION = 3  # part of the cache keys; bump when the runner's encoding or the test payloads change
 TIME_FACTOR = 4.0  # a test's limit is this many times the canonical solution's time on it (EvalPlus: 4)...
-TIME_FLOOR_S = 2.0  # ...at least this (forking a test and loading the code take ~10 ms; the rest is headroom for a busy machine)...
+# ...at least this (forking a test and loading the code take ~10 ms; the rest is headroom for a busy machine)...
+TIME_FLOOR_S = 2.0
 TIME_CAP_S = 30.0  # ...and at most this (the slowest canonical test, mbpp-123, takes about 6 s)
 CONSTANT_TIMEOUT_S = 10.0  # evaluating an assertion's constants (no candidate code involved)
 
@@ -78,10 +80,12 @@ def _entry_point(code: str, asserts: Sequence[Assertion]) -> str:
     return next((c for c in called if c in tops), None) or next(iter(called), None) or next(iter(tops), "")
 
 
-def _raw_results(sandbox: Sandbox, jobs: list[tuple[str, list[dict], str]], desc: str | None = None) -> list[list[dict]]:
+def _raw_results(sandbox: Sandbox, jobs: list[tuple[str, list[dict], str]],
+                 desc: str | None = None) -> list[list[dict]]:
     """Run trusted code (canonical solutions, constants) on payloads: the runner's result dicts per job.
     With ``desc``, a progress bar over the jobs on stderr (``TQDM_DISABLE=1`` hides it)."""
-    futures = [sandbox._pool.submit(sandbox.raw, code, payloads, setup, max([5.0] + [p.get("timeout_s", 5.0) for p in payloads]))
+    futures = [sandbox._pool.submit(sandbox.raw, code, payloads, setup,
+                                    max([5.0] + [p.get("timeout_s", 5.0) for p in payloads]))
                for code, payloads, setup in jobs]
     if desc is not None:
         from tqdm import tqdm
@@ -110,7 +114,8 @@ def evaluate_constants(sandbox: Sandbox, assertions: Sequence[Assertion], labels
     CodeDatasetError, naming ``labels[i]``, for a constant that does not evaluate to plain data."""
     todo = [(a, label) for a, label in zip(assertions, labels) if a.pending]
     jobs = [("\n".join(f"import {m}" for m in a.modules),
-             [{"index": i, "probes": [{"expr": src, "mode": "value"}], "timeout_s": CONSTANT_TIMEOUT_S} for i, src in enumerate(a.pending)], "")
+             [{"index": i, "probes": [{"expr": src, "mode": "value"}], "timeout_s": CONSTANT_TIMEOUT_S}
+              for i, src in enumerate(a.pending)], "")
             for a, _ in todo]
     for (a, label), results in zip(todo, _raw_results(sandbox, jobs) if jobs else []):
         values = [_first_value(r) for r in results]
@@ -165,8 +170,9 @@ def mbpp_rows(rows: Sequence[Mapping[str, Any]], name: str, sandbox: Sandbox | N
         except AssertionFormError as exc:
             raise CodeDatasetError(f"{name}: task {r['task_id']}: refused: {exc}") from None
         entry_point = _entry_point(code, compiled)
-        out.append({"id": f"{name}-{r['task_id']}", "task_id": str(r["task_id"]), "datasource": name, "entry_point": entry_point,
-                    "setup": setup, "example": asserts[0], "text": r.get("text") or r.get("prompt") or "",
+        out.append({"id": f"{name}-{r['task_id']}", "task_id": str(r["task_id"]), "datasource": name,
+                    "entry_point": entry_point, "setup": setup, "example": asserts[0],
+                    "text": r.get("text") or r.get("prompt") or "",
                     "signature": _signature(code, entry_point), "canonical": code, "_asserts": compiled})
     sb = sandbox or default_sandbox()
     evaluate_constants(sb, [a for row in out for a in row["_asserts"]],
@@ -182,7 +188,8 @@ def mbpp_rows(rows: Sequence[Mapping[str, Any]], name: str, sandbox: Sandbox | N
     return out
 
 
-def _mbpp_seconds(sandbox: Sandbox, rows: Sequence[Mapping[str, Any]], name: str, measure: bool = True) -> list[list[float]] | None:
+def _mbpp_seconds(sandbox: Sandbox, rows: Sequence[Mapping[str, Any]], name: str,
+                  measure: bool = True) -> list[list[float]] | None:
     """The canonical solution's time on each test of each row (sandbox runs, cached by content); None when
     ``measure`` is off and they are not cached yet (the dry-run: listed in :data:`PENDING`)."""
     key = [(r["task_id"], r["canonical"], r["setup"], [a.source for a in r["_asserts"]]) for r in rows]
@@ -192,7 +199,8 @@ def _mbpp_seconds(sandbox: Sandbox, rows: Sequence[Mapping[str, Any]], name: str
         return None
 
     def compute():
-        jobs = [(r["canonical"], [Test(assertion=a).payload(i, TIME_CAP_S) for i, a in enumerate(r["_asserts"])], r["setup"]) for r in rows]
+        jobs = [(r["canonical"], [Test(assertion=a).payload(i, TIME_CAP_S) for i, a in enumerate(r["_asserts"])],
+                 r["setup"]) for r in rows]
         results = _raw_results(sandbox, jobs, desc=f"{name}: timing {len(jobs)} reference solutions (once; cached)")
         return [[float(x.get("seconds", TIME_CAP_S)) for x in res] for res in results]
 
@@ -256,7 +264,8 @@ def _every(conv) -> tuple:
 
 
 _ARGS: dict[int, tuple] = {
-    **dict.fromkeys((2, 116, 132, 143, 222, 261, 273, 394, 399, 421, 424, 429, 470, 560, 579, 616, 630, 726, 740, 744, 809),
+    **dict.fromkeys((2, 116, 132, 143, 222, 261, 273, 394, 399, 421, 424, 429, 470, 560, 579, 616, 630, 726, 740, 744,
+                     809),
                     _every(_tuple)),
     **dict.fromkeys((63, 64, 70, 94, 120, 237, 272, 299, 400, 409, 417, 438, 473, 614, 780), _every(_list_of_tuples)),
     **dict.fromkeys((75, 413, 444, 753), (_list_of_tuples, None)),
@@ -316,11 +325,13 @@ def mbppplus_rows(rows: Sequence[Mapping[str, Any]], name: str, sandbox: Sandbox
         return [_plus_row(r, name, [], []) for r, k in zip(rows, keep) if k]
 
     def compute():
-        jobs = [(r["canonical_solution"], [Test(entry_point=r["entry_point"], args=a, mode=m).payload(i, TIME_CAP_S, judged=False)
-                                           for i, a in enumerate(inp)], "") for r, inp, m in zip(rows, inputs, modes)]
+        jobs = [(r["canonical_solution"],
+                 [Test(entry_point=r["entry_point"], args=a, mode=m).payload(i, TIME_CAP_S, judged=False)
+                  for i, a in enumerate(inp)], "") for r, inp, m in zip(rows, inputs, modes)]
         results = _raw_results(sandbox or default_sandbox(), jobs,
                                desc=f"{name}: expected outputs of {len(jobs)} reference solutions (once; cached)")
-        return [[[_first_value(x), float(x.get("seconds", TIME_CAP_S)), "" if _first_value(x) is not None else str(x.get("reason", ""))]
+        return [[[_first_value(x), float(x.get("seconds", TIME_CAP_S)),
+                  "" if _first_value(x) is not None else str(x.get("reason", ""))]
                  for x in res] for res in results]
 
     measured = cached_json(path, compute)
@@ -332,7 +343,8 @@ def mbppplus_rows(rows: Sequence[Mapping[str, Any]], name: str, sandbox: Sandbox
                 dropped.append(f"input {i}: {reason}")
                 continue
             value = decode(expected)
-            atol = float(r.get("atol") or 0.0) or (1e-6 if _is_floats(value) else 0.0)  # EvalPlus: floats always get a tolerance
+            # EvalPlus: floats always get a tolerance
+            atol = float(r.get("atol") or 0.0) or (1e-6 if _is_floats(value) else 0.0)
             spec = {"call": r["entry_point"], "args": encode(args, 0, [1 << 22]), "expected": expected, "atol": atol,
                     "rtol": 1e-7 if atol else 0.0, "mode": mode}
             if calibrate:
@@ -347,15 +359,17 @@ def _plus_row(r: Mapping[str, Any], name: str, tests: list[dict], dropped: list[
     """One MBPP+ task as a row: the first test visible (the example), the others hidden."""
     prompt = str(r.get("prompt") or "")
     example = next((line.strip() for line in prompt.splitlines() if line.strip().startswith("assert")), "")
-    row = {"id": f"{name}-{r['task_id']}", "task_id": str(r["task_id"]), "datasource": name, "entry_point": r["entry_point"],
-           "setup": "", "example": example, "text": prompt.replace(example, "").strip().strip('"').strip(),
+    row = {"id": f"{name}-{r['task_id']}", "task_id": str(r["task_id"]), "datasource": name,
+           "entry_point": r["entry_point"], "setup": "", "example": example,
+           "text": prompt.replace(example, "").strip().strip('"').strip(),
            "signature": _signature(r["canonical_solution"], r["entry_point"]), "canonical": r["canonical_solution"],
            "visible_tests": json.dumps(tests[:1]), "tests": json.dumps(tests[1:]), "dropped_inputs": dropped}
     _finish(row)
     return row
 
 
-PENDING: list[dict[str, Any]] = []  # reference measurements a dry-run (measure=False) left to the run: set, what, solutions, tests
+# reference measurements a dry-run (measure=False) left to the run: set, what, solutions, tests
+PENDING: list[dict[str, Any]] = []
 
 
 def _pending(name: str, what: str, solutions: int, tests: int) -> None:
@@ -405,10 +419,11 @@ def decode_tests(text: str) -> list[Test]:
         if "check" in t:
             out.append(Test(assertion=Assertion.from_json(t, decode), **common))
             continue
-        value = {"expected": decode(t["expected"]), "atol": float(t.get("atol", 0.0)), "rtol": float(t.get("rtol", 0.0)),
-                 "mode": str(t.get("mode", "value")), **common}
+        value = {"expected": decode(t["expected"]), "atol": float(t.get("atol", 0.0)),
+                 "rtol": float(t.get("rtol", 0.0)), "mode": str(t.get("mode", "value")), **common}
         if "call" in t:
             out.append(Test(entry_point=str(t["call"]), args=list(decode(t["args"])), **value))
         else:
-            out.append(Test(expr=t.get("expr"), entry_point=t.get("entry_point"), args=list(t.get("args") or []), **value))
+            out.append(Test(expr=t.get("expr"), entry_point=t.get("entry_point"), args=list(t.get("args") or []),
+                            **value))
     return out

@@ -45,7 +45,8 @@ def multi_turn(rounds: int = 2, sandbox=None) -> Workflow:
                      {"role": "Reasoner", "reads": ["Actor", "execution"], "template":
                       "Task:\n{question}\n\nCurrent code:\n{Actor}\n\n{execution}\n\n" + REVISE_PLAN},
                      {"role": "Actor", "reads": ["Actor", "execution", "Reasoner"], "template":
-                      "Task:\n{question}\n\nCurrent code:\n{Actor}\n\n{execution}\n\nReasoner:\n{Reasoner}\n\n" + REVISE_CODE}]
+                      "Task:\n{question}\n\nCurrent code:\n{Actor}\n\n{execution}\n\nReasoner:\n{Reasoner}\n\n"
+                      + REVISE_CODE}]
     spec = {"name": "multi_turn", "agents": 2, "roles": {
         "Reasoner": {**_role(0, PLAN), "template": "Task:\n{question}"},
         "Actor": {**_role(1, CODE), "template": "Task:\n{question}\n\nPlan:\n{Reasoner}"}}, "schedule": schedule}
@@ -54,4 +55,5 @@ def multi_turn(rounds: int = 2, sandbox=None) -> Workflow:
 
 
 def workflows() -> dict[str, Workflow]:
-    return {"reasoner_actor": reasoner_actor(), "reasoner_coder_reviewer": reasoner_coder_reviewer(), "multi_turn": multi_turn()}
+    return {"reasoner_actor": reasoner_actor(), "reasoner_coder_reviewer": reasoner_coder_reviewer(),
+            "multi_turn": multi_turn()}

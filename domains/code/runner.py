@@ -29,9 +29,9 @@ Each test runs in a forked child that gets a fresh ``/sandbox``, keeps only stdi
 its output (stdout and stderr: an anonymous memory file, size-capped by ``RLIMIT_FSIZE``) and
 its result pipe (fd 3), sets ``no_new_privs``, drops every capability (bounding, ambient,
 inheritable, permitted, effective), applies its resource limits, loads the system-call filter
-(:func:`syscall_filter`, libseccomp) and only then executes the candidate code. It sends back the *value*, encoded as plain builtin data: only builtin types
-encode (exact type checks, so a subclass or an object with a rigged ``__eq__`` is rejected);
-the expected values never enter the sandbox and the comparison happens in the host. A child
+(:func:`syscall_filter`, libseccomp) and only then executes the candidate code. It sends back the *value*, encoded as
+plain builtin data: only builtin types encode (exact type checks, so a subclass or an object with a rigged ``__eq__`` is
+rejected); the expected values never enter the sandbox and the comparison happens in the host. A child
 that exits early, raises anything, is killed by any signal, times out or sends a malformed
 message gets an error result and passes nothing; the runner itself goes on to the next test.
 
@@ -71,7 +71,8 @@ class SetupError(Exception):
 
 
 # Standard-library containers accepted as plain data, captured before any candidate code runs.
-TRUSTED = {collections.Counter: "dict", collections.OrderedDict: "dict", collections.defaultdict: "dict", collections.deque: "list"}
+TRUSTED = {collections.Counter: "dict", collections.OrderedDict: "dict", collections.defaultdict: "dict",
+           collections.deque: "list"}
 
 
 def encode(value, depth=0, budget=None):
@@ -138,7 +139,8 @@ def probes_of(test):
         if "expr" in test:
             return [(test["expr"], "value")], False
         return [((test["entry_point"], list(test["args"])), "value")], False
-    return [(p["expr"] if "expr" in p else (p["call"], decode(p["args"])), p.get("mode", "value")) for p in test["probes"]], True
+    return [(p["expr"] if "expr" in p else (p["call"], decode(p["args"])), p.get("mode", "value"))
+            for p in test["probes"]], True
 
 
 def probe_values(probes, env, trusted):
@@ -255,15 +257,18 @@ AF_UNIX = 1
 # perf, kexec, handle-based opens, userfaultfd and io_uring (no honest test needs them)
 KILLED_SYSCALLS = ("keyctl", "add_key", "request_key", "unshare", "setns", "mount", "umount2", "pivot_root", "chroot",
                    "fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree", "mount_setattr",
-                   "init_module", "finit_module", "delete_module", "bpf", "perf_event_open", "kexec_load", "kexec_file_load",
-                   "open_by_handle_at", "name_to_handle_at", "userfaultfd", "io_uring_setup", "io_uring_enter",
-                   "io_uring_register", "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "syslog", "acct",
-                   "swapon", "swapoff", "reboot", "quotactl", "lookup_dcookie", "vhangup", "iopl", "ioperm")
-CLONE_NEW_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x00000080)  # NS CGROUP UTS IPC USER PID NET TIME
+                   "init_module", "finit_module", "delete_module", "bpf", "perf_event_open", "kexec_load",
+                   "kexec_file_load", "open_by_handle_at", "name_to_handle_at", "userfaultfd", "io_uring_setup",
+                   "io_uring_enter", "io_uring_register", "ptrace", "process_vm_readv", "process_vm_writev",
+                   "pidfd_getfd", "syslog", "acct", "swapon", "swapoff", "reboot", "quotactl", "lookup_dcookie",
+                   "vhangup", "iopl", "ioperm")
+# NS CGROUP UTS IPC USER PID NET TIME
+CLONE_NEW_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x00000080)
 
 
 class _ArgCmp(ctypes.Structure):
-    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64), ("datum_b", ctypes.c_uint64)]
+    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64),
+                ("datum_b", ctypes.c_uint64)]
 
 
 SECCOMP = []  # the filter context, built once by main()
@@ -273,7 +278,8 @@ def syscall_filter():
     """A libseccomp filter context for the test children (loaded by each with :func:`load_filter`): every call
     allowed but :data:`KILLED_SYSCALLS`, any socket family but ``AF_UNIX`` (no ``AF_VSOCK``, no network of any
     kind), ``clone`` with a namespace flag, and ``clone3`` (whose flags a filter cannot read: ENOSYS, so libc falls
-    back to ``clone``). Raises OSError when libseccomp cannot be loaded or a rule not added: the sandbox fails closed."""
+    back to ``clone``). Raises OSError when libseccomp cannot be loaded or a rule not added: the sandbox fails
+    closed."""
     try:
         lib = ctypes.CDLL("libseccomp.so.2", use_errno=True)
     except OSError as exc:
@@ -282,7 +288,8 @@ def syscall_filter():
     lib.seccomp_init.restype = ctypes.c_void_p
     lib.seccomp_init.argtypes = [ctypes.c_uint32]
     lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
-    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint, ctypes.POINTER(_ArgCmp)]
+    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
+                                           ctypes.POINTER(_ArgCmp)]
     lib.seccomp_load.argtypes = [ctypes.c_void_p]
     ctx = lib.seccomp_init(SCMP_ACT_ALLOW)
     if not ctx:
@@ -471,9 +478,10 @@ def enter_namespaces(job):
             write_file("/proc/self/setgroups", "deny")
             write_file("/proc/self/uid_map", "%d %d 1\n" % (INSIDE_UID, uid))
             write_file("/proc/self/gid_map", "%d %d 1\n" % (INSIDE_UID, gid))
-        _call("unshare", libc().unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP))
+        _call("unshare", libc().unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
+                                        | CLONE_NEWCGROUP))
     except OSError as exc:
-        raise SetupError("user namespaces are unavailable: %s" % exc)
+        raise SetupError("user namespaces are unavailable: %s" % exc) from exc
     sources = open_sources(job)  # in the new mount namespace (binds need that), still as the user who started us
     if uid == 0:  # now the leased uid (caps of the new namespace kept, none outside it)
         prctl(PR_SET_KEEPCAPS, 1)
@@ -613,7 +621,8 @@ def fresh_box(job):
         except OSError:
             pass
     mount("tmpfs", "/sandbox", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOATIME,
-          "size=%dm,nr_inodes=%d,mode=0700,uid=%d,gid=%d" % (job["disk_mb"], job.get("inodes", 16384), INSIDE_UID, INSIDE_UID))
+          "size=%dm,nr_inodes=%d,mode=0700,uid=%d,gid=%d" % (job["disk_mb"], job.get("inodes", 16384), INSIDE_UID,
+                                                            INSIDE_UID))
     mount("/sandbox", "/tmp", None, MS_BIND)
     _BOX[:] = [_box_state()]
 
@@ -759,15 +768,18 @@ def child(job, test, out, result_fd, box):
             os.dup2(result_fd, 3)
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
-        os.closerange(4, 1 << 20)  # the runner's pipes to the host and its /proc included (close_range(2) where Python has it)
+        # the runner's pipes to the host and its /proc included (close_range(2) where Python has it)
+        os.closerange(4, 1 << 20)
         if refused:
             send({"status": "error", "reason": refused})
             return
         os.chdir(box)
         cpu = max(int(job["limits"].get("RLIMIT_CPU", 0)), int(float(test.get("timeout_s", job["timeout_s"]))) + 2)
-        limit(dict(job["limits"], RLIMIT_CORE=0, RLIMIT_CPU=cpu))  # CPU time: never below the test's own wall-clock limit
+        # CPU time: never below the test's own wall-clock limit
+        limit(dict(job["limits"], RLIMIT_CORE=0, RLIMIT_CPU=cpu))
         drop_privileges()
-        load_filter(SECCOMP[0])  # last: no call of the candidate's runs unfiltered (a failure ends the test: fail closed)
+        # last: no call of the candidate's runs unfiltered (a failure ends the test: fail closed)
+        load_filter(SECCOMP[0])
         msg = evaluate(job, test)
         for stream in (sys.stdout, sys.stderr):  # what the candidate printed, into the output file
             try:
@@ -960,7 +972,8 @@ def run_tests(job, isolated, leased, box):
     left = int(job.get("max_report_bytes", job["max_result_bytes"]))
     for test in job["tests"]:
         if time.monotonic() > deadline:
-            results.append({"status": "timeout", "reason": "candidate wall-clock budget exhausted", "seconds": 0.0, "output": ""})
+            results.append({"status": "timeout", "reason": "candidate wall-clock budget exhausted", "seconds": 0.0,
+                            "output": ""})
             continue
         try:
             result = run_test(job, test, isolated, leased, box)
@@ -980,7 +993,8 @@ def run_tests(job, isolated, leased, box):
 
 
 def main():
-    signal.signal(signal.SIGINT, signal.SIG_DFL)  # as the PID namespace's init: no handler, so nothing inside can signal it
+    # as the PID namespace's init: no handler, so nothing inside can signal it
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     job = json.loads(sys.stdin.buffer.read().decode("utf-8"))
     isolated = job.get("isolation") == "namespaces"
     leased = job.get("uid") is not None

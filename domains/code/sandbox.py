@@ -183,7 +183,8 @@ def isolation_probe() -> dict:
     global _PROBE
     with _PROBE_LOCK:
         if _PROBE is None:
-            report = {"namespaces": False, "reason": "", "proc": False, "box_limits": cgroups.available() or "rlimits only"}
+            report = {"namespaces": False, "reason": "", "proc": False,
+                      "box_limits": cgroups.available() or "rlimits only"}
             job = {"probe": True, "isolation": "namespaces", "prefix": os.path.realpath(sys.base_prefix),
                    "tests": [], "timeout_s": 1.0, "candidate_timeout_s": 1.0, "limits": {}}
             try:
@@ -214,7 +215,8 @@ def _launch(python: str, job: dict, timeout_s: float, cgroup: "cgroups.BoxCgroup
         job = dict(job, uid=lease.uid if lease else None)
         env = env or {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
         proc = subprocess.Popen([python, "-P", "-s", "-S", "-B", "-c", _runner_source()], cwd="/", env=env,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
         if cgroup is not None:
             cgroup.add(proc.pid)  # before the runner has its job, so before it starts anything
         try:
@@ -351,7 +353,8 @@ class Sandbox:
         if self.isolation == "namespaces" and not probe["namespaces"]:
             raise SandboxError("refusing to run model-written code: this host cannot build the sandbox's namespaces "
                                f"({probe['reason'] or 'unknown reason'}). Enable user namespaces, or set "
-                               "`code: {isolation: none}` in the config to run candidates with resource limits only (unsafe).")
+                               "`code: {isolation: none}` in the config to run candidates with resource "
+                               "limits only (unsafe).")
         if self.isolation == "none":
             warnings.warn(UNSAFE, RuntimeWarning, stacklevel=2)
             LOG.warning("code sandbox: %s", UNSAFE)
@@ -364,7 +367,8 @@ class Sandbox:
     def close(self) -> None:
         self._pool.shutdown(wait=True)
 
-    def run_many(self, jobs: Sequence[tuple[str, Sequence[Test], str]], timeout_s: float = 5.0) -> list[list[TestResult]]:
+    def run_many(self, jobs: Sequence[tuple[str, Sequence[Test], str]],
+                 timeout_s: float = 5.0) -> list[list[TestResult]]:
         """``jobs``: (code, tests, setup) triples; returns per-test results for each, in order."""
         futures = [self._pool.submit(self.run, code, tests, setup, timeout_s) for code, tests, setup in jobs]
         return [f.result() for f in futures]
@@ -392,21 +396,24 @@ class Sandbox:
         lim = self.limits
         budget = sum(float(p.get("timeout_s", timeout_s)) for p in payloads) + 2.0
         job = {"code": str(code), "setup": setup or "", "tests": list(payloads), "isolation": self.isolation,
-               "timeout_s": float(timeout_s), "candidate_timeout_s": budget, "prefix": self.prefix, "disk_mb": lim.disk_mb,
-               "max_output_bytes": lim.max_output_bytes, "max_result_bytes": lim.max_result_bytes,
-               "max_report_bytes": lim.max_report_bytes,
+               "timeout_s": float(timeout_s), "candidate_timeout_s": budget, "prefix": self.prefix,
+               "disk_mb": lim.disk_mb, "max_output_bytes": lim.max_output_bytes,
+               "max_result_bytes": lim.max_result_bytes, "max_report_bytes": lim.max_report_bytes,
                "limits": {"RLIMIT_CPU": lim.cpu_s, "RLIMIT_AS": lim.memory_mb << 20, "RLIMIT_FSIZE": lim.file_mb << 20,
                           "RLIMIT_NOFILE": lim.open_files, "RLIMIT_NPROC": lim.processes}}
         outer = None
         try:
-            if self.isolation == "none":  # the box in a folder of the host's, so the candidate cannot rename or replace it
+            # the box in a folder of the host's, so the candidate cannot rename or replace it
+            if self.isolation == "none":
                 outer = tempfile.mkdtemp(prefix="c3sbx-")
                 os.chmod(outer, 0o711)
                 job["box"] = os.path.join(outer, "box")
-                os.mkdir(job["box"], 0o700)  # the runner makes it its leased uid's (root host) before any candidate code
+                # the runner makes it its leased uid's (root host) before any candidate code
+                os.mkdir(job["box"], 0o700)
             home = job.get("box") or "/sandbox"
             env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8",
-                   "PYTHONHASHSEED": "0"}  # a fixed hash seed: set and dict orders repeat between reference and candidate
+                   # a fixed hash seed: set and dict orders repeat between reference and candidate
+                   "PYTHONHASHSEED": "0"}
             try:
                 cgroup = cgroups.BoxCgroup.create(lim.box_memory_mb << 20, lim.box_processes)
                 out, err, rc = _launch(self.python, job, budget + 10.0, cgroup, env)
@@ -439,7 +446,8 @@ class Sandbox:
         try:
             common = {"seconds": float(r.get("seconds", 0.0)), "output": str(r.get("output", ""))}
             if r.get("status") != "value":
-                return TestResult(False, "timeout" if r.get("status") == "timeout" else "error", str(r.get("reason", "")), **common)
+                return TestResult(False, "timeout" if r.get("status") == "timeout" else "error",
+                                  str(r.get("reason", "")), **common)
         except Exception as exc:  # noqa: BLE001 - a malformed report is a failed test
             return TestResult(False, "error", f"malformed result: {type(exc).__name__}")
         try:
@@ -458,7 +466,8 @@ class Sandbox:
 
 
 def _got(test: Test, values: Sequence[Any]) -> str:
-    sources = [p.source for p in test.assertion.probes] if test.assertion is not None else [test.expr or test.entry_point or "value"]
+    sources = ([p.source for p in test.assertion.probes] if test.assertion is not None
+               else [test.expr or test.entry_point or "value"])
     return "got " + ", ".join(f"{s} = {_short(v)}" if len(values) > 1 or test.assertion is not None else _short(v)
                               for s, v in zip(sources, values))
 

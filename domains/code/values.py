@@ -118,7 +118,8 @@ def equal(got: Any, expected: Any, atol: float = 0.0, rtol: float = 0.0) -> bool
     tg, te = type(got), type(expected)
     if tg in _NUMBERS and te in _NUMBERS:
         if tg is float or te is float:
-            if tg is te and math.isnan(got) and math.isnan(expected):  # (an int too large for a float has no NaN to check)
+            # (an int too large for a float has no NaN to check)
+            if tg is te and math.isnan(got) and math.isnan(expected):
                 return True
             return got == expected or _close(got, expected, atol, rtol)
         return got == expected

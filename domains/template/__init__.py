@@ -34,19 +34,21 @@ def load_datasets(section: Mapping[str, Any], seed: int = 0, config: Any = None)
     def rows(name: str, size: int, s: int) -> list[dict]:
         rng = np.random.default_rng(s)
         words = rng.choice(WORDS, size=size)
-        return [{"id": f"{name}-{i}", "prompt": f"Repeat the word: {w}", "question": f"Repeat the word: {w}", "answer": str(w),
-                 "datasource": name} for i, w in enumerate(words)]
+        return [{"id": f"{name}-{i}", "prompt": f"Repeat the word: {w}", "question": f"Repeat the word: {w}",
+                 "answer": str(w), "datasource": name} for i, w in enumerate(words)]
 
     train = single_train_source(section, "template")
     train_rows = rows(train.get("name", "train"), int(train.get("size", 32)), int(train.get("seed", seed)))
-    eval_rows = [r for spec in section.get("eval") or [] for r in rows(spec.get("name", "eval"), int(spec.get("size", 16)), int(spec.get("seed", seed + 1)))]
+    eval_rows = [r for spec in section.get("eval") or []
+                 for r in rows(spec.get("name", "eval"), int(spec.get("size", 16)), int(spec.get("seed", seed + 1)))]
     return datasets.Dataset.from_list(train_rows), (datasets.Dataset.from_list(eval_rows) if eval_rows else None)
 
 
 def workflows() -> dict[str, Workflow]:
     spec = {"name": "echo_pair", "agents": 2, "roles": {
         "Planner": {"agent": 0, "template": "{question}\nSay which word must be repeated."},
-        "Writer": {"agent": 1, "reads": ["Planner"], "template": "{question}\nPlanner: {Planner}\nWrite only the word."}}}
+        "Writer": {"agent": 1, "reads": ["Planner"],
+                   "template": "{question}\nPlanner: {Planner}\nWrite only the word."}}}
     return {"echo_pair": workflow_from_dict(spec)}
 
 
@@ -62,7 +64,8 @@ def make_reward(config: TemplateConfig | None = None):
         if batch_items is None:
             raise ValueError("template reward: batch_items with an 'answer' per completion are required")
         fold = (lambda t: t) if exact else str.lower
-        return [float(fold(str(c).strip().strip(".")) == fold(str(it["answer"]))) for c, it in zip(agent_completions[-1], batch_items)]
+        return [float(fold(str(c).strip().strip(".")) == fold(str(it["answer"])))
+                for c, it in zip(agent_completions[-1], batch_items)]
 
     reward.reward_range = (0.0, 1.0)
     return reward
@@ -102,4 +105,5 @@ def dry_run_probe(config: TemplateConfig | None = None) -> dict[str, Any]:
 
 DOMAIN = Domain(name="template", load_datasets=load_datasets, workflows=workflows, make_reward=make_reward,
                 make_eval_logger=lambda workflow: eval_logger, eval_aggregator=eval_aggregator,
-                dry_run=probe_only(dry_run_probe), config_cls=TemplateConfig, default_workflow="echo_pair", outcome=outcome)
+                dry_run=probe_only(dry_run_probe), config_cls=TemplateConfig, default_workflow="echo_pair",
+                outcome=outcome)

@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 
 from c3_plugin.core.domain import Domain, single_train_source
 from c3_plugin.core.registry import is_centralized
+from c3_plugin.core.rewards import batched
 from c3_plugin.core.workflow import Workflow
 
 from .actions import ROLE_NAMES, merger, owned_slots, parse_action, plan_to_actions, render_action
@@ -18,12 +19,27 @@ from .catalog import CatalogError, parse_reference, route_scaffold
 from .data import FILTERS, HF_NAME, HF_REVISION, PANELS, load_rows, normalise, read_source, split_rows
 from .eval_log import METRICS, eval_aggregator, eval_logger
 from .evaluate import evaluate_joint, task_of
-from .joint import (JOINT_ROLE, TravelJointAdapter, is_joint, item_days, joint_eval_logger, joint_grammar, joint_prefill,
-                    joint_probe, joint_reward, joint_workflow, plan_to_joint, split_joint)
-from .prompts import prefill, prompt_fields, skeleton_days, travel_workflow, workflows as role_workflows
-from c3_plugin.core.rewards import batched
+from .joint import (
+    JOINT_ROLE,
+    TravelJointAdapter,
+    is_joint,
+    item_days,
+    joint_eval_logger,
+    joint_grammar,
+    joint_prefill,
+    joint_probe,
+    joint_reward,
+    joint_workflow,
+    plan_to_joint,
+    split_joint,
+)
+from .prompts import prefill, prompt_fields, skeleton_days, travel_workflow
+from .prompts import workflows as role_workflows
+from .reward import NAME as REWARD_BACKEND
+from .reward import RANGE as REWARD_RANGE
+from .reward import VARIANTS as REWARD_VARIANTS
+from .reward import make_reward, reward, terms
 
-from .reward import NAME as REWARD_BACKEND, RANGE as REWARD_RANGE, VARIANTS as REWARD_VARIANTS, make_reward, reward, terms
 
 @dataclass
 class TravelConfig:
@@ -31,8 +47,11 @@ class TravelConfig:
 
     max_value_tokens: int = 64  # token cap of one JSON value under the forced skeleton
     structured_generation: bool = True  # force the role-owned JSON skeleton; the policy writes only value text
-    wandb_keys: list[str] = field(default_factory=lambda: [f"eval/{m}" for m in METRICS] + ["turn_1/*", "iter/*"])  # the compact W&B surface (used when the algorithm section sets no wandb_keys)
-    reward: str = "specified"  # the training reward: "specified" (the published dense formula) or "strict" (constraint passes carry partial credit; README.md); eval/reward stays the specified formula for comparability
+    # the compact W&B surface (used when the algorithm section sets no wandb_keys)
+    wandb_keys: list[str] = field(default_factory=lambda: [f"eval/{m}" for m in METRICS] + ["turn_1/*", "iter/*"])
+    # the training reward: "specified" (the published dense formula) or "strict" (constraint passes carry partial
+    # credit; README.md); eval/reward stays the specified formula for comparability
+    reward: str = "specified"
 
     def __post_init__(self) -> None:
         if self.reward not in REWARD_VARIANTS:
@@ -59,7 +78,8 @@ def pass_fail(item: Mapping[str, Any], texts: Sequence[str]) -> tuple[bool, ...]
     the 10 commonsense checks and each applicable hard constraint (in the evaluator's order)."""
     joint = evaluate_joint(task_of(item), texts)
     return (tuple(bool(a.valid) for a in joint.actions) + (joint.metrics["team_action_success"] == 1.0,)
-            + tuple(bool(v) for v in joint.strict.commonsense.values()) + tuple(v >= 1.0 for v in joint.strict.hard.values()))
+            + tuple(bool(v) for v in joint.strict.commonsense.values())
+            + tuple(v >= 1.0 for v in joint.strict.hard.values()))
 
 
 def outcome(leaves: Sequence[Any]) -> list[tuple[bool, ...]]:
@@ -111,17 +131,20 @@ def validate_config(cfg: Any, workflow: Workflow) -> None:
     if not cfg.domain_cfg.structured_generation:
         return
     if getattr(cfg.algo, "reference_kl_enabled", False):
-        raise ValueError(f"{cfg.algorithm}.reference_kl_enabled must stay false with travel.structured_generation: schema "
-                         "tokens are excluded from the policy loss; set travel.structured_generation=false to use a reference KL")
+        raise ValueError(f"{cfg.algorithm}.reference_kl_enabled must stay false with travel.structured_generation: "
+                         "schema tokens are excluded from the policy loss; set travel.structured_generation=false "
+                         "to use a reference KL")
     if is_joint(workflow):
         if workflow.roles[JOINT_ROLE].prefix != joint_prefill():
-            raise ValueError(f"travel.structured_generation needs workflow 'travel_joint' (role {JOINT_ROLE} prefilled with the "
-                             f"first joint assignment); workflow '{workflow.name}' is not. Set travel.structured_generation=false")
+            raise ValueError(f"travel.structured_generation needs workflow 'travel_joint' (role {JOINT_ROLE} prefilled "
+                             f"with the first joint assignment); workflow '{workflow.name}' is not. Set "
+                             "travel.structured_generation=false")
         return
     for agent, name in enumerate(ROLE_NAMES):
         if name not in workflow.roles or workflow.roles[name].prefix != prefill(agent):
-            raise ValueError(f"travel.structured_generation needs workflow 'travel_planners' (role {name} prefilled with the "
-                             f"first assignment); workflow '{workflow.name}' is not. Set travel.structured_generation=false")
+            raise ValueError(f"travel.structured_generation needs workflow 'travel_planners' (role {name} prefilled "
+                             f"with the first assignment); workflow '{workflow.name}' is not. Set "
+                             "travel.structured_generation=false")
 
 
 def all_dash(days: int) -> tuple[str, str]:
@@ -141,8 +164,8 @@ def probe(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def dry_run_probe(config: TravelConfig | None = None) -> dict[str, Any]:
     """The probe on the bundled fixture row (the dry run re-runs it on the configured data)."""
-    from pathlib import Path
     import json
+    from pathlib import Path
 
     fixture = Path(__file__).with_name("probe_row.json")
     return probe([normalise(json.loads(fixture.read_text()), 0, "probe")])
@@ -168,11 +191,14 @@ def dry_run_extra(cfg: Any, train: Any, evals: Any) -> dict[str, Any]:
     train_idx, panels = split_rows(rows, spec.get("filters", FILTERS), spec.get("eval_panels", PANELS),
                                    int(spec.get("split_seed", 42)), float(spec.get("eval_fraction", 0.25)))
     local = str(spec.get("source", HF_NAME)).endswith((".json", ".jsonl"))
-    return {"split": {"source": spec.get("source", HF_NAME), "revision": None if local else spec.get("revision", HF_REVISION),
+    return {"split": {"source": spec.get("source", HF_NAME), "revision": None if local
+                      else spec.get("revision", HF_REVISION),
                       "split": split, "source_rows": len(rows),
-                      "train_rows": len(train_idx), "eval_rows": sum(len(p) for p in panels), "train_source_indices": train_idx,
-                      "eval_panels": {f"P{k + 1}": p for k, p in enumerate(panels)}, "anchor": "P1"},
-            "reward_backend": make_reward(cfg.domain_cfg.reward).backend, "catalog_parse": catalog_report(rows), **probe(list(train))}
+                      "train_rows": len(train_idx), "eval_rows": sum(len(p) for p in panels),
+                      "train_source_indices": train_idx, "eval_panels": {f"P{k + 1}": p for k, p in enumerate(panels)},
+                      "anchor": "P1"},
+            "reward_backend": make_reward(cfg.domain_cfg.reward).backend, "catalog_parse": catalog_report(rows),
+            **probe(list(train))}
 
 
 def make_eval_logger(workflow: Workflow):
@@ -191,12 +217,13 @@ def dry_run(cfg: Any, train: Any, evals: Any) -> dict[str, Any]:
 
 DOMAIN = Domain(name="travel", load_datasets=load_datasets, workflows=workflows,
                 make_reward=lambda cfg: batched(make_reward(cfg.reward)), make_eval_logger=make_eval_logger,
-                eval_aggregator=eval_aggregator, dry_run=dry_run, config_cls=TravelConfig, default_workflow="travel_planners",
-                merger=merger, outcome=outcome, validate_config=validate_config, grammar=make_grammar,
-                wandb_keys=lambda cfg: list(cfg.wandb_keys), joint_adapter=TravelJointAdapter)
+                eval_aggregator=eval_aggregator, dry_run=dry_run, config_cls=TravelConfig,
+                default_workflow="travel_planners", merger=merger, outcome=outcome, validate_config=validate_config,
+                grammar=make_grammar, wandb_keys=lambda cfg: list(cfg.wandb_keys), joint_adapter=TravelJointAdapter)
 
-__all__ = ["DOMAIN", "JOINT_ROLE", "METRICS", "REWARD_BACKEND", "REWARD_RANGE", "TravelConfig", "TravelJointAdapter", "all_dash", "catalog_report", "eval_aggregator",
-           "eval_logger", "evaluate_joint", "grammar", "is_joint", "joint_eval_logger", "joint_grammar", "joint_reward", "joint_workflow",
-           "load_datasets", "load_rows", "merger", "normalise", "outcome", "parse_action", "pass_fail",
-           "parse_reference", "plan_to_actions", "plan_to_joint", "probe", "reward", "route_scaffold", "split_joint", "split_rows", "task_of", "terms",
+__all__ = ["DOMAIN", "JOINT_ROLE", "METRICS", "REWARD_BACKEND", "REWARD_RANGE", "TravelConfig", "TravelJointAdapter",
+           "all_dash", "catalog_report", "eval_aggregator", "eval_logger", "evaluate_joint", "grammar", "is_joint",
+           "joint_eval_logger", "joint_grammar", "joint_reward", "joint_workflow", "load_datasets", "load_rows",
+           "merger", "normalise", "outcome", "parse_action", "pass_fail", "parse_reference", "plan_to_actions",
+           "plan_to_joint", "probe", "reward", "route_scaffold", "split_joint", "split_rows", "task_of", "terms",
            "travel_workflow", "workflows"]

@@ -30,7 +30,8 @@ FIELDS = ("current_city", "transportation", "breakfast", "attraction", "lunch", 
 ROLE_FIELDS = (("current_city", "transportation", "accommodation"), ("breakfast", "attraction", "lunch", "dinner"))
 ROLE_NAMES = ("Logistics", "Experience")
 EMPTY = "-"
-TRIPLE = re.compile(r'\{\s*"day"\s*:\s*(\d+)\s*,\s*"field"\s*:\s*"([a-z_]+)"\s*,\s*"value"\s*:\s*"((?:[^"\\\n]|\\.)*)"\s*\}')
+TRIPLE = re.compile(r'\{\s*"day"\s*:\s*(\d+)\s*,\s*"field"\s*:\s*"([a-z_]+)"\s*,'
+                    r'\s*"value"\s*:\s*"((?:[^"\\\n]|\\.)*)"\s*\}')
 
 
 def owned_slots(agent: int, days: int) -> list[tuple[int, str]]:
@@ -149,7 +150,8 @@ def merge(actions: Sequence[ParsedAction], days: int, raw: Sequence[str] = ()) -
     for act in actions:
         for (d, f), v in act.assignments.items():
             plan[d - 1][f] = v
-    written: list[dict[tuple[int, str], str]] = [_written(t) for t in raw] if raw else [dict(a.assignments) for a in actions]
+    written: list[dict[tuple[int, str], str]] = ([_written(t) for t in raw] if raw
+                                                 else [dict(a.assignments) for a in actions])
     overlaps = conflicts = 0
     if len(written) >= 2:
         common = set(written[0]) & set(written[1])

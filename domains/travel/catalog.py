@@ -25,7 +25,8 @@ HEADERS = {
     "Flight": ["Flight Number", "Price", "DepTime", "ArrTime", "ActualElapsedTime", "FlightDate", "OriginCityName",
                "DestCityName", "Distance"],
 }
-GROUND = re.compile(r"^(self-driving|taxi), from (.+?) to (.+?), duration: (.+?), distance: ([\d,.]+) km, cost: (\d+)", re.I)
+GROUND = re.compile(r"^(self-driving|taxi), from (.+?) to (.+?), duration: (.+?), distance: ([\d,.]+) km, cost: (\d+)",
+                    re.I)
 DATED = re.compile(r"^Flight from (.+?) to (.+?) on (\d{4}-\d{2}-\d{2})$")
 UNDATED = re.compile(r"^(Self-driving|Taxi) from (.+?) to (.+)$")
 
@@ -109,7 +110,8 @@ class Flight:
 
     @property
     def value(self) -> str:
-        return f"Flight Number: {self.number}, from {self.origin} to {self.dest}, Departure Time: {self.dep}, Arrival Time: {self.arr}"
+        return (f"Flight Number: {self.number}, from {self.origin} to {self.dest}, Departure Time: {self.dep}, "
+                f"Arrival Time: {self.arr}")
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,8 @@ class Ground:
     @property
     def value(self) -> str:
         label = "Self-driving" if self.mode == "self-driving" else "Taxi"
-        return f"{label}, from {self.origin} to {self.dest}, duration: {self.duration}, distance: {self.distance} km, cost: {int(self.cost)}"
+        return (f"{label}, from {self.origin} to {self.dest}, duration: {self.duration}, distance: {self.distance} km, "
+                f"cost: {int(self.cost)}")
 
     def vehicles(self, people: int) -> int:
         return max(1, math.ceil(people / (5 if self.mode == "self-driving" else 4)))
@@ -153,7 +156,8 @@ class Catalog:
     ground: dict[tuple[str, str, str], Ground] = field(default_factory=dict)  # (mode, origin, dest) normalised
     legs: list[Leg] = field(default_factory=list)  # dated routes, in date order
     cities: dict[str, str] = field(default_factory=dict)  # normalised -> display name
-    _index: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False, compare=False)  # table -> spelling -> entry
+    # table -> spelling -> entry
+    _index: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False, compare=False)
 
     def find(self, table: str, name: str, city: str) -> Any | None:
         """The entry of ``table`` named ``name`` in ``city`` (case and whitespace insensitive)."""
@@ -186,7 +190,8 @@ class Catalog:
         name, sep, city = str(value).rpartition(",")
         candidates = []
         for n, c in ((name, city), (str(value), "")) if sep else ((str(value), ""),):
-            candidates = [e for entries in getattr(self, table).values() for e in entries if norm_name(e.name) == norm_name(n)]
+            candidates = [e for entries in getattr(self, table).values() for e in entries
+                          if norm_name(e.name) == norm_name(n)]
             if candidates:
                 city = c
                 break
@@ -229,7 +234,8 @@ def parse_table(content: str, table: str) -> list[dict[str, str]]:
         for name, (a, b) in zip(names, spans):
             a = max(a, index_width)
             cell = ln[a:b] if name != names[-1] else ln[a:]
-            # a right-aligned name keeps its own trailing space (``Peaceful, beautiful home away ``): that is its spelling
+            # a right-aligned name keeps its own trailing space (``Peaceful, beautiful home away ``): that is its
+            # spelling
             cells[name] = cell.lstrip() if name == names[0] and table != "Flight" and cell.strip() else cell.strip()
         rows.append(cells)
     return rows
@@ -278,8 +284,8 @@ def parse_reference(reference: str | Sequence[Mapping[str, str]], dates: Sequenc
                 raise CatalogError(f"{desc!r}: date {date} is not one of the trip's dates {list(dates)}")
             cat.legs.append(Leg(day=list(dates).index(date) + 1, date=date, origin=origin, dest=dest))
             for row in parse_table(content, "Flight"):
-                f = Flight(number=row["Flight Number"], price=_num(row["Price"]), dep=row["DepTime"], arr=row["ArrTime"],
-                           date=row["FlightDate"], origin=origin, dest=dest)
+                f = Flight(number=row["Flight Number"], price=_num(row["Price"]), dep=row["DepTime"],
+                           arr=row["ArrTime"], date=row["FlightDate"], origin=origin, dest=dest)
                 cat.flights.setdefault((norm_city(origin), norm_city(dest), date), []).append(f)
         elif kind in ("Self-driving", "Taxi"):
             m = GROUND.match(content.strip())
@@ -301,7 +307,8 @@ def _add_entity(cat: Catalog, kind: str, row: Mapping[str, str], city: str) -> N
     key = norm_city(city)
     if kind == "Restaurants":
         cuisines = tuple(c.strip() for c in row["Cuisines"].split(",") if c.strip())
-        _add(cat.restaurants, key, Restaurant(name=row["Name"], city=city, cost=_num(row["Average Cost"]), cuisines=cuisines))
+        _add(cat.restaurants, key, Restaurant(name=row["Name"], city=city, cost=_num(row["Average Cost"]),
+                                              cuisines=cuisines))
     elif kind == "Attractions":
         _add(cat.attractions, key, Attraction(name=row["Name"], city=city))
     else:

@@ -26,7 +26,8 @@ PANELS = ([19, 74, 29, 90], [5, 68, 20, 80], [14, 63, 39, 94], [4, 71, 22, 88], 
 FILTERS = {"days": [3, 5], "level": ["easy", "medium"], "visiting_city_number": [1, 2]}
 TARGET_FIELDS = ("annotated_plan", "gold_plan", "example_plan", "plan", "target_plan")
 INT_FIELDS = ("days", "visiting_city_number", "people_number", "budget")
-SOURCE_KEYS = {"source", "config", "split", "revision", "filters", "eval_panels", "split_seed", "eval_fraction", "limit", "name"}
+SOURCE_KEYS = {"source", "config", "split", "revision", "filters", "eval_panels", "split_seed", "eval_fraction",
+               "limit", "name"}
 
 
 def read_source(spec: Mapping[str, Any], base_dir: str | None = None) -> list[dict[str, Any]]:
@@ -35,7 +36,8 @@ def read_source(spec: Mapping[str, Any], base_dir: str | None = None) -> list[di
     if unknown:
         raise ValueError(f"dataset.train: unknown key(s) {sorted(unknown)}; valid: {sorted(SOURCE_KEYS)}")
     source = str(spec.get("source") or HF_NAME)
-    path = Path(source) if Path(source).is_absolute() or base_dir is None or Path(source).exists() else Path(base_dir) / source
+    path = (Path(source) if Path(source).is_absolute() or base_dir is None
+            or Path(source).exists() else Path(base_dir) / source)
     if source.endswith((".jsonl", ".json")) or path.exists():
         if not path.exists():
             raise FileNotFoundError(f"dataset.train.source: {path} does not exist")
@@ -49,17 +51,19 @@ def read_source(spec: Mapping[str, Any], base_dir: str | None = None) -> list[di
     try:
         ds = datasets.load_dataset(source, config, split=split, revision=revision)
     except Exception as exc:  # offline, unknown name, bad revision: all need the same fix
-        why = f"offline ({offline}) and not in the local datasets cache" if offline else f"{type(exc).__name__}: {str(exc)[:200]}"
+        why = (f"offline ({offline}) and not in the local datasets cache" if offline
+               else f"{type(exc).__name__}: {str(exc)[:200]}")
         raise ValueError(f"could not load {source} ({config}/{split} @ {revision}): {why}. "
                          "Offline? Point dataset.train.source at a local JSONL of the same split "
-                         "(with reference_information), and set dataset.train.eval_panels=null unless it is the 180-row "
-                         "validation source") from exc
+                         "(with reference_information), and set dataset.train.eval_panels=null unless it is the "
+                         "180-row validation source") from exc
     return [dict(r) for r in ds]
 
 
 def normalise(row: Mapping[str, Any], index: int, split: str) -> dict[str, Any]:
     """A row with typed fields, a stable ``id`` and every human target plan removed."""
-    missing = [k for k in ("org", "dest", "days", "date", "query", "reference_information", "budget") if row.get(k) in (None, "")]
+    missing = [k for k in ("org", "dest", "days", "date", "query", "reference_information", "budget")
+               if row.get(k) in (None, "")]
     if missing:
         raise ValueError(f"TravelPlanner row {index}: missing field(s) {missing}; the source needs the full rows "
                          "(sole-planning reference_information included)")
@@ -82,8 +86,9 @@ def matches(row: Mapping[str, Any], where: Mapping[str, Sequence[Any]] | None) -
     return all(row.get(k) in list(v) for k, v in (where or {}).items())
 
 
-def split_rows(rows: Sequence[Mapping[str, Any]], filters: Mapping[str, Sequence[Any]] | None, panels: Sequence[Sequence[int]] | None,
-               seed: int = 42, eval_fraction: float = 0.25) -> tuple[list[int], list[list[int]]]:
+def split_rows(rows: Sequence[Mapping[str, Any]], filters: Mapping[str, Sequence[Any]] | None,
+               panels: Sequence[Sequence[int]] | None, seed: int = 42,
+               eval_fraction: float = 0.25) -> tuple[list[int], list[list[int]]]:
     """``(train source indices, eval panels)``; panels are lists of source indices, P1 first."""
     candidates = [r["source_index"] for r in rows if matches(r, filters)]
     if not candidates:
@@ -94,12 +99,14 @@ def split_rows(rows: Sequence[Mapping[str, Any]], filters: Mapping[str, Sequence
         flat = [i for p in panels for i in p]
         bad = [i for i in flat if i not in set(candidates)]
         if bad or len(set(flat)) != len(flat):
-            raise ValueError(f"dataset.train.eval_panels: {'indices ' + str(bad) + ' are not candidate rows' if bad else 'repeated indices'}; "
-                             "the pinned panels fit only the 180-row validation source: set dataset.train.eval_panels=null "
+            raise ValueError("dataset.train.eval_panels: "
+                             f"{'indices ' + str(bad) + ' are not candidate rows' if bad else 'repeated indices'}; the "
+                             "pinned panels fit only the 180-row validation source: set dataset.train.eval_panels=null "
                              "to compute a seeded stratified split")
         for p in panels:
             if sorted(cell_of[i] for i in p) != cells:
-                raise ValueError(f"dataset.train.eval_panels: panel {list(p)} does not hold one row of every (days, level) cell {cells}")
+                raise ValueError(f"dataset.train.eval_panels: panel {list(p)} does not hold one row of every "
+                                 f"(days, level) cell {cells}")
         eval_panels = [list(p) for p in panels]
     else:
         rng = random.Random(seed)
@@ -121,7 +128,8 @@ def load_rows(spec: Mapping[str, Any], base_dir: str | None = None) -> tuple[lis
     rows = [normalise(r, i, split) for i, r in enumerate(raw)]
     panels = spec.get("eval_panels", PANELS)
     filters = spec.get("filters", FILTERS)
-    train_idx, eval_panels = split_rows(rows, filters, panels, int(spec.get("split_seed", 42)), float(spec.get("eval_fraction", 0.25)))
+    train_idx, eval_panels = split_rows(rows, filters, panels, int(spec.get("split_seed", 42)),
+                                        float(spec.get("eval_fraction", 0.25)))
     by_index = {r["source_index"]: r for r in rows}
     train = [by_index[i] for i in train_idx]
     evals = [by_index[i] for p in eval_panels for i in p]

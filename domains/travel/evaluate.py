@@ -80,8 +80,9 @@ def _task_cached(key: str, org: str, days: int, cities: int, people: int, budget
 def task_of(item: Mapping[str, Any]) -> Task:
     """The parsed task of a normalised row (parsed once per row, then cached)."""
     return _task_cached(str(item.get("id", "")), str(item["org"]), int(item["days"]), int(item["visiting_city_number"]),
-                        int(item["people_number"]), float(item["budget"]), repr(_literal(item.get("local_constraint"), {})),
-                        str(item["reference_information"]), repr(list(_literal(item["date"], []))))
+                        int(item["people_number"]), float(item["budget"]),
+                        repr(_literal(item.get("local_constraint"), {})), str(item["reference_information"]),
+                        repr(list(_literal(item["date"], []))))
 
 
 # ----- one slot -------------------------------------------------------------------------------------
@@ -148,7 +149,8 @@ def _transport(task: Task, dp: DayPlan, value: str) -> Slot:
         m = re.search(r"from (.+?) to (.+?)(,|$)", value)
         origin, dest = (m.group(1), m.group(2)) if m else ("", "")
         g = task.catalog.ground_for(mode, origin, dest) if m else None
-        ok = g is not None and leg is not None and norm_city(origin) == norm_city(leg.origin) and norm_city(dest) == norm_city(leg.dest)
+        ok = (g is not None and leg is not None and norm_city(origin) == norm_city(leg.origin)
+              and norm_city(dest) == norm_city(leg.dest))
         cost = g.cost * g.vehicles(task.people) if g is not None else None
         return Slot(grounded=ok, entities=[(g, g is not None, ok)], cost=cost, mode=mode)
     m = re.search(r"\bF\d{5,}\b", value)
@@ -158,7 +160,8 @@ def _transport(task: Task, dp: DayPlan, value: str) -> Slot:
         f = found[0] if found else None
         ok = f is not None and leg is not None and norm_city(f.origin) == norm_city(leg.origin) and \
             norm_city(f.dest) == norm_city(leg.dest) and f.date == leg.date
-        return Slot(grounded=ok, entities=[(f, f is not None, ok)], cost=f.price * task.people if f is not None else None, mode="flight")
+        return Slot(grounded=ok, entities=[(f, f is not None, ok)], cost=f.price * task.people if f is not None
+                    else None, mode="flight")
     return Slot(grounded=False, entities=[(None, False, False)], cost=None, mode="unknown")
 
 
@@ -209,13 +212,15 @@ def evaluate_plan(task: Task, values: Mapping[tuple[int, str], str], assigned: i
     precision = _share([in_cat and in_city for _, in_cat, in_city in emitted]) if emitted else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
     priced_required = [(d, f) for d, f in required if f not in ("current_city", "attraction")]
-    priced_emitted = set(priced_required) | {(d, f) for (d, f), s in slots.items() if f != "attraction" and values.get((d, f), EMPTY) != EMPTY}
+    priced_emitted = set(priced_required) | {(d, f) for (d, f), s in slots.items() if f != "attraction"
+                                             and values.get((d, f), EMPTY) != EMPTY}
     known = [slots[s].cost is not None for s in priced_emitted]
     total = sum(s.cost for s in slots.values() if s.cost is not None)
     margin = 1.0 if total <= task.budget else max(0.0, 2.0 - total / task.budget)
     emitted_completeness = _share(known) if known else 0.0
     budget_soft = recall * emitted_completeness * margin
-    budget_pass = recall == 1.0 and all(known) and all(s.cost is not None for s in slots.values()) and total <= task.budget
+    budget_pass = (recall == 1.0 and all(known) and all(s.cost is not None for s in slots.values())
+                   and total <= task.budget)
     ev.commonsense = _commonsense(task, values, slots, route_ok, required, emitted)
     ev.hard = _hard(task, values, slots, budget_soft, budget_pass)
     cs_soft = _share(list(ev.commonsense.values()))
@@ -229,7 +234,8 @@ def evaluate_plan(task: Task, values: Mapping[tuple[int, str], str], assigned: i
     ev.metrics = {
         "required_cooperative_contribution": min(ev.contributions), "required_grounded_recall": recall,
         "entity_grounding_precision": precision, "grounding_f1": f1,
-        "required_cost_completeness": _share([slots[s].cost is not None and values.get(s, EMPTY) != EMPTY for s in priced_required]),
+        "required_cost_completeness": _share([slots[s].cost is not None
+                                              and values.get(s, EMPTY) != EMPTY for s in priced_required]),
         "reference_budget_soft": budget_soft, "reference_budget_pass": float(budget_pass),
         "route_scaffold_match": _share(list(route_ok.values())),
         "reference_plan_delivery": float(any(v != EMPTY for v in values.values())),
@@ -265,7 +271,8 @@ def _plan_route(values: Mapping[tuple[int, str], str], days: int) -> list[tuple[
     for d in range(1, days + 1):
         cur = values.get((d, "current_city"), EMPTY)
         m = re.fullmatch(r"from (.+) to (.+)", cur)
-        out.append((norm_city(m.group(1)), norm_city(m.group(2))) if m else ((norm_city(cur),) * 2 if cur != EMPTY else None))
+        out.append((norm_city(m.group(1)), norm_city(m.group(2))) if m
+                   else ((norm_city(cur),) * 2 if cur != EMPTY else None))
     return out
 
 
@@ -278,10 +285,12 @@ def _commonsense(task: Task, values, slots, route_ok, required, emitted) -> dict
     cat = task.catalog
     restaurants = [entity_key(cat, "restaurants", values[(d, f)]) for d in range(1, task.days + 1) for f in MEALS
                    if values.get((d, f), EMPTY) != EMPTY]
-    attractions = [entity_key(cat, "attractions", p) for d in range(1, task.days + 1) for p in _parts(values.get((d, "attraction"), EMPTY))]
+    attractions = [entity_key(cat, "attractions", p) for d in range(1, task.days + 1)
+                   for p in _parts(values.get((d, "attraction"), EMPTY))]
     modes = {s.mode for s in slots.values() if s.mode}
     return {
-        "route_continuity": continuity and all(_not_loop(values.get((d, "current_city"), EMPTY)) for d in range(1, task.days + 1)),
+        "route_continuity": continuity and all(_not_loop(values.get((d, "current_city"), EMPTY))
+                                               for d in range(1, task.days + 1)),
         "closed_loop": closed,
         "city_count": readable and len(visited) == task.cities,
         "city_consistency": all(route_ok.values()) and all(in_city for _, in_cat, in_city in emitted if in_cat),
@@ -316,14 +325,17 @@ def _hard(task: Task, values, slots, budget_soft: float, budget_pass: bool) -> d
     stays = [e for (d, f), s in slots.items() if f == "accommodation" for e, _, _ in s.entities]
     if c.get("house rule"):
         banned = HOUSE_RULES.get(str(c["house rule"]).lower(), f"no {str(c['house rule']).lower()}")
-        out["house_rule"] = _share([e is not None and banned not in e.house_rules.lower() for e in stays]) if stays else 0.0
+        out["house_rule"] = (_share([e is not None and banned not in e.house_rules.lower() for e in stays]) if stays
+                             else 0.0)
     if c.get("room type"):
         want = str(c["room type"]).lower()
-        ok = (lambda e: e.room_type.lower() != "shared room") if want == "not shared room" else (lambda e: e.room_type.lower() == ROOM_TYPES.get(want, want))
+        ok = ((lambda e: e.room_type.lower() != "shared room") if want == "not shared room"
+              else (lambda e: e.room_type.lower() == ROOM_TYPES.get(want, want)))
         out["room_type"] = _share([e is not None and ok(e) for e in stays]) if stays else 0.0
     if c.get("cuisine"):
         wanted = [str(x).lower() for x in c["cuisine"]]
-        served = {cu.lower() for (d, f), s in slots.items() if f in MEALS for e, _, _ in s.entities if e is not None for cu in e.cuisines}
+        served = {cu.lower() for (d, f), s in slots.items() if f in MEALS for e, _, _ in s.entities
+                  if e is not None for cu in e.cuisines}
         out["cuisine"] = _share([w in served for w in wanted])
     if c.get("transportation"):
         banned_mode = {"no flight": "flight", "no self-driving": "self-driving"}.get(str(c["transportation"]).lower())

@@ -47,8 +47,8 @@ from typing import Any, Mapping, Sequence
 from c3_plugin.core.workflow import Workflow, workflow_from_dict
 
 from .actions import EMPTY, FIELDS, ROLE_FIELDS, ROLE_NAMES, owned_slots, owner, render_action
-from .prompts import CONVENTIONS, prompt_fields, skeleton_days
 from .eval_log import eval_logger
+from .prompts import CONVENTIONS, prompt_fields, skeleton_days
 from .reward import RANGE, reward
 
 JOINT_ROLE = "Planner"  # the single role of the joint workflow (agent 0)
@@ -84,12 +84,12 @@ Budget contracts (as given to each role; you write both roles' fields):
 {lo}: {{logistics_budget}}
 {ex}: {{experience_budget}}
 
-Reply with one JSON object {{{{"assignments": [...]}}}}: one {{{{"day", "field", "value"}}}} assignment for every slot of both checklists, day by day, each day's fields in the order {order}.""".format(
+Reply with one JSON object {{{{"assignments": [...]}}}}: one {{{{"day", "field", "value"}}}} assignment for every slot of both checklists, day by day, each day's fields in the order {order}.""".format(  # noqa: E501 (the prompt's text, verbatim)
     conventions=CONVENTIONS, lo=ROLE_NAMES[0], ex=ROLE_NAMES[1], lo_fields=_fields(0), ex_fields=_fields(1),
     order=", ".join(FIELDS))
 
-JOINT_SYSTEM = (f"You are the single planner of a travel team: you write both the {ROLE_NAMES[0]} fields ({_fields(0)}) "
-                f"and the {ROLE_NAMES[1]} fields ({_fields(1)}) of every day, in one JSON action.")
+JOINT_SYSTEM = (f"You are the single planner of a travel team: you write both the {ROLE_NAMES[0]} fields "
+                f"({_fields(0)}) and the {ROLE_NAMES[1]} fields ({_fields(1)}) of every day, in one JSON action.")
 
 
 def joint_slots(days: int) -> list[tuple[int, str]]:
@@ -107,7 +107,8 @@ def joint_prefill() -> str:
 def joint_workflow(structured: bool = True) -> Workflow:
     """One role, ``Planner`` (agent 0), reading both roles' prompt fields; prefilled with the first
     joint assignment when ``structured``."""
-    role = {"agent": 0, "template": JOINT_TEMPLATE, "system": JOINT_SYSTEM, "prefix": joint_prefill() if structured else ""}
+    role = {"agent": 0, "template": JOINT_TEMPLATE, "system": JOINT_SYSTEM,
+            "prefix": joint_prefill() if structured else ""}
     return workflow_from_dict({"name": JOINT_WORKFLOW if structured else f"{JOINT_WORKFLOW}_free", "agents": 1,
                                "roles": {JOINT_ROLE: role}, "inputs": list(INPUTS)})
 
@@ -135,7 +136,8 @@ def output_budget(tokenizer: Any, days: int, max_value_tokens: int) -> dict[str,
     """Worst-case completion tokens of each role's skeleton and of the joint skeleton."""
     from c3_plugin.core.structured import Skeleton, max_completion_tokens
 
-    roles = [max_completion_tokens(tokenizer, Skeleton(tuple(owned_slots(a, days)), max_value_tokens)) for a in range(2)]
+    roles = [max_completion_tokens(tokenizer, Skeleton(tuple(owned_slots(a, days)), max_value_tokens))
+             for a in range(2)]
     joint = max_completion_tokens(tokenizer, Skeleton(tuple(joint_slots(days)), max_value_tokens))
     return {"logistics": roles[0], "experience": roles[1], "roles_sum": sum(roles), "joint": joint}
 
@@ -222,8 +224,8 @@ class TravelJointAdapter:
 
     def parse_completion(self, completion: str, batch_item: Mapping[str, Any], num_agents: int = 2) -> list[str]:
         if int(num_agents) != len(ROLE_NAMES):
-            raise ValueError(f"travel joint actions split into {len(ROLE_NAMES)} roles ({', '.join(ROLE_NAMES)}), "
-                             f"not {num_agents}")
+            raise ValueError(f"travel joint actions split into {len(ROLE_NAMES)} roles "
+                             f"({', '.join(ROLE_NAMES)}), not {num_agents}")
         return list(split_joint(completion, item_days(batch_item)))
 
 
@@ -239,7 +241,8 @@ def joint_reward(*completions: Sequence[str], batch_items: Sequence[Mapping[str,
     return reward([p[0] for p in pairs], [p[1] for p in pairs], batch_items=batch_items)
 
 
-def joint_eval_logger(agent_completions_turns: Sequence[Sequence[Sequence[str]]], batch_items: Sequence[Mapping[str, Any]],
+def joint_eval_logger(agent_completions_turns: Sequence[Sequence[Sequence[str]]],
+                      batch_items: Sequence[Mapping[str, Any]],
                       prompts: Sequence[str] | None = None) -> list[dict[str, float]]:
     """The travel eval logger for a joint actor: one agent's joint texts are split into the two
     role actions first (two role lists, e.g. already split by CoMLRL, pass through unchanged)."""

@@ -41,7 +41,8 @@ def _stay_problems(task: Task, acc: Accommodation, nights: int) -> list[str]:
             out.append(f"house rule ({acc.house_rules})")
     if c.get("room type"):
         want = str(c["room type"]).lower()
-        ok = acc.room_type.lower() != "shared room" if want == "not shared room" else acc.room_type.lower() == ROOM_TYPES.get(want, want)
+        ok = (acc.room_type.lower() != "shared room" if want == "not shared room"
+              else acc.room_type.lower() == ROOM_TYPES.get(want, want))
         if not ok:
             out.append(f"room type ({acc.room_type})")
     if acc.min_nights > nights:
@@ -50,14 +51,16 @@ def _stay_problems(task: Task, acc: Accommodation, nights: int) -> list[str]:
 
 
 def _transport_allowed(task: Task, mode: str) -> bool:
-    banned = {"no flight": "flight", "no self-driving": "self-driving"}.get(str(task.constraints.get("transportation") or "").lower())
+    banned = {"no flight": "flight", "no self-driving": "self-driving"}.get(
+        str(task.constraints.get("transportation") or "").lower())
     return banned != mode
 
 
 def _leg_options(task: Task, dp) -> list[tuple[str, float, bool]]:
     """(exact value, full-party cost, allowed) of every transport for a move day."""
     leg = dp.leg
-    out = [(f.value, f.price * task.people, _transport_allowed(task, "flight")) for f in task.catalog.flights_for(leg.origin, leg.dest, leg.date)]
+    out = [(f.value, f.price * task.people, _transport_allowed(task, "flight"))
+           for f in task.catalog.flights_for(leg.origin, leg.dest, leg.date)]
     for mode in ("self-driving", "taxi"):
         g: Ground | None = task.catalog.ground_for(mode, leg.origin, leg.dest)
         if g is not None:
@@ -79,15 +82,18 @@ def logistics_catalog(task: Task) -> str:
         if dp.leg:
             lines.append(f"Transportation for day {dp.day} ({dp.current_city}, {dp.leg.date}):")
             options = _leg_options(task, dp)
-            lines += [f'  - "{v}" | ${c:.0f} for the party' + ("" if ok else " | NOT ALLOWED by the request") for v, c, ok in options]
+            lines += [f'  - "{v}" | ${c:.0f} for the party'
+                      + ("" if ok else " | NOT ALLOWED by the request") for v, c, ok in options]
             if not options:
                 lines.append("  (no transportation available in the reference)")
     for city, nights in _stay_nights(task).items():
         lines.append(f"Accommodations in {city} ({nights} night{'s' if nights > 1 else ''}):")
         for acc in task.catalog.accommodations.get(city.casefold(), []) or _by_display(task, city):
             problems = _stay_problems(task, acc, nights)
-            lines.append(f'  - "{acc.value}" | ${acc.price * acc.rooms(task.people):.0f}/night for the party | {acc.room_type} | '
-                         f"min {acc.min_nights} nights | " + ("eligible" if not problems else "ineligible: " + "; ".join(problems)))
+            lines.append(f'  - "{acc.value}" | ${acc.price * acc.rooms(task.people):.0f}/night for the party | '
+                         f'{acc.room_type} | '
+                         f"min {acc.min_nights} nights | "
+                         + ("eligible" if not problems else "ineligible: " + "; ".join(problems)))
     return "\n".join(lines)
 
 
@@ -174,7 +180,8 @@ def budget_contract(task: Task, agent: int) -> str:
     floor = (lo, ex)[agent]
     mine = ("transportation and accommodation", "meals")[agent]
     return (f"The party's total budget is ${task.budget:.0f}. Your share for {mine} is at most ${caps[agent]} "
-            f"(cheapest eligible choice: ${floor:.0f}); your teammate's share is ${caps[1 - agent]}. The two shares sum to the budget.")
+            f"(cheapest eligible choice: ${floor:.0f}); your teammate's share is ${caps[1 - agent]}. The two "
+            "shares sum to the budget.")
 
 
 def prompt_fields(item: Mapping[str, Any]) -> dict[str, str]:
@@ -201,7 +208,7 @@ Your day checklist:
 
 Budget contract: {{{key}_budget}}
 
-Reply with one JSON object {{{{"assignments": [...]}}}}: one {{{{"day", "field", "value"}}}} assignment for every slot in your checklist, in checklist order."""
+Reply with one JSON object {{{{"assignments": [...]}}}}: one {{{{"day", "field", "value"}}}} assignment for every slot in your checklist, in checklist order."""  # noqa: E501 (the prompt's text, verbatim)
 
 SYSTEM = ("You are the {role} planner of a two-agent travel team. You own {fields} for every day; your teammate owns "
           "the rest and acts at the same time without seeing your answer.")
@@ -224,8 +231,9 @@ def travel_workflow(structured: bool = True) -> Workflow:
                        "prefix": prefill(agent) if structured else ""}
     return workflow_from_dict({"name": "travel_planners" if structured else "travel_planners_free", "agents": 2,
                                "roles": roles, "merger": "domains.travel.actions:merger",
-                               "inputs": ["route_scaffold", "logistics_catalog", "experience_catalog", "logistics_checklist",
-                                          "experience_checklist", "logistics_budget", "experience_budget"]})
+                               "inputs": ["route_scaffold", "logistics_catalog", "experience_catalog",
+                                          "logistics_checklist", "experience_checklist", "logistics_budget",
+                                          "experience_budget"]})
 
 
 def workflows() -> dict[str, Workflow]:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .actions import EMPTY, FIELDS, TRIPLE, owned_slots, recover_assignments
-from .evaluate import COPY_MARKERS, same_route, Task, bottleneck, composite, evaluate_joint, evaluate_plan, task_of
+from .evaluate import COPY_MARKERS, Task, bottleneck, composite, evaluate_joint, evaluate_plan, same_route, task_of
 
 NAME = "reference_constraint_learnable_budget_dense"
 STRICT_NAME = "reference_constraint_strict_dense"
@@ -78,7 +78,8 @@ def constraint_share(ev) -> float:
     return sum(flags) / len(flags)
 
 
-def terms(task: Task, texts: Sequence[str], limits: RewardLimits = RewardLimits(), variant: str = "specified") -> dict[str, float]:
+def terms(task: Task, texts: Sequence[str], limits: RewardLimits = RewardLimits(),
+          variant: str = "specified") -> dict[str, float]:
     """Every term of the formula for one joint action, plus the reward itself (``variant``: see :data:`VARIANTS`)."""
     _check_variant(variant)
     joint = evaluate_joint(task, texts)
@@ -99,7 +100,8 @@ def terms(task: Task, texts: Sequence[str], limits: RewardLimits = RewardLimits(
     u = joint.metrics["collaboration_success"]
     written = _values(texts)
     slots = joint.merged.slots
-    over = [len(str(t)) > limits.max_action_chars or any(len(m.group(3)) > limits.max_value_chars for m in TRIPLE.finditer(str(t)[:200_000]))
+    over = [len(str(t)) > limits.max_action_chars
+            or any(len(m.group(3)) > limits.max_value_chars for m in TRIPLE.finditer(str(t)[:200_000]))
             for t in texts]
     out = {"P": p, "E": e, "V": v, "J": j, "B": b, "Q": q, "C": c, "G": g, "U": u,
            "invalid": 1.0 - v, "conflict": joint.merged.conflicts / slots, "overlap": joint.merged.overlaps / slots,
@@ -139,7 +141,8 @@ def make_reward(variant: str = "specified"):
                prompts: Sequence[str] | None = None) -> list[float]:
         """CoMLRL contract: ``reward(logistics_completions, experience_completions, batch_items=...)``."""
         if len(agent_completions) != 2:
-            raise ValueError(f"travel reward: expected completions of 2 agents (Logistics, Experience), got {len(agent_completions)}")
+            raise ValueError("travel reward: expected completions of 2 agents (Logistics, Experience), got "
+                             f"{len(agent_completions)}")
         first, second = ([c] if isinstance(c, str) else list(c) for c in agent_completions)
         if batch_items is None or not (len(batch_items) == len(first) == len(second)):
             raise ValueError("travel reward: batch_items must give one row per joint action")

@@ -4,7 +4,8 @@ policy gradient has the expected mean, the methods spend equal env steps, and le
 quality of the credit; on the "masked later mistake" variant, the Actor's harmful message costs exactly its
 penalty after every first message, the harmful probability and the reward-variance split are exact, and every
 method learns to avoid it; the regimes' MatchChainEnv has the exact law it states, frozen agents keep their logits
-and the per-agent lr multiplier scales each agent's step. Small, seed-fixed versions of ``bench/estimator_to_learning.py``."""
+and the per-agent lr multiplier scales each agent's step. Small, seed-fixed versions of
+``bench/estimator_to_learning.py``."""
 
 import dataclasses
 
@@ -12,11 +13,24 @@ import numpy as np
 import pytest
 from scipy.special import log_softmax
 
+from bench.studies.synthetic_learning import (
+    ENV_VARIANTS,
+    METHODS,
+    REGIMES,
+    LearningSetup,
+    MatchChainEnv,
+    TabularCritic,
+    advantages,
+    exact_diagnosis,
+    learning_curves,
+    make_env,
+    policy_gradient,
+    train,
+    variance_decomposition,
+)
 from c3_plugin import materialize, parse_plan
 from c3_plugin.core.stats import area_under_curve
 from c3_plugin.core.synthetic import SyntheticBackend
-from bench.studies.synthetic_learning import (ENV_VARIANTS, METHODS, REGIMES, LearningSetup, MatchChainEnv, TabularCritic, advantages,
-                                          exact_diagnosis, learning_curves, make_env, policy_gradient, train, variance_decomposition)
 
 ITEM = {"question": "task"}
 SKEWED = LearningSetup(init_scale=1.0)  # far from uniform, so that wrong indices or signs show
@@ -25,7 +39,8 @@ SKEWED = LearningSetup(init_scale=1.0)  # far from uniform, so that wrong indice
 def rollout_of(env, plan, copies, seed=0):
     rng = np.random.default_rng(seed)
     items = [{"id": str(i), **ITEM} for i in range(copies)]
-    return materialize(env.workflow, plan, items, SyntheticBackend(env, seed=seed + 1), lambda leaves: env.reward(leaves, rng))
+    return materialize(env.workflow, plan, items, SyntheticBackend(env, seed=seed + 1),
+                       lambda leaves: env.reward(leaves, rng))
 
 
 def test_backend_logprobs_are_log_softmax_of_the_logits():
@@ -49,7 +64,8 @@ def test_first_message_decides_whatever_the_later_agents_do():
     worst_good = min(p for o, p in probs.items() if o[0] == env.messages[good])
     best_bad = max(p for o, p in probs.items() if o[0] != env.messages[good])
     assert first == "Reasoner" and worst_good > best_bad
-    assert max(probs.values()) <= SKEWED.high + 2 * SKEWED.noise and min(probs.values()) >= SKEWED.low - 2 * SKEWED.noise
+    assert (max(probs.values()) <= SKEWED.high + 2 * SKEWED.noise
+            and min(probs.values()) >= SKEWED.low - 2 * SKEWED.noise)
 
 
 def test_exact_success_matches_monte_carlo_through_materialize():
@@ -79,7 +95,8 @@ def test_policy_gradient_has_the_exact_mean(method, scale):
     setup = dataclasses.replace(SKEWED, critic_init=0.5)
     env = make_env(setup, seed=7)
     ro = rollout_of(env, setup.plan(method), 1500, seed=11)
-    grads = policy_gradient(env.learner, ro, advantages(method, ro, setup, TabularCritic(setup.critic_lr, setup.critic_init), env))
+    grads = policy_gradient(env.learner, ro, advantages(method, ro, setup,
+                                                        TabularCritic(setup.critic_lr, setup.critic_init), env))
     role, ctx = env.context(ITEM, ())
     p = env.policy(role, ctx)
     expected = scale * p * (env.q_values(ITEM, ()) - env.value(ITEM))
@@ -147,12 +164,14 @@ def test_harmful_message_costs_exactly_the_penalty_after_every_first_message():
     for r, a, v in paths(env):
         base = MASKED.high if r == good else MASKED.low
         assert abs(env.reward_prob(ITEM, (r, a, v)) + MASKED.actor_penalty * (a == bad) - base) <= MASKED.noise + 1e-12
-    for r in env.messages:  # whatever the (skewed) policies, the harmful message is the Actor's worst by about the penalty
+    # whatever the (skewed) policies, the harmful message is the Actor's worst by about the penalty
+    for r in env.messages:
         q = env.q_values(ITEM, (r,))
         k = env.harmful_index(ITEM)
         assert int(np.argmin(q)) == k
         gap = np.delete(q, k) - q[k]
-        assert np.all(gap >= MASKED.actor_penalty - 2 * MASKED.noise) and np.all(gap <= MASKED.actor_penalty + 2 * MASKED.noise)
+        assert (np.all(gap >= MASKED.actor_penalty - 2 * MASKED.noise)
+                and np.all(gap <= MASKED.actor_penalty + 2 * MASKED.noise))
     assert int(np.argmax(env.q_values(ITEM, ()))) == env.good_index(ITEM)
 
 
@@ -182,12 +201,15 @@ def test_variance_decomposition_is_exact():
         env = make_env(setup, seed=9)
         d = variance_decomposition(env, ITEM)
         assert sum(d["decisions"]) + d["outcome"] == pytest.approx(d["total"], abs=1e-12) and min(d["decisions"]) >= 0
-    env = make_env(dataclasses.replace(MASKED, noise=0.0), seed=9)  # then the Actor's term is E_r[pi_h (1 - pi_h)] penalty^2
+    # then the Actor's term is E_r[pi_h (1 - pi_h)] penalty^2
+    env = make_env(dataclasses.replace(MASKED, noise=0.0), seed=9)
     k = env.harmful_index(ITEM)
     p_first = env.policy(*env.context(ITEM, ()))
-    actor = sum(p_first[i] * (h := env.policy(*env.context(ITEM, (m,)))[k]) * (1 - h) for i, m in enumerate(env.messages))
+    actor = sum(p_first[i] * (h := env.policy(*env.context(ITEM, (m,)))[k]) * (1 - h)
+                for i, m in enumerate(env.messages))
     d = variance_decomposition(env, ITEM)
-    assert d["decisions"][1] == pytest.approx(actor * MASKED.actor_penalty ** 2, abs=1e-12) and d["decisions"][2] == pytest.approx(0, abs=1e-15)
+    assert d["decisions"][1] == pytest.approx(actor * MASKED.actor_penalty ** 2,
+                                              abs=1e-12) and d["decisions"][2] == pytest.approx(0, abs=1e-15)
 
 
 def test_every_method_learns_to_avoid_the_harmful_message():
@@ -218,7 +240,8 @@ def test_match_chain_probabilities_by_enumeration(setup):
         expected = env.first_value(ITEM, k) + sum(g * (path[u] == env.messages[env.reply_index(ITEM, u, path[u - 1])])
                                                   for u, g in enumerate(setup.gains, start=1))
         assert env.reward_prob(ITEM, path) == pytest.approx(expected, abs=1e-12)
-    assert len({env.reply_index(ITEM, 1, m) for m in env.messages}) >= 2  # the second agent's best message depends on the first's
+    # the second agent's best message depends on the first's
+    assert len({env.reply_index(ITEM, 1, m) for m in env.messages}) >= 2
     worst_best = min(env.reward_prob(ITEM, p) for p in paths(env) if p[0] == env.messages[env.good_index(ITEM)])
     assert int(np.argmax(env.q_values(ITEM, ()))) == env.good_index(ITEM)
     assert worst_best >= max(setup.first_values)
@@ -263,7 +286,8 @@ def test_frozen_agent_keeps_its_logits():
     fresh = make_env(FROZEN, seed=4).learner
     assert reasoner and all(np.array_equal(v, fresh.logit(*k)) for k, v in reasoner.items())
     assert len(actor) == 4 and any(not np.allclose(v, fresh.logit(*k)) for k, v in actor.items())
-    assert rows[-1]["first_good"] == pytest.approx(rows[0]["first_good"], abs=0) and rows[-1]["success"] > rows[0]["success"]
+    assert rows[-1]["first_good"] == pytest.approx(rows[0]["first_good"],
+                                                   abs=0) and rows[-1]["success"] > rows[0]["success"]
 
 
 @pytest.mark.parametrize("method", ["c3", "magrpo"])

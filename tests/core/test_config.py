@@ -16,7 +16,8 @@ def test_extends_merges_child_over_parent_and_rejects_cycles(tmp_path):
 
 
 @pytest.mark.parametrize("text, value", [("true", True), ("False", False), ("none", None), ("null", None), ("3", 3),
-                                         ("2e-5", 2e-5), ("[2, 4]", [2, 4]), ("tree [2, 4]", "tree [2, 4]"), ("abc", "abc")])
+                                         ("2e-5", 2e-5), ("[2, 4]", [2, 4]), ("tree [2, 4]", "tree [2, 4]"),
+                                         ("abc", "abc")])
 def test_override_values(text, value):
     assert parse_value(text) == value
 

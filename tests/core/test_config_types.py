@@ -33,7 +33,8 @@ def test_a_bad_value_fails_at_load_naming_the_field(override, message):
 
 def test_numbers_written_as_strings_become_numbers():
     """YAML 1.1 reads 1e-6 (no dot) as a string; an integral float fills an int field."""
-    cfg = load_config(DEMO, ["c3.agent_learning_rate='1e-6'", "deepspeed.reduce_bucket_size=2.0e8", "c3.eval_batch_size='4'"])
+    cfg = load_config(DEMO, ["c3.agent_learning_rate='1e-6'", "deepspeed.reduce_bucket_size=2.0e8",
+                             "c3.eval_batch_size='4'"])
     assert cfg.algo.agent_learning_rate == 1e-6 and isinstance(cfg.algo.agent_learning_rate, float)
     assert cfg.deepspeed.reduce_bucket_size == 200_000_000 and isinstance(cfg.deepspeed.reduce_bucket_size, int)
     assert cfg.algo.eval_batch_size == 4
@@ -52,13 +53,14 @@ def test_a_key_typo_fails_before_any_trainer_or_torch_is_imported():
     (which import torch, CoMLRL and transformers: about 10 s on 2 cores)."""
     code = ("import sys\nfrom c3_plugin.core.config import ConfigError, load_config\n"
             "for override in ('c3.agent_learning_rat=1', 'math.answer_timeout=1', 'mapl.num_iteration=2'):\n"
-            "    try:\n        load_config(sys.argv[1], [override])\n    except ConfigError as exc:\n        print(exc)\n"
-            "print('torch' in sys.modules, 'c3_plugin.trainers' in sys.modules)\n")
+            "    try:\n        load_config(sys.argv[1], [override])\n    except ConfigError as exc:\n        "
+            "print(exc)\nprint('torch' in sys.modules, 'c3_plugin.trainers' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code, str(DEMO)], capture_output=True, text=True, cwd=ROOT, timeout=120)
     lines = out.stdout.splitlines()
     assert lines[0] == "unknown key 'c3.agent_learning_rat'; did you mean 'c3.agent_learning_rate'?", out.stderr
     assert lines[1].startswith("unknown key 'math.answer_timeout'; did you mean 'math.answer_timeout_s'")
-    assert lines[2].startswith("unknown key 'mapl.num_iteration'; did you mean 'mapl.num_iterations'")  # the shared section: every reader's fields
+    # the shared section: every reader's fields
+    assert lines[2].startswith("unknown key 'mapl.num_iteration'; did you mean 'mapl.num_iterations'")
     assert lines[3] == "False False"
 
 

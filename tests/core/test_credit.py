@@ -111,7 +111,8 @@ def test_split_half_matches_oracle_and_scipy():
 def test_split_half_exclusions():
     two_alternatives = [[1, 0, 1, 0], [0, 0, 1, 1]]
     constant_half = [[1, 0], [1, 1], [1, 0]]  # the even half is all ones
-    assert credit.split_half_reliability([two_alternatives, constant_half]) == (pytest.approx(float("nan"), nan_ok=True), 0)
+    assert (credit.split_half_reliability([two_alternatives, constant_half])
+            == (pytest.approx(float("nan"), nan_ok=True), 0))
     perfect = [[1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 0, 0]]
     rho, used = credit.split_half_reliability([perfect, constant_half])
     assert used == 1 and rho == pytest.approx(1.0)
@@ -120,7 +121,8 @@ def test_split_half_exclusions():
 def test_influence_matches_oracle_and_limits():
     rng = np.random.default_rng(5)
     for _ in range(100):
-        outcomes = [list(rng.choice(["a", "b", 3, None], size=int(rng.integers(1, 8)))) for _ in range(int(rng.integers(2, 5)))]
+        outcomes = [list(rng.choice(["a", "b", 3, None], size=int(rng.integers(1, 8))))
+                    for _ in range(int(rng.integers(2, 5)))]
         assert credit.influence(outcomes) == pytest.approx(oracles.influence(outcomes), abs=1e-12)
     # Y determined by J: plug-in I = log n plus the Miller-Madow terms (n-1)/2N
     n, c = 4, 50

@@ -45,7 +45,8 @@ def coin(leaves):
 def synthetic(workflow, plan, items=ITEMS, seed=0, **kw):
     env = SyntheticEnv(workflow, vocab=3, seed=seed)
     rng = np.random.default_rng(seed)
-    return materialize(workflow, plan, items, SyntheticBackend(env, seed=seed), lambda l: env.reward(l, rng), **kw)
+    return materialize(workflow, plan, items, SyntheticBackend(env, seed=seed), lambda leaf: env.reward(leaf, rng),
+                       **kw)
 
 
 # ----- influence ------------------------------------------------------------------------------------------
@@ -65,12 +66,13 @@ def test_influence_uses_the_outcome_and_skips_the_last_decision_point():
     constant = rollout_diagnostics(ro, outcome=lambda leaves: ["same"] * len(leaves))
     assert constant["credit/Reasoner_u0/influence"] == pytest.approx(0.0, abs=1e-12)
     assert "credit/Actor_u1/influence" not in constant  # the last decision point's outcomes are its own messages
-    parity = rollout_diagnostics(ro, outcome=lambda leaves: [int(l.action.split()[-1]) % 2 for l in leaves])
+    parity = rollout_diagnostics(ro, outcome=lambda leaves: [int(leaf.action.split()[-1]) % 2 for leaf in leaves])
     groups = group_returns(ro.rewards, 0)  # the reward here is that parity
     expected = np.mean([credit.influence([list(alt) for alt in g]) for g in groups])
     assert parity["credit/Reasoner_u0/influence"] == pytest.approx(expected)
     runs = materialize(load_workflow("reasoner_actor"), "independent 4", ITEMS, UniqueTexts(), coin)
-    assert "credit/Reasoner_u0/influence" not in rollout_diagnostics(runs, outcome=lambda leaves: [0] * len(leaves))  # c = 1
+    # c = 1
+    assert "credit/Reasoner_u0/influence" not in rollout_diagnostics(runs, outcome=lambda leaves: [0] * len(leaves))
 
 
 def test_influence_accepts_tuple_outcomes():
@@ -128,12 +130,12 @@ def test_travel_outcome_is_the_merged_plans_pass_fail_vector():
     broken = dt.merger({"Logistics": '{"assignments": [', "Experience": "no"})
     out = dt.outcome([Leaf(row, merged, dash), Leaf(row, broken, ("", ""))])
     assert all(isinstance(o, tuple) and all(isinstance(x, bool) for x in o) for o in out)
-    assert out[0] == dt.pass_fail(row, list(dash)) and out[0][:3] == (True, True, True) and out[1][:3] == (False, False, False)
+    assert (out[0] == dt.pass_fail(row, list(dash)) and out[0][:3] == (True, True, True)
+            and out[1][:3] == (False, False, False))
 
 
 def test_the_trainer_logs_influence_with_the_domains_outcome(tmp_path):
     from domains.template import DOMAIN
-
     from tests.trainers.test_trainers import template_trainer
 
     trainer, wf, train = template_trainer(tmp_path, "c3", "tree [3, 2]", 4)
@@ -164,7 +166,8 @@ def test_split_half_and_noise_ratio_are_logged_only_for_independent_continuation
     assert deep["credit/Actor_u1/independent_continuations"] == 1.0 and "credit/Actor_u1/noise_ratio" in deep
     diag = rollout_diagnostics(synthetic(wf, "diagnostic n=4 u=0 c=4", items))
     assert diag["credit/Reasoner_u0/independent_continuations"] == 1.0
-    assert {"split_half_reliability", "noise_ratio", "noise_predicted"} <= {k.split("/")[-1] for k in diag if "_u0/" in k}
+    assert {"split_half_reliability", "noise_ratio",
+            "noise_predicted"} <= {k.split("/")[-1] for k in diag if "_u0/" in k}
 
 
 def test_shared_halves_are_biased_which_is_why_they_are_not_logged():
@@ -212,8 +215,10 @@ def test_dry_run_names_the_decisions_c3_leaves_without_a_gradient(tmp_path):
     from c3_plugin.run.dry_run import dry_run_report
 
     # without the shipped config's acknowledgement (c3.untrained_decisions), the untrained decision is a warning
-    with pytest.warns(UserWarning, match="no gradient for Reasoner_u2 .one alternative per context.*MAGRPO trains every decision"):
-        report = dry_run_report(load_config(_code_config(tmp_path, "multi_turn_c3.yaml"), ["c3.untrained_decisions=null"]))
+    with pytest.warns(UserWarning, match="no gradient for Reasoner_u2 .one alternative per context.*MAGRPO "
+                                         "trains every decision"):
+        report = dry_run_report(load_config(_code_config(tmp_path, "multi_turn_c3.yaml"),
+                                            ["c3.untrained_decisions=null"]))
     assert report["plan"] == "tree [2, 2, 1, 2]" and report["leaves_per_instance"] == 8
     assert report["trained_decisions"] == ["Reasoner_u0", "Actor_u1", "Actor_u3"]
     assert report["untrained_decisions"] == ["Reasoner_u2"] and "Reasoner_u2" in report["warnings"][0]
@@ -236,7 +241,8 @@ def test_decision_gradients_of_full_trees():
     from c3_plugin.run.budget import decision_gradients
 
     wf = load_workflow("reasoner_actor")
-    assert decision_gradients("c3", "tree [2, 4]", wf) == {"trained_decisions": ["Reasoner_u0", "Actor_u1"], "untrained_decisions": []}
+    assert decision_gradients("c3", "tree [2, 4]", wf) == {"trained_decisions": ["Reasoner_u0", "Actor_u1"],
+                                                           "untrained_decisions": []}
     out = decision_gradients("c3", "diagnostic n=4 u=0 c=1", wf)
     assert out["untrained_decisions"] == ["Actor_u1"] and len(out["warnings"]) == 1
     assert decision_gradients("c3", "tree [2, 2, 2, 2]", load_workflow("four_turn"))["untrained_decisions"] == []
@@ -254,6 +260,6 @@ def test_untrained_decisions_a_config_names_are_listed_without_the_warning():
     assert "no gradient for Reasoner_u2 " in partly["warnings"][0] and "untrained_decisions" in partly["warnings"][0]
     full = decision_gradients("c3", "tree [2, 2, 2, 2]", wf, ["Actor_u1"])  # a plan that trains it: nothing to say
     assert full["untrained_decisions"] == full["untrained_acknowledged"] == [] and "warnings" not in full
-    with pytest.raises(ConfigError, match=r"'Actor_2', which is no decision point .*Reasoner_u0, Actor_u1, Reasoner_u2, "
-                                          r"Actor_u3.*--override c3.untrained_decisions=null"):
+    with pytest.raises(ConfigError, match=r"'Actor_2', which is no decision point .*Reasoner_u0, Actor_u1, "
+                                          r"Reasoner_u2, Actor_u3.*--override c3.untrained_decisions=null"):
         decision_gradients("c3", "tree [2, 1, 2, 2]", wf, ["Actor_2"])

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from bench.studies import fidelity
+from c3_plugin import load_workflow, materialize
 from c3_plugin.core.credit import tree_advantages
 from c3_plugin.core.synthetic import NULL_MESSAGE, SyntheticBackend, SyntheticEnv
-from c3_plugin import load_workflow, materialize
 
 QUESTIONS = ["Q1", "Q2"]
 
@@ -51,7 +51,7 @@ def test_exact_values_by_enumeration():
     # the continuation law used by sample_groups matches the real materialiser's leaf rewards
     items = [{"id": f"x{i}", "question": "Q1"} for i in range(3000)]
     rng = np.random.default_rng(0)
-    ro = materialize(wf, "tree [1, 1]", items, SyntheticBackend(env, seed=1), lambda l: env.reward(l, rng))
+    ro = materialize(wf, "tree [1, 1]", items, SyntheticBackend(env, seed=1), lambda leaf: env.reward(leaf, rng))
     assert ro.rewards.mean() == pytest.approx(v, abs=3 * np.sqrt(v * (1 - v) / 3000))
 
 

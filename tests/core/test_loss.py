@@ -97,8 +97,8 @@ def test_loss_aggregations_and_reference_kl():
 
 
 def args(**kw):
-    base = dict(ppo_epochs=1, minibatch_size=None, micro_batch_size=8, temperature=1.0, clip_eps=0.2, clip_eps_high=None,
-                max_grad_norm=1.0, loss_aggregation="token_mean", reference_kl_coef=0.0)
+    base = dict(ppo_epochs=1, minibatch_size=None, micro_batch_size=8, temperature=1.0, clip_eps=0.2,
+                clip_eps_high=None, max_grad_norm=1.0, loss_aggregation="token_mean", reference_kl_coef=0.0)
     base.update(kw)
     return SimpleNamespace(**base)
 
@@ -109,7 +109,8 @@ def test_one_update_moves_the_message_log_prob_with_the_advantage(tok, sign):
     prompt, comp = [10, 11, 12, 13], [40, 41, 42, 1]
     with torch.no_grad():
         before = plain_logprobs(model, prompt, comp).sum().item()
-    sample = PolicySample(prompt_ids=prompt, completion_ids=comp, old_logprobs=plain_logprobs(model, prompt, comp).tolist(), advantage=sign)
+    sample = PolicySample(prompt_ids=prompt, completion_ids=comp,
+                          old_logprobs=plain_logprobs(model, prompt, comp).tolist(), advantage=sign)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     stats = ppo_update(model, opt, [sample], args(), np.random.default_rng(0), pad_id=tok.pad_token_id)
     with torch.no_grad():
@@ -126,16 +127,21 @@ def test_micro_batches_accumulate_to_the_full_batch_gradient(tok):
         model = tiny_model(tok, seed=5)
         with torch.no_grad():
             old, mask = sequence_logprobs(model, prompts, comps, tok.pad_token_id)
-        samples = [PolicySample(p, c, old[r, : len(c)].tolist(), float(a)) for r, (p, c, a) in enumerate(zip(prompts, comps, rng.normal(size=6)))]
+        samples = [PolicySample(p, c, old[r, : len(c)].tolist(), float(a))
+                   for r, (p, c, a) in enumerate(zip(prompts, comps, rng.normal(size=6)))]
         seen = []
 
         class Recording(torch.optim.SGD):
+            grads = seen
+
             def step(self, closure=None):
-                seen.append(torch.cat([p.grad.flatten().clone() for p in model.parameters() if p.grad is not None]))
+                params = [p for g in self.param_groups for p in g["params"]]  # the model's, in its order
+                self.grads.append(torch.cat([p.grad.flatten().clone() for p in params if p.grad is not None]))
                 return super().step(closure)
 
         opt = Recording(model.parameters(), lr=0.0)
-        ppo_update(model, opt, samples, args(micro_batch_size=micro, max_grad_norm=0), np.random.default_rng(0), pad_id=tok.pad_token_id)
+        ppo_update(model, opt, samples, args(micro_batch_size=micro, max_grad_norm=0), np.random.default_rng(0),
+                   pad_id=tok.pad_token_id)
         assert len(seen) == 1 and all(p.grad is None for p in model.parameters())  # freed after the step
         grads.append(seen[0])
         rng = np.random.default_rng(4)
@@ -147,5 +153,6 @@ def test_minibatches_and_epochs_count_optimizer_steps(tok):
     model = tiny_model(tok)
     samples = [PolicySample([10, 11], [20 + i, 1], [-5.5, -5.5], 1.0) for i in range(10)]
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    stats = ppo_update(model, opt, samples, args(ppo_epochs=2, minibatch_size=4), np.random.default_rng(0), pad_id=tok.pad_token_id)
+    stats = ppo_update(model, opt, samples, args(ppo_epochs=2, minibatch_size=4), np.random.default_rng(0),
+                       pad_id=tok.pad_token_id)
     assert stats["optimizer_steps"] == 2 * 3 and stats["samples"] == 10

@@ -1,7 +1,17 @@
 import numpy as np
 import pytest
 
-from c3_plugin import PlanError, Sampling, load_workflow, materialize, parse_plan, read_jsonl, replay_check, workflow_from_dict, write_jsonl
+from c3_plugin import (
+    PlanError,
+    Sampling,
+    load_workflow,
+    materialize,
+    parse_plan,
+    read_jsonl,
+    replay_check,
+    workflow_from_dict,
+    write_jsonl,
+)
 from c3_plugin.core.credit import tree_advantages
 from c3_plugin.core.synthetic import SyntheticBackend, SyntheticEnv
 
@@ -148,7 +158,8 @@ def test_greedy_sampling_and_credit_shapes():
     wf = load_workflow("reasoner_actor")
     env = SyntheticEnv(wf, vocab=3, seed=0)
     rng = np.random.default_rng(0)
-    ro = materialize(wf, "tree [2, 4]", ITEMS, SyntheticBackend(env), lambda l: env.reward(l, rng), Sampling(greedy=True))
+    ro = materialize(wf, "tree [2, 4]", ITEMS, SyntheticBackend(env), lambda leaf: env.reward(leaf, rng),
+                     Sampling(greedy=True))
     first = ro.decision_entries(0)
     assert first[0].message == first[1].message
     adv = tree_advantages(ro.rewards)
@@ -175,9 +186,12 @@ def test_rollout_diagnostics_agree_with_the_credit_functions():
     assert m["budget/env_steps"] == 40 * 16 and m["budget/messages"] == 40 * (4 + 16 + 16)
     g0 = group_returns(ro.rewards, 0)
     assert g0.shape == (40, 4, 4)
-    assert m["credit/Reasoner_u0/within_group_variance"] == credit.within_group_variance(credit.loo_advantages_batch(g0))
+    assert (m["credit/Reasoner_u0/within_group_variance"]
+            == credit.within_group_variance(credit.loo_advantages_batch(g0)))
     rho, used = credit.split_half_reliability([[list(a) for a in g] for g in g0])
     assert m["credit/Reasoner_u0/split_half_reliability"] == pytest.approx(rho)
     assert m["credit/Reasoner_u0/split_half_groups"] == used
-    assert m["credit/Reasoner_u0/noise_predicted"] == pytest.approx(credit.noise_variance(credit.pooled_return_variance(g0), 4, 16))
-    assert 0 <= m["credit/Actor_u1/zero_signal_share"] <= 1 and "credit/Actor_u1/split_half_reliability" not in m  # c = 1
+    assert (m["credit/Reasoner_u0/noise_predicted"]
+            == pytest.approx(credit.noise_variance(credit.pooled_return_variance(g0), 4, 16)))
+    # c = 1
+    assert 0 <= m["credit/Actor_u1/zero_signal_share"] <= 1 and "credit/Actor_u1/split_half_reliability" not in m

@@ -4,16 +4,16 @@ per context and its samples continue every alternative of the sibling (the cross
 import numpy as np
 import pytest
 
-from c3_plugin import Generation, load_workflow, materialize, read_jsonl, replay_check, workflow_from_dict, write_jsonl
 from bench.studies import fidelity
+from c3_plugin import Generation, load_workflow, materialize, read_jsonl, replay_check, workflow_from_dict, write_jsonl
 from c3_plugin.core.credit import average_copies, tree_advantages
 from c3_plugin.core.credit_diagnostics import rollout_diagnostics, shared_groups
 from c3_plugin.core.rollout import unique_samples
 from c3_plugin.core.synthetic import SyntheticBackend, SyntheticEnv
 from c3_plugin.core.trace import path_to
+from c3_plugin.run.testing import experiment_config
 from tests import oracles
 from tests.core.test_estimator import assert_unbiased, bonferroni_z
-from c3_plugin.run.testing import experiment_config
 
 
 def join(outputs):
@@ -115,7 +115,8 @@ def test_sharing_follows_what_a_role_reads():
     ro = materialize(wf, "tree [2, 2, 2, 1]", ITEMS[:2], backend, action_reward, share_identical_contexts=True)
     assert [c[0] for c in backend.calls] == [2, 4, 4, 16]
     assert list(ro.budget.messages) == [2 + 4 + 4 + 8] * 2 == [sum(unique_samples(wf, (2, 2, 2, 1), True))] * 2
-    solver_b = np.array(ro.decision_entries(2), dtype=object).reshape(2, 2, 2, 2)  # [instance, Planner, SolverA, SolverB]
+    # [instance, Planner, SolverA, SolverB]
+    solver_b = np.array(ro.decision_entries(2), dtype=object).reshape(2, 2, 2, 2)
     assert [e.token_ids for e in solver_b[:, :, 1].ravel()] == [e.token_ids for e in solver_b[:, :, 0].ravel()]
     assert len({e.token_ids[0] for e in solver_b[:, :, 0].ravel()}) == 8  # distinct under each Planner message
     assert all(e.shared is None for e in ro.decision_entries(3))  # Integrator reads both solvers
@@ -124,7 +125,8 @@ def test_sharing_follows_what_a_role_reads():
 
 def test_independent_plans_refuse_sharing():
     with pytest.raises(ValueError, match="independent"):
-        materialize(parallel_workflow(), "independent 4", ITEMS, CounterBackend(), action_reward, share_identical_contexts=True)
+        materialize(parallel_workflow(), "independent 4", ITEMS, CounterBackend(), action_reward,
+                    share_identical_contexts=True)
 
 
 def test_average_copies_matches_its_oracle():
@@ -144,7 +146,7 @@ def test_averaged_tree_credit_is_the_parallel_role_formula():
     env = SyntheticEnv(wf, vocab=4, seed=1)
     rng = np.random.default_rng(1)
     items = [{"id": f"i{k}", "question": f"Q{k}"} for k in range(20)]
-    ro = materialize(wf, "tree [3, 4]", items, SyntheticBackend(env, seed=2), lambda l: env.reward(l, rng),
+    ro = materialize(wf, "tree [3, 4]", items, SyntheticBackend(env, seed=2), lambda leaf: env.reward(leaf, rng),
                      share_identical_contexts=True)
     adv = tree_advantages(ro.rewards)
     idx, shared = ro.unique_credit(ro.depth_nodes[1], adv[1])
@@ -162,7 +164,7 @@ def test_diagnostics_count_each_shared_sample_once():
     env = SyntheticEnv(wf, vocab=4, seed=1)
     rng = np.random.default_rng(3)
     items = [{"id": f"i{k}", "question": f"Q{k % 3}"} for k in range(30)]
-    ro = materialize(wf, "tree [2, 4]", items, SyntheticBackend(env, seed=4), lambda l: env.reward(l, rng),
+    ro = materialize(wf, "tree [2, 4]", items, SyntheticBackend(env, seed=4), lambda leaf: env.reward(leaf, rng),
                      share_identical_contexts=True)
     m = rollout_diagnostics(ro)
     assert m["budget/messages"] == 30 * 6 and m["budget/messages_per_instance"] == 6
@@ -198,7 +200,8 @@ class TableBackend:
     def generate(self, prompts, n, sampling):
         p = self.policy[prompts[0].role]
         idx = self.rng.choice(len(p), size=(len(prompts), n), p=p)
-        return [[Generation(text=f"m{k}", token_ids=[int(k)], logprobs=[float(np.log(p[k]))]) for k in row] for row in idx]
+        return [[Generation(text=f"m{k}", token_ids=[int(k)], logprobs=[float(np.log(p[k]))]) for k in row]
+                for row in idx]
 
 
 def table_reward(rng):
@@ -260,8 +263,10 @@ def make_parallel_trainer(cls, **cfg):
 
     models, tok = tiny_team()
     ds = Dataset.from_list([{"id": f"p{i}", "prompt": f"q{i}", "question": f"q{i}", "answer": "1"} for i in range(4)])
-    args = experiment_config(cls.default_config_cls, num_train_epochs=1, max_new_tokens=4, instances_per_update=4, agent_devices="cpu", **cfg)
-    tr = cls(agents=models, tokenizer=tok, reward_func=parity_reward, train_dataset=ds, args=args, workflow=parallel_workflow())
+    args = experiment_config(cls.default_config_cls, num_train_epochs=1, max_new_tokens=4, instances_per_update=4,
+                             agent_devices="cpu", **cfg)
+    tr = cls(agents=models, tokenizer=tok, reward_func=parity_reward, train_dataset=ds, args=args,
+             workflow=parallel_workflow())
     tr.verbose = False
     return tr
 
@@ -308,8 +313,7 @@ def test_c3_trains_each_unique_parallel_sample_once(share, per_agent):
 
 
 def test_evaluation_and_magrpo_never_share(monkeypatch):
-    from c3_plugin.trainers import C3Trainer, WorkflowMAGRPOTrainer
-    from c3_plugin.trainers import bridge
+    from c3_plugin.trainers import C3Trainer, WorkflowMAGRPOTrainer, bridge
 
     calls = []
     real = bridge.materialize
@@ -334,8 +338,9 @@ def test_dry_run_budget_counts_shared_samples_once(tmp_path, share, messages):
     from c3_plugin.core.config import load_config
     from c3_plugin.run.budget import expected_budget
 
-    data = {"algorithm": "c3", "domain": "math", "workflow": {"name": "branching"}, "output": {"base_dir": str(tmp_path)},
-            "c3": {"num_train_epochs": 1, "plan": "tree [2, 2, 2, 1]", "share_parallel_samples": share}}
+    data = {"algorithm": "c3", "domain": "math", "workflow": {"name": "branching"},
+            "output": {"base_dir": str(tmp_path)}, "c3": {"num_train_epochs": 1, "plan": "tree [2, 2, 2, 1]",
+                                                          "share_parallel_samples": share}}
     budget = expected_budget(load_config(data=data), load_workflow("branching"), 6)
     assert budget["messages_per_instance"] == messages and budget["expected_messages"] == 6 * messages
     assert budget["expected_env_steps"] == 6 * 8

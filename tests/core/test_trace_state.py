@@ -7,11 +7,11 @@ import hashlib
 import pytest
 
 from c3_plugin import TraceEntry, load_workflow, materialize, read_jsonl, replay_check, write_jsonl
-from c3_plugin.generation.hf import HFBackend
 from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt
 from c3_plugin.core.synthetic import SyntheticBackend, SyntheticEnv
-from c3_plugin.run.testing import CHAT_TEMPLATE, tiny_model, tiny_tokenizer
 from c3_plugin.core.trace import chat_template_hash
+from c3_plugin.generation.hf import HFBackend
+from c3_plugin.run.testing import CHAT_TEMPLATE, tiny_model, tiny_tokenizer
 
 ITEMS = [{"id": "a", "question": "1+1"}, {"id": "b", "question": "2+2"}]
 SYSTEMS = {"Reasoner": "Plan briefly.", "Actor": "Answer in a box."}
@@ -32,8 +32,9 @@ def team():
 def rollout(team):
     tok, m0, m1 = team
     wf = workflow()
-    ro = materialize(wf, "tree [2, 2]", ITEMS, HFBackend(lambda a: [m0, m1][a], [tok, tok]), lambda leaves: [0.0] * len(leaves),
-                     Sampling(max_new_tokens=6), tokenizers=[tok, tok], use_chat_template=True)
+    ro = materialize(wf, "tree [2, 2]", ITEMS, HFBackend(lambda a: [m0, m1][a], [tok, tok]),
+                     lambda leaves: [0.0] * len(leaves), Sampling(max_new_tokens=6), tokenizers=[tok, tok],
+                     use_chat_template=True)
     return wf, ro
 
 
@@ -47,7 +48,8 @@ def test_the_root_records_system_prompts_prefixes_and_chat_templates(rollout, te
     root = ro.entries[0]
     assert root.kind == "instance" and root.systems == SYSTEMS and root.prefixes == {"Reasoner": "", "Actor": "A:"}
     assert root.use_chat_template is True
-    assert root.chat_templates == [hashlib.sha256(CHAT_TEMPLATE.encode()).hexdigest()] * 2 == [chat_template_hash(tok)] * 2
+    assert (root.chat_templates == [hashlib.sha256(CHAT_TEMPLATE.encode()).hexdigest()] * 2
+            == [chat_template_hash(tok)] * 2)
     assert chat_template_hash(tiny_tokenizer(chat_template=False)) is None
     for e in ro.entries:
         if e.kind == "decision":
@@ -80,7 +82,8 @@ def test_a_changed_system_prompt_is_reported_naming_the_entries(rollout, team):
     wf, ro = rollout
     changed = workflow(Reasoner="Plan at length.")
     problems = replay_check(ro.entries, changed)
-    assert len(problems) == 2 and all("(root)" in p and "role Reasoner's system prompt is recorded as 'Plan briefly.'" in p
+    assert len(problems) == 2 and all("(root)" in p
+                                      and "role Reasoner's system prompt is recorded as 'Plan briefly.'" in p
                                       for p in problems)
     assert {p.split(":")[0] for p in problems} == {"instance a node 0 (root)", "instance b node 0 (root)"}
     with_tokens = replay_check(ro.entries, changed, tokenizers=[tok, tok])
@@ -91,8 +94,8 @@ def test_a_changed_system_prompt_is_reported_naming_the_entries(rollout, team):
     assert not any("(Actor" in p for p in with_tokens)
     entries = fresh(ro)
     entries[0].prefixes = {"Reasoner": "", "Actor": "B:"}  # a tampered record of the prefix
-    assert replay_check(entries, wf) == ["instance a node 0 (root): hidden state: role Actor's response prefix is recorded "
-                                         "as 'B:', the workflow has 'A:'"]
+    assert replay_check(entries, wf) == ["instance a node 0 (root): hidden state: role Actor's response prefix is "
+                                         "recorded as 'B:', the workflow has 'A:'"]
 
 
 def test_a_changed_chat_template_is_reported(rollout, team):
@@ -116,13 +119,15 @@ def test_tampered_token_ids_are_reported(rollout, team):
     target = next(e for e in entries if e.role == "Actor" and e.alternative == 1)
     target.prompt_ids = target.prompt_ids[:-1] + [target.prompt_ids[-1] + 1]
     problems = replay_check(entries, wf, tokenizers=[tok, tok])
-    assert len(problems) == 1 and problems[0].startswith(f"instance {target.instance} node {target.node} (Actor, step 1)")
+    assert (len(problems) == 1 and problems[0].startswith(f"instance {target.instance} node "
+                                                          f"{target.node} (Actor, step 1)"))
     assert f"at token {len(target.prompt_ids) - 1}" in problems[0]
     entries = fresh(ro)
     target = next(e for e in entries if e.role == "Reasoner")
     target.token_ids = target.token_ids + [tok.convert_tokens_to_ids("Z")]  # a token the message text does not have
     problems = replay_check(entries, wf, tokenizers=[tok, tok])
-    assert len(problems) == 1 and problems[0].startswith(f"instance {target.instance} node {target.node} (Reasoner, step 0)")
+    assert (len(problems) == 1 and problems[0].startswith(f"instance {target.instance} node "
+                                                          f"{target.node} (Reasoner, step 0)"))
     assert "message token ids decode to a different text" in problems[0]
     assert replay_check(entries, wf) == []  # text alone cannot see it
 
@@ -134,4 +139,5 @@ def test_the_trainers_rollouts_record_token_ids(tmp_path):
     ro = trainer.collect([dict(train[i]) for i in range(2)])
     assert ro.entries[0].chat_templates == [chat_template_hash(t) for t in trainer.tokenizers]
     assert all(e.prompt_ids for e in ro.entries if e.kind == "decision")
-    assert replay_check(ro.entries, wf, tokenizers=trainer.tokenizers, use_chat_template=trainer.args.use_chat_template) == []
+    assert replay_check(ro.entries, wf, tokenizers=trainer.tokenizers,
+                        use_chat_template=trainer.args.use_chat_template) == []

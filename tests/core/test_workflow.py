@@ -6,7 +6,8 @@ from c3_plugin import WorkflowError, builtin_workflows, load_workflow, workflow_
 
 def two_roles(**actor):
     return {"name": "t", "roles": {"Reasoner": {"agent": 0, "template": "Q: {question}"},
-                                   "Actor": {"agent": 1, "reads": ["Reasoner"], "template": "{question}|{context}", **actor}}}
+                                   "Actor": {"agent": 1, "reads": ["Reasoner"], "template": "{question}|{context}",
+                                             **actor}}}
 
 
 def test_six_paper_topologies_ship_as_data():
@@ -15,7 +16,8 @@ def test_six_paper_topologies_ship_as_data():
         "reasoner_actor_verifier": ["Reasoner", "Actor", "Verifier"],
         "four_turn": ["Reasoner", "Actor", "Reasoner", "Actor"],
         "chain5": ["Planner", "Solver", "Critic", "Reviser", "Verifier"],
-        "chain10": ["Reader", "Planner", "Decomposer", "SolverA", "SolverB", "Integrator", "Critic", "Reviser", "Checker", "Verifier"],
+        "chain10": ["Reader", "Planner", "Decomposer", "SolverA", "SolverB", "Integrator", "Critic", "Reviser",
+                    "Checker", "Verifier"],
         "branching": ["Planner", "SolverA", "SolverB", "Integrator"],
     }
     assert set(builtin_workflows()) == set(expected)
@@ -80,14 +82,17 @@ def test_feedback_steps_enter_the_context():
 
 
 @pytest.mark.parametrize("spec, fragment", [
-    ({"name": "c", "roles": {"A": {"agent": 0, "reads": ["B"]}, "B": {"agent": 1, "reads": ["A"]}}}, "A: cycle in reads: A -> B -> A"),
-    ({"name": "r", "roles": {"A": {"agent": 0}, "B": {"agent": 1, "reads": ["A"]}}, "schedule": ["B", "A"]}, "B: reads 'A', which has not acted"),
+    ({"name": "c", "roles": {"A": {"agent": 0, "reads": ["B"]}, "B": {"agent": 1, "reads": ["A"]}}},
+     "A: cycle in reads: A -> B -> A"),
+    ({"name": "r", "roles": {"A": {"agent": 0}, "B": {"agent": 1, "reads": ["A"]}}, "schedule": ["B", "A"]},
+     "B: reads 'A', which has not acted"),
     (two_roles(template="{question} {plan}"), "Actor: unknown template key '{plan}'"),
     (two_roles(agent=5) | {"agents": 2}, "Actor: unknown agent index 5"),
     ({"name": "p", "roles": {"A": {"agent": 0}, "B": {"agent": 1}}}, "A, B: no final role"),
     ({"name": "e", "roles": {"A": {"agent": 0}}, "schedule": [{"feedback": "x"}]}, "x: feedback step has no function"),
     ({"name": "u", "roles": {"A": {"agent": 0}}, "schedule": ["A", "Z"]}, "Z: unknown role"),
-    ({"name": "n", "roles": {"A": {"agent": 0}, "B": {"agent": 0}}, "schedule": ["A"]}, "B: role is declared but never scheduled"),
+    ({"name": "n", "roles": {"A": {"agent": 0}, "B": {"agent": 0}}, "schedule": ["A"]},
+     "B: role is declared but never scheduled"),
     ({"name": "k", "roles": {"A": {"agent": 0, "temp": 1}}}, "A: unknown role field"),
     ({"name": "f", "roles": {"A": {"agent": 0}}, "final": "Z"}, "Z: final role"),
     ({"name": "b", "roles": {"A": {"agent": 0, "template": "\\boxed{}"}}}, "A: template key"),

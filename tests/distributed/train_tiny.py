@@ -14,8 +14,8 @@ import signal
 import sys
 
 from c3_plugin.core.config import load_config
-from c3_plugin.run.train import train
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
+from c3_plugin.run.train import train
 
 
 def main() -> None:
@@ -39,7 +39,8 @@ def main() -> None:
 
         def reporting_start(self, agent):
             start(self, agent)
-            print("ENGINE " + json.dumps({"rank": self.rank, "world": self.world, "seed": self.engine_seed}), flush=True)
+            print("ENGINE " + json.dumps({"rank": self.rank, "world": self.world, "seed": self.engine_seed}),
+                  flush=True)
 
         VLLMBackend._start = reporting_start
     tok = tiny_tokenizer()

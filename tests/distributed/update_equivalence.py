@@ -5,7 +5,8 @@ SmolLM2-135M (the demo model, ``bench/deepspeed_dp.py``) on 16 messages instead 
 ``C3_LR`` sets the learning rate (default 1e-3).
 
     torchrun --nproc_per_node 2 tests/distributed/update_equivalence.py OUT.pt [zero_stage] [minibatch_size]
-    python tests/distributed/update_equivalence.py OUT.pt [zero_stage]  (one process, without DeepSpeed unless a stage is given)
+    python tests/distributed/update_equivalence.py OUT.pt [zero_stage]  (one process, without DeepSpeed unless a stage
+    is given)
 
 ``zero_stage`` may list several cases for one launch, comma-separated, each a stage with ``o`` for an offloaded
 optimizer (``2,3,2o``): each case starts from the same model and writes ``OUT`` with ``.<case>`` before its suffix.
@@ -20,9 +21,9 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from c3_plugin.scale import distributed as dp
 from c3_plugin.core.config import DeepSpeedSection
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
+from c3_plugin.scale import distributed as dp
 from c3_plugin.trainers.update import PolicySample, ppo_update
 
 
@@ -55,13 +56,14 @@ def run_case(ctx, out: str, stage: int, offload: bool, minibatch: int | None) ->
     for s in samples:  # behaviour log-probs slightly off the current policy, so the ratio and the clip matter
         s.old_logprobs = (gen.normal(-4.0, 0.3, size=len(s.completion_ids))).tolist()
     args = SimpleNamespace(minibatch_size=minibatch, micro_batch_size=2, temperature=0.7, ppo_epochs=2, clip_eps=0.2,
-                           clip_eps_high=None, loss_aggregation="token_mean", max_grad_norm=1.0, importance_sampling_cap=None)
+                           clip_eps_high=None, loss_aggregation="token_mean", max_grad_norm=1.0,
+                           importance_sampling_cap=None)
     params = [p for p in model.parameters() if p.requires_grad]
     lr = float(os.environ.get("C3_LR", "1e-3"))
     engine, optimizer = None, None
     if stage:
-        engine = dp.make_engine(model, params, lr, DeepSpeedSection(zero_stage=stage, offload_optimizer=offload), args.max_grad_norm,
-                                {"weight_decay": 0.01})
+        engine = dp.make_engine(model, params, lr, DeepSpeedSection(zero_stage=stage, offload_optimizer=offload),
+                                args.max_grad_norm, {"weight_decay": 0.01})
     else:
         optimizer = torch.optim.AdamW(params, lr=lr)
     rng = np.random.default_rng([0, ctx.rank])
@@ -78,7 +80,8 @@ def run_case(ctx, out: str, stage: int, offload: bool, minibatch: int | None) ->
     scaled = [x for i in range(len(samples)) for x in [scaled[i % ctx.world][i // ctx.world]]]  # back to batch order
     if ctx.is_main:
         torch.save({"state": state, "stats": stats, "world": ctx.world, "update_s": seconds / 3, "scaled": scaled,
-                    "advantages": advantages.tolist(), "offload": bool(engine is not None and engine.zero_offload_optimizer())}, out)
+                    "advantages": advantages.tolist(),
+                    "offload": bool(engine is not None and engine.zero_offload_optimizer())}, out)
     dp.barrier()
 
 

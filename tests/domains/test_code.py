@@ -9,8 +9,8 @@ import domains.code as dc
 from c3_plugin import materialize, replay_check
 from c3_plugin.core.config import load_config
 from c3_plugin.core.protocol import Generation
-from c3_plugin.run.train import train
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
+from c3_plugin.run.train import train
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "code"
 
@@ -51,7 +51,8 @@ def test_mbppplus_first_run_shows_a_progress_bar_and_a_cached_run_none(tmp_path,
     monkeypatch.setenv("C3_CACHE", str(tmp_path))
     dc.load_split({"name": "mbppplus", "source": str(FIX / "mbppplus.jsonl")})
     err = capsys.readouterr().err
-    assert re.search(r"mbppplus: expected outputs of 3 reference solutions \(once; cached\): +100%\|.*\| 3/3 \[", err), err
+    assert re.search(r"mbppplus: expected outputs of 3 reference solutions \(once; cached\): +100%\|.*\| 3/3 \[",
+                     err), err
     dc.load_split({"name": "mbppplus", "source": str(FIX / "mbppplus.jsonl")})
     assert "expected outputs" not in capsys.readouterr().err  # cached: nothing to wait for
 
@@ -84,21 +85,25 @@ def test_relative_sources_resolve_from_the_config_folder_then_the_working_direct
     by_config = dc.load_split({"name": "mbpp", "source": "../here.jsonl"}, base_dir=str(tmp_path / "configs"))
     by_cwd = dc.load_split({"name": "mbpp", "source": "here.jsonl"}, base_dir=str(tmp_path / "configs"))
     assert len(by_config) == len(by_cwd) == 8
-    with pytest.raises(dc.CodeDatasetError, match=r"nope.jsonl does not exist \(looked in the config folder .*configs and the working"):
+    with pytest.raises(dc.CodeDatasetError,
+                       match=r"nope.jsonl does not exist \(looked in the config folder .*configs and the working"):
         dc.load_split({"name": "mbpp", "source": "nope.jsonl"}, base_dir=str(tmp_path / "configs"))
 
 
 def test_sanitized_and_train_ranges_load():
     rows = dc.load_split({"name": "mbpp_sanitized", "source": str(FIX / "mbpp_sanitized.jsonl")})
-    assert len(rows) == 3 and all(dc.pass_rate(r["canonical"], dc.decode_tests(r["tests"]), r["setup"]) == 1.0 for r in rows)
-    train = dc.load_split({"name": "mbpp_train", "kind": "mbpp", "source": str(FIX / "mbpp_train.jsonl"), "id_range": [601, 974]})
+    assert len(rows) == 3 and all(dc.pass_rate(r["canonical"], dc.decode_tests(r["tests"]), r["setup"])
+                                  == 1.0 for r in rows)
+    train = dc.load_split({"name": "mbpp_train", "kind": "mbpp", "source": str(FIX / "mbpp_train.jsonl"),
+                           "id_range": [601, 974]})
     assert len(train) == 8 and all(601 <= int(r["task_id"]) <= 974 for r in train)
     with pytest.raises(dc.CodeDatasetError, match="does not exist"):
         dc.load_split({"name": "mbpp", "source": str(FIX / "nope.jsonl")})
 
 
 @pytest.mark.parametrize("text, code", [
-    ("Here:\n```python\ndef f():\n    return 1\n```\nand better:\n```python\ndef f():\n    return 2\n```", "def f():\n    return 2\n"),
+    ("Here:\n```python\ndef f():\n    return 1\n```\nand better:\n```python\ndef f():\n    return 2\n```",
+     "def f():\n    return 2\n"),
     ("```\nx = 1\n```", "x = 1\n"),
     ("def f(): return 3", "def f(): return 3"),
     (None, ""),
@@ -130,7 +135,8 @@ def test_eval_metrics_per_suite(mbpp):
 class Scripted:
     """A backend that writes fixed messages per role (the Actor's code is wrong on purpose)."""
 
-    texts = {"Reasoner": "Remove the first and last occurrence.", "Actor": "```python\ndef remove_Occ(s, ch):\n    return s\n```"}
+    texts = {"Reasoner": "Remove the first and last occurrence.",
+             "Actor": "```python\ndef remove_Occ(s, ch):\n    return s\n```"}
 
     def generate(self, prompts, n, sampling):
         return [[Generation(self.texts[p.role], [1, 2], [-0.1, -0.2]) for _ in range(n)] for p in prompts]
@@ -147,15 +153,19 @@ def test_multi_turn_feedback_is_recorded_in_the_trace_and_replays(mbpp):
     second = ro.decision_entries(2)[0]
     assert fb[0].message in second.context  # the Reasoner reads the execution result from the trace
     assert replay_check(ro.entries, wf) == []
-    assert ro.rewards.shape == (1, 2, 1, 1, 2) and np.all(ro.rewards == 0.25)  # `return s` passes remove_Occ("", "l") only
+    # `return s` passes remove_Occ("", "l") only
+    assert ro.rewards.shape == (1, 2, 1, 1, 2) and np.all(ro.rewards == 0.25)
 
 
-@pytest.mark.parametrize("algorithm, workflow", [("c3", "reasoner_actor"), ("magrpo", "reasoner_actor"), ("c3", "multi_turn")])
+@pytest.mark.parametrize("algorithm, workflow", [("c3", "reasoner_actor"), ("magrpo", "reasoner_actor"),
+                                                 ("c3", "multi_turn")])
 def test_training_runs_on_mbpp_with_tiny_models(tmp_path, algorithm, workflow):
-    plan = {"c3": "tree [2, 4]" if workflow == "reasoner_actor" else "tree [2, 1, 1, 2]", "magrpo": "independent 4"}[algorithm]
+    plan = {"c3": "tree [2, 4]" if workflow == "reasoner_actor" else "tree [2, 1, 1, 2]",
+            "magrpo": "independent 4"}[algorithm]
     data = {"algorithm": algorithm, "domain": "code", "agent_model": {"device": "cpu"},
             "workflow": {"name": workflow, "max_new_tokens": {"Reasoner": 6, "Actor": 8}},
-            "dataset": {"train": {"name": "mbpp_train", "kind": "mbpp", "source": str(FIX / "mbpp_train.jsonl"), "id_range": [601, 974], "limit": 4},
+            "dataset": {"train": {"name": "mbpp_train", "kind": "mbpp", "source": str(FIX / "mbpp_train.jsonl"),
+                                  "id_range": [601, 974], "limit": 4},
                         "eval": [{"name": "mbpp", "source": str(FIX / "mbpp.jsonl"), "limit": 2}]},
             "output": {"base_dir": str(tmp_path), "verbose": False, "plot": False, "save_model": False},
             algorithm: {"num_train_epochs": 1, "max_new_tokens": 8, "instances_per_update": 2, "plan": plan}}
@@ -179,7 +189,8 @@ def test_code_timeout_s_from_the_config_reaches_the_reward():
     try:
         configure_from(SimpleNamespace(domain_cfg=CodeConfig(timeout_s=1.0)))
         assert DOMAIN.make_reward(None)(["plan"], [slow], batch_items=[item]) == [0.0]
-        row = DOMAIN.make_eval_logger(DOMAIN.workflow())([[["plan"]], [[slow]]], batch_items=[item])[0]  # [agent][item][turn]
+        # [agent][item][turn]
+        row = DOMAIN.make_eval_logger(DOMAIN.workflow())([[["plan"]], [[slow]]], batch_items=[item])[0]
         assert row["timeout"] == 1.0 and row["pass_rate"] == 0.0
         configure_from(SimpleNamespace(domain_cfg=CodeConfig(timeout_s=10.0)))
         assert DOMAIN.make_reward(None)(["plan"], [slow], batch_items=[item]) == [1.0]

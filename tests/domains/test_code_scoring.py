@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import domains.code as dc
+from domains.code import sandbox
 from domains.code.assertions import AssertionFormError, CheckError, compile_assertion, evaluate
 from domains.code.data import TIME_CAP_S, TIME_FLOOR_S, mbppplus_inputs, time_limit
-from domains.code import sandbox
 from domains.code.sandbox import Sandbox, Test
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,8 +61,8 @@ RIGGED = ("class R:\n"
           "    def __len__(self): return 3\n"
           "    @property\n"
           "    def __class__(self): return int\n"
-          "def f(x):\n"
-          "    return R()\n")
+          "def f(x):\n    "
+          "return R()\n")
 
 
 @pytest.mark.parametrize("test, right", [
@@ -97,8 +97,8 @@ def test_a_frame_inspecting_truth_value_gains_nothing_over_a_constant():
             "    while fr is not None:\n"
             "        if 'not ' in repr(fr.f_locals.get('test')):\n"
             "            return False\n"
-            "        fr = fr.f_back\n"
-            "    return True\n")
+            "        fr = fr.f_back\n    "
+            "return True\n")
     tests = ["assert f(1)", "assert not f(2)"]
     assert score(peek, tests) == score("def f(x):\n    return True", tests) == 0.5
     assert score("def f(x):\n    return x == 1", tests) == 1.0
@@ -163,7 +163,8 @@ def test_a_test_sees_no_later_test_input():
              "            pass\n"
              "    found = sorted(set(re.findall(r'needle-\\d', ' '.join(texts))) - {x})\n"
              "    return found[0] if found else ''\n")
-    tests = ["assert f('needle-0') == 'needle-1'", "assert f('needle-1') == 'needle-2'", "assert f('needle-2') == 'needle-0'"]
+    tests = ["assert f('needle-0') == 'needle-1'", "assert f('needle-1') == 'needle-2'",
+             "assert f('needle-2') == 'needle-0'"]
     assert score(snoop, tests) == 0.0
     assert score("def f(x):\n    return 'needle-%d' % ((int(x[-1]) + 1) % 3)", tests) == 1.0
 
@@ -259,7 +260,8 @@ def test_hostile_results_fail_the_test_and_never_raise(report):
 
 
 def test_time_limits_are_relative_to_the_canonical_solution():
-    assert time_limit(0.001) == TIME_FLOOR_S and time_limit(6.0) == 24.0 and time_limit(100.0) == TIME_CAP_S == time_limit(None)
+    assert (time_limit(0.001) == TIME_FLOOR_S and time_limit(6.0) == 24.0
+            and time_limit(100.0) == TIME_CAP_S == time_limit(None))
 
 
 def test_a_slow_canonical_solution_gets_the_time_it_needs(tmp_path, monkeypatch):
@@ -272,9 +274,10 @@ def test_a_slow_canonical_solution_gets_the_time_it_needs(tmp_path, monkeypatch)
 
 
 def test_whole_mbpp_files_load_with_the_right_entry_points():
-    full = dc.load_split({"name": "mbpp_full", "kind": "mbpp", "source": str(ROOT / "data/mbpp/full.jsonl"), "test_split": False,
-                          "calibrate": False})
-    sanitized = dc.load_split({"name": "mbpp_sanitized", "source": str(ROOT / "data/mbpp/sanitized.jsonl"), "calibrate": False})
+    full = dc.load_split({"name": "mbpp_full", "kind": "mbpp", "source": str(ROOT / "data/mbpp/full.jsonl"),
+                          "test_split": False, "calibrate": False})
+    sanitized = dc.load_split({"name": "mbpp_sanitized", "source": str(ROOT / "data/mbpp/sanitized.jsonl"),
+                               "calibrate": False})
     assert len(full) == 974 and len(sanitized) == 427  # task 596 used to stop both (`sys` without an import)
     isclose = [r for r in sanitized if "math.isclose" in r["example"]]
     assert len(isclose) == 13
@@ -308,5 +311,6 @@ def test_mbppplus_inputs_keep_their_python_types():
             mismatched.add(r["task_id"])
     assert mismatched == MBPPPLUS_AS_EVALPLUS
     by_id = {r["task_id"]: r for r in rows}
-    assert mbppplus_inputs(by_id["Mbpp/124"])[0] == [0, 1j] and type(mbppplus_inputs(by_id["Mbpp/580"])[0][0][2][2]) is tuple
+    assert (mbppplus_inputs(by_id["Mbpp/124"])[0] == [0, 1j]
+            and type(mbppplus_inputs(by_id["Mbpp/580"])[0][0][2][2]) is tuple)
     assert str(mbppplus_inputs(by_id["Mbpp/124"])[3 + 3][1]) == "(-0-1j)"  # the sign of a zero survives

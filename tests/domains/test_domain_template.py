@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from c3_plugin.core.config import ConfigError, load_config
+from c3_plugin.core.config import ConfigError, build_workflow, load_config
 from c3_plugin.core.domain import load_domain
-from c3_plugin.core.config import build_workflow
 from c3_plugin.run.dry_run import dry_run_report, prepare
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
 
@@ -25,7 +24,8 @@ def test_template_copied_into_a_new_package_installs_and_trains(tmp_path):
     pkg = tmp_path / "src" / "echo_domain"
     shutil.copytree(ROOT / "domains" / "template", pkg, ignore=shutil.ignore_patterns("__pycache__"))
     for path in (pkg / "__init__.py", pkg / "example.yaml"):  # the rename a user makes: the domain's name is "echo"
-        path.write_text(path.read_text().replace('name="template"', 'name="echo"').replace("domain: template", "domain: echo")
+        path.write_text(path.read_text().replace('name="template"', 'name="echo"').replace("domain: "
+                                                                                           "template", "domain: echo")
                         .replace("\ntemplate:", "\necho:"))
     (tmp_path / "src" / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n\n'
@@ -33,8 +33,9 @@ def test_template_copied_into_a_new_package_installs_and_trains(tmp_path):
         '[project.entry-points."c3_plugin.domains"]\necho = "echo_domain:DOMAIN"\n\n'
         '[tool.setuptools]\npackages = ["echo_domain"]\n[tool.setuptools.package-data]\necho_domain = ["*.yaml"]\n')
     site = tmp_path / "site"
-    out = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-                          "--target", str(site), str(tmp_path / "src")], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                          "--no-index", "--target", str(site), str(tmp_path / "src")], capture_output=True, text=True,
+                         timeout=300)
     assert out.returncode == 0, out.stderr
     config = site / "echo_domain" / "example.yaml"  # the config as installed with the package
     tok = tiny_tokenizer()
@@ -58,7 +59,8 @@ def test_template_copied_into_a_new_package_installs_and_trains(tmp_path):
 
 
 def template_cfg(*overrides):
-    return load_config(data={"domain": "template", "dataset": {"train": {"size": 4}, "eval": [{"name": "e", "size": 2}]}},
+    return load_config(data={"domain": "template",
+                             "dataset": {"train": {"size": 4}, "eval": [{"name": "e", "size": 2}]}},
                        overrides=list(overrides))
 
 
@@ -81,7 +83,8 @@ def test_the_domain_section_reaches_datasets_reward_and_probe(monkeypatch):
     spy = dataclasses.replace(domain, load_datasets=loads, dry_run=probe)
     monkeypatch.setattr("c3_plugin.run.dry_run.load_domain", lambda name: spy)
     dry_run_report(strict)
-    assert seen["config"] is strict.domain_cfg and seen["probe"] is strict.domain_cfg and strict.domain_cfg.case_sensitive
+    assert (seen["config"] is strict.domain_cfg and seen["probe"] is strict.domain_cfg
+            and strict.domain_cfg.case_sensitive)
 
     import domains.math as dm
 
@@ -98,7 +101,8 @@ def test_without_workflow_name_the_domain_workflow_runs_and_unknown_names_list_i
     assert build_workflow(template_cfg(), load_domain("template")).name == "echo_pair"
     math_cfg = load_config(data={"domain": "math", "dataset": {"train": {"source": "synthetic", "size": 4}}})
     assert math_cfg.workflow.name is None and build_workflow(math_cfg, load_domain("math")).name == "reasoner_actor"
-    with pytest.raises(ConfigError, match=r"'echo_par' is not a workflow of domain 'template' \(echo_pair\), a built-in \(.*chain5"):
+    with pytest.raises(ConfigError, match=r"'echo_par' is not a workflow of domain 'template' \(echo_pair\), "
+                                          r"a built-in \(.*chain5"):
         prepare(template_cfg("workflow.name=echo_par"))
 
 

@@ -83,7 +83,8 @@ def test_files_outside_are_invisible_and_safe(tmp_path):
     assert not r.passed
     r = run(f"import os\ndef f():\n    os.remove({str(victim)!r})\n    return 'owned'")
     assert not r.passed and victim.read_text() == "secret"
-    fixture = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "code", "mbpp.jsonl")
+    fixture = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "code",
+                           "mbpp.jsonl")
     for path in (fixture, os.path.abspath(__file__)):
         assert not run(f"def f():\n    return open({path!r}).read()[:10]", expected=open(path).read()[:10]).passed
     r = run("import shutil\ndef f():\n    shutil.rmtree('/usr', ignore_errors=False)\n    return 'owned'")
@@ -94,8 +95,8 @@ def test_parent_environment_is_unreadable(monkeypatch):
     monkeypatch.setenv("C3_SECRET_TOKEN", "hunter2")
     assert not run("import os\ndef f():\n    return os.environ.get('C3_SECRET_TOKEN')", expected="hunter2").passed
     code = ("import os\ndef f():\n    for p in os.listdir('/proc') if os.path.exists('/proc') else []:\n"
-            "        try:\n            d = open('/proc/%s/environ' % p, 'rb').read()\n        except Exception:\n            continue\n"
-            "        if b'hunter2' in d:\n            return 'hunter2'\n    return 'nothing'")
+            "        try:\n            d = open('/proc/%s/environ' % p, 'rb').read()\n        except Exception:\n      "
+            "      continue\n        if b'hunter2' in d:\n            return 'hunter2'\n    return 'nothing'")
     assert not run(code, expected="hunter2").passed
 
 
@@ -104,7 +105,8 @@ def test_killing_the_parent_harms_nothing():
     next test still runs and the host is untouched."""
     for attack in ("os.kill(os.getppid(), 9)", "os.kill(1, 9)", "os.killpg(0, 9)", "os.kill(-1, 9)", "os.kill(1, 2)"):
         code = f"import os\ndef f():\n    {attack}\n    return 'owned'\ndef g():\n    return 1"
-        first, second = dc.execute(code, [Test(expected="owned", expr="f()"), Test(expected=1, expr="g()")], timeout_s=TIMEOUT)
+        first, second = dc.execute(code, [Test(expected="owned", expr="f()"), Test(expected=1, expr="g()")],
+                                   timeout_s=TIMEOUT)
         assert second.passed, (attack, second)
     assert_host_alive()
 
@@ -116,7 +118,8 @@ def test_sockets_cannot_reach_the_host():
     port = server.getsockname()[1]
     hits = []
     threading.Thread(target=lambda: hits.append(server.accept()), daemon=True).start()
-    code = f"import socket\ndef f():\n    s = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n    return 'owned'"
+    code = (f"import socket\ndef f():\n    s = socket.create_connection(('127.0.0.1', {port}), "
+            "timeout=1)\n    return 'owned'")
     r = run(code)
     assert not r.passed and not hits
     server.close()

@@ -179,7 +179,8 @@ def test_the_runner_imports_nothing_the_candidate_can_write():
             "def flags():\n"
             "    writable = [p for p in sys.path if os.access(p or '.', os.W_OK)]\n"
             "    env = sorted(k for k in os.environ if k.startswith('PYTHON') and k != 'PYTHONHASHSEED')\n"
-            "    return [bool(sys.flags.safe_path or sys.flags.isolated), bool(sys.flags.no_user_site), writable, env]\n")
+            "    return [bool(sys.flags.safe_path or sys.flags.isolated), "
+            "bool(sys.flags.no_user_site), writable, env]\n")
     results = attack(code, [Test(0, expr="plant()"), Test([True, True, [], []], expr="flags()")])
     if results is not None:
         assert results[0].passed and results[1].passed, results[1].reason
@@ -209,8 +210,8 @@ def honest():
 
 
 def test_a_test_that_dies_by_any_signal_or_raises_anything_fails_alone():
-    calls = ["die(signal.SIGSEGV)", "die(40)", "die(signal.SIGRTMAX)", "die(signal.SIGXCPU)", "die(signal.SIGABRT)", "weird()",
-             "forge('[' * 100000)", "forge('{\"status\": \"value\"}')", "forge('\\xff\\xfe not json')",
+    calls = ["die(signal.SIGSEGV)", "die(40)", "die(signal.SIGRTMAX)", "die(signal.SIGXCPU)", "die(signal.SIGABRT)",
+             "weird()", "forge('[' * 100000)", "forge('{\"status\": \"value\"}')", "forge('\\xff\\xfe not json')",
              "forge('{\"status\": \"value\", \"value\": ' + '[\"list\", [' * 300 + '[\"none\"]' + ']]' * 300 + '}')"]
     tests = [Test("survived", expr=c) for c in calls] + [Test(1, expr="honest()")]
     results = attack(SUICIDES, tests)
@@ -367,11 +368,12 @@ def steal():
 '''
 
 
-@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="system call numbers known for x86_64 and aarch64")
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"),
+                    reason="system call numbers known for x86_64 and aarch64")
 def test_keys_of_the_host_session_keyring_are_not_possessed_inside():
     secret = f"key-{uuid.uuid4().hex}"
-    run = subprocess.run([sys.executable, "-c", KEYRING_HOST, KEYRING_THIEF, secret], cwd=REPO, capture_output=True, text=True,
-                         timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    run = subprocess.run([sys.executable, "-c", KEYRING_HOST, KEYRING_THIEF, secret], cwd=REPO, capture_output=True,
+                         text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
     if REFUSES and "refusing" in run.stderr:
         return
     assert run.returncode == 0, run.stderr[-2000:]
@@ -384,7 +386,8 @@ def test_keys_of_the_host_session_keyring_are_not_possessed_inside():
 def test_without_namespaces_candidates_are_refused_unless_isolation_none_is_explicit(monkeypatch, caplog):
     probe = sbx.isolation_probe()
     monkeypatch.setattr(sbx, "_PROBE", dict(probe, namespaces=False, reason="no user namespaces here (test)"))
-    with pytest.raises(SandboxError, match="refusing to run model-written code.*no user namespaces here.*isolation: none"):
+    with pytest.raises(SandboxError, match="refusing to run model-written code.*no user namespaces "
+                                           "here.*isolation: none"):
         Sandbox(workers=1)
     with pytest.raises(ValueError, match="isolation"):
         Sandbox(workers=1, isolation="maybe")
@@ -551,8 +554,8 @@ def test_system_v_shared_memory_does_not_outlive_the_candidate():
 
 
 def test_the_host_name_is_not_the_candidate_s():
-    code = ("import socket\ndef name():\n    try:\n        socket.sethostname('owned')\n    except OSError:\n        pass\n"
-            "    return socket.gethostname()")
+    code = ("import socket\ndef name():\n    try:\n        socket.sethostname('owned')\n    except OSError:\n        "
+            "pass\n    return socket.gethostname()")
     results = attack(code, [Test("sandbox", expr="name()")])
     if results is not None:
         assert results[0].passed, results[0].reason
@@ -608,9 +611,10 @@ def test_decoding_is_iterative_bounded_and_raises_one_error_type():
     for _ in range(200_000):
         deep = ["list", [deep]]
     flood = ["set", [["int", str(7 + k * ((1 << 61) - 1))] for k in range(50_000)]]
-    bad = [deep, flood, [], None, "int", ["int"], ["int", 5], ["int", "9" * 100_000], ["bool", 1], ["float", "x"], ["bytes", "!"],
-           ["list", [["none"]] * 200_000], ["str", "y" * (1 << 25)], ["dict", [[["list", []], ["none"]]]], ["set", [["list", []]]],
-           ["dict", [[["none"]]]], ["tuple", "ab"], ["spam", []], [["list"], []]]
+    bad = [deep, flood, [], None, "int", ["int"], ["int", 5], ["int", "9" * 100_000], ["bool", 1], ["float", "x"],
+           ["bytes", "!"], ["list", [["none"]] * 200_000], ["str", "y" * (1 << 25)],
+           ["dict", [[["list", []], ["none"]]]], ["set", [["list", []]]], ["dict", [[["none"]]]], ["tuple", "ab"],
+           ["spam", []], [["list"], []]]
     for node in bad:
         start = time.perf_counter()
         with pytest.raises(ResultError):
@@ -657,7 +661,8 @@ def test_hostile_results_fail_their_test_and_never_the_reward():
               ("send('{\"status\": \"value\", \"value\": {\"a\": 1}}')", ["none"])]
     items = [_item(expr, exp) for expr, exp in forged]
     codes = [FORGE] * len(forged)
-    items += [_item("f()", ["float", "1.5"], 1e-6), _item("f()", ["int", str(10 ** 400)], 1e-6), _item("f()", ["int", "3"])]
+    items += [_item("f()", ["float", "1.5"], 1e-6), _item("f()", ["int", str(10 ** 400)], 1e-6),
+              _item("f()", ["int", "3"])]
     codes += ["def f():\n    return 10 ** 400", "def f():\n    return float('nan')", "def f():\n    return 3"]
     reward = dc.tasks.make_reward()
     if REFUSES:
@@ -675,7 +680,8 @@ def test_a_report_with_the_wrong_number_of_results_fails_every_test(monkeypatch)
     if sb is None:
         return
     tests = [Test(1, expr="f()"), Test(2, expr="g()")]
-    for report in ([{"status": "value", "value": ["int", "1"]}], [1, 2], [{"status": "value", "value": ["int", "1"]}] * 3):
+    for report in ([{"status": "value", "value": ["int", "1"]}], [1, 2],
+                   [{"status": "value", "value": ["int", "1"]}] * 3):
         monkeypatch.setattr(sb, "raw", lambda *a, report=report, **k: report)
         results = sb.run("", tests)
         assert len(results) == 2 and not any(r.passed for r in results)
@@ -714,14 +720,15 @@ def test_sandboxes_of_other_processes_and_pools_do_not_collide():
     if REFUSES:
         assert pool(workers=1) is None
         return
-    other = subprocess.Popen([sys.executable, "-c", OTHER_POOL, HOLD], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    other = subprocess.Popen([sys.executable, "-c", OTHER_POOL, HOLD], cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
     try:
         assert other.stdout.readline().strip() == "start"
         time.sleep(1.5)  # its candidate is holding its processes now
         pools = [Sandbox(workers=1), Sandbox(workers=1)]
         out = {}
-        threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, pools[i].run(HOLD, [Test(8, expr="hold(8, 1.0)")])[0]))
+        threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, pools[i].run(HOLD, [Test(8, expr="hold(8, "
+                                                                                                           "1.0)")])[0]))
                    for i in range(2)]
         for t in threads:
             t.start()
@@ -763,7 +770,8 @@ def test_an_unisolated_box_is_removed_without_following_links(tmp_path, host_sec
     assert (outside / "keep.txt").read_text() == "keep"
     assert_devnull_intact()
     assert_secret_intact(host_secret)
-    tree = tmp_path / "tree"  # remove_tree itself: links to folders and files, a 000 folder, depth beyond its descriptor stack
+    # remove_tree itself: links to folders and files, a 000 folder, depth beyond its descriptor stack
+    tree = tmp_path / "tree"
     deep = tree
     for _ in range(300):
         deep = deep / "d"
@@ -819,7 +827,8 @@ def test_the_attacks_fail_as_an_unprivileged_user_too():
 def test_an_infinite_expected_value_is_matched_only_by_itself():
     """MBPP+'s float tolerance ``atol + rtol * |expected|`` is infinite at an infinite expected value: any number
     would pass (``return -12345.678`` scored on Mbpp/300). Infinities equal only themselves, as in EvalPlus."""
-    assert not values.equal(-12345.678, float("inf"), 1e-6, 1e-7) and not values.equal(float("-inf"), float("inf"), 1e-6, 1e-7)
+    assert not values.equal(-12345.678, float("inf"), 1e-6,
+                            1e-7) and not values.equal(float("-inf"), float("inf"), 1e-6, 1e-7)
     assert values.equal(float("inf"), float("inf"), 1e-6, 1e-7) and values.equal(1.0 + 1e-9, 1.0, 1e-6, 1e-7)
     assert not values.equal(complex(1, 5), complex(1, float("inf")), 1e-6, 1e-7)
     items = [_item("f()", ["float", "inf"], 1e-6)] * 2
@@ -865,11 +874,15 @@ def _raw(name, args):
 SYSCALL_ATTACKS = {
     "keyctl (read the session keyring)": _raw("keyctl", "0, -3"),
     "add_key": _raw("add_key", "b'user', b'k', b'v', 1, -3"),
-    "request_key (the kernel would run /sbin/request-key on the host)": _raw("request_key", "b'dns_resolver', b'example.com', None, 0"),
-    "AF_VSOCK socket (outside the network namespace)": "import socket\ndef f():\n    try:\n        socket.socket(40, socket.SOCK_STREAM)\n"
-                                                       "    except OSError:\n        pass\n    return 1",
-    "AF_INET socket": "import socket\ndef f():\n    try:\n        socket.socket(socket.AF_INET)\n    except OSError:\n        pass\n    return 1",
-    "AF_NETLINK socket": "import socket\ndef f():\n    try:\n        socket.socket(16, socket.SOCK_RAW)\n    except OSError:\n        pass\n    return 1",
+    "request_key (the kernel would run /sbin/request-key on the host)": _raw("request_key", "b'dns_resolver', "
+                                                                                            "b'example.com', None, 0"),
+    "AF_VSOCK socket (outside the network namespace)": "import socket\ndef f():\n    try:\n        socket.socket(40, "
+                                                       "socket.SOCK_STREAM)\n    except OSError:\n      "
+                                                       "  pass\n    return 1",
+    "AF_INET socket": "import socket\ndef f():\n    try:\n        socket.socket(socket.AF_INET)\n    except OSError:\n "
+                      "       pass\n    return 1",
+    "AF_NETLINK socket": "import socket\ndef f():\n    try:\n        socket.socket(16, socket.SOCK_RAW)\n    except "
+                         "OSError:\n        pass\n    return 1",
     "unshare(CLONE_NEWUSER)": _raw("unshare", "0x10000000"),
     "bpf": _raw("bpf", "0, None, 0"),
     "perf_event_open": _raw("perf_event_open", "None, 0, -1, -1, 0"),
@@ -888,12 +901,14 @@ def test_the_system_call_filter_kills_a_candidate_that_tries_a_refused_call(name
 
 
 def test_what_honest_code_needs_passes_the_filter():
-    honest = {"threads": "import threading\ndef f():\n    out = []\n    t = threading.Thread(target=lambda: out.append(1))\n"
-                         "    t.start()\n    t.join()\n    return out[0]",
-              "fork": "import os\ndef f():\n    pid = os.fork()\n    if pid == 0:\n        os._exit(0)\n    os.waitpid(pid, 0)\n    return 1",
-              "AF_UNIX socketpair": "import socket\ndef f():\n    a, b = socket.socketpair(socket.AF_UNIX)\n    a.send(b'x')\n"
-                                    "    return len(b.recv(1))",
-              "subprocess": "import subprocess\ndef f():\n    return int(subprocess.run(['/bin/true']).returncode == 0)"}
+    honest = {"threads": "import threading\ndef f():\n    out = []\n    t = threading.Thread(target=lambda: "
+                         "out.append(1))\n    t.start()\n    t.join()\n    return out[0]",
+              "fork": "import os\ndef f():\n    pid = os.fork()\n    if pid == 0:\n        os._exit(0)\n    "
+                      "os.waitpid(pid, 0)\n    return 1",
+              "AF_UNIX socketpair": "import socket\ndef f():\n    a, b = socket.socketpair(socket.AF_UNIX)\n    "
+                                    "a.send(b'x')\n    return len(b.recv(1))",
+              "subprocess": "import subprocess\ndef f():\n    return "
+                            "int(subprocess.run(['/bin/true']).returncode == 0)"}
     for name, code in honest.items():
         results = attack(code, [Test(expected=1, expr="f()")])
         if results is None:
@@ -903,7 +918,8 @@ def test_what_honest_code_needs_passes_the_filter():
 
 def test_without_libseccomp_the_sandbox_fails_closed(monkeypatch):
     """A runner that cannot load libseccomp never becomes ready: an infrastructure error, never a score."""
-    monkeypatch.setattr(sbx, "_SOURCE", [sbx.RUNNER.read_text().replace('"libseccomp.so.2"', '"libseccomp-missing.so.0"')])
+    monkeypatch.setattr(sbx, "_SOURCE",
+                        [sbx.RUNNER.read_text().replace('"libseccomp.so.2"', '"libseccomp-missing.so.0"')])
     with pytest.raises(SandboxError):
         dc.execute("def f():\n    return 1", [Test(expected=1, expr="f()")], timeout_s=TIMEOUT)
 
@@ -988,7 +1004,8 @@ def _while_a_candidate_sleeps(look):
     if sb is None:
         return None
     out = {}
-    run = threading.Thread(target=lambda: out.setdefault("r", sb.run(OOM, [Test(expected=1, expr="sleep()")], timeout_s=6)))
+    run = threading.Thread(target=lambda: out.setdefault("r",
+                                                         sb.run(OOM, [Test(expected=1, expr="sleep()")], timeout_s=6)))
     run.start()
     time.sleep(1.5)
     seen = look(_sandboxed_processes())
@@ -1039,7 +1056,8 @@ def test_resource_counters_are_the_box_s_own_and_charged_to_its_own_user():
     if sb is None:
         return
     out = {}
-    run = threading.Thread(target=lambda: out.setdefault("r", sb.run(COUNTERS, [Test(expected=[8, -1], expr="hold()")], timeout_s=6)))
+    run = threading.Thread(target=lambda: out.setdefault("r", sb.run(COUNTERS, [Test(expected=[8, -1], expr="hold()")],
+                                                                      timeout_s=6)))
     run.start()
     time.sleep(1.5)  # the candidate holds its instances now
     owners = set()
@@ -1092,7 +1110,8 @@ def test_the_kernel_command_line_mount_table_devices_and_host_counters_are_not_r
 
 BOX_MARKS = '''
 import os
-ACL = bytes.fromhex("02000000" "01000700ffffffff" "02000700e8030000" "04000500ffffffff" "10000700ffffffff" "20000500ffffffff")
+ACL = bytes.fromhex("02000000" "01000700ffffffff" "02000700e8030000" "04000500ffffffff" "10000700ffffffff"
+                    "20000500ffffffff")
 def mark(how):
     if how == "times":
         os.utime("/sandbox", (1, 1))
@@ -1145,8 +1164,9 @@ def forged():
 
 def test_the_host_reads_a_bounded_report_whatever_the_candidate_sends(monkeypatch):
     """A forged 4 MiB report of 1.3 M empty lists is refused inside the sandbox (the host never parses it), a wrong
-    answer far larger than the expected value is cut there too, and a whole candidate's values are capped together: right-looking results of 100,000 items each reach the host
-    only up to ``max_report_bytes``; the tests over it fail with the reason."""
+    answer far larger than the expected value is cut there too, and a whole candidate's values are capped together:
+    right-looking results of 100,000 items each reach the host only up to ``max_report_bytes``; the tests over it fail
+    with the reason."""
     sizes = []
     launch = sbx._launch
 
@@ -1159,11 +1179,13 @@ def test_the_host_reads_a_bounded_report_whatever_the_candidate_sends(monkeypatc
     sb = pool(workers=1, limits=Limits(max_report_bytes=4 << 20))
     if sb is None:
         return
-    forged = sb.run(REPORT, [Test.from_assert("assert forged() == []", ["forged"])])[0]  # an assert: no value cap of its own
+    # an assert: no value cap of its own
+    forged = sb.run(REPORT, [Test.from_assert("assert forged() == []", ["forged"])])[0]
     assert not forged.passed and forged.reason == "malformed result message", forged.reason
     assert sizes[-1] < 64 << 10  # the host read a short report, not the 4 MiB
     wrong = sb.run(REPORT, [Test(expected=[[1]], expr="many(49990)") for _ in range(3)])
-    assert all(r.reason == f"result larger than {8 * len(json.dumps(['list', [['list', [['int', '1']]]]])) + 4096} bytes"
+    assert all(r.reason == "result larger than "
+                           f"{8 * len(json.dumps(['list', [['list', [['int', '1']]]]])) + 4096} bytes"
                for r in wrong), wrong[0].reason  # a value test's own cap: 8 x its expected value's size + 4 KiB
     assert sizes[-1] < 64 << 10
     expected = [[i] for i in range(49_990)]

@@ -67,7 +67,8 @@ def test_unavailable_flights_still_preserve_the_route_scaffold():
                                "Philadelphia", "from Philadelphia to Nashville"]
     row["reference_information"] = repr(ref)
     row["id"] = "no-flights"
-    assert "Flight Number" not in logistics_catalog(task_of(row)) and "Self-driving, from Nashville to Pittsburgh" in logistics_catalog(task_of(row))
+    assert ("Flight Number" not in logistics_catalog(task_of(row))
+            and "Self-driving, from Nashville to Pittsburgh" in logistics_catalog(task_of(row)))
 
 
 def test_annotated_human_plans_score_one_wherever_grounded_and_valid():
@@ -94,7 +95,8 @@ def _swap_restaurant(i):
         if day["lunch"] != "-":
             name, city = day["lunch"].rsplit(",", 1)
             current = task.catalog.find("restaurants", name, city)
-            options = [r for r in task.catalog.restaurants[current.city.casefold()] if r.name not in used and r.cost <= current.cost]
+            options = [r for r in task.catalog.restaurants[current.city.casefold()] if r.name not in used
+                       and r.cost <= current.cost]
             if options:
                 day["lunch"] = options[0].value
                 return plan
@@ -106,7 +108,8 @@ def test_two_different_valid_itineraries_both_reach_the_maximum_reward():
     other = _swap_restaurant(i)
     a, b = actions_of(i), plan_to_actions(other, ROWS[i]["days"])
     assert a[1] != b[1]
-    assert reward([a[0], b[0]], [a[1], b[1]], batch_items=[ROWS[i], ROWS[i]]) == [pytest.approx(1.0), pytest.approx(1.0)]
+    assert reward([a[0], b[0]], [a[1], b[1]],
+                  batch_items=[ROWS[i], ROWS[i]]) == [pytest.approx(1.0), pytest.approx(1.0)]
 
 
 def test_target_plan_fields_cannot_change_the_score():
@@ -130,7 +133,8 @@ def test_ungrounded_and_all_dash_plans_are_penalised():
                 d[m] = "Imaginary Place, " + d[m].rsplit(",", 1)[1].strip()
     ungrounded = plan_to_actions(fake, ROWS[i]["days"])
     dash = all_dash(ROWS[i]["days"])
-    r_good, r_fake, r_dash = reward([good[0], ungrounded[0], dash[0]], [good[1], ungrounded[1], dash[1]], batch_items=[ROWS[i]] * 3)
+    r_good, r_fake, r_dash = reward([good[0], ungrounded[0], dash[0]], [good[1], ungrounded[1], dash[1]],
+                                    batch_items=[ROWS[i]] * 3)
     assert r_good == pytest.approx(1.0)
     assert r_dash == pytest.approx(0.08, abs=1e-12)
     assert r_fake < 0.7 and r_dash < r_fake < r_good
@@ -161,12 +165,15 @@ def test_reward_only_repair_cannot_weaken_ultimate_metrics():
     assert t_trunc["E"] > 0.5 and t_garbage["E"] == 0.0
     m_trunc, m_garbage = evaluate_joint(task, truncated).metrics, evaluate_joint(task, garbage).metrics
     assert m_trunc == m_garbage
-    assert m_trunc["collaboration_success"] == m_trunc["reference_plan_success"] == m_trunc["required_grounded_recall"] == 0.0
+    assert (m_trunc["collaboration_success"] == m_trunc["reference_plan_success"]
+            == m_trunc["required_grounded_recall"] == 0.0)
     # recovery rejects wrong-role, overflow and route-changing triples
-    text = good[0][:-2] + ', {"day": 1, "field": "lunch", "value": "x"}, {"day": 1, "field": "current_city", "value": "Mars"}'
+    text = (good[0][:-2] + ', {"day": 1, "field": "lunch", "value": "x"}, {"day": 1, "field": '
+                           '"current_city", "value": "Mars"}')
     rec = recover_assignments(text, 0, task.days, task.scaffold_cities, same_route)
     assert (1, "lunch") not in rec and same_route(rec[(1, "current_city")], task.scaffold[0].current_city)
-    assert recover_assignments('{"day": 1, "field": "current_city", "value": "Mars"}', 0, task.days, task.scaffold_cities, same_route) == {}
+    assert recover_assignments('{"day": 1, "field": "current_city", "value": "Mars"}', 0, task.days,
+                               task.scaffold_cities, same_route) == {}
 
 
 def test_structured_action_must_close_the_assignments_array():
@@ -225,7 +232,8 @@ def test_hard_constraint_eligibility_and_budget_contract():
         assert sum(caps) == row["budget"]
     fields = prompt_fields(ROWS[i])
     assert "$1400" in fields["logistics_budget"] and f"${budget_caps(task)[0]}" in fields["logistics_budget"]
-    assert "Trip length: 3 days" in fields["experience_checklist"] and '"-" (intentionally empty)' in fields["logistics_checklist"]
+    assert ("Trip length: 3 days" in fields["experience_checklist"]
+            and '"-" (intentionally empty)' in fields["logistics_checklist"])
 
 
 def validation_shaped_rows():
@@ -240,7 +248,8 @@ def validation_shaped_rows():
 
 def test_the_pinned_split_and_panels_over_the_validation_source():
     rows = validation_shaped_rows()
-    train, panels = split_rows(rows, {"days": [3, 5], "level": ["easy", "medium"], "visiting_city_number": [1, 2]}, PANELS)
+    train, panels = split_rows(rows, {"days": [3, 5], "level": ["easy", "medium"], "visiting_city_number": [1, 2]},
+                               PANELS)
     assert len(train) == 60 and sum(map(len, panels)) == 20 and panels[0] == [19, 74, 29, 90]
     cell = {r["source_index"]: (r["days"], r["level"]) for r in rows}
     for p in panels:
@@ -257,19 +266,20 @@ def test_the_seeded_split_on_another_source_is_stratified_and_reproducible():
     assert a == split_rows(ROWS, {"days": [3, 5], "level": ["easy", "medium"]}, None, seed=42)
     train, panels = a
     assert len(panels) == 1 and len(panels[0]) == 4 and len(train) == 16
-    assert [(ROWS[i]["days"], ROWS[i]["level"]) for i in panels[0]] == [(3, "easy"), (3, "medium"), (5, "easy"), (5, "medium")]
+    assert ([(ROWS[i]["days"], ROWS[i]["level"]) for i in panels[0]]
+            == [(3, "easy"), (3, "medium"), (5, "easy"), (5, "medium")])
 
 
 def test_curriculum_budget_is_5040_env_steps_and_126_updates_per_agent():
     import datasets
 
-    from c3_plugin.core.config import load_config
-    from c3_plugin.core.config import build_workflow
-    from c3_plugin.run.budget import expected_budget
+    from c3_plugin.core.config import build_workflow, load_config
     from c3_plugin.core.domain import load_domain
+    from c3_plugin.run.budget import expected_budget
 
     rows = validation_shaped_rows()
-    train_idx, _ = split_rows(rows, {"days": [3, 5], "level": ["easy", "medium"], "visiting_city_number": [1, 2]}, PANELS)
+    train_idx, _ = split_rows(rows, {"days": [3, 5], "level": ["easy", "medium"], "visiting_city_number": [1, 2]},
+                              PANELS)
     train = datasets.Dataset.from_list([rows[i] for i in train_idx])
     for algo in ("magrpo", "c3"):
         cfg = load_config(ROOT / "configs" / "travel" / f"{algo}.yaml")
@@ -278,7 +288,8 @@ def test_curriculum_budget_is_5040_env_steps_and_126_updates_per_agent():
         assert b["expected_env_steps"] == 8 * 30 * 4 + 17 * 60 * 4 == 5040
         assert b["expected_optimizer_updates_per_agent"] == [126, 126]
         assert [p["rows"] for p in b["curriculum"]] == [30, 60]
-    assert b["messages_per_instance"] == 4 and cfg.algo.share_parallel_samples  # tree [2, 2] with sharing: 2 + 2 (6 without)
+    # tree [2, 2] with sharing: 2 + 2 (6 without)
+    assert b["messages_per_instance"] == 4 and cfg.algo.share_parallel_samples
 
 
 def test_eval_logger_and_aggregator_publish_the_specified_names():
@@ -287,7 +298,8 @@ def test_eval_logger_and_aggregator_publish_the_specified_names():
     rows = eval_logger([[[good[0]], [dash[0]]], [[good[1]], [dash[1]]]], [ROWS[i], ROWS[i]])
     agg = eval_aggregator(rows)
     assert agg["reward"] == pytest.approx((1.0 + 0.08) / 2)
-    assert agg["collaboration_success"] == 0.5 and agg["action_validity"] == 1.0 and agg["reference_plan_delivery"] == 0.5
+    assert (agg["collaboration_success"] == 0.5 and agg["action_validity"] == 1.0
+            and agg["reference_plan_delivery"] == 0.5)
     from domains.travel import METRICS
 
     assert set(agg) == set(METRICS) and len(METRICS) == 17
@@ -296,8 +308,9 @@ def test_eval_logger_and_aggregator_publish_the_specified_names():
 
 
 def _dry_run(entry_point, config, *overrides):
-    return entry_point(f"single_turn/train_{config}.py", "--config", str(ROOT / "configs" / "travel" / f"{config}.yaml"),
-                       "--dry-run", "--json", *[x for o in overrides for x in ("--override", o)])
+    return entry_point(f"single_turn/train_{config}.py", "--config",
+                       str(ROOT / "configs" / "travel" / f"{config}.yaml"), "--dry-run", "--json",
+                       *[x for o in overrides for x in ("--override", o)])
 
 
 @pytest.mark.parametrize("algo", ["magrpo", "c3"])
@@ -306,19 +319,23 @@ def test_dry_run_on_the_offline_train_split(algo, entry_point):
                               "dataset.train.eval_panels=null")
     assert code == 0, out + err
     report = json.loads(out[out.index("{"):])
-    assert report["status"] == "unverified" and not report["errors"] and report["domain"] == "travel" and report["algorithm"] == algo
+    assert (report["status"] == "unverified" and not report["errors"] and report["domain"] == "travel"
+            and report["algorithm"] == algo)
     assert report["all_dash_probe_reward"] == 0.08 and report["probe_ok"]
     assert report["catalog_parse"] == {"rows": 45, "parsed": 45, "failed": []}
-    assert report["split"]["train_rows"] == 16 and report["split"]["eval_panels"]["P1"] == report["split"]["eval_panels"]["P1"]
+    assert (report["split"]["train_rows"] == 16 and report["split"]["eval_panels"]["P1"]
+            == report["split"]["eval_panels"]["P1"])
     assert report["expected_env_steps"] == (8 * 8 + 17 * 16) * 4
-    assert report["reward_backend"] == "reference_constraint_learnable_budget_dense" and report["reward_range"] == [-0.25, 1.0]
+    assert (report["reward_backend"] == "reference_constraint_learnable_budget_dense"
+            and report["reward_range"] == [-0.25, 1.0])
 
 
 def test_dry_run_without_the_hub_names_the_offline_fix(entry_point):
     code, out, _ = _dry_run(entry_point, "magrpo")  # offline: conftest sets HF_HUB_OFFLINE and HF_DATASETS_OFFLINE
     assert code == 2
     err = json.loads(out[out.index("{"):])
-    assert err["status"] == "error" and "dataset.train.source" in err["error"] and "osunlp/TravelPlanner" in err["error"]
+    assert (err["status"] == "error" and "dataset.train.source" in err["error"]
+            and "osunlp/TravelPlanner" in err["error"])
 
 
 @pytest.mark.parametrize("algo, collected, key, steps, refreshes", [
@@ -337,14 +354,16 @@ def test_preference_budgets_match_the_specification(algo, collected, key, steps,
         assert b["comparator"]["policy"] == "current_copy" and b["replay"] == {"mode": "lambda_decay", "lambda": 0.8}
 
 
-@pytest.mark.parametrize("script, extra", [("train_madpo_iter.py", []), ("train_centralized.py", ["--algorithm", "marlhf_iter"])])
+@pytest.mark.parametrize("script, extra", [("train_madpo_iter.py", []),
+                                           ("train_centralized.py", ["--algorithm", "marlhf_iter"])])
 def test_preference_and_centralized_entry_points_dry_run_with_their_default_configs(script, extra, entry_point):
     code, out, err = entry_point(f"single_turn/{script}", *extra, "--dry-run", "--json",
                                  *[x for o in (f"dataset.train.source={FIXTURE}", "dataset.train.split=train",
                                                "dataset.train.eval_panels=null") for x in ("--override", o)])
     assert code == 0, out + err
     report = json.loads(out[out.index("{"):])
-    assert report["status"] == "unverified" and not report["errors"] and report["refreshes"] == 6 and report["preference_joint_rollouts"] == 6 * 16 * 40
+    assert (report["status"] == "unverified" and not report["errors"] and report["refreshes"] == 6
+            and report["preference_joint_rollouts"] == 6 * 16 * 40)
     assert report["all_dash_probe_reward"] == 0.08 and report["reward_range"] == [-0.25, 1.0]
     if "centralized" in script:
         assert report["algorithm"] == "centralized_marlhf_iter" and report["centralized_api"] == "ok"
@@ -375,7 +394,8 @@ def _respelled_duplicates(i, field_names, spell):
 
 @pytest.mark.parametrize("field_names, check", [(("attraction",), "attraction_diversity"),
                                                 (("breakfast", "lunch", "dinner"), "restaurant_diversity")])
-@pytest.mark.parametrize("spell", [lambda n, c, k: f"{n}, {c}({k})", lambda n, c, k: [f"{n},{c}", f"{n} ,{c}", n, f"{n}, {c}"][k % 4]],
+@pytest.mark.parametrize("spell", [lambda n, c, k: f"{n}, {c}({k})",
+                                   lambda n, c, k: [f"{n},{c}", f"{n} ,{c}", n, f"{n}, {c}"][k % 4]],
                          ids=["numbered-suffix", "respelled"])
 def test_duplicates_are_found_on_catalogue_entries_however_spelled(field_names, check, spell):
     """One attraction every day as ``Name, City(5)``, ``Name, City(6)``... (or ``Name,City``, bare names): before,
@@ -396,7 +416,8 @@ def test_grounding_takes_only_the_catalogue_spelling():
     name, city = entry.name, entry.city
     assert task.catalog.resolve("restaurants", f"{name}, {city}") is entry
     assert task.catalog.resolve("restaurants", f"{name}, {city}(Illinois)") is entry  # TravelPlanner's City(State)
-    for wrong in (f"{name}, {city}(5)", f"{name},{city}", f"{name} ,{city}", name, f"{name.upper()}, {city}", f"{name},  {city}"):
+    for wrong in (f"{name}, {city}(5)", f"{name},{city}", f"{name} ,{city}", name, f"{name.upper()}, {city}",
+                  f"{name},  {city}"):
         assert task.catalog.resolve("restaurants", wrong) is None, wrong
         assert not slot_of(task, 2, "lunch", wrong).grounded, wrong
         assert task.catalog.identify("restaurants", wrong) is entry, wrong  # still the same place for duplicates
@@ -420,7 +441,8 @@ def test_plan_success_needs_a_valid_joint_action():
 
 
 def test_reward_variants_specified_by_default_and_strict_on_request():
-    from domains.travel.reward import NAME, STRICT_NAME, make_reward, reward as module_reward
+    from domains.travel.reward import NAME, STRICT_NAME, make_reward
+    from domains.travel.reward import reward as module_reward
 
     strict, specified = make_reward("strict"), make_reward()
     assert module_reward.backend == specified.backend == NAME and strict.backend == STRICT_NAME

@@ -3,9 +3,9 @@ import pytest
 import torch
 
 from c3_plugin import load_workflow, materialize
-from c3_plugin.generation.hf import HFBackend
-from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt
 from c3_plugin.core.loss import sequence_logprobs
+from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt
+from c3_plugin.generation.hf import HFBackend
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer, two_eos_team
 
 
@@ -77,7 +77,8 @@ def test_stops_on_every_declared_eos_and_records_exact_logprobs():
     assert any(len(g.token_ids) == 12 and g.token_ids[-1] not in (0, 1) for g in flat)
     # the recorded behaviour log-probs are what the update recomputes (same temperature, same context ids,
     # other micro-batch composition)
-    samples = [PolicySample(encode_prompt(tok, p, False), g.token_ids, g.logprobs, 1.0) for p, row in zip(prompts, gens) for g in row]
+    samples = [PolicySample(encode_prompt(tok, p, False), g.token_ids, g.logprobs, 1.0)
+               for p, row in zip(prompts, gens) for g in row]
     with torch.no_grad():
         lp, mask = sequence_logprobs(model, [s.prompt_ids for s in samples], [s.completion_ids for s in samples],
                                      tok.pad_token_id, temperature=0.7)
@@ -111,5 +112,6 @@ def test_materialised_tokens_are_counted_exactly(setup):
     ro = materialize(wf, "tree [2, 4]", items, backend, lambda leaves: [0.0] * len(leaves), Sampling(max_new_tokens=20))
     decisions = [e for e in ro.entries if e.kind == "decision"]
     assert ro.budget.totals()["tokens_generated"] == sum(len(e.token_ids) for e in decisions)
-    assert all(len(e.token_ids) <= 4 for e in ro.decision_entries(0)) and all(len(e.token_ids) <= 3 for e in ro.decision_entries(1))
+    assert (all(len(e.token_ids) <= 4 for e in ro.decision_entries(0))
+            and all(len(e.token_ids) <= 3 for e in ro.decision_entries(1)))
     assert ro.budget.totals()["messages"] == 20

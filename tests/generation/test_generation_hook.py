@@ -7,14 +7,15 @@ import torch
 from datasets import Dataset
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from c3_plugin.generation.hf import HFBackend
-from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt
-from c3_plugin.generation.hook import GenerationHook, backend_generate, overrides_hook
 from c3_plugin.core.loss import token_logprobs
+from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt
+from c3_plugin.generation.hf import HFBackend
+from c3_plugin.generation.hook import GenerationHook, backend_generate, overrides_hook
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
 from c3_plugin.trainers import C3Config, C3Trainer
 
-pytestmark = pytest.mark.filterwarnings("ignore:C3 plan .* spends")  # tree [2, 2]: 4 joint actions per prompt, by design
+# tree [2, 2]: 4 joint actions per prompt, by design
+pytestmark = pytest.mark.filterwarnings("ignore:C3 plan .* spends")
 
 JSON_ALPHABET = 'a":}'  # the tiny models write this small JSON vocabulary (the closing brace comes often)
 
@@ -70,15 +71,17 @@ def structured_output(base):
     class StructuredOutputTrainer(base):
         def _generate_completions(self, agent, batch_items, agent_idx=0, num_return_sequences=1, max_new_tokens=128,
                                   prompts_override=None, external_prompts=None, **kwargs):
-            prompts = list(prompts_override) if prompts_override is not None else [self.formatters[agent_idx](it) for it in batch_items]
+            prompts = (list(prompts_override) if prompts_override is not None
+                       else [self.formatters[agent_idx](it) for it in batch_items])
             prompts = [p + "{" for p in prompts]
             tok = self.tokenizers[agent_idx]
             stop = FirstObject(tok)
             kwargs["stopping_criteria"] = StoppingCriteriaList([stop])
             kwargs["prefix_allowed_tokens_fn"] = stop.allowed
-            result = super()._generate_completions(agent, batch_items, agent_idx=agent_idx, num_return_sequences=num_return_sequences,
-                                                   max_new_tokens=max_new_tokens, prompts_override=prompts, external_prompts=None,
-                                                   **kwargs)
+            result = super()._generate_completions(agent, batch_items, agent_idx=agent_idx,
+                                                   num_return_sequences=num_return_sequences,
+                                                   max_new_tokens=max_new_tokens, prompts_override=prompts,
+                                                   external_prompts=None, **kwargs)
             tokens, lens, texts = [], [], []
             for s, (row, n) in enumerate(zip(result["completion_input_ids"][0], result["response_lens"])):
                 n = min(int(n), stop.lengths.get(s, int(n)))
@@ -169,7 +172,8 @@ def test_c3_traces_and_trains_exactly_the_hooks_tokens(tmp_path, monkeypatch):
     assert len(cls.hook_log) == 3 * 2  # per item: Agent0 once (2 samples), Agent1 once (its context is shared by both)
     for e in decisions:
         assert (tuple(e.prompt_ids), tuple(e.token_ids), e.message) in returned  # the trace records the hook's sample
-        assert e.prompt_ids != encode_prompt(tok, Prompt(e.context, e.role, e.agent), True)  # ... its prompt ("{" prefilled)
+        # ... its prompt ("{" prefilled)
+        assert e.prompt_ids != encode_prompt(tok, Prompt(e.context, e.role, e.agent), True)
         assert tok.decode(e.prompt_ids, skip_special_tokens=True).endswith("{") and e.message.startswith("{")
         ref = token_logprobs(tr.agents[e.agent], [e.prompt_ids], [e.token_ids], tok.pad_token_id, args.temperature)[0]
         assert e.logprobs == pytest.approx(ref, abs=1e-5)  # behaviour log-probs conditioned on the hook's prompt
@@ -178,7 +182,8 @@ def test_c3_traces_and_trains_exactly_the_hooks_tokens(tmp_path, monkeypatch):
 
     trained = []
     update = tr.update_policies
-    tr.update_policies = lambda samples: trained.extend(s for group in samples.values() for s in group) or update(samples)
+    tr.update_policies = (lambda samples: trained.extend(s for group in samples.values() for s in group)
+                          or update(samples))
     tr.train()
     returned = {(tuple(p), tuple(ids)) for p, rows, _ in cls.hook_log for ids in rows}
     assert trained and all((tuple(s.prompt_ids), tuple(s.completion_ids)) in returned
@@ -193,10 +198,10 @@ class ForcedToken(C3Trainer):
     def _generate_completions(self, agent, batch_items, agent_idx=0, num_return_sequences=1, max_new_tokens=128,
                               prompts_override=None, external_prompts=None, **kwargs):
         tid = self.tokenizers[agent_idx].convert_tokens_to_ids(self.forced)
-        return super()._generate_completions(agent, batch_items, agent_idx=agent_idx, num_return_sequences=num_return_sequences,
-                                             max_new_tokens=max_new_tokens, prompts_override=prompts_override,
-                                             external_prompts=external_prompts, prefix_allowed_tokens_fn=lambda b, ids: [tid],
-                                             **kwargs)
+        return super()._generate_completions(agent, batch_items, agent_idx=agent_idx,
+                                             num_return_sequences=num_return_sequences, max_new_tokens=max_new_tokens,
+                                             prompts_override=prompts_override, external_prompts=external_prompts,
+                                             prefix_allowed_tokens_fn=lambda b, ids: [tid], **kwargs)
 
 
 def _forced_trainer(tmp_path, monkeypatch, cls=ForcedToken, **config):
@@ -214,7 +219,8 @@ def test_kwargs_passed_to_super_reach_hf_generate(tmp_path, monkeypatch):
     assert {e.message for e in ro.entries if e.kind == "decision"} == {"xxxx"}  # the rollouts, through the hook
     out = tr._generate_completions(tr.agents[1], [_items(1)[0]], agent_idx=1, num_return_sequences=2, max_new_tokens=3)
     assert out["completions"] == [["xxx", "xxx"]]  # CoMLRL's own call (outside a rollout) honours them too
-    assert [t.tolist() for t in out["completion_input_ids"][0]] == [[tr.tokenizers[1].convert_tokens_to_ids("x")] * 3] * 2
+    assert ([t.tolist() for t in out["completion_input_ids"][0]]
+            == [[tr.tokenizers[1].convert_tokens_to_ids("x")] * 3] * 2)
 
 
 def test_hf_backend_honours_and_trims_at_a_hooks_stopping_criteria():
@@ -235,7 +241,8 @@ def test_hf_backend_honours_and_trims_at_a_hooks_stopping_criteria():
     gens = backend.generate(prompts, 2, Sampling(max_new_tokens=6), generate_kwargs={"stopping_criteria": [OneOrTwo()]})
     for p, row in zip(prompts, gens):
         for j, g in enumerate(row):
-            assert 1 <= len(g.token_ids) <= j + 1 and len(g.logprobs) == len(g.token_ids)  # cut where it stopped, no padding kept
+            # cut where it stopped, no padding kept
+            assert 1 <= len(g.token_ids) <= j + 1 and len(g.logprobs) == len(g.token_ids)
             ref = token_logprobs(model, [encode_prompt(tok, p)], [g.token_ids], tok.pad_token_id, 1.0)[0]
             assert g.logprobs == pytest.approx(ref, abs=1e-5)
     with pytest.raises(ValueError, match=r"generate kwargs \['temperature'\].*trainer config"):
@@ -247,7 +254,8 @@ def test_what_the_hook_cannot_do_is_refused_by_name(tmp_path, monkeypatch):
         def generate(self, prompts, n, sampling):
             raise AssertionError("not reached")
 
-    with pytest.raises(ValueError, match=r"Engine cannot run the HF generate kwargs \['prefix_allowed_tokens_fn'\].*generation_backend: hf"):
+    with pytest.raises(ValueError, match=r"Engine cannot run the HF generate kwargs "
+                                         r"\['prefix_allowed_tokens_fn'\].*generation_backend: hf"):
         backend_generate(Engine(), [Prompt("x", "r", 0)], 1, Sampling(), {"prefix_allowed_tokens_fn": lambda b, i: [0]})
     tr = _forced_trainer(tmp_path, monkeypatch)
     tr.grammar = lambda prompt: object()
@@ -256,8 +264,8 @@ def test_what_the_hook_cannot_do_is_refused_by_name(tmp_path, monkeypatch):
     tr.grammar = None
     hook = GenerationHook(tr, tr.backend)
     prompt = Prompt("ctx", "Agent0", 0, prefix="ANSWER:", item=_items(1)[0])
-    out = {"completions": [["no prefix"]], "completion_input_ids": [[torch.tensor([5, 6])]], "prompt_input_ids": torch.tensor([[7, 8]]),
-           "response_lens": [2]}
+    out = {"completions": [["no prefix"]], "completion_input_ids": [[torch.tensor([5, 6])]],
+           "prompt_input_ids": torch.tensor([[7, 8]]), "response_lens": [2]}
     with pytest.raises(ValueError, match="response prefix 'ANSWER:'.*does not start with it"):
         hook.generations(out, prompt, 1, Sampling())
     with pytest.raises(ValueError, match="returned 1 completions.*num_return_sequences=2"):

@@ -12,10 +12,10 @@ import os
 import pytest
 import torch
 
-from c3_plugin.generation.hf import HFBackend
-from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt
 from c3_plugin.core.loss import token_logprobs
+from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt
 from c3_plugin.core.structured import Skeleton, loss_mask_for
+from c3_plugin.generation.hf import HFBackend
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
@@ -48,7 +48,8 @@ def team():
     tok = tiny_tokenizer()
     model = _fresh(tok)
     models = {0: model, 1: model}
-    hf = HFBackend(lambda a: models[a], [tok, tok], micro_batch_size=4, grammar=lambda p: SKELETON if p.role == "S" else None)
+    hf = HFBackend(lambda a: models[a], [tok, tok], micro_batch_size=4,
+                   grammar=lambda p: SKELETON if p.role == "S" else None)
     backend = VLLMBackend(hf, VLLMOptions(seed=0, max_model_len=1024))
     yield tok, models, backend
     backend.close()
@@ -132,7 +133,8 @@ def test_json_stop_cuts_a_free_text_message_after_its_object_closes(team):
 
 
 def _greedy(backend, prompts, n=1):
-    return [[tuple(x.token_ids) for x in g] for g in backend.generate(prompts, n, Sampling(greedy=True, max_new_tokens=16))]
+    return [[tuple(x.token_ids) for x in g]
+            for g in backend.generate(prompts, n, Sampling(greedy=True, max_new_tokens=16))]
 
 
 def test_sync_after_an_optimizer_step_changes_greedy_outputs_and_matches_the_updated_model(team):
@@ -176,7 +178,8 @@ def test_a_stale_prefix_cache_is_caught_and_sync_resets_it(team):
     # weights pushed without the reset: the cached prefix's keys and values are stale
     backend.load_weights([(n, t.detach().clone()) for n, t in model.named_parameters()])
     stale = backend.generate([long], 2, sampling)
-    stale_err = max(abs(a - b) for x, r in zip(stale[0], _hf_logprobs(tok, model, [long], stale, 0.7)) for a, b in zip(x.logprobs, r))
+    stale_err = max(abs(a - b) for x, r in zip(stale[0], _hf_logprobs(tok, model, [long], stale, 0.7))
+                    for a, b in zip(x.logprobs, r))
     assert stale_err > 1e-2, stale_err
     backend.sync()  # the real sync: weights and a fresh cache
     fresh = backend.generate([long], 2, sampling)
@@ -221,11 +224,12 @@ def test_lora_agents_are_served_with_their_adapters(team, serve):
     prompts = _prompts(agent=0, cap=8) + _prompts(agent=1, cap=8)
     sampling = Sampling(temperature=0.7, max_new_tokens=8)
     try:
-        for round in range(2):
+        for _ in range(2):
             gens = backend.generate(prompts, 2, sampling)
             assert backend.serve_lora == (serve == "vllm_lora")
             for a, sl in ((0, slice(0, 2)), (1, slice(2, 4))):
-                _close([x.logprobs for g in gens[sl] for x in g], _hf_logprobs(tok, play(a), prompts[sl], gens[sl], 0.7))
+                _close([x.logprobs for g in gens[sl] for x in g],
+                       _hf_logprobs(tok, play(a), prompts[sl], gens[sl], 0.7))
             with torch.no_grad():  # an adapter update, then the sync the trainer makes
                 for name, p in peft.named_parameters():
                     if "lora_B.agent1" in name:
@@ -247,8 +251,9 @@ def test_a_short_c3_run_on_smollm2_trains_through_vllm_and_logs_the_mismatch(tmp
 
     root = __import__("pathlib").Path(__file__).resolve().parents[2]
     cfg = load_config(root / "configs/math/demo_cpu.yaml", overrides=[
-        "c3.generation_backend=vllm", "dataset.train.size=4", "c3.instances_per_update=2", "dataset.eval=[{'name': 'compare', 'source': 'synthetic', "
-        "'task': 'compare', 'size': 4, 'seed': 2}]", f"output.base_dir={tmp_path}", "output.plot=false",
+        "c3.generation_backend=vllm", "dataset.train.size=4", "c3.instances_per_update=2",
+        "dataset.eval=[{'name': 'compare', 'source': 'synthetic', 'task': 'compare', 'size': 4, 'seed': 2}]",
+        f"output.base_dir={tmp_path}", "output.plot=false",
         "output.save_model=false", "c3.save_traces=false", "c3.eval_batch_size=4", "c3.importance_sampling_cap=2.0"])
     summary = train(cfg)
     assert summary["updates"] == 2
@@ -271,22 +276,27 @@ def test_c3_diagnose_samples_through_vllm_on_smollm2(tmp_path):
 
     root = __import__("pathlib").Path(__file__).resolve().parents[2]
     out = tmp_path / "diag"
-    assert console(["diagnose", "--config", str(root / "configs/math/demo_cpu.yaml"), "--override", "c3.generation_backend=vllm",
-                    "--groups", "2", "--chunk", "2", "--decisions", "0", "--out", str(out), "--quiet"]) == 0
+    assert console(["diagnose", "--config", str(root / "configs/math/demo_cpu.yaml"), "--override",
+                    "c3.generation_backend=vllm", "--groups", "2", "--chunk", "2", "--decisions", "0", "--out",
+                    str(out), "--quiet"]) == 0
     report = json.loads((out / "diagnose.json").read_text())
     assert report["backend"] == "vllm"
     (point,) = report["decisions"]
-    assert point["u"] == 0 and point["groups"] == 2 and point["env_steps"] == 2 * 4 * 4 and point["messages"] == 2 * (4 + 16)
+    assert (point["u"] == 0 and point["groups"] == 2 and point["env_steps"] == 2 * 4 * 4
+            and point["messages"] == 2 * (4 + 16))
 
 
 def _vllm_torchrun(out, world: int, stage: int):
-    """A tiny C3 run with ``generation_backend: vllm`` under torchrun: (summary, metric rows, engine records, run folder)."""
+    """A tiny C3 run with ``generation_backend: vllm`` under torchrun: (summary, metric rows, engine records, run
+    folder)."""
     import json
 
     from tests.scale.test_distributed import metrics, tiny_config, torchrun
 
-    cfg = tiny_config(out, deepspeed={"zero_stage": stage}, generation_backend="vllm", logprob_mismatch=True, vllm_kv_cache_gb=0.25)
-    proc = torchrun("train_tiny.py", cfg, nproc=world, env={"C3_TINY_HIDDEN": "64", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+    cfg = tiny_config(out, deepspeed={"zero_stage": stage}, generation_backend="vllm", logprob_mismatch=True,
+                      vllm_kv_cache_gb=0.25)
+    proc = torchrun("train_tiny.py", cfg, nproc=world, env={"C3_TINY_HIDDEN": "64",
+                                                            "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
     engines = [json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines() if line.startswith("ENGINE ")]
     return json.loads((out / "run" / "summary.json").read_text()), metrics(out / "run"), engines, out / "run"
 
@@ -390,12 +400,14 @@ def test_a_c3_run_trains_through_the_generation_server(tmp_path, server):
     from tests.scale.test_distributed import metrics, tiny_config
 
     cfg = tiny_config(tmp_path, generation_backend="vllm", vllm_server_url=server, logprob_mismatch=True)
-    env = {**os.environ, "C3_TINY_HIDDEN": "64", "PYTHONPATH": str(__import__("pathlib").Path(__file__).resolve().parents[2])}
+    env = {**os.environ, "C3_TINY_HIDDEN": "64",
+           "PYTHONPATH": str(__import__("pathlib").Path(__file__).resolve().parents[2])}
     import subprocess
     import sys
 
     root = __import__("pathlib").Path(__file__).resolve().parents[2]
-    subprocess.run([sys.executable, str(root / "tests/distributed/train_tiny.py"), cfg], cwd=root, env=env, check=True, timeout=800)
+    subprocess.run([sys.executable, str(root / "tests/distributed/train_tiny.py"), cfg], cwd=root, env=env, check=True,
+                   timeout=800)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["env_steps"] == 64 and summary["updates"] == 8
     trained = [r for r in metrics(tmp_path / "run") if "train/update_step" in r]

@@ -69,10 +69,12 @@ from c3_plugin.run.dry_run import dry_run_report
 from c3_plugin.run.testing import experiment_config, tiny_model, tiny_tokenizer
 from c3_plugin.trainers import C3Config, C3Trainer
 from c3_plugin.generation.vllm import VLLMBackend
-report = dry_run_report(load_config({str(ROOT / 'configs/math/demo_cpu.yaml')!r}, overrides=['c3.generation_backend=vllm']))
+report = dry_run_report(load_config({str(ROOT / 'configs/math/demo_cpu.yaml')!r},
+                                    overrides=['c3.generation_backend=vllm']))
 tok = tiny_tokenizer()
 trainer = C3Trainer(agents=[tiny_model(tok), tiny_model(tok, seed=1)], tokenizer=tok, reward_func=lambda *a, **k: [0.0],
-                    args=experiment_config(C3Config, generation_backend="vllm", plan="tree [2, 2]"), workflow="reasoner_actor")
+                    args=experiment_config(C3Config, generation_backend="vllm", plan="tree [2, 2]"),
+                    workflow="reasoner_actor")
 assert isinstance(trainer.backend, VLLMBackend) and trainer.backend.llm is None, trainer.backend
 assert "vllm" not in sys.modules, "vllm was imported"
 print("ok")
@@ -83,8 +85,8 @@ print("ok")
 
 def test_json_stop_after_sampling_cuts_where_the_stopping_criterion_stops():
     from c3_plugin.core.structured import JsonStop
-    from c3_plugin.run.testing import tiny_tokenizer
     from c3_plugin.generation.vllm import json_stop_length
+    from c3_plugin.run.testing import tiny_tokenizer
 
     tok = tiny_tokenizer()
     rng = np.random.default_rng(0)

@@ -6,11 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from c3_plugin.run.cluster import cluster_plan, divisibility_errors, world_layout, zero_model_states
-from c3_plugin.core.config import ConfigError, load_config
+from c3_plugin.core.config import ConfigError, build_workflow, load_config
 from c3_plugin.core.domain import load_domain
+from c3_plugin.run.cluster import cluster_plan, divisibility_errors, world_layout, zero_model_states
 from c3_plugin.run.memory import GIB, model_shape
-from c3_plugin.core.config import build_workflow
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 ROWS = 7473  # GSM8K's training rows, as configs/math/base.yaml reads them
@@ -29,7 +28,8 @@ def workflow():
     return build_workflow(cfg, load_domain(cfg.domain))
 
 
-PLAIN = ["cluster.nproc_per_node=1", "cluster.gpu=null"]  # from one process on the default GPU classes (the config plans 8 x h100)
+# from one process on the default GPU classes (the config plans 8 x h100)
+PLAIN = ["cluster.nproc_per_node=1", "cluster.gpu=null"]
 
 
 def plan(workflow, *overrides, config="math/c3.yaml"):
@@ -51,8 +51,10 @@ def test_world_size_from_the_cluster_section_and_from_the_launcher(workflow, mon
     monkeypatch.setenv("WORLD_SIZE", "6")  # the launcher wins over the cluster section
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
     launched = plan(workflow, "cluster.nproc_per_node=8", "c3.instances_per_update=36", "c3.minibatch_size=null")
-    assert (launched["world_size"], launched["nodes"], launched["ranks_per_node"], launched["world_size_from"]) == (6, 2, 3, "WORLD_SIZE")
-    assert world_layout(load_config(CONFIGS / "math" / "c3.yaml").cluster, env={})["world_size"] == 8  # the paper's node
+    assert (launched["world_size"], launched["nodes"], launched["ranks_per_node"],
+            launched["world_size_from"]) == (6, 2, 3, "WORLD_SIZE")
+    # the paper's node
+    assert world_layout(load_config(CONFIGS / "math" / "c3.yaml").cluster, env={})["world_size"] == 8
 
 
 def test_each_rank_takes_an_even_share_and_the_totals_do_not_depend_on_the_ranks(workflow):
@@ -66,7 +68,8 @@ def test_each_rank_takes_an_even_share_and_the_totals_do_not_depend_on_the_ranks
         for key in ("instances_total", "env_steps_total", "messages_total"):  # every rank's share adds up to the total
             assert sum(rank["by_rank"][key]) == total[key] and rank[key] == max(rank["by_rank"][key]), (n, key)
         assert rank["instances_per_update"] == 32 // n and rank["env_steps_per_update"] == 32 // n * 8
-        assert p["generator"]["sequences_per_generate_call_per_rank"] == 32 // n * 8  # the widest depth of a rank's share
+        # the widest depth of a rank's share
+        assert p["generator"]["sequences_per_generate_call_per_rank"] == 32 // n * 8
         totals = totals or total
         assert total == totals  # the global budget is the same for every N
     assert totals["env_steps_total"] == 2 * ROWS * 8
@@ -96,7 +99,8 @@ def test_per_rank_counts_are_each_ranks_integers_where_a_batch_splits_unevenly(w
     small = plan(workflow, "cluster.nproc_per_node=8", "c3.instances_per_update=8", "c3.minibatch_size=64")[
         "per_rank"]  # 7473 = 934 x 8 + 1: one instance left over per epoch, run by rank 0
     assert small["by_rank"]["instances_total"] == [2 * 935] + [2 * 934] * 7
-    one = plan(workflow, "cluster.nproc_per_node=1", "cluster.nnodes=1")["per_rank"]  # one process: its share is the whole run, and nothing is uneven
+    # one process: its share is the whole run, and nothing is uneven
+    one = plan(workflow, "cluster.nproc_per_node=1", "cluster.nnodes=1")["per_rank"]
     assert one["by_rank"]["messages_total"] == [one["messages_total"]] == [2 * ROWS * 10] and "note" not in one
     assert instances_by_rank([17, 32, 1], 8) == [4 + 3 + 1, 4 + 2, 4 + 2, 4 + 2, 4 + 2, 4 + 2, 4 + 2, 4 + 2]
 
@@ -111,9 +115,9 @@ def test_divisibility_errors_name_the_fix(workflow):
     assert "set minibatch_size to a multiple of 24, e.g. 96 or 120" in msg  # both rules, one message
     cfg = load_config(CONFIGS / "math" / "c3.yaml", PLAIN + ["c3.minibatch_size=96", "c3.micro_batch_size=8"])
     assert divisibility_errors(cfg.algo, 8) == [
-        "minibatch_size=96 is not a multiple of ranks x micro_batch_size = 8 x 8 = 64 (each rank takes minibatch_size / 8 "
-        "messages per optimizer step in micro-batches of 8): set minibatch_size to a multiple of 64, e.g. 64 or 128, or "
-        "micro_batch_size to a divisor of 12, e.g. 6"]
+        "minibatch_size=96 is not a multiple of ranks x micro_batch_size = 8 x 8 = 64 (each rank takes minibatch_size "
+        "/ 8 messages per optimizer step in micro-batches of 8): set minibatch_size to a multiple of 64, e.g. 64 or "
+        "128, or micro_batch_size to a divisor of 12, e.g. 6"]
     assert divisibility_errors(cfg.algo, 1) == [] and divisibility_errors(cfg.algo, 4) == []  # 96 = 4 x 8 x 3
 
 
@@ -122,13 +126,16 @@ def test_zero2_model_states_shrink_with_the_ranks_as_4p_plus_16p_over_n(workflow
     assert P == pytest.approx(4.02e9, rel=0.01)
     seen = []
     for n in (1, 2, 4, 8):
-        states = plan(workflow, f"cluster.nproc_per_node={n}", "deepspeed.enabled=true")["memory_per_gpu"]["model_states_per_agent_gib"]
+        states = plan(workflow, f"cluster.nproc_per_node={n}",
+                      "deepspeed.enabled=true")["memory_per_gpu"]["model_states_per_agent_gib"]
         assert states["total"] == pytest.approx((4 * P + 16 * P / n) / GIB, abs=0.01), n
         assert states["optimizer_states"] == pytest.approx(8 * P / n / GIB, abs=0.01)
         seen.append(states["total"])
-    assert seen == sorted(seen, reverse=True) and seen[0] == pytest.approx(20 * P / GIB, abs=0.01)  # about 75 GiB on one GPU
+    # about 75 GiB on one GPU
+    assert seen == sorted(seen, reverse=True) and seen[0] == pytest.approx(20 * P / GIB, abs=0.01)
     z1, z2 = zero_model_states(P, 1, 4), zero_model_states(P, 2, 4)
-    assert z1["update"]["gradients_fp32"] == 4 * P and z2["update"]["gradients_fp32"] == P  # stage 1 keeps whole gradients
+    # stage 1 keeps whole gradients
+    assert z1["update"]["gradients_fp32"] == 4 * P and z2["update"]["gradients_fp32"] == P
 
 
 def test_zero3_holds_less_than_zero2_but_gathers_every_agent_for_a_rollout(workflow):
@@ -145,7 +152,8 @@ def test_optimizer_offload_takes_adam_off_the_gpu_into_host_memory(workflow):
     on = plan(workflow, "cluster.nproc_per_node=8")["memory_per_gpu"]
     off = plan(workflow, "cluster.nproc_per_node=8", "deepspeed.offload_optimizer=true")["memory_per_gpu"]
     assert on["held_per_agent_gib"]["optimizer_states"] == pytest.approx(P / GIB, abs=0.01)  # 8P / 8
-    assert off["held_per_agent_gib"]["optimizer_states"] == 0 and off["held_per_agent_gib"]["master_partition_fp32"] == 0
+    assert (off["held_per_agent_gib"]["optimizer_states"] == 0 and off["held_per_agent_gib"]["master_partition_fp32"]
+            == 0)
     host = off["cpu_ram_gib"]
     assert host["per_agent_per_rank"]["optimizer_states"] == pytest.approx(P / GIB, abs=0.01)
     assert host["per_rank"] == pytest.approx(2 * 20 * P / 8 / GIB, abs=0.02)  # Adam, master, gradients, staging
@@ -178,7 +186,8 @@ def test_only_the_workflow_trainers_run_data_parallel_and_comlrl_placement_is_re
         plan(workflow, "cluster.nproc_per_node=2", "c3.agent_devices=['cuda:0', 'cuda:1']")
     with pytest.raises(ConfigError, match="deepspeed.enabled: false with 2 ranks"):
         plan(workflow, "cluster.nproc_per_node=2", "deepspeed.enabled=false")
-    one = plan(workflow, "c3.agent_devices=['cuda:0', 'cuda:1']", "c3.parallel_training=mp")  # one process: CoMLRL's meaning
+    # one process: CoMLRL's meaning
+    one = plan(workflow, "c3.agent_devices=['cuda:0', 'cuda:1']", "c3.parallel_training=mp")
     assert one["agent_devices"] == {"agent0": "cuda:0", "agent1": "cuda:1"} and "mp" in one["placement"]
 
 
@@ -192,21 +201,26 @@ def test_generator_and_weight_sync_volume(workflow):
     v = plan(workflow, "c3.generation_backend=vllm", "c3.vllm_enable_sleep_mode=true")  # one process: one engine
     g = v["generator"]
     assert (g["engines_per_rank"], g["engines_total"], g["tensor_parallel_size"], g["sleep_mode"]) == (1, 1, 1, True)
-    assert v["weight_sync"]["engine_push_per_update_per_rank_gib"] == pytest.approx(2 * 2 * P / GIB, abs=0.01)  # bf16, both agents
+    # bf16, both agents
+    assert v["weight_sync"]["engine_push_per_update_per_rank_gib"] == pytest.approx(2 * 2 * P / GIB, abs=0.01)
     lora = plan(workflow, "c3.generation_backend=vllm", "agents.policy=lora")
     adapters = lora["memory_per_gpu"]["trainable_params_per_agent"]
     assert lora["weight_sync"]["engine_push_per_update_per_rank_gib"] == pytest.approx(2 * 4 * adapters / GIB, abs=0.01)
     assert lora["memory_per_gpu"]["model_states_per_agent_gib"]["total"] < 1  # the adapters only; the base is shared
-    ranks = plan(workflow, "cluster.nproc_per_node=4", "c3.generation_backend=vllm")  # one engine per rank, on its own GPU
+    # one engine per rank, on its own GPU
+    ranks = plan(workflow, "cluster.nproc_per_node=4", "c3.generation_backend=vllm")
     assert (ranks["generator"]["engines_per_rank"], ranks["generator"]["engines_total"]) == (1, 4)
-    assert ranks["weight_sync"]["engine_push_per_update_per_rank_gib"] == v["weight_sync"]["engine_push_per_update_per_rank_gib"]
+    assert (ranks["weight_sync"]["engine_push_per_update_per_rank_gib"]
+            == v["weight_sync"]["engine_push_per_update_per_rank_gib"])
     with pytest.raises(ConfigError, match="vllm_tensor_parallel_size=2 with 4 ranks"):  # refused at run time too
         plan(workflow, "cluster.nproc_per_node=4", "c3.generation_backend=vllm", "c3.vllm_tensor_parallel_size=2")
-    server = plan(workflow, "c3.generation_backend=vllm", "c3.vllm_server_url=http://gen-node:8000")  # the separate-GPU layout
+    # the separate-GPU layout
+    server = plan(workflow, "c3.generation_backend=vllm", "c3.vllm_server_url=http://gen-node:8000")
     assert (server["generator"]["colocated"], server["generator"]["engines_per_rank"]) == (False, 0)
     assert "engine_gib" not in server["memory_per_gpu"] or not any(server["memory_per_gpu"]["engine_gib"].values())
     with pytest.raises(ConfigError, match="vllm_server_url with 4 ranks"):
-        plan(workflow, "cluster.nproc_per_node=4", "c3.generation_backend=vllm", "c3.vllm_server_url=http://gen-node:8000")
+        plan(workflow, "cluster.nproc_per_node=4", "c3.generation_backend=vllm",
+             "c3.vllm_server_url=http://gen-node:8000")
     with pytest.raises((ConfigError, ValueError), match="vllm_server_url needs generation_backend: vllm"):
         plan(workflow, "c3.vllm_server_url=http://gen-node:8000")
     with pytest.raises(ConfigError, match="agents.policy: lora .* per_agent under DeepSpeed"):
@@ -237,7 +251,8 @@ def test_gpu_hours_arithmetic_by_hand(workflow):
     assert est["tokens"] == {"generated_upper_bound": gen, "prefill": prefill, "logprob_recompute": seq,
                              "reference_forward": 0, "trained": seq}
     peak = PEAK_BF16_TFLOPS["h100"] * 1e12
-    expect = {"decode": 2 * P * gen / (peak * MFU["decode_hf"]), "forward": 2 * P * (prefill + seq) / (peak * MFU["forward"]),
+    expect = {"decode": 2 * P * gen / (peak * MFU["decode_hf"]),
+              "forward": 2 * P * (prefill + seq) / (peak * MFU["forward"]),
               "train": 6 * P * seq / (peak * MFU["train"])}
     for k, v in expect.items():
         assert est["gpu_hours"][k] == pytest.approx(v / 3600, rel=1e-3), k
@@ -246,10 +261,12 @@ def test_gpu_hours_arithmetic_by_hand(workflow):
     a800 = hours(workflow, "c3.num_train_epochs=1", "cluster.gpu=a800")  # a third of the peak: about 3.2x the hours
     assert a800["gpu_hours"]["total"] == pytest.approx(est["gpu_hours"]["total"] * 989 / 312, rel=0.01)
     vllm = hours(workflow, "c3.num_train_epochs=1", "cluster.gpu=h100", "c3.generation_backend=vllm")
-    assert vllm["gpu_hours"]["decode"] == pytest.approx(est["gpu_hours"]["decode"] * MFU["decode_hf"] / MFU["decode_vllm"], rel=1e-3)
+    assert vllm["gpu_hours"]["decode"] == pytest.approx(est["gpu_hours"]["decode"] * MFU["decode_hf"]
+                                                        / MFU["decode_vllm"], rel=1e-3)
     # the experiment: every workflow algorithm the config holds, once per seed
     exp = est["experiment"]
-    assert set(exp["gpu_hours_per_run"]) == {"c3", "magrpo", "mappo"} and exp["gpu_hours_per_run"]["c3"] == est["gpu_hours"]["total"]
+    assert set(exp["gpu_hours_per_run"]) == {"c3", "magrpo",
+                                             "mappo"} and exp["gpu_hours_per_run"]["c3"] == est["gpu_hours"]["total"]
     assert exp["gpu_hours_per_seed"] == pytest.approx(sum(exp["gpu_hours_per_run"].values()), rel=1e-3)
     assert exp["gpu_hours_5_seeds"] == pytest.approx(5 * exp["gpu_hours_per_seed"], rel=1e-3)
     # MAGRPO's independent 8 writes 16 messages per instance where C3's tree writes 10
@@ -263,11 +280,13 @@ def test_gpu_hours_scale_with_epochs_and_split_over_gpus(workflow):
     assert three["gpu_hours"]["total"] == pytest.approx(3 * one["gpu_hours"]["total"], rel=1e-3)
     twice = hours(workflow, "c3.ppo_epochs=2")  # training tokens only
     base = hours(workflow)
-    assert twice["tokens"]["trained"] == 2 * base["tokens"]["trained"] and twice["tokens"]["prefill"] == base["tokens"]["prefill"]
+    assert (twice["tokens"]["trained"] == 2 * base["tokens"]["trained"]
+            and twice["tokens"]["prefill"] == base["tokens"]["prefill"])
     four, eight = hours(workflow, "cluster.nproc_per_node=4"), hours(workflow, "cluster.nproc_per_node=8")
     for k, v in four["tokens_per_gpu"].items():
         assert eight["tokens_per_gpu"][k] == pytest.approx(v / 2), k
-    assert eight["gpu_hours"] == four["gpu_hours"] and eight["wall_clock_hours"] == pytest.approx(four["wall_clock_hours"] / 2, rel=1e-3)
+    assert (eight["gpu_hours"] == four["gpu_hours"] and eight["wall_clock_hours"]
+            == pytest.approx(four["wall_clock_hours"] / 2, rel=1e-3))
 
 
 def test_gpu_hours_count_the_value_assisted_critic(workflow):

@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def evaluation_steps(path: Path) -> tuple[list[int], object]:
     """The env steps of a workflow run's evaluations as its trainer schedules them, from the config alone: before
     training; CoMLRL's loop every ``eval_interval`` training items (item 0 of every epoch included); after the rollout
-    batch that passes each multiple of the epoch's curriculum ``eval_every`` (env steps over the run); after training."""
+    batch that passes each multiple of the epoch's curriculum ``eval_every`` (env steps over the run); after
+    training."""
     cfg = load_config(path)
     _, workflow, train, _ = prepare(cfg)
     a = cfg.algo

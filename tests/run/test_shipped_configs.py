@@ -28,7 +28,8 @@ OFFLINE = {
              "dataset.drop_overlap=false"],
     "paper": ["dataset.train=" + repr([
         {"name": "math_train", "source": str(FIX / "math_train_original.jsonl"), "schema": "math", "weight": 7500},
-        {"name": "cmath_train", "source": str(FIX / "cmath_train_original.jsonl"), "schema": "cmath", "weight": 1098}])],
+        {"name": "cmath_train", "source": str(FIX / "cmath_train_original.jsonl"), "schema": "cmath",
+         "weight": 1098}])],
     "travel": [f"dataset.train.source={ROOT / 'data' / 'travelplanner' / 'train.jsonl'}", "dataset.train.split=train",
                "dataset.train.eval_panels=null"],
 }
@@ -98,10 +99,12 @@ def test_readme_travel_paragraph_gives_what_its_offline_command_runs(algorithm, 
     assert report["train_rows"] == number(r"(\d+) train rows", offline) == 16
     assert sum(report["eval_rows"].values()) == number(r"(\d+) eval rows", offline) == 4
     assert report["expected_env_steps"] == number(r"= ([\d,]+) joint env steps", offline) == 1344
-    assert report["expected_optimizer_updates_per_agent"] == [number(r"= (\d+) updates per agent", offline)] * 2 == [42, 42]
+    assert (report["expected_optimizer_updates_per_agent"] == [number(r"= (\d+) updates per agent", offline)] * 2
+            == [42, 42])
     three_day = [p["rows"] for p in report["curriculum"]][0]
     assert three_day == number(r"\((\d+) of them three-day\)", offline)
-    # the Hub sentence: 60 train rows, 30 of them three-day (the split of tests/domains/test_travel.py), on the same plan
+    # the Hub sentence: 60 train rows, 30 of them three-day (the split of tests/domains/test_travel.py), on the same
+    # plan
     import datasets
 
     from c3_plugin.core.config import build_workflow

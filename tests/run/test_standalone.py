@@ -10,10 +10,10 @@ import pytest
 from datasets import Dataset
 
 from c3_plugin.core.config import load_config
+from c3_plugin.core.sources import local_path
 from c3_plugin.run.dry_run import dry_run_report
 from c3_plugin.run.testing import experiment_config, tiny_model, tiny_tokenizer
 from c3_plugin.trainers import C3Config, C3Trainer
-from c3_plugin.core.sources import local_path
 
 ROOT = Path(__file__).resolve().parents[2]
 SKIP_DIRS = {".git", ".venv", "outputs", "wandb", "build", "__pycache__", ".pytest_cache"}
@@ -33,7 +33,8 @@ def readme_dry_runs():
 
 def test_the_readme_has_math_code_and_travel_dry_runs():
     configs = {argv[argv.index("--config") + 1] for _, argv in readme_dry_runs()}
-    assert {"configs/math/c3.yaml", "configs/code/c3.yaml", "configs/code/multi_turn_c3.yaml", "configs/travel/c3.yaml"} <= configs
+    assert {"configs/math/c3.yaml", "configs/code/c3.yaml", "configs/code/multi_turn_c3.yaml",
+            "configs/travel/c3.yaml"} <= configs
 
 
 @pytest.mark.parametrize("script, argv", readme_dry_runs(), ids=lambda v: v if isinstance(v, str) else None)
@@ -74,8 +75,8 @@ def test_bundled_data_is_documented_and_not_ignored_by_git():
     doc = (ROOT / "data" / "README.md").read_text()
     files = sorted(p.relative_to(ROOT / "data").as_posix() for p in (ROOT / "data").rglob("*.jsonl"))
     for name in ("math500/test.jsonl", "gsm8k/train.jsonl", "gsm8k/test.jsonl", "cmath/test.jsonl", "aime24/test.jsonl",
-                 "aime25/test.jsonl", "amc23/test.jsonl", "minerva_math/test.jsonl", "mbpp/full.jsonl", "mbpp/test.jsonl",
-                 "mbpp/sanitized.jsonl", "mbppplus/test.jsonl", "travelplanner/train.jsonl"):
+                 "aime25/test.jsonl", "amc23/test.jsonl", "minerva_math/test.jsonl", "mbpp/full.jsonl",
+                 "mbpp/test.jsonl", "mbpp/sanitized.jsonl", "mbppplus/test.jsonl", "travelplanner/train.jsonl"):
         assert name in files, name
     for name in files:
         assert f"`{name}`" in doc, f"data/README.md does not describe {name}"
@@ -101,9 +102,11 @@ def test_no_file_reaches_outside_the_repository():
 def test_evaluation_shows_a_progress_bar_unless_quiet(capsys):
     tok = tiny_tokenizer()
     items = [{"id": f"e{i}", "prompt": f"q{i}", "question": f"q{i}", "answer": "1"} for i in range(5)]
-    args = experiment_config(C3Config, num_train_epochs=1, max_new_tokens=3, instances_per_update=4, eval_batch_size=2, agent_devices="cpu")
-    tr = C3Trainer(agents=[tiny_model(tok, seed=0), tiny_model(tok, seed=1)], tokenizer=tok, train_dataset=Dataset.from_list(items),
-                   eval_dataset=Dataset.from_list(items), reward_func=lambda *c, **k: [0.0] * len(c[-1]), args=args)
+    args = experiment_config(C3Config, num_train_epochs=1, max_new_tokens=3, instances_per_update=4, eval_batch_size=2,
+                             agent_devices="cpu")
+    tr = C3Trainer(agents=[tiny_model(tok, seed=0), tiny_model(tok, seed=1)], tokenizer=tok,
+                   train_dataset=Dataset.from_list(items), eval_dataset=Dataset.from_list(items),
+                   reward_func=lambda *c, **k: [0.0] * len(c[-1]), args=args)
     capsys.readouterr()
     tr.verbose = True
     tr.evaluate(0)

@@ -34,16 +34,19 @@ def torchrun(script: str, *args: str, nproc: int = 2, check: bool = True, extra:
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", *launch, str(SCRIPTS / script), *args],
                           cwd=ROOT, env={**_env(), **(env or {})}, capture_output=True, text=True, timeout=800)
     if check and proc.returncode != 0:
-        raise AssertionError(f"torchrun {script} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+        raise AssertionError(f"torchrun {script} failed "
+                             f"({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
     return proc
 
 
-def tiny_config(out: Path, algorithm: str = "c3", epochs: int = 2, rows: int = 8, deepspeed: dict | None = None, **algo) -> str:
+def tiny_config(out: Path, algorithm: str = "c3", epochs: int = 2, rows: int = 8, deepspeed: dict | None = None,
+                **algo) -> str:
     section = {"num_train_epochs": epochs, "max_new_tokens": 3, "instances_per_update": 2, "eval_num_samples": 0,
                "temperature": 1.0, **({"plan": "tree [2, 2]"} if algorithm == "c3" else {}), **algo}
     return json.dumps({"algorithm": algorithm, "domain": "template", "workflow": {"name": "echo_pair"},
                        "dataset": {"train": {"size": rows}, "eval": [{"name": "echo", "size": 5}]},
-                       "output": {"base_dir": str(out), "run_name": "run", "verbose": False, "plot": False, "resume": "auto"},
+                       "output": {"base_dir": str(out), "run_name": "run", "verbose": False, "plot": False,
+                                  "resume": "auto"},
                        "deepspeed": deepspeed or {}, algorithm: section})
 
 
@@ -65,7 +68,8 @@ def metrics(run: Path) -> list[dict]:
 def equivalence_runs(tmp_path_factory):
     """The one-process reference, and one torchrun launch of 2 ranks running every ZeRO case in turn."""
     folder = tmp_path_factory.mktemp("equivalence")
-    subprocess.run([sys.executable, str(SCRIPTS / "update_equivalence.py"), str(folder / "one.pt")], cwd=ROOT, env=_env(), check=True)
+    subprocess.run([sys.executable, str(SCRIPTS / "update_equivalence.py"), str(folder / "one.pt")], cwd=ROOT,
+                   env=_env(), check=True)
     torchrun("update_equivalence.py", str(folder / "two.pt"), "2,3,2o")
     return folder
 
@@ -89,7 +93,8 @@ def test_two_ranks_update_equals_one_process_on_the_combined_batch(equivalence_r
     assert a["scaled"] == pytest.approx(normalize_advantages(np.array(a["advantages"]), "batch_zscore").tolist())
     for sa, sb in zip(a["stats"], b["stats"]):  # the logged statistics are the global ones
         assert sb["samples"] == sa["samples"] == 8 and sb["optimizer_steps"] == sa["optimizer_steps"]
-        assert sb["loss"] == pytest.approx(sa["loss"], abs=1e-5) and sb["grad_norm"] == pytest.approx(sa["grad_norm"], rel=1e-4)
+        assert sb["loss"] == pytest.approx(sa["loss"],
+                                           abs=1e-5) and sb["grad_norm"] == pytest.approx(sa["grad_norm"], rel=1e-4)
     assert b["offload"] == case.endswith("o")  # the case ran as named
 
 
@@ -98,8 +103,8 @@ def test_two_ranks_train_the_same_budget_and_log_once(tmp_path, stage, scaling):
     """A whole C3 run on 2 ranks: the one-process budget, one log row per update, gathered evaluation; under ZeRO-3
     generation runs on gathered weights (ranks decode different numbers of tokens) and batch z-scoring is global."""
     from c3_plugin.core.config import load_config
-    from c3_plugin.run.dry_run import prepare
     from c3_plugin.run.budget import expected_budget
+    from c3_plugin.run.dry_run import prepare
 
     cfg_json = tiny_config(tmp_path, deepspeed={"zero_stage": stage}, advantage_scaling=scaling)
     torchrun("train_tiny.py", cfg_json)
@@ -150,8 +155,8 @@ def test_two_node_loopback_rendezvous_trains_mappo(tmp_path):
     runs under DeepSpeed too."""
     port = _port()
     cfg_json = tiny_config(tmp_path, algorithm="mappo", epochs=1, critic_warmup_updates=1)
-    common = ["--nnodes", "2", "--nproc_per_node", "1", "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}",
-              "--rdzv_id", "loopback"]
+    common = ["--nnodes", "2", "--nproc_per_node", "1", "--rdzv_backend", "c10d", "--rdzv_endpoint",
+              f"127.0.0.1:{port}", "--rdzv_id", "loopback"]
     procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *common, "--node_rank", str(n),
                                str(SCRIPTS / "train_tiny.py"), cfg_json], cwd=ROOT, env=_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for n in range(2)]

@@ -7,8 +7,8 @@ import pytest
 import torch
 from datasets import Dataset
 
-from c3_plugin.scale.precision import compute_dtype_of, keep_fp32_masters
 from c3_plugin.run.testing import experiment_config, tiny_model, tiny_tokenizer
+from c3_plugin.scale.precision import compute_dtype_of, keep_fp32_masters
 from c3_plugin.trainers import C3Config, C3Trainer, MAPPOConfig, MAPPOTrainer
 from c3_plugin.trainers.update import PolicySample, ppo_update
 
@@ -32,8 +32,8 @@ def fixed_samples(tok, model, n=12, seed=0):
 
 def trainer(models, tok, cls=C3Trainer, args_cls=C3Config, **kw):
     ds = Dataset.from_list([{"id": f"p{i}", "prompt": f"q{i}", "question": f"q{i}", "answer": "1"} for i in range(2)])
-    args = experiment_config(args_cls, num_train_epochs=1, max_new_tokens=4, instances_per_update=2, agent_devices="cpu",
-                             agent_learning_rate=LR, **kw)
+    args = experiment_config(args_cls, num_train_epochs=1, max_new_tokens=4, instances_per_update=2,
+                             agent_devices="cpu", agent_learning_rate=LR, **kw)
     return cls(agents=models, tokenizer=tok, reward_func=reward, train_dataset=ds, args=args)
 
 
@@ -87,16 +87,19 @@ def test_lora_adapters_train_in_fp32_over_a_bf16_base():
     tok = tiny_tokenizer()
     cfg = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
     # peft would upcast the adapters itself by default; the trainer must not rely on it
-    peft_model = get_peft_model(tiny_model(tok).to(torch.bfloat16), cfg, adapter_name="agent0", autocast_adapter_dtype=False)
+    peft_model = get_peft_model(tiny_model(tok).to(torch.bfloat16), cfg, adapter_name="agent0",
+                                autocast_adapter_dtype=False)
     peft_model.add_adapter("agent1", cfg, autocast_adapter_dtype=False)
     assert any(p.dtype == torch.bfloat16 for n, p in peft_model.named_parameters() if "lora_" in n)
     ds = Dataset.from_list([{"id": f"p{i}", "prompt": f"q{i}", "question": f"q{i}", "answer": "1"} for i in range(2)])
-    tr = C3Trainer(agents=[peft_model, peft_model], tokenizer=tok, reward_func=reward, train_dataset=ds, lora_adapters=True,
-                   args=experiment_config(C3Config, num_train_epochs=1, max_new_tokens=4, instances_per_update=2, agent_devices="cpu",
-                                 agent_learning_rate=LR))
+    tr = C3Trainer(agents=[peft_model, peft_model], tokenizer=tok, reward_func=reward, train_dataset=ds,
+                   lora_adapters=True, args=experiment_config(C3Config, num_train_epochs=1, max_new_tokens=4,
+                                                              instances_per_update=2, agent_devices="cpu",
+                                                              agent_learning_rate=LR))
     lora = {n: p for n, p in peft_model.named_parameters() if "lora_" in n}
     base = {n: p for n, p in peft_model.named_parameters() if "lora_" not in n}
-    assert all(p.dtype == torch.float32 for p in lora.values()) and all(p.dtype == torch.bfloat16 for p in base.values())
+    assert (all(p.dtype == torch.float32 for p in lora.values())
+            and all(p.dtype == torch.bfloat16 for p in base.values()))
     assert compute_dtype_of(peft_model) == torch.bfloat16
     before = {n: p.detach().clone() for n, p in lora.items()}
     for _ in range(3):

@@ -9,12 +9,12 @@ import json
 import numpy as np
 import pytest
 
+from bench.studies.synthetic_learning import REGIMES, LearningSetup, exact_diagnosis, learning_curves, make_env
 from c3_plugin.core import credit
+from c3_plugin.core.stats import area_under_curve
 from c3_plugin.tools.advise import advise, plan_noise, plan_snr, team_variances
 from c3_plugin.tools.cli import console
 from c3_plugin.tools.diagnose import decision_report
-from c3_plugin.core.stats import area_under_curve
-from bench.studies.synthetic_learning import REGIMES, LearningSetup, exact_diagnosis, learning_curves, make_env
 
 ITEM = {"question": "task"}
 
@@ -110,9 +110,11 @@ def test_advice_inputs_are_checked():
     with pytest.raises(ValueError, match="run c3 diagnose --decisions all"):
         advise(partial, 8)
     no_o = {k: v for k, v in d.items() if k != "outcome_variance"}  # a real diagnosis: O from the flag, default 0
-    assert team_variances(no_o)["S"][1] == pytest.approx(0.11) and team_variances(no_o, 0.1)["S"][1] == pytest.approx(0.01)
+    assert (team_variances(no_o)["S"][1] == pytest.approx(0.11) and team_variances(no_o, 0.1)["S"][1]
+            == pytest.approx(0.01))
     r = advise(d, 8)
-    assert {p["plan"] for p in r["plans"]} == {"independent 8", "tree [1, 8]", "tree [2, 4]", "tree [4, 2]", "tree [8, 1]"}
+    assert {p["plan"] for p in r["plans"]} == {"independent 8", "tree [1, 8]", "tree [2, 4]", "tree [4, 2]",
+                                               "tree [8, 1]"}
     assert r["algorithm"] in ("c3", "magrpo") and r["plan"] == r["plans"][0]["plan"] and r["verdict"].startswith("use ")
 
 
@@ -129,7 +131,8 @@ def auc_diff(setup, lr, seeds, env_steps):
     out = {}
     for m in ("c3", "magrpo"):
         rows = learning_curves(m, seeds, env_steps, dataclasses.replace(setup, lr=lr))
-        out[m] = np.array([area_under_curve([r["env_step"] for r in rows if r["seed"] == s], [r["success"] for r in rows if r["seed"] == s])
+        out[m] = np.array([area_under_curve([r["env_step"] for r in rows if r["seed"] == s],
+                                            [r["success"] for r in rows if r["seed"] == s])
                            for s in seeds])
     return out["c3"] - out["magrpo"]
 

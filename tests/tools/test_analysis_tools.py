@@ -1,5 +1,6 @@
 """``c3 diagnose``, ``c3 plan-budget`` and ``c3 audit``: their statistics against known truth (Gaussian groups,
-the synthetic environment's exact Q and V), re-entering recorded prefixes, and the commands end to end on tiny models."""
+the synthetic environment's exact Q and V), re-entering recorded prefixes, and the commands end to end on tiny
+models."""
 
 import json
 import re
@@ -10,19 +11,19 @@ import numpy as np
 import pytest
 import yaml
 
-from c3_plugin.tools.session import Session
-from c3_plugin.tools.audit import audit, recorded_runs, select_runs
-from c3_plugin.tools.plan_budget import plan_budget, predicted_reliability, tree_plans
-from c3_plugin.tools.cli import console
-from c3_plugin.tools.diagnose import adjacent_contrasts, contrast, decision_report
-from c3_plugin.core.stats import spearman_expectation
 from c3_plugin.core.plan import parse_plan
 from c3_plugin.core.protocol import Sampling
 from c3_plugin.core.rollout import materialize
+from c3_plugin.core.stats import spearman_expectation
 from c3_plugin.core.synthetic import SyntheticBackend, SyntheticEnv
-from c3_plugin.run.testing import template_config
 from c3_plugin.core.trace import read_jsonl, write_jsonl
 from c3_plugin.core.workflow import load_workflow
+from c3_plugin.run.testing import template_config
+from c3_plugin.tools.audit import audit, recorded_runs, select_runs
+from c3_plugin.tools.cli import console
+from c3_plugin.tools.diagnose import adjacent_contrasts, contrast, decision_report
+from c3_plugin.tools.plan_budget import plan_budget, predicted_reliability, tree_plans
+from c3_plugin.tools.session import Session
 
 pytestmark = pytest.mark.xdist_group("analysis_tools")  # one worker builds the module's shared fixture once
 
@@ -51,12 +52,13 @@ def test_contrast_separates_different_reliabilities_and_covers_equal_ones():
     assert d["implied_diff_lo"] < truth < d["implied_diff_hi"] and d["implied_diff_lo"] > 0
     assert d["split_half_diff_lo"] > 0 and d["split_half_diff"] == pytest.approx(
         spearman_expectation(0.5, 4) - spearman_expectation(0.005 / 0.055, 4), abs=0.1)
-    covered = [contrast(gaussian_groups(0.02, 0.1, 120, 4, 4, seed=10 + s), gaussian_groups(0.02, 0.1, 120, 4, 4, seed=60 + s),
-                        seed=s, resamples=300) for s in range(40)]
+    covered = [contrast(gaussian_groups(0.02, 0.1, 120, 4, 4, seed=10 + s),
+                        gaussian_groups(0.02, 0.1, 120, 4, 4, seed=60 + s), seed=s, resamples=300) for s in range(40)]
     assert np.mean([c["implied_diff_lo"] < 0 < c["implied_diff_hi"] for c in covered]) >= 0.85
     assert np.mean([c["split_half_diff_lo"] < 0 < c["split_half_diff_hi"] for c in covered]) >= 0.85
     # diagnose's contrasts: each decision point with continuations against the previous one (not the last role)
-    chunks = [{"u": u, "first": f, "groups": grp[f:f + 100].tolist()} for u, grp in ((0, weak), (1, strong), (2, weak[:, :, :1]))
+    chunks = [{"u": u, "first": f, "groups": grp[f:f + 100].tolist()}
+              for u, grp in ((0, weak), (1, strong), (2, weak[:, :, :1]))
               for f in (0, 100, 200)]
     (adjacent,) = adjacent_contrasts(chunks, 3)
     assert (adjacent["a"], adjacent["b"]) == (1, 0) and adjacent["implied_diff"] == pytest.approx(d["implied_diff"])
@@ -75,11 +77,13 @@ def test_plan_budget_trades_alternatives_against_continuations():
     clean = {**noisy, "decisions": [{"u": 0, "signal_S": 0.2, "return_variance": 0.01}]}
     best_noisy = plan_budget(noisy, 16)["decisions"][0]["best"]
     best_clean = plan_budget(clean, 16)["decisions"][0]["best"]
-    assert best_noisy["c"] > best_clean["c"] and best_clean["n"] > best_noisy["n"]  # noise buys continuations, signal alternatives
+    # noise buys continuations, signal alternatives
+    assert best_noisy["c"] > best_clean["c"] and best_clean["n"] > best_noisy["n"]
     result = plan_budget(clean, 8)
     assert all(np.prod(t["tree"]) == 8 for t in result["trees"]) and len(result["trees"]) == len(tree_plans(2, 8))
     assert parse_plan(result["recommended"]).leaves(2) == 8
-    assert result["decisions"][1]["best"] == {"n": 8, "c": 1, "calls": 8, "predicted": 1.0}  # the last role: its reward is exact
+    # the last role: its reward is exact
+    assert result["decisions"][1]["best"] == {"n": 8, "c": 1, "calls": 8, "predicted": 1.0}
 
 
 # ----- re-entering recorded runs on the synthetic environment -----------------------------------------------------
@@ -87,11 +91,12 @@ def test_plan_budget_trades_alternatives_against_continuations():
 
 def synthetic_session(env, seed=0):
     rng = np.random.default_rng(seed)
-    trainer = SimpleNamespace(backend=SyntheticBackend(env, seed=seed), reward_leaves=lambda leaves: env.reward(leaves, rng),
-                              sampling=lambda: Sampling(), tokenizers=None, args=SimpleNamespace())
+    trainer = SimpleNamespace(backend=SyntheticBackend(env, seed=seed),
+                              reward_leaves=lambda leaves: env.reward(leaves, rng), sampling=lambda: Sampling(),
+                              tokenizers=None, args=SimpleNamespace())
     domain = SimpleNamespace(make_reward=lambda config: SimpleNamespace(reward_range=(0.0, 1.0)), outcome=None)
-    return Session(cfg=SimpleNamespace(reward_processor=SimpleNamespace(scale=1.0, shift=0.0), domain_cfg=None), domain=domain,
-                   workflow=env.workflow, train=None, trainer=trainer)
+    return Session(cfg=SimpleNamespace(reward_processor=SimpleNamespace(scale=1.0, shift=0.0), domain_cfg=None),
+                   domain=domain, workflow=env.workflow, train=None, trainer=trainer)
 
 
 def test_materialize_given_reenters_a_recorded_prefix():
@@ -132,7 +137,8 @@ def test_audit_credit_is_unbiased_and_its_interval_covers_exact_q_minus_v():
         covered = np.mean([r[u]["ci_lo"] <= truth[u] <= r[u]["ci_hi"] for r in reps])
         assert covered >= 0.85, (u, covered)
     last = reps[0][2]
-    assert len(last["q_returns"]) == 8 and len(last["alternative_means"]) == 8  # the last role: its action re-scored c times
+    # the last role: its action re-scored c times
+    assert len(last["q_returns"]) == 8 and len(last["alternative_means"]) == 8
     for m in reps[0]:  # what would have won: the fresh alternative with the highest mean return
         assert m["best_alternative_mean"] == max(m["alternative_means"])
         assert m["best_alternative"] == m["alternatives"][int(np.argmax(m["alternative_means"]))]
@@ -160,7 +166,8 @@ def _saved_figures(monkeypatch):
     import matplotlib.figure
 
     saved, save = [], matplotlib.figure.Figure.savefig
-    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: saved.append(fig) or save(fig, *a, **k))
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: saved.append(fig)
+                        or save(fig, *a, **k))
     return saved
 
 
@@ -170,7 +177,8 @@ def test_reliability_by_depth_with_one_decision_point_has_integer_ticks(u, tmp_p
     from c3_plugin.tools.diagnose import plot_depth
 
     saved = _saved_figures(monkeypatch)
-    rep = {"workflow": "reasoner_actor", "decisions": [{"u": u, **decision_report(gaussian_groups(0.05, 0.1, 40, 4, 4))}]}
+    rep = {"workflow": "reasoner_actor",
+           "decisions": [{"u": u, **decision_report(gaussian_groups(0.05, 0.1, 40, 4, 4))}]}
     plot_depth([rep], tmp_path / "depth.png")
     ax = saved[0].axes[0]
     assert list(ax.get_xticks()) == [u] and [t.get_text() for t in ax.get_xticklabels()] == [str(u)]
@@ -187,20 +195,23 @@ def test_audit_names_zero_width_intervals_and_writes_readable_boxes(tmp_path, mo
     from c3_plugin.tools.audit import interval_note, plot_audit, print_audit, text_colour
 
     env = SyntheticEnv(load_workflow("reasoner_actor_verifier"), vocab=3, seed=3)
-    rec = materialize(env.workflow, "tree [1, 1, 1]", [{"id": "a", "question": "Name a prime."}], SyntheticBackend(env, 0),
-                      lambda leaves: env.reward(leaves, np.random.default_rng(0)))
+    rec = materialize(env.workflow, "tree [1, 1, 1]", [{"id": "a", "question": "Name a prime."}],
+                      SyntheticBackend(env, 0), lambda leaves: env.reward(leaves, np.random.default_rng(0)))
     run = recorded_runs(rec.entries, len(env.workflow.steps))[0]
     session = synthetic_session(env)
     session.trainer.reward_leaves = lambda leaves: [0.0] * len(leaves)  # every continuation fails alike
     report = audit(session, [run], n=3, c=2, progress=False)
     for m in report["runs"][0]["messages"]:
         assert m["ci_lo"] == m["ci_hi"] == 0.0
-        assert m["interval_note"].startswith("no spread: all 2 Q returns are 0 and all 3 fresh alternatives' mean returns are 0")
+        assert (m["interval_note"].startswith("no spread: all 2 Q returns are 0 and all 3 fresh "
+                                              "alternatives' mean returns are 0"))
     assert all(r["interval_note"] for r in report["ranking"])
     spread = audit(synthetic_session(env), [run], n=8, c=8, progress=False)["runs"][0]["messages"]
-    assert [m["interval_note"] for m in spread if m["ci_hi"] > m["ci_lo"]] == [None] * sum(m["ci_hi"] > m["ci_lo"] for m in spread)
+    assert [m["interval_note"] for m in spread
+            if m["ci_hi"] > m["ci_lo"]] == [None] * sum(m["ci_hi"] > m["ci_lo"] for m in spread)
     one = {"ci_lo": -1.0, "ci_hi": -1.0, "q_returns": [0.0], "alternative_means": [1.0, 1.0]}
-    assert interval_note(one).startswith("no spread: the one Q return is 0 and all 2 fresh alternatives' mean returns are 1")
+    assert (interval_note(one).startswith("no spread: the one Q return is 0 and all 2 fresh "
+                                          "alternatives' mean returns are 1"))
     import sys
 
     from c3_plugin.tools import audit as audit_module
@@ -216,7 +227,8 @@ def test_audit_names_zero_width_intervals_and_writes_readable_boxes(tmp_path, mo
     assert text_colour("white") == "black" and text_colour("black") == "white"
     hurt = report["runs"][0]["messages"]
     report["runs"][0]["messages"] = [{**hurt[0], "advantage": -1.0, "ci_lo": -1.0, "ci_hi": -1.0},  # dark red
-                                     {**hurt[1], "advantage": 0.0}, {**hurt[2], "advantage": 1.0, "interval_note": None}]
+                                     {**hurt[1], "advantage": 0.0},
+                                     {**hurt[2], "advantage": 1.0, "interval_note": None}]
     saved = _saved_figures(monkeypatch)
     plot_audit(report, tmp_path / "audit.png")
     texts = [t for t in saved[0].axes[0].texts if "Q-V" in t.get_text()]
@@ -237,8 +249,8 @@ def tiny_config(tmp_path_factory):
     folder = tmp_path_factory.mktemp("analysis")
     cfg = template_config(folder, dataset={"train": {"size": 4}, "eval": [{"name": "echo", "size": 2}]},
                           output={"verbose": False, "plot": False, "base_dir": str(folder / "outputs")},
-                          c3={"num_train_epochs": 1, "max_new_tokens": 3, "instances_per_update": 2, "plan": "tree [2, 2]",
-                              "save_traces": True})
+                          c3={"num_train_epochs": 1, "max_new_tokens": 3, "instances_per_update": 2,
+                              "plan": "tree [2, 2]", "save_traces": True})
     path = folder / "c3.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -261,7 +273,8 @@ def test_diagnose_command_reports_every_decision_point_and_resumes(tiny_config, 
     def timeless(lines):
         return [{k: v for k, v in json.loads(line).items() if k != "wall_s"} for line in lines]
 
-    assert timeless((out / "raw.jsonl").read_text().splitlines()) == timeless(raw)  # the lost chunk redone identically (seeded per chunk)
+    # the lost chunk redone identically (seeded per chunk)
+    assert timeless((out / "raw.jsonl").read_text().splitlines()) == timeless(raw)
     again = json.loads((out / "diagnose.json").read_text())
     assert [{k: v for k, v in d.items() if k != "wall_s"} for d in again["decisions"]] == \
         [{k: v for k, v in d.items() if k != "wall_s"} for d in report["decisions"]]
@@ -274,7 +287,8 @@ def test_diagnose_command_reports_every_decision_point_and_resumes(tiny_config, 
     # settings that change no sample (output, W&B) resume the same diagnosis
     assert console(args + ["--override", "output.if_exists=overwrite", "--override", "wandb.project=elsewhere"]) == 0
     assert timeless((out / "raw.jsonl").read_text().splitlines()) == timeless(raw)
-    assert console(["plan-budget", "--from", str(out / "diagnose.json"), "--budget", "8", "--out", str(tmp_path / "plan.json")]) == 0
+    assert console(["plan-budget", "--from", str(out / "diagnose.json"), "--budget", "8", "--out",
+                    str(tmp_path / "plan.json")]) == 0
     assert 'plan: "tree' in capsys.readouterr().out
     assert json.loads((tmp_path / "plan.json").read_text())["budget"] == 8
 
@@ -295,7 +309,8 @@ def test_audit_command_ranks_every_message_and_refuses_hidden_state(tiny_config,
     assert [r["instance"] for r in report["runs"]] == [w.instance for w in worst]
     for r in report["runs"]:
         for m in r["messages"]:
-            assert m["verdict"] in ("hurt", "no measurable effect", "helped") and m["ci_lo"] <= m["advantage"] <= m["ci_hi"]
+            assert m["verdict"] in ("hurt", "no measurable effect",
+                                    "helped") and m["ci_lo"] <= m["advantage"] <= m["ci_hi"]
     assert (run / "audit" / "audit.png").stat().st_size > 0
     out = capsys.readouterr().out
     assert "policies: final" in out and "rank" in out
@@ -308,7 +323,8 @@ def test_audit_command_ranks_every_message_and_refuses_hidden_state(tiny_config,
     assert ck.name == "checkpoint-1" and weights_folder(run, "checkpoint-1") == ck
     restored, final, base = (open_session(run_config(run), w).trainer.agents[0].state_dict()
                              for w in (ck, weights_folder(run, "final"), None))
-    assert all(torch.equal(restored[k], final[k]) for k in final) and not all(torch.equal(base[k], final[k]) for k in final)
+    assert (all(torch.equal(restored[k], final[k]) for k in final)
+            and not all(torch.equal(base[k], final[k]) for k in final))
     assert console(["audit", "--run", str(run), "--failed", "1", "--n", "2", "--c", "2", "--checkpoint", "checkpoint-1",
                     "--out", str(tmp_path / "ck")]) == 0
     assert "policies: checkpoint-1" in capsys.readouterr().out
@@ -367,7 +383,8 @@ def test_audit_bar_moves_with_each_decision_step_it_generates(capsys):
 def test_diagnose_bars_show_every_group_and_the_decision_point_under_way(tiny_config, tmp_path, capsys):
     """A bar over all groups and one over the current decision point's, both moving as each decision step of a chunk
     is generated (2 groups per chunk, 2 steps: one group per step)."""
-    assert console(["diagnose", "--config", str(tiny_config), "--groups", "2", "--chunk", "2", "--out", str(tmp_path)]) == 0
+    assert console(["diagnose", "--config", str(tiny_config), "--groups", "2", "--chunk", "2",
+                    "--out", str(tmp_path)]) == 0
     err = capsys.readouterr().err
     assert bar_counts(err, "diagnose") == ["0.0/4", "1.0/4", "2.0/4", "3.0/4", "4.0/4"], err
     assert bar_counts(err, "u=0 Planner") == bar_counts(err, "u=1 Writer") == ["0.0/2", "1.0/2", "2.0/2"], err
@@ -387,7 +404,8 @@ def help_entries(text: str) -> list[str]:
     return [" ".join(" ".join(e).split()) for e in entries]
 
 
-@pytest.mark.parametrize("command", ["train", "dry-run", "compare", "dashboard", "diagnose", "plan-budget", "advise", "audit"])
+@pytest.mark.parametrize("command", ["train", "dry-run", "compare", "dashboard", "diagnose", "plan-budget", "advise",
+                                     "audit"])
 def test_every_option_of_every_command_shows_its_default(command, capsys):
     with pytest.raises(SystemExit) as exc:
         console([command, "--help"])

@@ -2,13 +2,14 @@
 
 import dataclasses
 
-from c3_plugin.tools import config_docs
 from c3_plugin.core.config import SECTIONS
+from c3_plugin.tools import config_docs
 from c3_plugin.trainers.c3 import C3Config
 
 
 def test_docs_config_md_is_what_the_dataclasses_give():
-    assert config_docs.DOC.read_text() == config_docs.render(), "docs/config.md is stale: run python -m c3_plugin.tools.config_docs"
+    assert (config_docs.DOC.read_text() == config_docs.render()), ("docs/config.md is stale: run python -m "
+                                                                   "c3_plugin.tools.config_docs")
     assert config_docs.main(["--check"]) == 0
 
 

@@ -54,7 +54,8 @@ def test_every_panel_is_a_line_plot_against_env_step_with_a_band_per_job_type(tm
         for p in section["panels"]:
             assert p["viewType"] == "Run History Line Plot"
             c = p["config"]
-            assert (c["xAxis"], c["groupBy"], c["groupAgg"], c["groupArea"]) == ("env_step", "jobType", "mean", "minmax")
+            assert (c["xAxis"], c["groupBy"], c["groupAgg"],
+                    c["groupArea"]) == ("env_step", "jobType", "mean", "minmax")
 
 
 def test_evaluation_has_one_panel_per_metric(tmp_path):
@@ -76,9 +77,11 @@ def test_runset_is_the_group_grouped_by_job_type(tmp_path):
     leaves = {(f["key"]["section"], f["key"]["name"]): (f["op"], f["value"]) for f in rs["filters"]["filters"]}
     assert leaves == {("run", "group"): ("=", "cmp_math_2025"), ("run", "jobType"): ("IN", ALGORITHMS)}
     assert rs["grouping"] == [{"section": "run", "name": "jobType"}]
-    colors = written(tmp_path, name="again.json")["spec"]["section"]["customRunColors"]  # one stable color per algorithm
+    # one stable color per algorithm
+    colors = written(tmp_path, name="again.json")["spec"]["section"]["customRunColors"]
     groups = [json.loads(unquote(k).split(":", 2)[2]) for k in colors]
-    assert sorted(g["value"] for (g,) in groups) == sorted(ALGORITHMS) and {g["key"] for (g,) in groups} == {"run:jobType"}
+    assert (sorted(g["value"] for (g,) in groups) == sorted(ALGORITHMS)
+            and {g["key"] for (g,) in groups} == {"run:jobType"})
 
 
 def test_changing_the_group_changes_only_the_filter(tmp_path):
@@ -97,8 +100,10 @@ def test_credit_panels_by_regex_without_roles(tmp_path):
     credit = panels(sections(written(tmp_path))["Credit diagnostics"])
     assert len(credit) == len(CREDIT) and all(c["useMetricRegex"] and c["metrics"] == [] for c in credit)
     for d, c in zip(CREDIT, credit):
-        assert matches(c["metricRegex"], f"credit/reasoner_u0/{d}") and matches(c["metricRegex"], f"credit/actor_u12/{d}")
-        assert not matches(c["metricRegex"], f"credit/reasoner_u0/{d}_x") and not matches(c["metricRegex"], "eval/reward_mean")
+        assert matches(c["metricRegex"],
+                       f"credit/reasoner_u0/{d}") and matches(c["metricRegex"], f"credit/actor_u12/{d}")
+        assert not matches(c["metricRegex"],
+                           f"credit/reasoner_u0/{d}_x") and not matches(c["metricRegex"], "eval/reward_mean")
 
 
 def test_credit_panels_per_given_role(tmp_path):

@@ -15,8 +15,7 @@ from comlrl.trainers.reinforce.magrpo import MAGRPOConfig
 from datasets import Dataset
 
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
-from c3_plugin.trainers import C3Config, C3Trainer, WorkflowTrainer
-from c3_plugin.trainers import actor_critic_fields
+from c3_plugin.trainers import C3Config, C3Trainer, WorkflowTrainer, actor_critic_fields
 from c3_plugin.trainers.actor_critic_fields import CRITIC_FIELDS, ActorCriticFields
 
 WARNING = "have no meaning under C3"  # the one critic warning
@@ -88,7 +87,8 @@ class Recorder:
 
     def __call__(self, rollouts):
         self.calls.append(rollouts)
-        return {"completion_chars": sum(len(r.completion) for r in rollouts) / max(len(rollouts), 1), "note": "not a number"}
+        return {"completion_chars": sum(len(r.completion) for r in rollouts) / max(len(rollouts), 1),
+                "note": "not a number"}
 
 
 def run_both(script, comlrl_classes, critic_models, tmp_path, monkeypatch, **settings):
@@ -121,13 +121,16 @@ def check_honoured(comlrl, c3, recorder, changed):
     assert c3.agent_lrs == [1e-3, 1e-3] and c3.agent_temperature == {0: 0.9, 1: 0.9}
     assert (c3.args.top_p, c3.args.max_new_tokens, c3.args.num_train_epochs) == (0.95, 6, 1)
     assert c3.args.instances_per_update == 3 and c3.update_step == 2  # rollout_buffer_size: 3 prompts per update
-    assert c3.plan.leaves(2) == 4 and c3.env_step == comlrl.env_step == 4 * len(PROMPTS)  # num_generations: 4 joint actions
-    assert recorder.calls and all(len(call) == 2 * 4 * 3 for call in recorder.calls)  # per update: 3 prompts x 4 joint actions x 2 agents
+    # num_generations: 4 joint actions
+    assert c3.plan.leaves(2) == 4 and c3.env_step == comlrl.env_step == 4 * len(PROMPTS)
+    # per update: 3 prompts x 4 joint actions x 2 agents
+    assert recorder.calls and all(len(call) == 2 * 4 * 3 for call in recorder.calls)
     sample = recorder.calls[0][0]
     assert sample.agent_idx in (0, 1) and isinstance(sample.completion, str) and sample.reward.shape == (1,)
     assert sample.metadata["batch_item"]["prompt"] in PROMPTS and sample.metadata["turn_idx"] == 0
     logged = [row["completion_chars"] for row in c3.history if "completion_chars" in row]
-    assert len(logged) == 2 and not any("note" in row for row in c3.history)  # numbers logged, the rest skipped as IAC does
+    # numbers logged, the rest skipped as IAC does
+    assert len(logged) == 2 and not any("note" in row for row in c3.history)
 
 
 IAC_MODES = {
@@ -141,24 +144,26 @@ IAC_MODES = {
 @pytest.mark.parametrize("mode", list(IAC_MODES))
 def test_an_iac_script_trains_under_c3_with_the_class_names_changed(mode, tmp_path, monkeypatch):
     critics, settings = IAC_MODES[mode]
-    comlrl, c3, critic, recorder, changed = run_both(iac_script, (IACConfig, IACTrainer), critics, tmp_path, monkeypatch,
-                                                     **settings)
+    comlrl, c3, critic, recorder, changed = run_both(iac_script, (IACConfig, IACTrainer), critics, tmp_path,
+                                                     monkeypatch, **settings)
     assert len(critic) == 1 and critic[0].category is UserWarning
     message = str(critic[0].message)
     defaults = {f.name: f.default for f in dataclasses.fields(ActorCriticFields)}
-    for name, value in settings.items():  # named when set to other than CoMLRL's default (critic_type="v" is the default)
+    # named when set to other than CoMLRL's default (critic_type="v" is the default)
+    for name, value in settings.items():
         assert (f"{name}={value!r}" in message) == (value != defaults[name]), name
     assert ("critics (2 model(s))" in message) == (mode == "separate critics")
     assert "leave-one-out of its counterfactual continuations" in message and "C3 trains none" in message
     for name in set(CRITIC_FIELDS) - set(settings):
         assert f"{name}=" not in message
     check_honoured(comlrl, c3, recorder, changed)
-    assert c3.args.train_batch_size == 3 and c3.args.minibatch_size is None  # train_batch_size = buffer: one step per update
+    # train_batch_size = buffer: one step per update
+    assert c3.args.train_batch_size == 3 and c3.args.minibatch_size is None
 
 
 def test_a_maac_script_trains_under_c3_with_the_class_names_changed(tmp_path, monkeypatch):
-    comlrl, c3, critic, recorder, changed = run_both(maac_script, (MAACConfig, MAACTrainer), lambda tok: (tiny_model(tok, seed=7),),
-                                                     tmp_path, monkeypatch)
+    comlrl, c3, critic, recorder, changed = run_both(maac_script, (MAACConfig, MAACTrainer),
+                                                     lambda tok: (tiny_model(tok, seed=7),), tmp_path, monkeypatch)
     assert len(critic) == 1
     message = str(critic[0].message)
     for named in ("critic_learning_rate=0.001", "value_loss_coef=0.5", "critic_type='q'", "critic_model (a model)",
@@ -183,14 +188,17 @@ def test_every_iac_and_maac_field_is_a_c3_field(cls):
         else:
             assert f.name in CRITIC_FIELDS and mixin[f.name].default == f.default, f.name
     assert set(mixin) == set(CRITIC_FIELDS)
-    missing = [n for n, f in c3.items() if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [n for n, f in c3.items() if f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
     assert not missing  # every field has a default, whatever the MRO puts first
-    cfg = C3Config(num_turns=1, critic_learning_rate=None, critic_type="q", critic_devices=["cpu"], value_clip_range=None)
+    cfg = C3Config(num_turns=1, critic_learning_rate=None, critic_type="q", critic_devices=["cpu"],
+                   value_clip_range=None)
     assert (cfg.critic_learning_rate, cfg.critic_type, cfg.critic_devices) == (None, "q", ["cpu"])
 
 
 def test_every_iac_and_maac_keyword_is_a_c3_keyword():
-    accepted = set(inspect.signature(C3Trainer.__init__).parameters) | set(inspect.signature(WorkflowTrainer.__init__).parameters)
+    accepted = (set(inspect.signature(C3Trainer.__init__).parameters)
+                | set(inspect.signature(WorkflowTrainer.__init__).parameters))
     for cls in (IACTrainer, MAACTrainer):
         assert set(inspect.signature(cls.__init__).parameters) - {"self"} <= accepted, cls.__name__
 
@@ -203,17 +211,20 @@ def test_value_head_agents_and_defaults(tmp_path, monkeypatch):
     ds = Dataset.from_dict({"prompt": PROMPTS[:2]})
     base = tiny_model(tok, seed=0)
     with pytest.warns(UserWarning, match=WARNING) as caught:
-        tr = C3Trainer(agents=[CausalLMWithValueHead(base), tiny_model(tok, seed=1)], tokenizer=tok, reward_func=length_balance_reward,
-                       train_dataset=ds, args=C3Config(num_turns=1, max_new_tokens=3, agent_devices="cpu"))
+        tr = C3Trainer(agents=[CausalLMWithValueHead(base), tiny_model(tok, seed=1)], tokenizer=tok,
+                       reward_func=length_balance_reward, train_dataset=ds,
+                       args=C3Config(num_turns=1, max_new_tokens=3, agent_devices="cpu"))
     assert tr.agents[0] is base
     assert [str(w.message).count("agents[0].value_head") for w in caught if WARNING in str(w.message)] == [1]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        C3Trainer(agents=[tiny_model(tok, seed=0), tiny_model(tok, seed=1)], tokenizer=tok, reward_func=length_balance_reward,
-                  train_dataset=ds, args=C3Config(num_turns=1, max_new_tokens=3, agent_devices="cpu", critic_learning_rate=5e-6))
+        C3Trainer(agents=[tiny_model(tok, seed=0), tiny_model(tok, seed=1)], tokenizer=tok,
+                  reward_func=length_balance_reward, train_dataset=ds,
+                  args=C3Config(num_turns=1, max_new_tokens=3, agent_devices="cpu", critic_learning_rate=5e-6))
     assert not [w for w in caught if WARNING in str(w.message)]  # CoMLRL's default value is no setting
     with pytest.raises(ValueError, match=r"num_generations=1 .* no alternatives to compare.*set num_generations >= 2"):
         C3Config(num_turns=1, num_generations=1)
     with pytest.raises(ValueError, match="metrics_callback must be callable"):
-        C3Trainer(agents=[tiny_model(tok, seed=0), tiny_model(tok, seed=1)], tokenizer=tok, reward_func=length_balance_reward,
-                  train_dataset=ds, args=C3Config(num_turns=1, max_new_tokens=3, agent_devices="cpu"), metrics_callback="x")
+        C3Trainer(agents=[tiny_model(tok, seed=0), tiny_model(tok, seed=1)], tokenizer=tok,
+                  reward_func=length_balance_reward, train_dataset=ds,
+                  args=C3Config(num_turns=1, max_new_tokens=3, agent_devices="cpu"), metrics_callback="x")

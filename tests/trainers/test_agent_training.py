@@ -8,10 +8,10 @@ import torch
 
 from c3_plugin.core.config import ConfigError, load_config
 from c3_plugin.core.protocol import Sampling, role_sampling
-from c3_plugin.run.train import build_trainer
+from c3_plugin.core.workflow import WorkflowError
 from c3_plugin.run.dry_run import dry_run_report, prepare
 from c3_plugin.run.testing import killed_run, tiny_model, tiny_tokenizer
-from c3_plugin.core.workflow import WorkflowError
+from c3_plugin.run.train import build_trainer
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "math"
 
@@ -25,7 +25,8 @@ def config(tmp_path, algorithm="c3", agents=None, workflow=None, **algo):
         "workflow": {"name": "reasoner_actor", "max_new_tokens": {"Reasoner": 5, "Actor": 4}, **(workflow or {})},
         "dataset": {"train": {"name": "gsm8k_train", "source": str(FIXTURES / "gsm8k_train.jsonl"), "limit": 3},
                     "eval": [{"name": "math500", "source": str(FIXTURES / "math500.jsonl"), "limit": 2}]},
-        "output": {"base_dir": str(tmp_path), "verbose": False, "plot": False, "save_model": False, "checkpoint_interval": 0},
+        "output": {"base_dir": str(tmp_path), "verbose": False, "plot": False, "save_model": False,
+                   "checkpoint_interval": 0},
         algorithm: section})
 
 
@@ -87,7 +88,8 @@ def test_role_temperature_samples_and_scores_at_that_temperature(tmp_path):
     e = next(e for e in rollout.entries if e.kind == "decision" and e.role == "Reasoner")
     again = backend.behaviour_logprobs(0, [list(e.prompt_ids)], [list(e.token_ids)], 1.7)[0]
     assert again == pytest.approx(e.logprobs, abs=1e-4)
-    assert role_sampling(Sampling(temperature=0.9, greedy=True), trainer.workflow.roles["Reasoner"]).greedy  # eval stays greedy
+    # eval stays greedy
+    assert role_sampling(Sampling(temperature=0.9, greedy=True), trainer.workflow.roles["Reasoner"]).greedy
 
 
 def test_bad_per_role_settings_are_refused_early(tmp_path):
@@ -96,7 +98,8 @@ def test_bad_per_role_settings_are_refused_early(tmp_path):
     with pytest.raises(WorkflowError, match="temperature must be a number > 0"):
         prepare(config(tmp_path, workflow={"temperature": {"Actor": 0}}))
     with pytest.raises(ValueError, match="both a learning_rate and a learning_rate_scale"):
-        build(tmp_path, config(tmp_path, agents={"learning_rate": {"Actor": 1e-4}, "learning_rate_scale": {"Actor": 0.5}}))
+        build(tmp_path, config(tmp_path, agents={"learning_rate": {"Actor": 1e-4},
+                                                 "learning_rate_scale": {"Actor": 0.5}}))
     with pytest.raises(ValueError, match="nothing to train"):
         build(tmp_path, config(tmp_path, agents={"trainable": {"Reasoner": False, "Actor": False}}))
     with pytest.raises(ConfigError, match="unknown key 'agents.trainabel'"):
@@ -106,7 +109,8 @@ def test_bad_per_role_settings_are_refused_early(tmp_path):
 def test_a_train_mix_is_refused_by_name_where_the_domain_reads_one_source(tmp_path):
     from c3_plugin.core.domain import single_train_source
 
-    assert single_train_source({"train": {"name": "x"}}, "code") == {"name": "x"} and single_train_source({}, "code") == {}
+    assert single_train_source({"train": {"name": "x"}},
+                               "code") == {"name": "x"} and single_train_source({}, "code") == {}
     with pytest.raises(ConfigError, match="the travel domain reads one train source"):
         single_train_source({"train": [{"name": "a"}, {"name": "b"}]}, "travel")
 

@@ -43,7 +43,8 @@ def test_magrpo_normalises_within_each_instances_runs_at_every_decision():
 def test_group_of_one_is_an_error_not_a_zero():
     with pytest.raises(ValueError, match="group of one|group\\(s\\) of one"):
         normalize_advantages(np.array([1.0, 0.0, 2.0]), "group_zscore", groups=np.array([0, 0, 1]))
-    np.testing.assert_allclose(normalize_advantages(np.array([1.0, 3.0, 0.0, 4.0]), "group_zscore", np.array([0, 0, 1, 1])),
+    np.testing.assert_allclose(normalize_advantages(np.array([1.0, 3.0, 0.0, 4.0]), "group_zscore",
+                                                    np.array([0, 0, 1, 1])),
                                [-1.0, 1.0, -1.0, 1.0])
 
 
@@ -105,12 +106,15 @@ def test_head_to_head_dry_run_lists_every_effective_setting():
     assert set(opt["settings"]) == {"c3", "magrpo", "mappo"}
     c3, magrpo, mappo = (opt["settings"][k] for k in ("c3", "magrpo", "mappo"))
     assert c3["plan"] == "tree [2, 4]" and magrpo["plan"] == mappo["plan"] == "independent 8"
-    assert (c3["advantage_scaling"], magrpo["advantage_scaling"], mappo["advantage_scaling"]) == ("none", "none", "batch_zscore")
+    assert (c3["advantage_scaling"], magrpo["advantage_scaling"],
+            mappo["advantage_scaling"]) == ("none", "none", "batch_zscore")
     assert mappo["advantage_per_token"] is True
-    for key in ("loss_aggregation", "agent_learning_rate", "clip_eps", "updates_per_1k_env_steps", "expected_env_steps"):
+    for key in ("loss_aggregation", "agent_learning_rate", "clip_eps", "updates_per_1k_env_steps",
+                "expected_env_steps"):
         assert key in c3 and key not in ("differ",)
     assert {"plan", "credit", "advantage_scaling"} <= set(opt["differ"])
-    assert not {"agent_learning_rate", "clip_eps", "loss_aggregation", "expected_env_steps", "micro_batch_size"} & set(opt["differ"])
+    assert not {"agent_learning_rate", "clip_eps", "loss_aggregation", "expected_env_steps",
+                "micro_batch_size"} & set(opt["differ"])
     json.dumps(report)  # one JSON report
     mem = report["memory"]
     assert mem["status"] == "ok" and mem["params_per_agent"] == pytest.approx(4.02e9, rel=0.01)

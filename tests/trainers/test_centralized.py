@@ -9,17 +9,34 @@ import datasets
 import pytest
 import torch
 
-from c3_plugin.generation.hf import HFBackend
 from c3_plugin.core.protocol import Prompt, Sampling
+from c3_plugin.generation.hf import HFBackend
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
 from c3_plugin.trainers import joint as centralized
 from c3_plugin.trainers.joint import CentralizedAPIError, check_records, mark_joint, require_centralized_api
 from c3_plugin.trainers.streamed_pg import train_mode_log_prob
-from domains.travel import (eval_aggregator, eval_logger, make_grammar, normalise, parse_action, plan_to_actions, reward,
-                            TravelConfig)
+from domains.travel import (
+    TravelConfig,
+    eval_aggregator,
+    eval_logger,
+    make_grammar,
+    normalise,
+    parse_action,
+    plan_to_actions,
+    reward,
+)
 from domains.travel.actions import FIELDS, owned_slots
-from domains.travel.joint import (JOINT_ROLE, TravelJointAdapter, joint_prefill, joint_reward, joint_slots, joint_workflow,
-                                  output_budget, plan_to_joint, split_joint)
+from domains.travel.joint import (
+    JOINT_ROLE,
+    TravelJointAdapter,
+    joint_prefill,
+    joint_reward,
+    joint_slots,
+    joint_workflow,
+    output_budget,
+    plan_to_joint,
+    split_joint,
+)
 from domains.travel.prompts import prompt_fields
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,9 +75,10 @@ def test_the_split_of_a_human_joint_plan_scores_exactly_as_the_decentralized_pai
 
 def test_the_joint_prompt_holds_both_roles_contexts_and_no_target_plan():
     r = row(3)
-    text = TravelJointAdapter().build_prompt(ROWS[3], ["ignored", "ignored"])  # fields are computed when the row lacks them
-    for key in ("route_scaffold", "logistics_catalog", "experience_catalog", "logistics_checklist", "experience_checklist",
-                "logistics_budget", "experience_budget"):
+    # fields are computed when the row lacks them
+    text = TravelJointAdapter().build_prompt(ROWS[3], ["ignored", "ignored"])
+    for key in ("route_scaffold", "logistics_catalog", "experience_catalog", "logistics_checklist",
+                "experience_checklist", "logistics_budget", "experience_budget"):
         assert r[key] in text, key
     assert r["question"] in text and "annotated_plan" not in text
     assert ", ".join(FIELDS) in text
@@ -86,7 +104,8 @@ def test_an_invalid_joint_json_is_a_failed_action_with_a_low_reward(mutate):
     assert split_joint(bad, ROWS[0]["days"]) == ("", "")
     low = joint_reward([bad], batch_items=[ROWS[0]])[0]
     assert low == reward([""], [""], batch_items=[ROWS[0]])[0] and low < 0.0
-    collab = CentralizedCollaboration(TravelJointAdapter(), None, reward, 2)  # CoMLRL's centralized path, unchanged reward
+    # CoMLRL's centralized path, unchanged reward
+    collab = CentralizedCollaboration(TravelJointAdapter(), None, reward, 2)
     assert collab([bad, joint_of(0)], batch_items=[ROWS[0]]) == [low, pytest.approx(1.0)]
 
 
@@ -102,7 +121,8 @@ def test_wrong_role_entries_make_that_role_invalid_and_are_never_repaired():
         assert texts[1 - broken] == (lo_ok, ex_ok)[1 - broken]
         assert not parse_action(texts[broken], broken, days).valid
         assert parse_action(texts[1 - broken], 1 - broken, days).valid
-        assert joint_reward([json.dumps({"assignments": entries})], batch_items=[ROWS[0]])[0] < 0.1  # the strict gate is shut
+        # the strict gate is shut
+        assert joint_reward([json.dumps({"assignments": entries})], batch_items=[ROWS[0]])[0] < 0.1
 
 
 def test_the_joint_skeleton_forces_all_seven_fields_of_every_day_on_a_tiny_model():
@@ -145,17 +165,19 @@ def test_replay_records_are_marked_joint_and_kinds_never_mix():
 
 
 def test_require_centralized_api_passes_on_the_installed_comlrl_and_names_what_is_missing(monkeypatch):
+    from dataclasses import dataclass
+
     import comlrl.trainers.preference as pref
     import comlrl.trainers.reinforce as reinforce
-    from dataclasses import dataclass
 
     require_centralized_api()
     assert centralized.centralized_api_report()["centralized_api"] == "ok"
     monkeypatch.delattr(reinforce, "CentralizedMAGRPOTrainer")
-    with pytest.raises(CentralizedAPIError, match=r"comlrl\.trainers\.reinforce\.CentralizedMAGRPOTrainer.*Fix: install"):
+    with pytest.raises(CentralizedAPIError,
+                       match=r"comlrl\.trainers\.reinforce\.CentralizedMAGRPOTrainer.*Fix: install"):
         require_centralized_api()
     with pytest.raises(ValueError, match="CentralizedMAGRPOTrainer"):  # the lazily resolved trainer checks first
-        getattr(centralized, "JointMAGRPOTrainer")
+        _ = centralized.JointMAGRPOTrainer
     monkeypatch.undo()
 
     @dataclass
@@ -180,12 +202,14 @@ def joint_trainer(tmp_path, logger=None, rows=1, **overrides):
     tok = tiny_tokenizer()
     model = tiny_model(tok, seed=0, max_positions=4096)
     rows = three_day_rows(rows)
-    args = JointMAGRPOConfig(num_train_epochs=1, num_generations=2, rollout_buffer_size=len(rows), agent_learning_rate=1e-2,
-                             max_new_tokens=64, eval_num_samples=1, eval_batch_size=1, logging_steps=1, **overrides)
+    args = JointMAGRPOConfig(num_train_epochs=1, num_generations=2, rollout_buffer_size=len(rows),
+                             agent_learning_rate=1e-2, max_new_tokens=64, eval_num_samples=1, eval_batch_size=1,
+                             logging_steps=1, **overrides)
     trainer = JointMAGRPOTrainer(agents=[model], tokenizer=tok, train_dataset=datasets.Dataset.from_list(rows),
                                  eval_dataset=datasets.Dataset.from_list(rows[:1]), reward_func=reward,
-                                 eval_logger=logger or make_eval_logger(SHORT), eval_aggregator=eval_aggregator, args=args,
-                                 workflow=SHORT, run_dir=tmp_path, grammar=make_grammar(TravelConfig(max_value_tokens=3)))
+                                 eval_logger=logger or make_eval_logger(SHORT), eval_aggregator=eval_aggregator,
+                                 args=args, workflow=SHORT, run_dir=tmp_path,
+                                 grammar=make_grammar(TravelConfig(max_value_tokens=3)))
     trainer.verbose = False
     return trainer, model, tok
 
@@ -215,18 +239,22 @@ def test_one_centralized_magrpo_step_updates_the_single_actor_with_value_masked_
 
 def test_the_joint_loss_counts_only_value_tokens(tmp_path):
     trainer, model, tok = joint_trainer(tmp_path)
-    trainer.backend = JointScriptedBackend(make_grammar(TravelConfig(max_value_tokens=256)))  # real skeleton ids and masks
+    # real skeleton ids and masks
+    trainer.backend = JointScriptedBackend(make_grammar(TravelConfig(max_value_tokens=256)))
     gen = trainer._generate_completions(model, [three_day_rows(1)[0]], agent_idx=0, num_return_sequences=2)
     data = trainer._pack_completions_for_buffer(gen)
-    prompt, seq, mask = data["prompt_input_ids"][0], data["completion_input_ids"][0][0], data["completion_loss_masks"][0][0]
+    prompt, seq, mask = (data["prompt_input_ids"][0], data["completion_input_ids"][0][0],
+                         data["completion_loss_masks"][0][0])
     with torch.no_grad():  # oracle: the full forward pass, value tokens only
         full = torch.cat([prompt, seq])
         logp = model(full.unsqueeze(0)).logits[0, len(prompt) - 1:-1].float().log_softmax(-1)
         token = logp.gather(1, seq[:, None]).squeeze(1)
         m = torch.tensor(mask, dtype=torch.float)
         want_sum, want_mean = float((token * m).sum()), float((token * m).sum() / m.sum())
-    assert float(train_mode_log_prob(model, prompt, seq, mask, "token_sum").detach()) == pytest.approx(want_sum, rel=1e-4)
-    assert float(train_mode_log_prob(model, prompt, seq, mask, "sequence_mean").detach()) == pytest.approx(want_mean, rel=1e-4)
+    assert (float(train_mode_log_prob(model, prompt, seq, mask, "token_sum").detach())
+            == pytest.approx(want_sum, rel=1e-4))
+    assert (float(train_mode_log_prob(model, prompt, seq, mask, "sequence_mean").detach())
+            == pytest.approx(want_mean, rel=1e-4))
     # a message with no trained token (every mask 0) gives no gradient at all
     zero = {**data, "completion_loss_masks": [[[0] * len(s) for s in data["completion_input_ids"][0]]]}
     model.zero_grad()
@@ -241,10 +269,12 @@ def test_centralized_evaluation_scores_the_split_roles_with_the_fixed_task_rewar
 
     r = ROWS[0]
     pair = plan_to_actions(PLANS[0], r["days"])
-    assert joint_eval_logger([[[joint_of(0)]]], [r]) == eval_logger([[[pair[0]]], [[pair[1]]]], [r])  # a joint logger splits
+    # a joint logger splits
+    assert joint_eval_logger([[[joint_of(0)]]], [r]) == eval_logger([[[pair[0]]], [[pair[1]]]], [r])
     trainer, _, _ = joint_trainer(tmp_path, logger=eval_logger)  # the plain two-role logger: the trainer splits
     out = trainer.evaluate(1)
-    assert out["eval/action_validity"] == 1.0 and out["eval/team_action_success"] == 1.0  # the skeleton makes both roles valid
+    # the skeleton makes both roles valid
+    assert out["eval/action_validity"] == 1.0 and out["eval/team_action_success"] == 1.0
     assert out["eval/reward"] == pytest.approx(out["eval/reward_mean"])
 
 
@@ -266,7 +296,8 @@ class JointScriptedBackend:
 
         if prompt.text not in self.pools:
             sk = self.grammar(prompt)
-            i = next(k for k in range(len(ROWS)) if row(k)["logistics_checklist"] in prompt.text and ROWS[k]["days"] == 3)
+            i = next(k for k in range(len(ROWS)) if row(k)["logistics_checklist"] in prompt.text
+                     and ROWS[k]["days"] == 3)
             gold = {(d + 1, f): str(day.get(f, "-")).strip() or "-" for d, day in enumerate(PLANS[i]) for f in FIELDS}
             full = [gold[s] for s in sk.slots]
             pool = []
@@ -274,7 +305,8 @@ class JointScriptedBackend:
                            [v if k % 2 == 0 else "-" for k, v in enumerate(full)]):
                 text = sk.render(values)[len(sk.prefill()):]
                 ids = TOK(text, add_special_tokens=False)["input_ids"] + [TOK.eos_token_id]
-                pool.append(Generation(text=text, token_ids=ids, logprobs=[0.0] * len(ids), loss_mask=loss_mask_for(TOK, sk, ids)))
+                pool.append(Generation(text=text, token_ids=ids, logprobs=[0.0] * len(ids),
+                                       loss_mask=loss_mask_for(TOK, sk, ids)))
             self.pools[prompt.text] = pool
         return self.pools[prompt.text]
 
@@ -304,8 +336,9 @@ def preference_trainer(name, tmp_path, **fields):
     grammar = make_grammar(TravelConfig(max_value_tokens=256))
     rows = three_day_rows(2)
     trainer = trainer_cls(agents=[tiny_model(TOK, seed=0, hidden=16, layers=1, max_positions=4096)], tokenizer=TOK,
-                          train_dataset=datasets.Dataset.from_list(rows), eval_dataset=datasets.Dataset.from_list(rows[:1]),
-                          reward_func=reward, eval_logger=eval_logger, eval_aggregator=eval_aggregator, args=config_cls(**base),
+                          train_dataset=datasets.Dataset.from_list(rows),
+                          eval_dataset=datasets.Dataset.from_list(rows[:1]), reward_func=reward,
+                          eval_logger=eval_logger, eval_aggregator=eval_aggregator, args=config_cls(**base),
                           workflow=SHORT, run_dir=tmp_path / name, grammar=grammar)
     trainer.verbose = False
     trainer.backend = JointScriptedBackend(grammar)
@@ -320,7 +353,8 @@ def test_centralized_preference_variants_train_one_joint_actor(tmp_path, name):
     if "iter" in name:
         assert tr.args.comparator_generation_mode == "centralized"
     before = torch.cat([p.detach().flatten().clone() for p in tr.agents[0].parameters()])
-    pairs = tr._generate_preference_pairs_for_item(dict(tr.train_dataset[0]), **({"iteration_idx": 0} if "iter" in name else {}))
+    pairs = tr._generate_preference_pairs_for_item(dict(tr.train_dataset[0]),
+                                                   **({"iteration_idx": 0} if "iter" in name else {}))
     assert pairs and all(len(p.agent_tensors) == 1 and len(p.winner_completions) == 1 for p in pairs)
     for p in pairs:  # the joint completions themselves, with the joint skeleton's value masks
         t = p.agent_tensors[0]
@@ -348,7 +382,8 @@ def test_the_joint_preference_config_stays_centralized():
     with pytest.raises(ValueError, match="collaboration_mode must be 'centralized'"):
         JointMADPOIterConfig(collaboration_mode="decentralized")
     cfg = JointMADPOIterConfig(comparator_generation_mode="decentralized")
-    assert (cfg.collaboration_mode, cfg.comparator_generation_mode, cfg.preference_replay_lambda) == ("centralized", "centralized", 0.8)
+    assert (cfg.collaboration_mode, cfg.comparator_generation_mode,
+            cfg.preference_replay_lambda) == ("centralized", "centralized", 0.8)
 
 
 def test_model_free_joint_checks_for_the_dry_run(tmp_path):

@@ -27,7 +27,11 @@ def test_comlrl_quick_start_trains_under_c3_with_only_class_names_changed(tmp_pa
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     from comlrl.utils.reward_processor import RewardProcessors
-    from c3_plugin.trainers import C3Config, C3Trainer  # was: from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
+
+    from c3_plugin.trainers import (  # was: from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
+        C3Config,
+        C3Trainer,
+    )
 
     train_data = {
         "prompt": [
@@ -118,8 +122,10 @@ SIGNATURES = {
     "positional per agent, list": lambda a, b: [_expected(a[0], b[0])],
     "prompts first": lambda prompts, a, b: [_expected(a[0], b[0]) + 10.0 * (prompts[0].startswith("task "))],
     "one list of agents": lambda completions: [_expected(completions[0][0], completions[1][0])],
-    "batch_items keyword, scalar": lambda a, b, *, batch_items=None: _expected(a[0], b[0]) + 100.0 * (batch_items[0]["answer"] in "01"),
-    "varargs and kwargs, tensor": lambda *c, **kw: torch.tensor([_expected(c[0][0], c[1][0]) + 1000.0 * ("prompts" in kw)]),
+    "batch_items keyword, scalar": lambda a, b, *, batch_items=None: _expected(a[0], b[0])
+              + 100.0 * (batch_items[0]["answer"] in "01"),
+    "varargs and kwargs, tensor": lambda *c, **kw: torch.tensor([_expected(c[0][0], c[1][0])
+                                                                 + 1000.0 * ("prompts" in kw)]),
 }
 OFFSET = {"positional per agent, list": 0.0, "prompts first": 10.0, "one list of agents": 0.0,
           "batch_items keyword, scalar": 100.0, "varargs and kwargs, tensor": 1000.0}
@@ -129,7 +135,8 @@ OFFSET = {"positional per agent, list": 0.0, "prompts first": 10.0, "one list of
 @pytest.mark.parametrize("cls", [C3Trainer, WorkflowMAGRPOTrainer, MAPPOTrainer])
 def test_every_comlrl_reward_signature_trains_under_every_workflow_trainer(cls, name):
     tok = tiny_tokenizer()
-    args = experiment_config(cls.default_config_cls, num_train_epochs=1, max_new_tokens=3, instances_per_update=4, agent_devices="cpu")
+    args = experiment_config(cls.default_config_cls, num_train_epochs=1, max_new_tokens=3, instances_per_update=4,
+                             agent_devices="cpu")
     tr = cls(agents=[tiny_model(tok, seed=0), tiny_model(tok, seed=1)], tokenizer=tok, reward_func=SIGNATURES[name],
              train_dataset=Dataset.from_list(_items()), args=args)
     tr.verbose = False
@@ -152,7 +159,8 @@ def test_batched_rewards_are_called_once_per_batch_and_checked():
         return [_expected(x, y) for x, y in zip(a, b)]
 
     tr = C3Trainer(agents=[tiny_model(tok, seed=0), tiny_model(tok, seed=1)], tokenizer=tok, reward_func=fast,
-                   train_dataset=Dataset.from_list(_items()), args=experiment_config(C3Config, max_new_tokens=3, agent_devices="cpu"))
+                   train_dataset=Dataset.from_list(_items()),
+                   args=experiment_config(C3Config, max_new_tokens=3, agent_devices="cpu"))
     ro = tr.collect(_items())
     assert seen == [ro.rewards.size]  # one call for the whole batch of leaves
     tr.reward_func = batched(lambda a, b, **kw: [0.0])
@@ -171,33 +179,37 @@ def test_formatters_shape_the_parallel_contexts_and_other_arguments_are_refused_
     contexts = {(e.role, e.context) for e in ro.entries if e.kind == "decision"}
     assert contexts == {("Agent0", "PLAN task 0:"), ("Agent1", "WRITE task 0:")}  # agent 1 does not read agent 0
     with pytest.raises(ValueError, match="formatters and a workflow were both given"):
-        C3Trainer(agents=models(), tokenizer=tok, reward_func=lambda a, b: [1.0], formatters=fmts, workflow="reasoner_actor",
-                  train_dataset=Dataset.from_list(_items()), args=args)
+        C3Trainer(agents=models(), tokenizer=tok, reward_func=lambda a, b: [1.0], formatters=fmts,
+                  workflow="reasoner_actor", train_dataset=Dataset.from_list(_items()), args=args)
     with pytest.raises(ValueError, match="external_transition is called between turns.*never run"):
-        C3Trainer(agents=models(), tokenizer=tok, reward_func=lambda a, b: [1.0], external_transition=lambda **kw: ["x", "y"],
-                  train_dataset=Dataset.from_list(_items()), args=args)
-    with pytest.raises(ValueError, match="Multi-turn C3 requires an external_transition"):  # CoMLRL's default num_turns=2
-        C3Trainer(agents=models(), tokenizer=tok, reward_func=lambda a, b: [1.0], train_dataset=Dataset.from_list(_items()),
-                  args=C3Config())
+        C3Trainer(agents=models(), tokenizer=tok, reward_func=lambda a, b: [1.0],
+                  external_transition=lambda **kw: ["x", "y"], train_dataset=Dataset.from_list(_items()), args=args)
+    # CoMLRL's default num_turns=2
+    with pytest.raises(ValueError, match="Multi-turn C3 requires an external_transition"):
+        C3Trainer(agents=models(), tokenizer=tok, reward_func=lambda a, b: [1.0],
+                  train_dataset=Dataset.from_list(_items()), args=C3Config())
     with pytest.raises(ValueError, match="num_turns=2 runs CoMLRL's team.*workflow was given"):
         C3Trainer(agents=models(), tokenizer=tok, reward_func=lambda a, b: [1.0], workflow="reasoner_actor",
-                  external_transition=lambda **kw: ["x", "y"], train_dataset=Dataset.from_list(_items()), args=C3Config())
+                  external_transition=lambda **kw: ["x", "y"], train_dataset=Dataset.from_list(_items()),
+                  args=C3Config())
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the default num_generations is no warning
-        C3Trainer(agents=models(), tokenizer=tok, reward_func=lambda a, b: [1.0], train_dataset=Dataset.from_list(_items()),
+        C3Trainer(agents=models(), tokenizer=tok, reward_func=lambda a, b: [1.0],
+                  train_dataset=Dataset.from_list(_items()),
                   args=experiment_config(C3Config, max_new_tokens=3, agent_devices="cpu"))
 
 
 def test_one_name_per_algorithm_reads_its_own_section(capsys):
-    from c3_plugin.tools.cli import main
     from c3_plugin.core.config import ConfigError, load_config
+    from c3_plugin.tools.cli import main
 
     cfg = load_config(ROOT / "configs" / "math" / "c3.yaml", ["algorithm=magrpo", "magrpo.num_train_epochs=3"])
     assert type(cfg.algo).__name__ == "WorkflowMAGRPOConfig" and cfg.algo.num_train_epochs == 3
     with pytest.raises(ConfigError, match="unknown algorithm 'magrpo_workflow'; did you mean 'magrpo'"):
         load_config(ROOT / "configs" / "math" / "c3.yaml", ["algorithm=magrpo_workflow"])
     # an entry point's algorithm is only its default: the override trains another algorithm from the same config
-    assert main(["--config", str(ROOT / "configs" / "math" / "c3.yaml"), "--override", "algorithm=magrpo", "--dry-run", "--json"],
+    assert main(["--config", str(ROOT / "configs" / "math" / "c3.yaml"), "--override", "algorithm=magrpo", "--dry-run",
+                 "--json"],
                 algorithm="c3") == 0
     report = json.loads(capsys.readouterr().out)
     assert report["algorithm"] == "magrpo" and report["plan"] == "independent 8"

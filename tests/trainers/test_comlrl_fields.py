@@ -16,7 +16,8 @@ from c3_plugin.trainers.comlrl_compat import MAGRPO_FIELDS
 def _trainer(cls=C3Trainer, **fields):
     tok = tiny_tokenizer()
     args = cls.default_config_cls(**{"num_turns": 1, "agent_devices": "cpu", "max_new_tokens": 3, **fields})
-    transition = (lambda prompt, agent_completions, num_agents, **kw: ["next"] * num_agents) if args.num_turns > 1 else None
+    transition = ((lambda prompt, agent_completions, num_agents, **kw: ["next"] * num_agents) if args.num_turns > 1
+                  else None)
     return cls(agents=[tiny_model(tok, seed=0), tiny_model(tok, seed=1)], tokenizer=tok, reward_func=lambda a, b: [1.0],
                train_dataset=Dataset.from_list([{"prompt": "p"}] * 2), external_transition=transition, args=args)
 
@@ -40,10 +41,13 @@ PROOFS = {
     "top_k": lambda: _trainer(top_k=7).sampling().top_k == 7,
     "num_turns": lambda: _trainer(num_turns=3).workflow.num_decisions == 6,
     "discount": lambda: (_refused("discount", 0.9, "discount=0.9 changes nothing with num_turns=1") is None
-                         and _trainer(num_turns=2, discount=0.5).turns.returns(__import__("numpy").array([[1.0, 1.0]]))[0] == 1.5),
+                         and _trainer(num_turns=2, discount=0.5).turns.returns(
+                             __import__("numpy").array([[1.0, 1.0]]))[0] == 1.5),
     "joint_mode": lambda: (_trainer(joint_mode="cross", num_generations=3).plan.tree == (3, 3)  # J = K^N joint actions
-                           and _raises(lambda: _trainer(WorkflowMAGRPOTrainer, joint_mode="cross"), "joint_mode: cross")),
-    "early_termination_threshold": lambda: _trainer(num_turns=2, early_termination_threshold=0.5).args.early_termination_threshold == 0.5,
+                           and _raises(lambda: _trainer(WorkflowMAGRPOTrainer, joint_mode="cross"),
+                                       "joint_mode: cross")),
+    "early_termination_threshold": lambda: _trainer(
+        num_turns=2, early_termination_threshold=0.5).args.early_termination_threshold == 0.5,
     "external_prompt_passthrough": lambda: _passthrough(),
     "eval_interval": lambda: _trainer(eval_interval=3).args.eval_interval == 3,
     "eval_num_samples": lambda: _trainer(eval_num_samples=2).args.eval_num_samples == 2,
@@ -54,10 +58,13 @@ PROOFS = {
     "advantage_normalization": lambda: (C3Config(num_turns=1).advantage_scaling == "batch_scale"
                                         and WorkflowMAGRPOConfig(num_turns=1).advantage_scaling == "group_zscore"),
     "advantage_mode": lambda: (_refused("advantage_mode", "rloo", "advantage_mode_unread") is None
-                               and WorkflowMAGRPOConfig(num_turns=1, advantage_mode="max", advantage_normalization=False).advantage_mode == "max"),
+                               and WorkflowMAGRPOConfig(num_turns=1, advantage_mode="max",
+                                                        advantage_normalization=False).advantage_mode == "max"),
     "reference_kl_enabled": lambda: len(_trainer(reference_kl_enabled=True).reference_models) == 2,
-    "reference_kl_coef": lambda: _trainer(reference_kl_enabled=True, reference_kl_coef=0.3).args.reference_kl_coef == 0.3,
-    "reference_devices": lambda: len(_trainer(reference_kl_enabled=True, reference_devices="cpu").reference_models) == 2,
+    "reference_kl_coef": lambda: _trainer(reference_kl_enabled=True, reference_kl_coef=0.3).args.reference_kl_coef
+          == 0.3,
+    "reference_devices": lambda: len(_trainer(reference_kl_enabled=True, reference_devices="cpu").reference_models)
+          == 2,
 }
 
 
@@ -72,10 +79,11 @@ def _passthrough():
     for passthrough in (True, False):
         fmt = lambda item, external_prompts=None: f"FMT[{external_prompts or item['prompt']}]"  # noqa: E731
         tok = tiny_tokenizer()
-        args = C3Config(num_turns=2, num_generations=2, agent_devices="cpu", max_new_tokens=3, external_prompt_passthrough=passthrough,
-                        early_termination_threshold=None)
-        tr = C3Trainer(agents=[tiny_model(tok, seed=0), tiny_model(tok, seed=1)], tokenizer=tok, reward_func=lambda a, b: [1.0],
-                       formatters=fmt, train_dataset=Dataset.from_list([{"prompt": "p"}] * 2), args=args,
+        args = C3Config(num_turns=2, num_generations=2, agent_devices="cpu", max_new_tokens=3,
+                        external_prompt_passthrough=passthrough, early_termination_threshold=None)
+        tr = C3Trainer(agents=[tiny_model(tok, seed=0), tiny_model(tok, seed=1)], tokenizer=tok,
+                       reward_func=lambda a, b: [1.0], formatters=fmt,
+                       train_dataset=Dataset.from_list([{"prompt": "p"}] * 2), args=args,
                        external_transition=lambda prompt, agent_completions, num_agents, **kw: ["NEXT"] * num_agents)
         ro = tr.collect([{"id": "x", "prompt": "p"}])
         seen[passthrough] = {e.context for e in ro.entries if e.role == "Agent0_turn2"}

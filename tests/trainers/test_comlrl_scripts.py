@@ -12,9 +12,9 @@ import wandb
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 from datasets import Dataset
 
+from c3_plugin.core.workflow import EPISODE_END
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
 from c3_plugin.trainers import C3Config, C3Trainer, WorkflowMAGRPOConfig
-from c3_plugin.core.workflow import EPISODE_END
 
 PAIRS = {"comlrl": (MAGRPOConfig, MAGRPOTrainer), "c3": (C3Config, C3Trainer)}
 
@@ -40,15 +40,16 @@ def _script(key, n_agents=2, reward=_reward, **config):
     tok = tiny_tokenizer()
     transition = config.pop("external_transition", None)
     cfg = Config(num_train_epochs=1, max_new_tokens=4, eval_interval=0, agent_devices="cpu", **config)
-    tr = Trainer(agents=[tiny_model(tok, seed=a) for a in range(n_agents)], num_agents=n_agents, tokenizer=tok, reward_func=reward,
-                 train_dataset=_data(), external_transition=transition, args=cfg)
+    tr = Trainer(agents=[tiny_model(tok, seed=a) for a in range(n_agents)], num_agents=n_agents, tokenizer=tok,
+                 reward_func=reward, train_dataset=_data(), external_transition=transition, args=cfg)
     tr.verbose = False
     return tr
 
 
 def _transition(log):
     def transition(prompt, agent_completions, num_agents, prompt_history_per_agent, response_history_per_agent):
-        log.append({"prompt": prompt, "completions": list(agent_completions), "prompts": [list(p) for p in prompt_history_per_agent],
+        log.append({"prompt": prompt, "completions": list(agent_completions),
+                    "prompts": [list(p) for p in prompt_history_per_agent],
                     "responses": [list(r) for r in response_history_per_agent]})
         return [f"{prompt} you wrote {len(agent_completions[a])} chars, agent {a}:" for a in range(num_agents)]
     return transition
@@ -59,7 +60,8 @@ def test_multi_turn_script_with_external_transition_trains_at_comlrl_budget():
     trainers = {}
     for key in PAIRS:
         logs[key] = []
-        tr = _script(key, num_turns=2, num_generations=2, early_termination_threshold=None, external_transition=_transition(logs[key]))
+        tr = _script(key, num_turns=2, num_generations=2, early_termination_threshold=None,
+                     external_transition=_transition(logs[key]))
         tr.train()
         trainers[key] = tr
     c3 = trainers["c3"]
@@ -71,20 +73,24 @@ def test_multi_turn_script_with_external_transition_trains_at_comlrl_budget():
     ro = c3.collect([{"id": "x", "prompt": "task 9:"}])
     turn2 = [e for e in ro.entries if e.role == "Agent1_turn2"]
     transitions = {e.node: json.loads(e.message) for e in ro.entries if e.role == "transition1"}
-    assert turn2 and all(e.context in [p[1] for p in transitions.values()] for e in turn2)  # the transition's prompt, as is
+    # the transition's prompt, as is
+    assert turn2 and all(e.context in [p[1] for p in transitions.values()] for e in turn2)
     assert ro.budget.leaves.tolist() == [6]
     keys = set().union(*c3.history)
     assert {"turn_1/reward_mean", "turn_2/reward_mean", "turn_1/expected_return", "turn_2/expected_return"} <= keys
-    assert any(not torch.equal(a, b) for a, b in zip(tiny_model(tiny_tokenizer(), seed=0).parameters(), c3.agents[0].parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(tiny_model(tiny_tokenizer(), seed=0).parameters(),
+                                                     c3.agents[0].parameters()))
 
 
 def test_counterfactual_continuation_reruns_the_later_turns_from_the_recorded_state():
     log = []
-    tr = _script("c3", num_turns=2, num_generations=4, early_termination_threshold=None, external_transition=_transition(log))
+    tr = _script("c3", num_turns=2, num_generations=4, early_termination_threshold=None,
+                 external_transition=_transition(log))
     ro = tr.collect([{"id": "x", "prompt": "task 1:"}])
     # tree [2, 2, 2, 2]: 4 turn-1 joint actions, each continued by its own transition and 4 turn-2 joint actions
     assert tr.plan.tree == (2, 2, 2, 2) and len(log) == 4
-    assert sorted(tuple(c["completions"]) for c in log) == sorted({tuple(c["completions"]) for c in log}) or len(log) == 4
+    assert (sorted(tuple(c["completions"]) for c in log) == sorted({tuple(c["completions"]) for c in log})
+            or len(log) == 4)
     leaves = ro.turn_rewards
     assert leaves.shape == (16, 2) and np.allclose(ro.rewards.reshape(-1), leaves.sum(1))
 
@@ -102,7 +108,8 @@ def test_early_termination_ends_a_path_as_comlrl_ends_its_node():
     later = [e for e in ro.entries if e.kind == "decision" and e.role.endswith(("_turn2", "_turn3"))]
     assert later and all(e.ended and not e.token_ids for e in later)
     assert any(e.message == EPISODE_END for e in ro.entries if e.role == "transition1")
-    ev = envs["c3"].collect([{"id": "x", "prompt": "t"}], plan="tree [1, 1, 1, 1, 1, 1]")  # evaluation: every turn, as CoMLRL's
+    # evaluation: every turn, as CoMLRL's
+    ev = envs["c3"].collect([{"id": "x", "prompt": "t"}], plan="tree [1, 1, 1, 1, 1, 1]")
     assert not any(e.ended for e in ev.entries)
 
 
@@ -172,7 +179,8 @@ def test_evaluation_matches_comlrl_keys_sampling_and_wandb_step(monkeypatch):
 
     real_log = Run.log
 
-    def spy(run, data, *args, step=None, **kwargs):  # the real Run.log (wandb.log is bound to it at init), its step recorded
+    # the real Run.log (wandb.log is bound to it at init), its step recorded
+    def spy(run, data, *args, step=None, **kwargs):
         seen["steps"].append((step, data.get("env_step")))
         return real_log(run, data, *args, step=step, **kwargs)
 
@@ -188,19 +196,22 @@ def test_evaluation_matches_comlrl_keys_sampling_and_wandb_step(monkeypatch):
     keys = {}
     for key, (Config, Trainer) in PAIRS.items():
         tok = tiny_tokenizer()
-        cfg = Config(num_train_epochs=1, max_new_tokens=4, num_turns=2, num_generations=2, eval_interval=2, agent_devices="cpu")
-        tr = Trainer(agents=[tiny_model(tok, seed=a) for a in range(2)], tokenizer=tok, reward_func=_reward, train_dataset=_data(),
-                     eval_dataset=_data(3), eval_logger=logger, eval_aggregator=aggregator, external_transition=_transition([]),
-                     args=cfg, wandb_config={"project": "p", "name": key})
+        cfg = Config(num_train_epochs=1, max_new_tokens=4, num_turns=2, num_generations=2, eval_interval=2,
+                     agent_devices="cpu")
+        tr = Trainer(agents=[tiny_model(tok, seed=a) for a in range(2)], tokenizer=tok, reward_func=_reward,
+                     train_dataset=_data(), eval_dataset=_data(3), eval_logger=logger, eval_aggregator=aggregator,
+                     external_transition=_transition([]), args=cfg, wandb_config={"project": "p", "name": key})
         keys[key] = set(tr.evaluate())
         if key == "c3":
             greedy = []
             real = tr.backend.generate
-            monkeypatch.setattr(tr.backend, "generate", lambda p, n, s: (greedy.append(s.greedy), real(p, n, s))[1])
+            monkeypatch.setattr(tr.backend, "generate",
+                                lambda p, n, s, greedy=greedy, real=real: (greedy.append(s.greedy), real(p, n, s))[1])
             tr.train()
             assert greedy and not any(greedy)  # CoMLRL samples its evaluation (and its training)
         wandb.finish()
-    assert {"eval/turn_1/reward_mean", "eval/turn_2/reward_mean", "eval/turn_1/expected_return", "eval/turn_1/seen"} <= keys["comlrl"]
+    assert {"eval/turn_1/reward_mean", "eval/turn_2/reward_mean", "eval/turn_1/expected_return",
+            "eval/turn_1/seen"} <= keys["comlrl"]
     assert keys["comlrl"] <= keys["c3"] | {"env_step"}
     assert set(seen["aggregator_turns"]) == {2}
     c3_steps = [s for s in seen["steps"] if s[1] is not None]

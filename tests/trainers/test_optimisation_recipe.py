@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from c3_plugin.core.config import ConfigError, load_config
-from c3_plugin.generation.hf import sampling_config
 from c3_plugin.core.loss import sequence_logprobs
 from c3_plugin.core.protocol import Sampling
-from c3_plugin.run.train import build_trainer
-from c3_plugin.run.dry_run import prepare
+from c3_plugin.generation.hf import sampling_config
 from c3_plugin.run.budget import expected_budget
+from c3_plugin.run.dry_run import prepare
 from c3_plugin.run.testing import killed_run, tiny_model, tiny_tokenizer
+from c3_plugin.run.train import build_trainer
 from c3_plugin.trainers.optim import KLController, LRSchedule, kl_per_token, lr_factor
 from c3_plugin.trainers.update import ppo_update as real_ppo_update
 
@@ -31,7 +31,8 @@ def config(tmp_path, algorithm="c3", agents=None, rows=3, **algo):
         "agents": agents or {}, "workflow": {"name": "reasoner_actor", "max_new_tokens": {"Reasoner": 5, "Actor": 4}},
         "dataset": {"train": {"name": "gsm8k_train", "source": str(FIXTURES / "gsm8k_train.jsonl"), "limit": rows},
                     "eval": [{"name": "math500", "source": str(FIXTURES / "math500.jsonl"), "limit": 1}]},
-        "output": {"base_dir": str(tmp_path), "verbose": False, "plot": False, "save_model": False, "checkpoint_interval": 0},
+        "output": {"base_dir": str(tmp_path), "verbose": False, "plot": False, "save_model": False,
+                   "checkpoint_interval": 0},
         algorithm: section})
 
 
@@ -67,16 +68,18 @@ def test_closed_forms_of_the_schedules():
     assert lr_factor("linear", mid, total, warm, 0.0) == pytest.approx(0.5)
     assert lr_factor("constant", 50, total, warm) == 1.0
     s = LRSchedule(2e-6, total, "cosine", warmup_ratio=0.03, min_ratio=0.1)
-    assert s.warmup_steps == 3 and s.lr(0) == 0.0 and s.lr(3) == pytest.approx(2e-6) and s.lr(10**6) == pytest.approx(2e-7)
+    assert (s.warmup_steps == 3 and s.lr(0) == 0.0 and s.lr(3) == pytest.approx(2e-6)
+            and s.lr(10**6) == pytest.approx(2e-7))
 
 
 def test_cosine_schedule_on_a_real_run_follows_the_closed_form(tmp_path):
-    cfg = config(tmp_path, ppo_epochs=2, minibatch_size=2, lr_scheduler="cosine", lr_warmup_ratio=0.25, lr_min_ratio=0.1,
-                 agents={"learning_rate_scale": {"Reasoner": 0.5}})
+    cfg = config(tmp_path, ppo_epochs=2, minibatch_size=2, lr_scheduler="cosine", lr_warmup_ratio=0.25,
+                 lr_min_ratio=0.1, agents={"learning_rate_scale": {"Reasoner": 0.5}})
     trainer = build(tmp_path, cfg)
     _, wf, train, _ = prepare(cfg)
     expected = expected_budget(cfg, wf, train)["expected_optimizer_updates_per_agent"]
-    assert [s.total_steps for s in trainer.lr_schedulers] == expected == [3 * 2 * 1, 3 * 2 * 4]  # 2 Reasoner, 8 Actor messages
+    # 2 Reasoner, 8 Actor messages
+    assert [s.total_steps for s in trainer.lr_schedulers] == expected == [3 * 2 * 1, 3 * 2 * 4]
     seen = record_steps(trainer)
     trainer.train()
     for agent, base in enumerate((5e-4, 1e-3)):
@@ -86,8 +89,10 @@ def test_cosine_schedule_on_a_real_run_follows_the_closed_form(tmp_path):
         assert rates == pytest.approx(closed, rel=1e-12, abs=0)
         assert rates[0] == 0.0 and rates[warm] == pytest.approx(base)  # warm-up from 0, its end at the full rate
         mid = warm + (total - warm) // 2
-        assert rates[mid] == pytest.approx(base * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (mid - warm) / (total - warm)))))
-        assert rates[-1] == pytest.approx(base * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (total - 1 - warm) / (total - warm)))))
+        assert rates[mid] == pytest.approx(
+            base * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (mid - warm) / (total - warm)))))
+        assert rates[-1] == pytest.approx(
+            base * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (total - 1 - warm) / (total - warm)))))
         assert trainer.lr_schedulers[agent].steps == total
     logged = [row["train/agent1/lr"] for row in trainer.history if "train/agent1/lr" in row]
     assert logged[-1] == pytest.approx(seen[id(trainer.optimizers[1])][-1])
@@ -125,7 +130,8 @@ def test_adam_fields_reach_every_policy_optimizer(tmp_path):
     torch_default = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))]).defaults
     for opt in default.optimizers:
         g = opt.param_groups[0]
-        assert (g["betas"], g["eps"], g["weight_decay"]) == (torch_default["betas"], torch_default["eps"], torch_default["weight_decay"])
+        assert ((g["betas"], g["eps"], g["weight_decay"])
+                == (torch_default["betas"], torch_default["eps"], torch_default["weight_decay"]))
     paper = build(tmp_path, config(tmp_path, adam_beta1=0.9, adam_beta2=0.95, adam_eps=1e-6, weight_decay=0.0))
     for opt in paper.optimizers:
         g = opt.param_groups[0]
@@ -149,8 +155,8 @@ def hand_path_kl(trainer, rollout):
         e, total = rollout.entries[int(leaf)], 0.0
         while True:
             if e.kind == "decision":
-                ref, _ = sequence_logprobs(trainer.reference_models[e.agent], [e.prompt_ids], [e.token_ids], trainer._pad_id(e.agent),
-                                           trainer.agent_temperature[e.agent])
+                ref, _ = sequence_logprobs(trainer.reference_models[e.agent], [e.prompt_ids], [e.token_ids],
+                                           trainer._pad_id(e.agent), trainer.agent_temperature[e.agent])
                 d = ref[0, : len(e.token_ids)].detach().double() - torch.tensor(e.logprobs, dtype=torch.float64)
                 total += float((torch.exp(d) - d - 1).sum())
             if e.parent < 0:
@@ -163,7 +169,8 @@ def hand_path_kl(trainer, rollout):
 def test_kl_reward_subtracts_coef_times_the_path_kl_before_credit(tmp_path):
     cfg = config(tmp_path, kl_reward_coef=0.05, kl_reward_target=0.1, kl_reward_horizon=100, temperature=0.8)
     trainer = build(tmp_path, cfg)
-    assert trainer.reference_models[0] is not trainer.agents[0] and not any(p.requires_grad for p in trainer.reference_models[0].parameters())
+    assert (trainer.reference_models[0] is not trainer.agents[0]
+            and not any(p.requires_grad for p in trainer.reference_models[0].parameters()))
     perturbed_reference(trainer)
     rollout = trainer.collect([dict(trainer.train_dataset[0])])
     raw = rollout.rewards.copy()
@@ -171,13 +178,16 @@ def test_kl_reward_subtracts_coef_times_the_path_kl_before_credit(tmp_path):
     kl = hand_path_kl(trainer, rollout)
     assert kl.min() > 0
     np.testing.assert_allclose(rollout.rewards.reshape(-1), raw.reshape(-1) - 0.05 * kl, rtol=1e-6, atol=1e-8)
-    assert metrics["train/kl_reward_coef"] == 0.05 and metrics["train/kl_path_mean"] == pytest.approx(kl.mean(), rel=1e-6)
+    assert (metrics["train/kl_reward_coef"] == 0.05 and metrics["train/kl_path_mean"]
+            == pytest.approx(kl.mean(), rel=1e-6))
     err = float(np.clip(kl.mean() / 0.1 - 1, -0.2, 0.2))
     assert trainer.kl_controller.value == pytest.approx(0.05 * (1 + err * kl.size / 100))
 
     seen = []
     credit = trainer.compute_advantages
-    trainer.compute_advantages = lambda r: (seen.append((r.rewards.copy(), [e.reward for e in r.entries if e.reward is not None])), credit(r))[1]
+    trainer.compute_advantages = lambda r: (seen.append((r.rewards.copy(),
+                                                         [e.reward for e in r.entries if e.reward is not None])),
+                                            credit(r))[1]
     trainer.train()
     penalised, task = seen[0]
     assert (penalised.reshape(-1) < np.array(task)).all()  # credit saw R - coef * KL; the trace keeps the task reward
@@ -234,7 +244,8 @@ def test_shared_policy_is_one_module_one_optimizer_one_update(tmp_path, monkeypa
     before = [p.detach().clone() for p in trainer.agents[0].parameters()]
     trainer.train()
     assert calls == [2 + 8] * 3  # one update per batch on both roles' messages (tree [2, 4]: 2 Reasoner + 8 Actor)
-    assert len(steps) == 1 and len(steps[id(trainer.optimizers[0])]) == 3 * 2  # one step per PPO epoch, not one per role
+    # one step per PPO epoch, not one per role
+    assert len(steps) == 1 and len(steps[id(trainer.optimizers[0])]) == 3 * 2
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.agents[0].parameters()))
     keys = {k for row in trainer.history for k in row}
     assert "train/agent0/lr" in keys and not any(k.startswith("train/agent1/") for k in keys)
@@ -243,7 +254,8 @@ def test_shared_policy_is_one_module_one_optimizer_one_update(tmp_path, monkeypa
 def test_shared_policy_steps_and_refusals(tmp_path):
     cfg = config(tmp_path, agents={"policy": "shared"}, minibatch_size=4, lr_scheduler="linear")
     trainer = build(tmp_path, cfg, models=lambda tok: [tiny_model(tok, 0)] * 2)
-    assert trainer.lr_schedulers[0] is trainer.lr_schedulers[1] and trainer.lr_schedulers[0].total_steps == 3 * math.ceil(10 / 4)
+    assert (trainer.lr_schedulers[0] is trainer.lr_schedulers[1] and trainer.lr_schedulers[0].total_steps
+            == 3 * math.ceil(10 / 4))
     with pytest.raises(ConfigError, match="different learning rates"):
         config(tmp_path, agents={"policy": "shared", "learning_rate": {"Reasoner": 1e-4, "Actor": 2e-4}})
     with pytest.raises(ConfigError, match="freeze the one model"):

@@ -15,13 +15,22 @@ import pytest
 import torch
 from comlrl.trainers.preference.iterative import MADPOIterTrainer
 from comlrl.trainers.preference.madpo import MADPOTrainer
+
 from c3_plugin.core.loss import masked_sequence_log_prob
 from c3_plugin.core.protocol import Generation, encode_prompt
 from c3_plugin.core.structured import loss_mask_for
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
-from c3_plugin.trainers.preference import (MaskedPreferenceTensors, WorkflowMADPOConfig, WorkflowMADPOIterConfig,
-                                           WorkflowMADPOIterTrainer, WorkflowMADPOTrainer, WorkflowMARLHFConfig,
-                                           WorkflowMARLHFIterConfig, WorkflowMARLHFIterTrainer, WorkflowMARLHFTrainer)
+from c3_plugin.trainers.preference import (
+    MaskedPreferenceTensors,
+    WorkflowMADPOConfig,
+    WorkflowMADPOIterConfig,
+    WorkflowMADPOIterTrainer,
+    WorkflowMADPOTrainer,
+    WorkflowMARLHFConfig,
+    WorkflowMARLHFIterConfig,
+    WorkflowMARLHFIterTrainer,
+    WorkflowMARLHFTrainer,
+)
 from domains.travel import TravelConfig, eval_aggregator, eval_logger, make_grammar, normalise, prompt_fields, reward
 from domains.travel.prompts import workflows
 from tests.domains.test_travel_training import FIXTURE
@@ -35,7 +44,8 @@ WORKFLOW = workflows()["travel_planners"].with_templates({"Logistics": "{logisti
                                                           "Experience": "{experience_checklist}"})
 GRAMMAR = make_grammar(TravelConfig(max_value_tokens=256))  # scripted values are whole catalog names
 TOK = tiny_tokenizer()
-CLASSES = {"madpo": (WorkflowMADPOTrainer, WorkflowMADPOConfig), "marlhf": (WorkflowMARLHFTrainer, WorkflowMARLHFConfig),
+CLASSES = {"madpo": (WorkflowMADPOTrainer, WorkflowMADPOConfig),
+           "marlhf": (WorkflowMARLHFTrainer, WorkflowMARLHFConfig),
            "madpo_iter": (WorkflowMADPOIterTrainer, WorkflowMADPOIterConfig),
            "marlhf_iter": (WorkflowMARLHFIterTrainer, WorkflowMARLHFIterConfig)}
 
@@ -71,7 +81,8 @@ class ScriptedBackend:
     def _generation(skeleton, values):
         text = skeleton.render(values)[len(skeleton.prefill()):]
         ids = TOK(text, add_special_tokens=False)["input_ids"] + [TOK.eos_token_id]
-        return Generation(text=text, token_ids=ids, logprobs=[0.0] * len(ids), loss_mask=loss_mask_for(TOK, skeleton, ids))
+        return Generation(text=text, token_ids=ids, logprobs=[0.0] * len(ids),
+                          loss_mask=loss_mask_for(TOK, skeleton, ids))
 
     def generate(self, prompts, n, sampling):
         out = []
@@ -85,8 +96,9 @@ class ScriptedBackend:
 
 def tiny_fields(name, **fields):
     """Config values for a tiny, fast preference run of algorithm ``name`` (CPU, 4 candidates, 2 pairs)."""
-    base = dict(agent_devices="cpu", eval_num_samples=1, eval_batch_size=1, eval_interval=0, preference_num_candidates=4,
-                preference_pairs_per_sample=2, num_train_epochs=1, agent_learning_rate=1e-3, logging_steps=1)
+    base = dict(agent_devices="cpu", eval_num_samples=1, eval_batch_size=1, eval_interval=0,
+                preference_num_candidates=4, preference_pairs_per_sample=2, num_train_epochs=1,
+                agent_learning_rate=1e-3, logging_steps=1)
     if "marlhf" in name:
         base.update(num_generations=2, reward_num_train_epochs=1, rollout_buffer_size=1)
     if "iter" in name:
@@ -125,8 +137,10 @@ def test_defaults_follow_the_travel_schedule():
     assert (marlhf_iter.num_iterations, marlhf_iter.num_train_epochs, marlhf_iter.num_generations) == (6, 3, 4)
     assert (madpo_iter.num_iterations, madpo_iter.num_train_epochs, madpo_iter.preference_pairs_per_sample) == (6, 1, 6)
     for it in (madpo_iter, marlhf_iter):
-        assert (it.preference_num_candidates, it.comparator_num_candidates, it.comparator_policy) == (20, 20, "current_copy")
-        assert (it.preference_replay_mode, it.preference_replay_lambda, it.log_reward_distribution) == ("lambda_decay", 0.8, True)
+        assert (it.preference_num_candidates, it.comparator_num_candidates,
+                it.comparator_policy) == (20, 20, "current_copy")
+        assert (it.preference_replay_mode, it.preference_replay_lambda,
+                it.log_reward_distribution) == ("lambda_decay", 0.8, True)
     with pytest.raises(ValueError, match="api"):
         WorkflowMADPOIterConfig(comparator_policy="api", comparator_api_url="http://x")
     with pytest.raises(ValueError, match="task reward"):
@@ -171,8 +185,8 @@ def test_masked_final_token_likelihood_equals_a_plain_loop(tmp_path):
             got = tr._sequence_log_prob(0, prompt, completion, mask)
             assert math.isclose(float(got), want, rel_tol=1e-5, abs_tol=1e-5), (aggregation, float(got), want)
         # CoMLRL's decentralized likelihood drops the final token (and the EOS when pad == eos); ours does not
-        assert not math.isclose(float(MADPOTrainer._sequence_log_prob(tr, 0, prompt, completion)), float(per_token.sum()),
-                                abs_tol=1e-4)
+        assert not math.isclose(float(MADPOTrainer._sequence_log_prob(tr, 0, prompt, completion)),
+                                float(per_token.sum()), abs_tol=1e-4)
         unmasked = masked_sequence_log_prob(model, prompt, completion, None, "token_sum")
         assert math.isclose(float(unmasked), float(per_token.sum()), rel_tol=1e-5, abs_tol=1e-5)
 
@@ -192,14 +206,18 @@ def test_replay_records_round_trip_exact_ids_and_masks_and_reject_other_kinds(tm
         record = json.loads(json.dumps(tr._preference_pair_to_record(pair)))
         assert record["joint"] is False
         back = tr._preference_pair_from_record(record)
-        for a, (t, u) in enumerate(zip(pair.agent_tensors, back.agent_tensors)):
-            for name in ("prompt_input_ids", "winner_completion_ids", "loser_completion_ids", "winner_loss_mask", "loser_loss_mask"):
+        for t, u in zip(pair.agent_tensors, back.agent_tensors):
+            for name in ("prompt_input_ids", "winner_completion_ids", "loser_completion_ids", "winner_loss_mask",
+                         "loser_loss_mask"):
                 assert torch.equal(getattr(t, name), getattr(u, name)), name
             # comparator and current candidates alike keep their generated ids (no re-tokenization from text)
-            assert tuple(t.winner_completion_ids.tolist()) in backend_ids and tuple(t.loser_completion_ids.tolist()) in backend_ids
-            assert t.winner_completion_ids[-1] == TOK.eos_token_id and 0 < int(t.winner_loss_mask.sum()) < len(t.winner_loss_mask)
-        assert (back.prompts, back.winner_completions, back.loser_completions) == (pair.prompts, pair.winner_completions,
-                                                                                   pair.loser_completions)
+            assert (tuple(t.winner_completion_ids.tolist()) in backend_ids
+                    and tuple(t.loser_completion_ids.tolist()) in backend_ids)
+            assert (t.winner_completion_ids[-1] == TOK.eos_token_id
+                    and 0 < int(t.winner_loss_mask.sum()) < len(t.winner_loss_mask))
+        assert (back.prompts, back.winner_completions,
+                back.loser_completions) == (pair.prompts, pair.winner_completions,
+                                            pair.loser_completions)
         assert (back.target_raw_reward, back.comparator_raw_reward, back.raw_rewards) == (
             pair.target_raw_reward, pair.comparator_raw_reward, pair.raw_rewards)
     record = tr._preference_pair_to_record(pairs[0])
@@ -218,7 +236,8 @@ def test_ties_give_no_pair():
 
 @pytest.mark.parametrize("name", ["madpo", "madpo_iter"])
 def test_an_all_tied_run_raises(tmp_path, name):
-    tr = make_trainer(name, tmp_path, constant=True, num_iterations=2) if "iter" in name else make_trainer(name, tmp_path, constant=True)
+    tr = make_trainer(name, tmp_path, constant=True,
+                      num_iterations=2) if "iter" in name else make_trainer(name, tmp_path, constant=True)
     before = weights(tr)
     with pytest.raises(RuntimeError, match="no preference pair.*tied on the task reward"):
         tr.train()
@@ -251,7 +270,8 @@ def test_streamed_joint_dpo_gradients_equal_the_batched_loss(tmp_path, monkeypat
     monkeypatch.setattr(tr, "_agent_logprob_delta", delta)
     monkeypatch.setattr(torch.Tensor, "backward", backward)
     for a in range(2):
-        monkeypatch.setattr(tr.optimizers[a], "step", lambda a=a: streamed.__setitem__(a, [p.grad.clone() for p in tr.agents[a].parameters()]))
+        monkeypatch.setattr(tr.optimizers[a], "step",
+                            lambda a=a: streamed.__setitem__(a, [p.grad.clone() for p in tr.agents[a].parameters()]))
     metrics = tr._update_from_preference_batch(batch)
     graphs = [e for e in events if e != "detached"]
     assert graphs == ["graph", "backward"] * 6  # one live winner/loser graph at a time, 2 agents x 3 pairs
@@ -288,7 +308,8 @@ def test_reward_model_reads_complete_joint_texts_without_a_vocabulary_head(tmp_p
     assert not any(isinstance(m, torch.nn.Linear) and m.out_features == vocab for m in rm.modules())
     assert not hasattr(rm.backbone, "lm_head") and rm.reward_head.out_features == 1
     lengths = []
-    rm.register_forward_pre_hook(lambda mod, args, kw: lengths.extend(kw["attention_mask"].sum(-1).tolist()), with_kwargs=True)
+    rm.register_forward_pre_hook(lambda mod, args, kw: lengths.extend(kw["attention_mask"].sum(-1).tolist()),
+                                 with_kwargs=True)
     tr._train_reward_model(pairs)
     assert tr.reward_optimizer is None and not rm.training and not tr._actors_offloaded
     assert seen and all(offloaded for _, offloaded in seen)
@@ -329,7 +350,8 @@ def test_marlhf_trains_end_to_end_with_masked_online_magrpo(tmp_path, monkeypatc
     tr.train()
     assert tr.env_step == 2 * 2  # one epoch: 2 prompts x 2 joint rollouts
     assert tr.reward_model is not None and tr.reward_optimizer is None
-    assert used_masks and all(m is not None and 0 < sum(m) < len(m) for m in used_masks)  # skeleton masks in the PG loss
+    # skeleton masks in the PG loss
+    assert used_masks and all(m is not None and 0 < sum(m) < len(m) for m in used_masks)
     keys = {k for h in history(tr) for k in h}
     assert {"turn_1/reward_mean", "train/reward_model_loss"} <= keys
     assert all(not torch.equal(a, b) for a, b in zip(before, weights(tr)))
@@ -343,9 +365,11 @@ def test_iterative_refresh_writes_replay_distributions_and_iter_metrics(tmp_path
     run = tr.run_dir
     for it in (1, 2):
         shard = json.loads((run / "preference_replay" / f"iteration_{it:04d}.json").read_text())
-        assert shard["num_pairs"] > 0 and all(r["joint"] is False and len(r["agent_tokens"]) == 2 for r in shard["pairs"])
+        assert shard["num_pairs"] > 0 and all(r["joint"] is False and len(r["agent_tokens"])
+                                              == 2 for r in shard["pairs"])
         dist = json.loads((run / "reward_distributions" / f"iteration_{it:04d}.json").read_text())
-        assert dist["candidate"]["target"]["sample_count"] == 2 * 4 and dist["candidate"]["comparator"]["sample_count"] == 2 * 4
+        assert (dist["candidate"]["target"]["sample_count"] == 2 * 4
+                and dist["candidate"]["comparator"]["sample_count"] == 2 * 4)
         assert (dist["reward_min"], dist["reward_max"], dist["num_bins"]) == (-0.25, 1.0, 16)
     iters = [h for h in history(tr) if "iter/current_iteration" in h]
     assert [h["iter/current_iteration"] for h in iters] == [1.0, 2.0]
@@ -371,7 +395,8 @@ def test_encode_values_gives_the_exact_ids_and_value_masks_of_a_rendered_action(
     for k, v in enumerate(values):
         seg = sk.between(k) if k < len(values) - 1 else sk.closing()
         expected += [1] * len(TOK(v, add_special_tokens=False)["input_ids"]) + [1]  # value tokens and the chosen close
-        expected += [0] * (len(TOK(seg, add_special_tokens=False)["input_ids"]) + (k == len(values) - 1))  # forced (+EOS)
+        # forced (+EOS)
+        expected += [0] * (len(TOK(seg, add_special_tokens=False)["input_ids"]) + (k == len(values) - 1))
     assert mask == expected
     for bad in ('say "hi"', "back\\slash", "new\nline"):
         with pytest.raises(ValueError):

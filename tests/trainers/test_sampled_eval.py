@@ -13,11 +13,11 @@ from datasets import Dataset
 
 from c3_plugin.core.config import load_config
 from c3_plugin.core.plan import parse_plan
-from c3_plugin.run.report import eval_metrics
 from c3_plugin.core.rewards import batched
-from c3_plugin.run.train import build_trainer
 from c3_plugin.run.dry_run import prepare
+from c3_plugin.run.report import eval_metrics
 from c3_plugin.run.testing import experiment_config, tiny_model, tiny_tokenizer
+from c3_plugin.run.train import build_trainer
 from c3_plugin.trainers import C3Config, C3Trainer
 from domains.math import data as dm
 from domains.math import default_eval_logger, eval_aggregator, math_workflow
@@ -84,7 +84,8 @@ def eval_rows(sampled=True):
     for i, c in enumerate([0, 1, 3, 4]):
         rows.append({"id": f"s-{i}", "prompt": f"q{i}", "question": f"q{i}", "answer": "1", "datasource": "s",
                      "target": [0.0, 0.5, 1.0, 0.25][i], "c": c, **dm.sampling_columns(
-                         {"name": "s", **({"num_samples": 4, "temperature": 0.7, "pass_k": [2, 4]} if sampled else {})})})
+                         {"name": "s",
+                          **({"num_samples": 4, "temperature": 0.7, "pass_k": [2, 4]} if sampled else {})})})
     for i in range(2):
         rows.append({"id": f"g-{i}", "prompt": f"w{i}", "question": f"w{i}", "answer": "1", "datasource": "g",
                      "target": float(i), "c": 0, **dm.sampling_columns({"name": "g"})})
@@ -93,10 +94,13 @@ def eval_rows(sampled=True):
 
 def trainer(evals, seen=None, batch=4, logger=None):
     tok = tiny_tokenizer()
-    train = Dataset.from_list([{"id": f"p{i}", "prompt": f"t{i}", "question": f"t{i}", "answer": "1", "target": 0.0} for i in range(2)])
-    args = experiment_config(C3Config, num_train_epochs=1, max_new_tokens=4, instances_per_update=2, agent_devices="cpu", eval_batch_size=batch)
-    tr = C3Trainer(agents=[tiny_model(tok, 0), tiny_model(tok, 1)], tokenizer=tok, reward_func=target_reward, train_dataset=train,
-                   eval_dataset=Dataset.from_list(evals), eval_logger=logger or controlled_logger(seen if seen is not None else []),
+    train = Dataset.from_list([{"id": f"p{i}", "prompt": f"t{i}", "question": f"t{i}", "answer": "1", "target": 0.0}
+                               for i in range(2)])
+    args = experiment_config(C3Config, num_train_epochs=1, max_new_tokens=4, instances_per_update=2,
+                             agent_devices="cpu", eval_batch_size=batch)
+    tr = C3Trainer(agents=[tiny_model(tok, 0), tiny_model(tok, 1)], tokenizer=tok, reward_func=target_reward,
+                   train_dataset=train, eval_dataset=Dataset.from_list(evals), eval_logger=logger
+                   or controlled_logger(seen if seen is not None else []),
                    eval_aggregator=eval_aggregator, args=args, workflow=math_workflow("reasoner_actor"))
     tr.verbose = False
     return tr
@@ -106,7 +110,8 @@ def test_sampled_suite_logs_avg_and_pass_at_k_against_a_hand_computation(monkeyp
     seen, calls = [], []
     tr = trainer(eval_rows(), seen)
     collect = tr.collect
-    monkeypatch.setattr(tr, "collect", lambda items, **kw: calls.append((len(items), {k: v for k, v in kw.items() if k != "tick"}))
+    monkeypatch.setattr(tr, "collect", lambda items, **kw: calls.append((len(items),
+                                                                         {k: v for k, v in kw.items() if k != "tick"}))
                         or collect(items, **kw))  # tick: the progress bar's
     state = torch.random.get_rng_state()
     out = tr.evaluate()
@@ -125,7 +130,8 @@ def test_sampled_suite_logs_avg_and_pass_at_k_against_a_hand_computation(monkeyp
     # decoding: the sampled suite as `independent 4` at the suite's temperature, 4 // 4 = 1 item per batch
     sampled_calls = [kw for n, kw in calls if kw.get("sampling") is not None]
     assert len(sampled_calls) == 4 and all(n == 1 for n, kw in calls if kw.get("sampling") is not None)
-    assert all(kw["plan"] == parse_plan("independent 4") and kw["sampling"].temperature == 0.7 and not kw["sampling"].greedy
+    assert all(kw["plan"] == parse_plan("independent 4") and kw["sampling"].temperature == 0.7
+               and not kw["sampling"].greedy
                for kw in sampled_calls)
     greedy_calls = [(n, kw) for n, kw in calls if kw.get("sampling") is None]
     assert greedy_calls == [(2, {"plan": parse_plan({"tree": [1, 1]}), "greedy": True})]
@@ -167,11 +173,13 @@ def test_greedy_evaluation_is_unchanged(batch):
     assert torch.equal(state, torch.random.get_rng_state())
     expected = old_greedy_evaluate(tr)
     assert {k: v for k, v in out.items() if k != "env_step" and not k.startswith("eval/turn_")} == expected
-    assert out["eval/turn_1/reward_mean"] == out["eval/turn_1/expected_return"] == pytest.approx(expected["eval/reward_mean"])
+    assert (out["eval/turn_1/reward_mean"] == out["eval/turn_1/expected_return"]
+            == pytest.approx(expected["eval/reward_mean"]))
     assert not any("@" in k for k in out)
     # a greedy suite beside a sampled one keeps its metrics
     mixed = trainer(eval_rows(sampled=True), batch=batch, logger=default_eval_logger).evaluate()
-    assert {k: v for k, v in mixed.items() if k.startswith("eval/g/")} == {k: v for k, v in out.items() if k.startswith("eval/g/")}
+    assert {k: v for k, v in mixed.items()
+            if k.startswith("eval/g/")} == {k: v for k, v in out.items() if k.startswith("eval/g/")}
 
 
 def test_eval_bar_moves_with_each_decision_step_of_a_batch(capsys):
@@ -190,7 +198,8 @@ def test_eval_bar_moves_with_each_decision_step_of_a_batch(capsys):
     tr.verbose = True
     tr.evaluate()
     err = capsys.readouterr().err
-    assert all(f"{x:.1f}/6" in err for x in (0.5, 1.0, 3.5, 4.0, 5.0, 6.0)), err  # 4 sampled items alone, then 2 greedy ones
+    # 4 sampled items alone, then 2 greedy ones
+    assert all(f"{x:.1f}/6" in err for x in (0.5, 1.0, 3.5, 4.0, 5.0, 6.0)), err
     tr.verbose = False
     tr.evaluate()
     assert capsys.readouterr().err == ""  # output.verbose: false draws nothing
@@ -200,12 +209,15 @@ def test_sampled_suites_from_the_config_through_the_math_domain(tmp_path):
     """The run path: suites from dataset.eval, the math domain's own logger; the Actor's prefill boxes the
     answer, so items whose gold is 7 are right on every decode and those whose gold is 8 never."""
     path = tmp_path / "sevens.jsonl"
-    path.write_text("".join(json.dumps({"problem": f"q{i}", "answer": "7" if i % 2 == 0 else "8"}) + "\n" for i in range(4)))
-    aime = [{"name": n, "suite": "aime", "source": str(FIXTURES / f"{n}.jsonl"), "limit": 1, "num_samples": 2, "temperature": 0.9}
+    path.write_text("".join(json.dumps({"problem": f"q{i}", "answer": "7" if i % 2 == 0 else "8"})
+                            + "\n" for i in range(4)))
+    aime = [{"name": n, "suite": "aime", "source": str(FIXTURES / f"{n}.jsonl"), "limit": 1, "num_samples": 2,
+             "temperature": 0.9}
             for n in ("aime24", "aime25")]
     cfg = load_config(data={
         "algorithm": "c3", "domain": "math", "agent_model": {"name": "tiny", "device": "cpu"},
-        "workflow": {"name": "reasoner_actor", "prefix": {"Actor": "\\boxed{7} "}, "max_new_tokens": {"Reasoner": 3, "Actor": 3}},
+        "workflow": {"name": "reasoner_actor", "prefix": {"Actor": "\\boxed{7} "},
+                     "max_new_tokens": {"Reasoner": 3, "Actor": 3}},
         "dataset": {"train": {"name": "t", "source": "synthetic", "size": 2},
                     "eval": [{"name": "sevens", "source": str(path), "num_samples": 3, "top_p": 0.9, "pass_k": [1, 3]},
                              {"name": "math500", "source": str(FIXTURES / "math500.jsonl"), "limit": 2}, *aime]},
@@ -240,7 +252,8 @@ def test_bad_sampling_settings_are_refused(spec, fragment):
 def test_one_suite_decodes_one_way_and_ids_stay_unique():
     a = {"name": "aime24", "suite": "aime", "source": str(FIXTURES / "aime24.jsonl"), "num_samples": 16}
     with pytest.raises(dm.DatasetError, match="suite 'aime' decode differently"):
-        dm.load_datasets({"eval": [a, {**a, "name": "aime25", "source": str(FIXTURES / "aime25.jsonl"), "num_samples": 4}]})
+        dm.load_datasets({"eval": [a, {**a, "name": "aime25", "source": str(FIXTURES / "aime25.jsonl"),
+                                       "num_samples": 4}]})
     with pytest.raises(dm.DatasetError, match="occur more than once"):
         dm.load_datasets({"eval": [{"name": "m", "source": str(FIXTURES / "math500.jsonl")}] * 2})
     _, ev = dm.load_datasets({"eval": [a, {**a, "name": "aime25", "source": str(FIXTURES / "aime25.jsonl")}]})

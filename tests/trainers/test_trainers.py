@@ -14,11 +14,11 @@ from c3_plugin.core import registry
 from c3_plugin.core.config import load_config
 from c3_plugin.core.credit import group_advantages, tree_advantages
 from c3_plugin.core.rewards import batched
-from c3_plugin.run.train import build_trainer, train
-from c3_plugin.run.folder import latest_checkpoint
-from c3_plugin.run.dry_run import prepare
 from c3_plugin.run.budget import expected_budget
+from c3_plugin.run.dry_run import prepare
+from c3_plugin.run.folder import latest_checkpoint
 from c3_plugin.run.testing import experiment_config, tiny_model, tiny_tokenizer
+from c3_plugin.run.train import build_trainer, train
 from c3_plugin.trainers import C3Config, C3Trainer, MAPPOConfig, MAPPOTrainer, WorkflowMAGRPOTrainer
 from c3_plugin.trainers.mappo import gae
 
@@ -48,15 +48,17 @@ def template_trainer(tmp_path, algorithm: str, plan: str, rows: int):
     """A trainer of ``algorithm`` on the template domain's echo_pair workflow with tiny models, built by the
     run path (``prepare`` + ``build_trainer``); returns ``(trainer, workflow, train rows)``."""
     from c3_plugin.core.config import load_config
-    from c3_plugin.run.train import build_trainer
     from c3_plugin.run.dry_run import prepare
+    from c3_plugin.run.train import build_trainer
 
     cfg = load_config(data={"algorithm": algorithm, "domain": "template", "workflow": {"name": "echo_pair"},
-                            "dataset": {"train": {"size": rows}}, "output": {"base_dir": str(tmp_path), "verbose": False},
+                            "dataset": {"train": {"size": rows}},
+                            "output": {"base_dir": str(tmp_path), "verbose": False},
                             algorithm: {"num_train_epochs": 1, "max_new_tokens": 3, "plan": plan}})
     domain, wf, train, evals = prepare(cfg)
     tok = tiny_tokenizer()
-    return build_trainer(cfg, domain, wf, train, evals, tmp_path, [tiny_model(tok, 0), tiny_model(tok, 1)], tok), wf, train
+    return build_trainer(cfg, domain, wf, train, evals, tmp_path, [tiny_model(tok, 0), tiny_model(tok, 1)],
+                         tok), wf, train
 
 
 def tiny_team(n=2):
@@ -67,7 +69,7 @@ def tiny_team(n=2):
 def test_trainers_extend_comlrl_and_keep_its_constructor():
     assert issubclass(C3Trainer, MAGRPOTrainer) and issubclass(C3Config, MAGRPOConfig)
     ours = inspect.signature(C3Trainer.__init__).parameters
-    for name, param in inspect.signature(MAGRPOTrainer.__init__).parameters.items():
+    for name in inspect.signature(MAGRPOTrainer.__init__).parameters:
         assert name in ours, name
     assert {"workflow", "plan"} <= set(ours)
     for name in ("c3", "magrpo", "mappo"):
@@ -86,7 +88,8 @@ def test_config_field_docs_and_validation():
     assert "# C3 needs groups" in src
     with pytest.raises(ValueError, match="advantage_scaling"):
         C3Config(advantage_scaling="zscore")
-    assert C3Config(advantage_normalization=True).advantage_scaling == "batch_scale"  # CoMLRL's flag, keeping leave-one-out
+    # CoMLRL's flag, keeping leave-one-out
+    assert C3Config(advantage_normalization=True).advantage_scaling == "batch_scale"
     with pytest.raises(ValueError, match="not 'independent B'"):
         MAPPOConfig(plan="tree [2, 4]")
 
@@ -103,7 +106,7 @@ def test_each_algorithm_trains_through_the_run_path(tmp_path, algorithm):
     assert summary["env_steps"] == budget["expected_env_steps"] == 6 * 8
     assert summary["totals"]["messages"] == budget["expected_messages"]
     run = Path(summary["run_dir"])
-    history = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    history = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     train_rows = [h for h in history if "train/update_step" in h]
     assert len(train_rows) == budget["rollout_batches"] == 2
     steps = [sum(h.get(f"train/agent{a}/optimizer_steps") or 0 for h in train_rows) for a in range(2)]
@@ -115,14 +118,17 @@ def test_each_algorithm_trains_through_the_run_path(tmp_path, algorithm):
         assert (run / f).exists(), f
     assert (run / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
     recorded = json.loads((run / "config.json").read_text())[algorithm]  # the settled config is what ran
-    assert recorded == json.loads(json.dumps(dataclasses.asdict(cfg.algo), default=str)) and recorded["agent_devices"] == "cpu"
+    assert (recorded == json.loads(json.dumps(dataclasses.asdict(cfg.algo), default=str))
+            and recorded["agent_devices"] == "cpu")
 
 
 def make_trainer(cls, plan=None, workflow="reasoner_actor", **cfg):
     models, tok = tiny_team()
     ds = Dataset.from_list([{"id": f"p{i}", "prompt": f"q{i}", "question": f"q{i}", "answer": "1"} for i in range(4)])
-    args = experiment_config(cls.default_config_cls, num_train_epochs=1, max_new_tokens=5, instances_per_update=4, agent_devices="cpu", **cfg)
-    tr = cls(agents=models, tokenizer=tok, reward_func=parity_reward, train_dataset=ds, args=args, plan=plan, workflow=workflow)
+    args = experiment_config(cls.default_config_cls, num_train_epochs=1, max_new_tokens=5, instances_per_update=4,
+                             agent_devices="cpu", **cfg)
+    tr = cls(agents=models, tokenizer=tok, reward_func=parity_reward, train_dataset=ds, args=args, plan=plan,
+             workflow=workflow)
     tr.verbose = False
     return tr, ds
 
@@ -145,7 +151,7 @@ def test_magrpo_broadcasts_one_run_score_to_every_decision():
     ro = tr.collect([dict(r) for r in ds])
     credited = tr.compute_advantages(ro)
     runs = group_advantages(ro.rewards.reshape(4, 8), "mean").reshape(-1)
-    for idx, adv in credited:
+    for _idx, adv in credited:
         np.testing.assert_allclose(adv, runs)
     # the Actor of run r continues the Reasoner of run r
     r_nodes = [ro.entries[i] for i in credited[0][0]]
@@ -160,10 +166,10 @@ def test_gae_matches_a_plain_loop():
     for r in range(5):
         for u in range(3):
             total = 0.0
-            for l in range(u, 3):
-                v_next = values[r, l + 1] if l + 1 < 3 else 0.0
-                delta = (rewards[r] if l == 2 else 0.0) + 0.9 * v_next - values[r, l]
-                total += (0.9 * 0.8) ** (l - u) * delta
+            for t in range(u, 3):
+                v_next = values[r, t + 1] if t + 1 < 3 else 0.0
+                delta = (rewards[r] if t == 2 else 0.0) + 0.9 * v_next - values[r, t]
+                total += (0.9 * 0.8) ** (t - u) * delta
             assert adv[r, u] == pytest.approx(total)
     np.testing.assert_allclose(ret, adv + values)
     # lambda = 1, gamma = 1: the advantage is the terminal reward minus the value
@@ -191,9 +197,10 @@ def test_lora_adapters_one_per_role(tmp_path):
     peft_model = get_peft_model(base, cfg, adapter_name="agent0")
     peft_model.add_adapter("agent1", cfg)
     ds = Dataset.from_list([{"id": f"p{i}", "prompt": f"q{i}", "question": f"q{i}", "answer": "1"} for i in range(4)])
-    args = experiment_config(C3Config, num_train_epochs=1, max_new_tokens=4, instances_per_update=4, agent_devices="cpu", agent_learning_rate=1e-2)
-    tr = C3Trainer(agents=[peft_model, peft_model], tokenizer=tok, reward_func=parity_reward, train_dataset=ds, args=args,
-                   lora_adapters=True, workflow="reasoner_actor")
+    args = experiment_config(C3Config, num_train_epochs=1, max_new_tokens=4, instances_per_update=4,
+                             agent_devices="cpu", agent_learning_rate=1e-2)
+    tr = C3Trainer(agents=[peft_model, peft_model], tokenizer=tok, reward_func=parity_reward, train_dataset=ds,
+                   args=args, lora_adapters=True, workflow="reasoner_actor")
     tr.verbose = False
     ids0 = {id(p) for g in tr.optimizers[0].param_groups for p in g["params"]}
     ids1 = {id(p) for g in tr.optimizers[1].param_groups for p in g["params"]}
@@ -216,7 +223,8 @@ def test_template_domain_runs_the_contract(tmp_path):
     from c3_plugin.run.dry_run import dry_run_report
 
     report = dry_run_report(cfg)
-    assert report["probe_reward"] == 1.0 and report["expected_env_steps"] == 8 * 8 and report["eval_rows"] == {"echo": 4}
+    assert (report["probe_reward"] == 1.0 and report["expected_env_steps"] == 8 * 8
+            and report["eval_rows"] == {"echo": 4})
     summary = train(cfg, *tiny_team())
     assert summary["env_steps"] == 64 and "eval/echo/accuracy" in summary["eval_after"]
 
@@ -303,8 +311,8 @@ def test_comlrl_magrpo_trains_with_the_math_domain():
     ds = Dataset.from_list([{"prompt": "What is 1+1?", "question": "What is 1+1?", "answer": "2"}])
     args = MAGRPOConfig(num_train_epochs=1, num_turns=1, num_generations=2, max_new_tokens=4, agent_devices="cpu",
                         eval_interval=0, rollout_buffer_size=1)
-    trainer = MAGRPOTrainer(agents=models, tokenizer=tok, num_agents=2, reward_func=DOMAIN.make_reward(None), formatters=DOMAIN.formatters(wf),
-                            train_dataset=ds, args=args)
+    trainer = MAGRPOTrainer(agents=models, tokenizer=tok, num_agents=2, reward_func=DOMAIN.make_reward(None),
+                            formatters=DOMAIN.formatters(wf), train_dataset=ds, args=args)
     trainer.verbose = False
     before = [p.detach().clone() for p in models[0].parameters()]
     trainer.train()
@@ -347,11 +355,12 @@ def test_training_bar_shows_the_phase_env_steps_reward_and_loss(capsys):
     tr.train()
     err = capsys.readouterr().err
     assert "Epoch 1/1" in err
-    for fragment in ("phase=queue 3/4", "phase=rollout 1/2", "phase=credit", "phase=update", "env_step=16", "reward=", "loss="):
+    for fragment in ("phase=queue 3/4", "phase=rollout 1/2", "phase=credit", "phase=update", "env_step=16", "reward=",
+                     "loss="):
         assert fragment in err, fragment
     phases = [s["phase"] for s in shown]
-    assert phases == ["queue 1/4", "queue 2/4", "queue 3/4", "rollout 0/2", "rollout 1/2", "rollout 2/2", "credit", "update",
-                      "queue 0/4"]
+    assert phases == ["queue 1/4", "queue 2/4", "queue 3/4", "rollout 0/2", "rollout 1/2", "rollout 2/2", "credit",
+                      "update", "queue 0/4"]
     last = shown[-1]
     assert last["env_step"] == 16 and last["reward"] == tr.history[-1]["train/reward_mean"]
     assert last["loss"] == tr.history[-1]["train/loss"]

@@ -10,8 +10,8 @@ import torch
 from datasets import Dataset
 
 from c3_plugin.core.credit import loo_advantages_batch, tree_advantages, value_assisted_advantages
-from c3_plugin.scale.precision import compute_dtype_of
 from c3_plugin.run.testing import experiment_config, tiny_model, tiny_tokenizer
+from c3_plugin.scale.precision import compute_dtype_of
 from c3_plugin.trainers import C3Config, C3Trainer
 
 
@@ -85,12 +85,14 @@ def parity_reward(*completions, batch_items=None, prompts=None):
 
 def make_trainer(rows=4, **cfg):
     tok = tiny_tokenizer()
-    ds = Dataset.from_list([{"id": f"p{i}", "prompt": f"q{i}", "question": f"q{i}", "answer": "1"} for i in range(rows)])
-    args = experiment_config(C3Config, num_train_epochs=1, max_new_tokens=5, instances_per_update=2, agent_devices="cpu", **cfg)
+    ds = (Dataset.from_list([{"id": f"p{i}", "prompt": f"q{i}", "question": f"q{i}", "answer": "1"}
+                             for i in range(rows)]))
+    args = experiment_config(C3Config, num_train_epochs=1, max_new_tokens=5, instances_per_update=2,
+                             agent_devices="cpu", **cfg)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tree [2, 4]: the +-1 warning of the 2-alternative Reasoner groups
-        tr = C3Trainer(agents=[tiny_model(tok, seed=0), tiny_model(tok, seed=1)], tokenizer=tok, reward_func=parity_reward,
-                       train_dataset=ds, args=args, workflow="reasoner_actor")
+        tr = C3Trainer(agents=[tiny_model(tok, seed=0), tiny_model(tok, seed=1)], tokenizer=tok,
+                       reward_func=parity_reward, train_dataset=ds, args=args, workflow="reasoner_actor")
     tr.verbose = False
     return tr, ds
 
@@ -119,17 +121,19 @@ def test_value_assisted_credits_with_the_critic_and_trains_it():
     q = tr.q_critic.predict(states, 8)
     credited = tr.compute_advantages(ro)
     sizes = [len(ts) for _, _, ts in inputs]
-    for (idx, adv), (idx2, returns, ts), qs in zip(credited, inputs, np.split(q, np.cumsum(sizes)[:-1])):
+    for (idx, adv), (idx2, returns, _ts), qs in zip(credited, inputs, np.split(q, np.cumsum(sizes)[:-1])):
         assert np.array_equal(idx, idx2)
-        assert adv == pytest.approx(value_assisted_advantages(returns, qs.reshape(returns.shape[:2]), 1.0).reshape(-1), abs=1e-9)
+        assert adv == pytest.approx(value_assisted_advantages(returns, qs.reshape(returns.shape[:2]), 1.0).reshape(-1),
+                                    abs=1e-9)
     # the critic's fit on a fixed batch: the loss goes down over a few steps
     batch_states, targets = tr._q_batch
     assert len(batch_states) == len(targets) == sum(sizes)  # every alternative, its mean continuation return
-    losses = [float(np.mean(tr.q_critic.fit(batch_states, targets, 1, np.random.default_rng(0), 8, 1.0))) for _ in range(6)]
+    losses = [float(np.mean(tr.q_critic.fit(batch_states, targets, 1, np.random.default_rng(0), 8, 1.0)))
+              for _ in range(6)]
     assert losses[-1] < losses[0], losses
     metrics = tr.update_q_critic()
-    assert {"train/q_critic_loss", "train/q_critic_value_mean", "train/q_critic_target_mean", "train/q_critic_rank_corr",
-            "train/q_critic_warmup"} <= set(metrics)
+    assert {"train/q_critic_loss", "train/q_critic_value_mean", "train/q_critic_target_mean",
+            "train/q_critic_rank_corr", "train/q_critic_warmup"} <= set(metrics)
     assert metrics["train/q_critic_warmup"] == 0.0 and np.isfinite(metrics["train/q_critic_loss"])
     assert tr._q_batch is None  # consumed: a rank without instances next batch does not refit this one
 
@@ -159,7 +163,8 @@ def test_a_short_value_assisted_run_trains_critic_and_policies_and_resumes_the_c
     assert ckpt is not None  # CoMLRL saves critics[0] and critic_optimizer with the agents
     resumed, _ = make_trainer(credit="value_assisted", allow_estimator_change=True, q_critic_learning_rate=1e-3, q_critic_max_tokens=32)
     assert not torch.equal(resumed.q_critic.module.head.weight, tr.q_critic.module.head.weight)
-    resumed.train(checkpoint_dir=str(tmp_path / "ckpt"), resume_from_checkpoint=str(ckpt))  # resumes at the end: no new batch
+    # resumes at the end: no new batch
+    resumed.train(checkpoint_dir=str(tmp_path / "ckpt"), resume_from_checkpoint=str(ckpt))
     assert resumed.update_step == tr.update_step
     for a, b in zip(resumed.q_critic.module.state_dict().values(), tr.q_critic.module.state_dict().values()):
         assert torch.equal(a, b)
@@ -180,7 +185,7 @@ def test_value_assisted_through_the_run_path_logs_the_critic(tmp_path):
     models, tok = tiny_team()
     with pytest.warns(UserWarning, match="2 alternatives"):
         summary = train(cfg, models=models, tokenizer=tok)
-    rows = [json.loads(l) for l in (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
     rows = [r for r in rows if "train/update_step" in r]
     assert len(rows) == 2 and [r["train/q_critic_warmup"] for r in rows] == [1.0, 0.0]
     assert all(np.isfinite(r["train/q_critic_loss"]) and "train/agent1/optimizer_steps" in r for r in rows)
