@@ -1,5 +1,6 @@
 """``c3 advise`` against the measured winner on held-out seeds: the advice as a user gets it, from a *sampled*
-diagnosis with its own uncertainty, in the three synthetic regimes of ``bench/estimator_to_learning.py --study regimes``.
+diagnosis with its own uncertainty, in the three synthetic regimes of ``bench/estimator_to_learning.py --study
+regimes``.
 
 Seeds 0-29 (evaluation), 1000-1009 (step-size selection) and 30-39 (the re-check that found the 4-agent chain's
 verdict reversing) were all looked at while the advice was developed; this bench uses seeds 100-129 only. Per regime:
@@ -60,8 +61,10 @@ def sampled_diagnosis(setup: LearningSetup, seed: int, groups: int, n: int = 4, 
     return {"workflow": wf.name, "decision_points": wf.decision_points(), "source": "sampled", "decisions": rows}
 
 
-def advice_or_refusal(diagnosis: dict, budget: int, lr_scale: list[float], outcome_variance: float | None = None) -> dict:
-    """``advise``, or its refusal as an outcome (a stated O at or above the sampled reward variance leaves no signal)."""
+def advice_or_refusal(diagnosis: dict, budget: int, lr_scale: list[float],
+                      outcome_variance: float | None = None) -> dict:
+    """``advise``, or its refusal as an outcome (a stated O at or above the sampled reward variance leaves no
+    signal)."""
     try:
         return advise(diagnosis, budget, lr_scale, outcome_variance)
     except ValueError as exc:
@@ -81,7 +84,8 @@ def measured(setup: LearningSetup, seeds: list[int], steps: int, lrs: dict, labe
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=30, help=f"held-out seeds {HOLDOUT_SEED0}..")
-    ap.add_argument("--groups", type=int, default=60, help="contexts per decision point of the sampled diagnosis (c3 diagnose's default)")
+    ap.add_argument("--groups", type=int, default=60,
+                    help="contexts per decision point of the sampled diagnosis (c3 diagnose's default)")
     ap.add_argument("--json", default=str(ROOT / "bench" / "advice_holdout.json"))
     args = ap.parse_args()
     started = time.time()
@@ -95,25 +99,30 @@ def main() -> int:
         lr_scale = [scale[r] for r in env.workflow.decision_points()]
         diag = sampled_diagnosis(setup, seeds[0], args.groups)
         exact = exact_diagnosis(env, ITEM)
+        stated = exact["outcome_variance"]
         advice = {"sampled, O unknown": advice_or_refusal(diag, setup.leaves, lr_scale),
-                  "sampled, O stated (exact)": advice_or_refusal(diag, setup.leaves, lr_scale, exact["outcome_variance"]),
+                  "sampled, O stated (exact)": advice_or_refusal(diag, setup.leaves, lr_scale, stated),
                   "exact diagnosis (no interval)": advice_or_refusal(exact, setup.leaves, lr_scale)}
         lrs = picked[name]["best_lr"]
         meas = {"c3 " + f"tree {list(setup.tree)}": measured(setup, seeds, REGIME_STEPS[name], lrs, "c3", {})}
         advised = "c3 tree [1, 8] (advised)"
         if advised in lrs:
-            meas["c3 tree [1, 8]"] = measured(setup, seeds, REGIME_STEPS[name], {**lrs, "c3": lrs[advised]}, "c3", {"tree": (1, 8)})
+            meas["c3 tree [1, 8]"] = measured(setup, seeds, REGIME_STEPS[name], {**lrs, "c3": lrs[advised]}, "c3",
+                                              {"tree": (1, 8)})
         out["regimes"][name] = {"lr_scale": lr_scale, "advice": {k: {"outcome": v["outcome"], "plan": v["plan"],
                                                                     "margin": v["margin"], "verdict": v["verdict"]}
                                                                 for k, v in advice.items()},
                                 "measured": meas, "best_lr": lrs}
-        print(f"\n######## {name} (held-out seeds {seeds[0]}..{seeds[-1]}, diagnosis of seed {seeds[0]} on {args.groups} groups)")
+        print(f"\n######## {name} (held-out seeds {seeds[0]}..{seeds[-1]}, diagnosis of seed {seeds[0]} on "
+              f"{args.groups} groups)")
         for k, v in advice.items():
             ci = v["margin"]["ci95"]
             interval = f"[{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "n/a"
-            print(f"  advice, {k:<30} {v['outcome']:<16} ({v['plan']}; margin {v['margin']['c3_minus_magrpo']:+.3f} {interval})")
+            print(f"  advice, {k:<30} {v['outcome']:<16} ({v['plan']}; margin "
+                  f"{v['margin']['c3_minus_magrpo']:+.3f} {interval})")
         for k, m in meas.items():
-            print(f"  measured, {k} - magrpo (AUC): {m['mean_diff']:+.4f} [{m['ci95'][0]:+.4f}, {m['ci95'][1]:+.4f}] -> {m['winner']}")
+            print(f"  measured, {k} - magrpo (AUC): {m['mean_diff']:+.4f} [{m['ci95'][0]:+.4f}, "
+                  f"{m['ci95'][1]:+.4f}] -> {m['winner']}")
     out["wall_s"] = round(time.time() - started, 1)
     Path(args.json).write_text(json.dumps(out, indent=2, default=float))
     print(f"\nwrote {args.json}; wall {out['wall_s']} s")

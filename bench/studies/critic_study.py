@@ -19,16 +19,17 @@ independent references reach. Intervals: percentile bootstrap over points; C3 - 
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from c3_plugin.tools.session import Session, bootstrap_ci
 from c3_plugin.core.credit import masked_spearman
-from c3_plugin.tools.diagnose import RAW, diagnose
 from c3_plugin.core.stats import paired_comparison
+from c3_plugin.tools.diagnose import RAW, diagnose
+from c3_plugin.tools.session import Session, bootstrap_ci
 
 
 def load_points(folder: str | Path, u: int = 0) -> tuple[list[str], list[list[str]], np.ndarray]:
@@ -50,7 +51,8 @@ def embed(session: Session, texts: Sequence[str], agent: int = 0, batch: int = 1
     out = []
     with torch.no_grad():
         for s in range(0, len(texts), batch):
-            enc = tok(list(texts[s:s + batch]), return_tensors="pt", padding=True, truncation=True, max_length=512).to(device)
+            enc = tok(list(texts[s:s + batch]), return_tensors="pt", padding=True, truncation=True,
+                      max_length=512).to(device)
             hidden = model(**enc, output_hidden_states=True).hidden_states[-1].float()
             mask = enc["attention_mask"].unsqueeze(-1).float()
             out.append(((hidden * mask).sum(1) / mask.sum(1)).cpu().numpy())
@@ -80,8 +82,8 @@ def _mlp(x: np.ndarray, y: np.ndarray, lr: float, epochs: int = 200, hidden: int
     return lambda q: net(torch.tensor((q - mu) / sd, dtype=torch.float32)).squeeze(-1).detach().numpy()
 
 
-HEADS = {**{f"ridge alpha={a:g}": (lambda a: lambda x, y: _ridge(x, y, a))(a) for a in (1.0, 10.0, 100.0, 1000.0)},
-         **{f"mlp lr={lr:g}": (lambda lr: lambda x, y: _mlp(x, y, lr))(lr) for lr in (1e-4, 1e-3)}}
+HEADS = {**{f"ridge alpha={a:g}": functools.partial(_ridge, alpha=a) for a in (1.0, 10.0, 100.0, 1000.0)},
+         **{f"mlp lr={lr:g}": functools.partial(_mlp, lr=lr) for lr in (1e-4, 1e-3)}}
 
 
 def fit_critic(x: np.ndarray, y: np.ndarray, point: np.ndarray, folds: int = 5, seed: int = 0) -> tuple[str, Any, dict]:
@@ -99,15 +101,18 @@ def fit_critic(x: np.ndarray, y: np.ndarray, point: np.ndarray, folds: int = 5, 
 
 def critic_comparison(session: Session, train_dir: str | Path, out_dir: str | Path, held_out: int = 60, n: int = 4,
                       c: int = 4, reference: int = 16, seed: int = 1000) -> dict[str, Any]:
-    """Collect (or resume) the held-out groups, fit the critic on ``train_dir``'s groups, score both; writes ``critic.json``."""
+    """Collect (or resume) the held-out groups, fit the critic on ``train_dir``'s groups, score both; writes
+    ``critic.json``."""
     out = Path(out_dir)
-    diagnose(session, out / "heldout", groups=held_out, n=n, c=c + 2 * reference, decisions="0", seed=seed, progress=True)
+    diagnose(session, out / "heldout", groups=held_out, n=n, c=c + 2 * reference, decisions="0", seed=seed,
+             progress=True)
     tr_ctx, tr_alt, tr_ret = load_points(train_dir)
     ho_ctx, ho_alt, ho_ret = load_points(out / "heldout")
     x_tr = embed(session, [f"{h}\n{a}" for h, alts in zip(tr_ctx, tr_alt) for a in alts])
     y_tr = tr_ret.mean(-1).reshape(-1)
     head, critic, losses = fit_critic(x_tr, y_tr, np.repeat(np.arange(len(tr_ctx)), n))
-    pred = critic(embed(session, [f"{h}\n{a}" for h, alts in zip(ho_ctx, ho_alt) for a in alts])).reshape(len(ho_ctx), n)
+    held_out = [f"{h}\n{a}" for h, alts in zip(ho_ctx, ho_alt) for a in alts]
+    pred = critic(embed(session, held_out)).reshape(len(ho_ctx), n)
     ref_a = ho_ret[..., c:c + reference].mean(-1)
     estimates = {"C3 (4 continuations)": ho_ret[..., :c].mean(-1), "learned critic": pred,
                  "reference B (16)": ho_ret[..., c + reference:].mean(-1)}
@@ -122,7 +127,8 @@ def critic_comparison(session: Session, train_dir: str | Path, out_dir: str | Pa
     for name, rho in corr.items():
         for scope, mask in (("common", common), ("own", ordered(ref_a) & ordered(estimates[name]))):
             vals = rho[mask]
-            lo, hi = bootstrap_ci(lambda idx: float(vals[idx].mean()), len(vals), seed=seed) if len(vals) > 1 else (float("nan"),) * 2
+            lo, hi = bootstrap_ci(lambda idx, vals=vals: float(vals[idx].mean()), len(vals),
+                                  seed=seed) if len(vals) > 1 else (float("nan"),) * 2
             rows.append({"estimator": f"{name} [{scope}]", "points": int(mask.sum()),
                          "rank_corr": float(vals.mean()) if len(vals) else float("nan"), "lo": lo, "hi": hi})
     pair = paired_comparison(corr["C3 (4 continuations)"][common], corr["learned critic"][common])

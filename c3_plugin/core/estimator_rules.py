@@ -29,16 +29,20 @@ from c3_plugin.core.plan import Plan, parse_plan
 
 NOT_OPTIMISATION: tuple[str, ...] = (
     "save_traces", "wandb_keys", "logging_steps",  # output and logging
-    "untrained_decisions",  # the dry-run's acknowledgement of the plan's untrained decisions (the plan itself is diffed)
+    # the dry-run's acknowledgement of the plan's untrained decisions (the plan itself is diffed)
+    "untrained_decisions",
     "eval_batch_size", "generation_batch_size",  # sequences per generate call: throughput (the same decoding)
     "micro_batch_size",  # gradient accumulation: the step equals the one-batch step (tests/core/test_loss.py)
     "logprob_mismatch",  # a measurement (importance_sampling_cap, which it enables, is diffed)
     "vllm_gpu_memory_utilization", "vllm_kv_cache_gb", "vllm_enable_sleep_mode", "vllm_enforce_eager",
     "vllm_tensor_parallel_size",  # the engine's memory and speed
     "agent_devices", "reference_devices",  # placement
-    "num_generations",  # only the default plan's budget: the resolved plan is diffed (a credit field) and the budgets compared
+    # only the default plan's budget: the resolved plan is diffed (a credit field) and the budgets compared
+    "num_generations",
     "critic_learning_rate", "value_loss_coef", "value_clip_range", "use_separate_critic", "critic_type",
-    "critic_value_head_hidden_dim", "value_head_hidden_dim", "critic_devices",  # IAC's/MAAC's critic fields: accepted and unread by C3 (trainers/actor_critic_fields.py); MAPPO's own critic_* are its credit
+    # IAC's/MAAC's critic fields: accepted and unread by C3 (trainers/actor_critic_fields.py); MAPPO's own critic_* are
+    # its credit
+    "critic_value_head_hidden_dim", "value_head_hidden_dim", "critic_devices",
 )
 
 
@@ -73,7 +77,8 @@ def _plan(cfg: Any) -> Any:
 @dataclass(frozen=True)
 class Rule:
     name: str  # short id, in the message, the tests and a config class's estimator_rules (the configs it checks)
-    kind: str  # "no-op": gives the same advantages as another setting; "estimator": turns the credit into another estimator
+    # "no-op": gives the same advantages as another setting; "estimator": turns the credit into another estimator
+    kind: str
     applies: Callable[[Any], bool]  # the predicate on the config
     reason: str  # why, formatted with the config's fields (and {algorithm})
     fix: str  # what to write instead
@@ -93,7 +98,8 @@ RULES: tuple[Rule, ...] = (
          "advantage_mode: rloo under advantage_scaling: {advantage_scaling} changes nothing: rloo is mean's advantage "
          "times {B}/({B}-1) (every group holds the {B} runs of one instance), and {advantage_scaling} divides by a "
          "standard deviation, which removes that factor, so rloo and mean give the same advantages.",
-         "advantage_mode: mean (the same update), or advantage_scaling: none, the one scaling under which rloo differs.",
+         "advantage_mode: mean (the same update), or advantage_scaling: none, the one scaling "
+         "under which rloo differs.",
          same_as={"advantage_mode": "mean"}),
     Rule("mode_under_group_zscore", "no-op",
          lambda c: c.advantage_scaling == "group_zscore" and c.advantage_mode in ("max", "raw"),
@@ -127,7 +133,8 @@ RULES: tuple[Rule, ...] = (
          "group forms and no message gets a leave-one-out advantage.",
          "branch at least one decision point, e.g. plan: 'tree [2, 4]'."),
     Rule("group_zscore_changes_estimator", "estimator",
-         lambda c: _leave_one_out(c) and c.advantage_scaling == "group_zscore" and not getattr(c, "allow_estimator_change", False),
+         lambda c: _leave_one_out(c) and c.advantage_scaling == "group_zscore"
+         and not getattr(c, "allow_estimator_change", False),
          "advantage_scaling: group_zscore changes C3's estimator: z-scoring each context's alternatives divides "
          "that group's leave-one-out advantages by the group's own spread, which leaves a per-context mean baseline "
          "in units of the spread (the n/(n-1) factor and the size of each difference are gone) and turns every "
@@ -140,8 +147,8 @@ RULES: tuple[Rule, ...] = (
          "credit: value_assisted (the reference code's default) is another estimator than C3's leave-one-out: it "
          "z-scores each context's alternatives (every 2-alternative group becomes +-1, whatever the returns), and its "
          "critic is no baseline there: with equal continuations per alternative, A_j is, up to one constant per group "
-         "(which the z-score removes), ((n - alpha) mean(R_j) + alpha Q_hat_j) / (n - 1), so Q_hat enters the credit of "
-         "the very alternative it rates, a bonus for the alternatives it rates highly (alpha = {q_critic_alpha}).",
+         "(which the z-score removes), ((n - alpha) mean(R_j) + alpha Q_hat_j) / (n - 1), so Q_hat enters the credit "
+         "of the very alternative it rates, a bonus for the alternatives it rates highly (alpha = {q_critic_alpha}).",
          "credit: loo (the paper's estimator), or set allow_estimator_change: true in the c3 section to train the "
          "reference code's estimator on purpose.",
          acknowledge="allow_estimator_change"),

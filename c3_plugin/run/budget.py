@@ -12,9 +12,9 @@ from c3_plugin.core.config import RunConfig
 from c3_plugin.core.curriculum import epoch_rows
 from c3_plugin.core.errors import ConfigError
 from c3_plugin.core.plan import parse_plan
+from c3_plugin.core.registry import capabilities, learned_critic, section
 from c3_plugin.core.rollout import unique_samples
 from c3_plugin.core.workflow import Workflow
-from c3_plugin.core.registry import capabilities, learned_critic, section
 from c3_plugin.trainers.optim import policy_optimizer_steps
 
 
@@ -37,9 +37,9 @@ def decision_gradients(algorithm: str, plan: Any, workflow: Workflow, acknowledg
     acknowledged = [acknowledged] if isinstance(acknowledged, str) else list(acknowledged or [])
     unknown = [n for n in acknowledged if n not in names]
     if unknown:
-        raise ConfigError(f"untrained_decisions names {', '.join(map(repr, unknown))}, which is no decision point of the "
-                          f"workflow '{workflow.name}' (its decision points: {', '.join(names)}); list the plan's untrained "
-                          f"decisions as the dry-run names them, or remove the field "
+        raise ConfigError(f"untrained_decisions names {', '.join(map(repr, unknown))}, which is no decision point of "
+                          f"the workflow '{workflow.name}' (its decision points: {', '.join(names)}); list the plan's "
+                          f"untrained decisions as the dry-run names them, or remove the field "
                           f"(--override {section(algorithm)}.untrained_decisions=null)")
     trained = set(credited_decisions(algorithm, plan, workflow))
     untrained = [names[u] for u in range(len(names)) if u not in trained]
@@ -48,10 +48,11 @@ def decision_gradients(algorithm: str, plan: Any, workflow: Workflow, acknowledg
         out["untrained_acknowledged"] = [n for n in untrained if n in acknowledged]
     unexplained = [n for n in untrained if n not in acknowledged]
     if unexplained:
-        out["warnings"] = [f"{algorithm} with plan '{parse_plan(plan).describe()}': no gradient for {', '.join(unexplained)} "
-                           "(one alternative per context, so no group), while MAGRPO trains every decision; give a "
-                           "decision 2 or more alternatives in the plan to train it, or list it under the algorithm "
-                           "section's untrained_decisions (with the reason in a comment) if that is the intent"]
+        out["warnings"] = [f"{algorithm} with plan '{parse_plan(plan).describe()}': no gradient for "
+                           f"{', '.join(unexplained)} (one alternative per context, so no group), while MAGRPO trains "
+                           "every decision; give a decision 2 or more alternatives in the plan to train it, or list it "
+                           "under the algorithm section's untrained_decisions (with the reason in a comment) "
+                           "if that is the intent"]
     return out
 
 
@@ -101,7 +102,8 @@ def preference_budget(cfg: RunConfig, rows: int) -> dict[str, Any]:
     target = int(a.preference_num_candidates)
     comparator = int(getattr(a, "comparator_num_candidates", None) or target) if iterative else 0
     epochs = int(a.num_train_epochs)
-    out: dict[str, Any] = {"refreshes": refreshes, "candidates_per_prompt": {"target": target, "comparator": comparator},
+    out: dict[str, Any] = {"refreshes": refreshes,
+                           "candidates_per_prompt": {"target": target, "comparator": comparator},
                            "preference_joint_rollouts": refreshes * rows * (target + comparator),
                            "epochs_per_refresh": epochs}
     if capabilities(a).learned_reward:  # MARLHF: a learned reward, then online MAGRPO
@@ -111,7 +113,8 @@ def preference_budget(cfg: RunConfig, rows: int) -> dict[str, Any]:
                                "device": a.reward_model_device}
     else:
         pairs = int(a.preference_pairs_per_sample or 0)
-        out["pair_counted_env_steps_upper_bound"] = refreshes * epochs * rows * pairs * int(a.environment_steps_per_pair)
+        per_pair = int(a.environment_steps_per_pair)
+        out["pair_counted_env_steps_upper_bound"] = refreshes * epochs * rows * pairs * per_pair
         out["expected_env_steps"] = out["pair_counted_env_steps_upper_bound"]
     if iterative:
         out["comparator"] = {"policy": a.comparator_policy, "generation_mode": a.comparator_generation_mode,
@@ -152,7 +155,8 @@ def expected_budget(cfg: RunConfig, workflow: Workflow, train: Any) -> dict[str,
     a = cfg.algo
     if capabilities(a).budget == "preference":
         return preference_budget(cfg, train if isinstance(train, int) else len(train))
-    if capabilities(a).budget == "per_prompt":  # the centralized joint actor: one decision point, num_generations joint actions
+    # the centralized joint actor: one decision point, num_generations joint actions
+    if capabilities(a).budget == "per_prompt":
         return per_prompt_budget(a, train)
     plan = parse_plan(a.plan)
     k = workflow.num_decisions
@@ -181,7 +185,8 @@ def expected_budget(cfg: RunConfig, workflow: Workflow, train: Any) -> dict[str,
            "optimizer_updates_per_policy": [{"agents": g, "roles": roles_of(workflow, g), "updates": per_policy[g[0]]}
                                             for g in groups], **extra}
     if phases:
-        out["curriculum"] = [{"name": p.name, "epochs": p.epochs, "where": {f: list(v) for f, v in (p.where or {}).items()},
-                              "rows": len(p.rows(train)), "env_steps": p.epochs * len(p.rows(train)) * plan.leaves(k),
+        out["curriculum"] = [{"name": p.name, "epochs": p.epochs,
+                              "where": {f: list(v) for f, v in (p.where or {}).items()}, "rows": len(p.rows(train)),
+                              "env_steps": p.epochs * len(p.rows(train)) * plan.leaves(k),
                               "eval_every_env_steps": p.eval_every} for p in phases]
     return out

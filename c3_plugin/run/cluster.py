@@ -114,7 +114,8 @@ def deepspeed_used(section: Any, world: int) -> bool:
 
 
 def zero_model_states(trained: float, stage: int, world: int, offload_optimizer: bool = False,
-                      offload_params: bool = False, reduce_bucket_size: float = 2e8, agents: int = 1) -> dict[str, dict[str, float]]:
+                      offload_params: bool = False, reduce_bucket_size: float = 2e8,
+                      agents: int = 1) -> dict[str, dict[str, float]]:
     """Bytes of one agent's model states on one GPU under ZeRO ``stage`` over ``world`` ranks (module
     docstring): ``per_agent`` (held), ``update`` (during its update), ``generation`` (all ``agents``
     gathered, ZeRO-3) and ``cpu_per_agent`` (host memory with offload)."""
@@ -133,7 +134,8 @@ def zero_model_states(trained: float, stage: int, world: int, offload_optimizer:
     per_agent = {"weights_fp32": 0.0 if offload_params else weights,
                  "master_partition_fp32": 0.0 if offload_optimizer else master,
                  "optimizer_states": 0.0 if offload_optimizer else 8 * t / n}
-    update = {"gradients_fp32": 4 * t if stage == 1 else 4 * t / n, "reduce_bucket": 4 * min(float(reduce_bucket_size), t)}
+    update = {"gradients_fp32": 4 * t if stage == 1 else 4 * t / n,
+              "reduce_bucket": 4 * min(float(reduce_bucket_size), t)}
     generation = {"gathered_params_fp32": 4 * t * agents} if stage == 3 else {}
     return {"per_agent": per_agent, "update": update, "generation": generation, "cpu_per_agent": cpu}
 
@@ -163,19 +165,21 @@ def _generator(cfg: Any, world: int, sequences: int | None) -> dict[str, Any]:
         return {"backend": "hf", "engines": 0, "where": "transformers generate on every rank, on the rank's replica",
                 "sequences_per_generate_call_per_rank": sequences}
     if getattr(a, "vllm_server_url", None):
-        return {"backend": "vllm", "colocated": False, "server": a.vllm_server_url, "engines_per_rank": 0, "engines_total": 1,
-                "where": "a vLLM server on its own GPUs (python -m c3_plugin.generation.server), weights pushed after every "
-                         "update through vllm_server_weights_dir", "sequences_per_rollout_depth_per_rank": sequences}
+        return {"backend": "vllm", "colocated": False, "server": a.vllm_server_url, "engines_per_rank": 0,
+                "engines_total": 1, "where": "a vLLM server on its own GPUs (python -m c3_plugin.generation.server), "
+                                             "weights pushed after every update through vllm_server_weights_dir",
+                "sequences_per_rollout_depth_per_rank": sequences}
     lora = cfg.agents.policy == "lora" and a.vllm_lora_adapters
     tp = int(a.vllm_tensor_parallel_size)
-    out = {"backend": "vllm", "colocated": True, "engines_per_rank": 1, "engines_total": world, "tensor_parallel_size": tp,
-           "gpu_memory_utilization": a.vllm_gpu_memory_utilization, "kv_cache_gib": a.vllm_kv_cache_gb,
-           "sleep_mode": bool(a.vllm_enable_sleep_mode), "sequences_per_rollout_depth_per_rank": sequences,
+    out = {"backend": "vllm", "colocated": True, "engines_per_rank": 1, "engines_total": world,
+           "tensor_parallel_size": tp, "gpu_memory_utilization": a.vllm_gpu_memory_utilization,
+           "kv_cache_gib": a.vllm_kv_cache_gb, "sleep_mode": bool(a.vllm_enable_sleep_mode),
+           "sequences_per_rollout_depth_per_rank": sequences,
            "serves": ("the frozen base with one LoRA adapter per agent" if lora else
                       "one agent's weights at a time (swapped in at each agent's turn)")}
     if tp > 1 and world > 1:
-        out["note"] = (f"tensor_parallel_size {tp} under {world} ranks: each rank's engine would span {tp} GPUs that other "
-                       "ranks train on; with data parallelism keep 1")
+        out["note"] = (f"tensor_parallel_size {tp} under {world} ranks: each rank's engine would span {tp} GPUs that "
+                       "other ranks train on; with data parallelism keep 1")
     return out
 
 
@@ -203,14 +207,16 @@ def _memory(cfg: Any, workflow: Any, layout: Mapping[str, Any], ds: bool) -> dic
         model_states = {**states["per_agent"], "gradients_fp32": states["update"]["gradients_fp32"]}
         cpu = states["cpu_per_agent"]
     else:
-        model_states = {"weights_fp32_master": 4 * trained, "gradients_fp32": 4 * trained, "optimizer_states": 8 * trained}
+        model_states = {"weights_fp32_master": 4 * trained, "gradients_fp32": 4 * trained,
+                        "optimizer_states": 8 * trained}
     est = estimate_memory(**inputs)
     totals = est.get("total_gib_by_device") or {label: est["total_gib"] for label in budgets}
     out: dict[str, Any] = {
         "status": "ok", "model": cfg.agent_model.name, "params_per_agent": inputs["shape"].params,
         "trainable_params_per_agent": trained, "agents_per_gpu": agents, "compute_dtype": inputs["compute_dtype"],
         "generation_sequences_per_call_per_rank": inputs["generation_sequences"],
-        "model_states_per_agent_gib": {**{k: _gib(v) for k, v in model_states.items()}, "total": _gib(sum(model_states.values()))},
+        "model_states_per_agent_gib": {**{k: _gib(v) for k, v in model_states.items()},
+                                       "total": _gib(sum(model_states.values()))},
         "held_per_agent_gib": {k: _gib(v * GIB) for k, v in est["per_agent_gib"].items()},
         "shared_gib": {k: _gib(v * GIB) for k, v in est["shared_gib"].items() if v},
         "transient_gib": {k: _gib(v * GIB) for k, v in est["transient_gib"].items()},
@@ -243,7 +249,8 @@ def _traffic(cfg: Any, budget: Mapping[str, Any], layout: Mapping[str, Any], ds:
         per_agent = 4 * trained if adapters else b * p
         out["engine_push_per_update_per_rank_gib"] = _gib(per_agent * len(updated))
         out["engine_push"] = ("each updated agent's LoRA adapter file (fp32) once per update" if adapters else
-                              f"each updated agent's weights in {mem['compute_dtype']} into the rank's engine once per update")
+                              f"each updated agent's weights in {mem['compute_dtype']} into the rank's "
+                              "engine once per update")
     else:
         out["engine_push_per_update_per_rank_gib"] = 0.0
         out["engine_push"] = "none: HF generate samples from the trained modules themselves"
@@ -259,7 +266,8 @@ def _traffic(cfg: Any, budget: Mapping[str, Any], layout: Mapping[str, Any], ds:
             zero["param_allgather_per_micro_batch_pass_per_agent_gib"] = _gib(2 * share)
             zero["param_allgather_per_rollout_gib"] = _gib(share * agents)
         per_step = {1: 3 * share, 2: 2 * share, 3: share}[stage]  # all-gather + reduction (ZeRO-3: the reduction)
-        zero["per_update_per_rank_gib"] = _gib(sum(s * per_step for s in steps) + (share * agents if stage == 3 else 0.0))
+        zero["per_update_per_rank_gib"] = _gib(sum(s * per_step for s in steps)
+                                               + (share * agents if stage == 3 else 0.0))
         if stage == 3:
             zero["per_update_per_rank_note"] = "plus the all-gathers of every micro-batch pass (forward and backward)"
         out["zero"] = zero
@@ -282,8 +290,8 @@ def cluster_plan(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
         errors.append(f"deepspeed.enabled: false with {world} ranks: data parallelism runs on DeepSpeed ZeRO; set "
                       "deepspeed.enabled: auto")
     if workflow_algo and deepspeed_used(cfg.deepspeed, world) and cfg.agents.policy == "lora":
-        errors.append("agents.policy: lora shares one model between the agents' adapters, which one DeepSpeed engine per "
-                      "agent cannot shard: use agents.policy: per_agent under DeepSpeed")
+        errors.append("agents.policy: lora shares one model between the agents' adapters, which one DeepSpeed engine "
+                      "per agent cannot shard: use agents.policy: per_agent under DeepSpeed")
     if errors:
         raise ConfigError(f"{world} ranks: " + "; ".join(errors))
     ds = workflow_algo and deepspeed_used(cfg.deepspeed, world)
@@ -293,7 +301,8 @@ def cluster_plan(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
         **{k: layout[k] for k in ("world_size", "nodes", "ranks_per_node")}, "world_size_from": layout["source"],
         "launcher": "torchrun" if world > 1 else "python",
         "launcher_args": (f"--nnodes {layout['nodes']} --nproc_per_node {layout['ranks_per_node']}"
-                          + (" --rdzv_backend c10d --rdzv_endpoint HOST:29500 (on every node)" if layout["nodes"] > 1 else "")
+                          + (" --rdzv_backend c10d --rdzv_endpoint HOST:29500 (on every node)" if layout["nodes"] > 1
+                             else "")
                           if world > 1 else ""),
         "data_parallel_size_per_agent": world, "agent_devices": _agent_devices(cfg, agents, world),
     }
@@ -304,7 +313,8 @@ def cluster_plan(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
                          "offload_optimizer": bool(d.offload_optimizer) if ds else False,
                          "offload_params": bool(d.offload_params) if ds else False,
                          "precision": "fp32 trainable parameters and Adam, compute under "
-                                      f"{cfg.agent_model.dtype}" + (" autocast" if cfg.agent_model.dtype != "float32" else "")}
+                                      f"{cfg.agent_model.dtype}"
+                         + (" autocast" if cfg.agent_model.dtype != "float32" else "")}
     if ds:
         plan["deepspeed"]["dist_backend"] = d.dist_backend or "nccl on GPUs, gloo on CPU"
     elif not workflow_algo and d.enabled is True:
@@ -318,7 +328,8 @@ def cluster_plan(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
     if workflow_algo:  # counts, so integers: instances_per_update is a multiple of the ranks (divisibility_errors)
         ipu = int(a.instances_per_update)
         leaves, messages = int(budget["leaves_per_instance"]), int(budget["messages_per_instance"])
-        total = {"instances_per_update": ipu, "env_steps_per_update": ipu * leaves, "messages_per_update": ipu * messages}
+        total = {"instances_per_update": ipu, "env_steps_per_update": ipu * leaves,
+                 "messages_per_update": ipu * messages}
         per_rank = {k: v // world for k, v in total.items()}
         sizes = rollout_batch_sizes(cfg, train)
         instances = instances_by_rank(sizes, world)  # an uneven batch's remainder goes to the lowest ranks
@@ -329,9 +340,10 @@ def cluster_plan(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
         per_rank["by_rank"] = by_rank
         uneven = [s for s in sizes if s % world]
         if uneven:
-            per_rank["note"] = (f"{len(uneven)} of the {len(sizes)} rollout batches ({', '.join(map(str, sorted(set(uneven))))} "
-                                f"instances) do not split evenly over the {world} ranks: the lowest ranks take one instance "
-                                f"more of each, so the ranks' totals differ (by_rank; the totals here are the busiest rank's)")
+            per_rank["note"] = (f"{len(uneven)} of the {len(sizes)} rollout batches "
+                                f"({', '.join(map(str, sorted(set(uneven))))} instances) do not split evenly over the "
+                                f"{world} ranks: the lowest ranks take one instance more of each, so the ranks' totals "
+                                "differ (by_rank; the totals here are the busiest rank's)")
     else:  # one process (the other trainers do not run data-parallel): its share is the whole run
         if steps_total is not None:
             per_rank["env_steps_total"] = steps_total
@@ -373,8 +385,10 @@ def _gpu_class(cfg: Any) -> tuple[str, str | None]:
         if isinstance(value, str) and value.lower() in PEAK_BF16_TFLOPS:
             return value.lower(), None
     given = cfg.cluster.gpu if cfg.cluster.gpu is not None else cfg.agent_model.device_memory_gb
-    return DEFAULT_GPU_CLASS, (f"GPU class not named ({'cluster.gpu: ' + str(given) if given is not None else 'cluster.gpu unset'}): "
-                               f"assumed {DEFAULT_GPU_CLASS} (H200 has the same peak); set cluster.gpu to one of {sorted(PEAK_BF16_TFLOPS)}")
+    return DEFAULT_GPU_CLASS, ("GPU class not named "
+                               f"({'cluster.gpu: ' + str(given) if given is not None else 'cluster.gpu unset'}): "
+                               f"assumed {DEFAULT_GPU_CLASS} (H200 has the same peak); set cluster.gpu to one of "
+                               f"{sorted(PEAK_BF16_TFLOPS)}")
 
 
 def run_tokens(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
@@ -399,7 +413,8 @@ def run_tokens(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
     credited = credited_decisions(cfg.algorithm, a.plan, workflow)
     epochs = int(a.ppo_epochs)
     backend = getattr(a, "generation_backend", "hf")
-    recompute = backend == "hf" or bool(getattr(a, "logprob_mismatch", False)) or float(a.top_p) < 1.0 or a.top_k is not None
+    recompute = (backend == "hf" or bool(getattr(a, "logprob_mismatch", False)) or float(a.top_p) < 1.0
+                 or a.top_k is not None)
     sequence = sum(msgs[u] * (ctx[u] + caps[u]) for u in range(len(caps)))
     trained = sum(msgs[u] * (ctx[u] + caps[u]) for u in credited)
     out = {"instances": instances, "trained_instances": trained_instances,
@@ -417,8 +432,8 @@ def run_tokens(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
     elif critic.reads == "alternatives":  # C3's Q_hat: every credited alternative, context + message
         read = instances * sum(msgs[u] * min(critic.max_tokens, ctx[u] + caps[u]) for u in credited)
     else:
-        raise ValueError(f"{cfg.algorithm}'s learned_critic reads {critic.reads!r}: give 'decision_states' or "
-                         "'alternatives'")
+        raise ValueError(f"{cfg.algorithm}'s learned_critic reads {critic.reads!r}: give "
+                         "'decision_states' or 'alternatives'")
     out.update(critic_read=read, critic_trained=critic.epochs * read,
                critic_params=model_shape(critic.model).params if critic.model else None)
     return out
@@ -455,11 +470,13 @@ def gpu_hours(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
         pc = tok["critic_params"] if tok["critic_params"] is not None else p
         decode_mfu = MFU["decode_vllm" if getattr(run_cfg.algo, "generation_backend", "hf") == "vllm" else "decode_hf"]
         flops = {"decode": 2 * p * tok["generated_upper_bound"],
-                 "forward": 2 * p * (tok["prefill"] + tok["logprob_recompute"] + tok["reference_forward"]) + 2 * pc * tok["critic_read"],
+                 "forward": 2 * p * (tok["prefill"] + tok["logprob_recompute"] + tok["reference_forward"])
+                 + 2 * pc * tok["critic_read"],
                  "train": 6 * p * tok["trained"] + 6 * pc * tok["critic_trained"]}
         mfu = {"decode": decode_mfu, "forward": MFU["forward"], "train": MFU["train"]}
         hours = {k: v / (peak * mfu[k]) / 3600 for k, v in flops.items()}
-        tokens = {k: tok[k] for k in ("generated_upper_bound", "prefill", "logprob_recompute", "reference_forward", "trained")}
+        tokens = {k: tok[k] for k in ("generated_upper_bound", "prefill", "logprob_recompute", "reference_forward",
+                                      "trained")}
         if tok["critic_read"]:
             tokens.update(critic_read=tok["critic_read"], critic_trained=tok["critic_trained"])
         return {"tokens": tokens, "tokens_per_gpu": {k: _num(v / world) for k, v in tokens.items()},
@@ -480,10 +497,12 @@ def gpu_hours(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
                           "rule": "c3 compare --seeds S runs each algorithm once per seed: S x gpu_hours_per_seed "
                                   "(5 seeds, as the paper's main setting, shown)"},
            "assumptions": {"peak_bf16_tflops": PEAK_BF16_TFLOPS[gpu], "mfu": dict(MFU),
-                           "flops_per_token": "2 P inference (decode, prefill, log-prob recompute, reference), 6 P trained",
-                           "context_tokens": f"agent_model.prompt_tokens ({int(m.prompt_tokens)}) + every earlier role's cap",
-                           "generated_tokens": "every message at its role's cap (HF generate computes every row until the "
-                                               "call's longest stops; under vLLM the real count is lower)",
+                           "flops_per_token": "2 P inference (decode, prefill, log-prob recompute, "
+                                              "reference), 6 P trained",
+                           "context_tokens": f"agent_model.prompt_tokens ({int(m.prompt_tokens)}) + "
+                                             "every earlier role's cap",
+                           "generated_tokens": "every message at its role's cap (HF generate computes every row until "
+                                               "the call's longest stops; under vLLM the real count is lower)",
                            "excluded": "attention's O(S^2) FLOPs, evaluation, loading, reward calls, idle time"}}
     if note:
         out["assumptions"]["gpu_class_note"] = note

@@ -14,8 +14,15 @@ from c3_plugin.core.config import ConfigError, RunConfig, build_workflow, load_c
 from c3_plugin.core.domain import load_domain
 from c3_plugin.core.estimator_rules import NOT_OPTIMISATION, credit_fields
 from c3_plugin.core.plan import parse_plan
-from c3_plugin.core.registry import (capabilities, dry_run_entries, estimator_description, head_to_head, preflight,
-                                     section, workflow_algorithms)
+from c3_plugin.core.registry import (
+    capabilities,
+    dry_run_entries,
+    estimator_description,
+    head_to_head,
+    preflight,
+    section,
+    workflow_algorithms,
+)
 from c3_plugin.core.workflow import Workflow
 from c3_plugin.run.budget import decision_gradients, expected_budget
 from c3_plugin.run.cluster import cluster_plan, gpu_hours
@@ -23,8 +30,8 @@ from c3_plugin.run.memory import memory_report
 from c3_plugin.run.needs import missing_packages
 from c3_plugin.scale.model_check import check_models, unverified_models
 
-
-SETTINGS = ("estimator", "optimizer_updates_per_agent", "updates_per_1k_env_steps", "expected_env_steps")  # rows besides the config's fields: the credit in words, the budget
+# rows besides the config's fields: the credit in words, the budget
+SETTINGS = ("estimator", "optimizer_updates_per_agent", "updates_per_1k_env_steps", "expected_env_steps")
 
 
 # follow from fields (the plan a credit needs): shown, never refused themselves. The optimizer steps per agent are not
@@ -45,13 +52,16 @@ def optimisation_settings(cfg: RunConfig, workflow: Workflow, train: Any, algori
     those a controlled comparison refuses.
 
     A row holds every field of the algorithm's config dataclass (walked, so new fields are picked up) except
-    :data:`c3_plugin.core.estimator_rules.NOT_OPTIMISATION` (output, logging, throughput), plus :data:`SETTINGS` (the budget
-    rows only when ``workflow`` and ``train`` are given).
-    ``credit_fields``: per algorithm, the fields that are its credit (:func:`c3_plugin.core.estimator_rules.credit_fields`).
-    ``uncontrolled``: per differing key, the algorithm pairs that differ in it although it is the credit of neither
-    of the two (what ``c3 compare`` refuses without ``--allow-differences``)."""
-    if capabilities(cfg.algo).budget != "plan":  # preference and centralized trainers: CoMLRL's own loops, another workflow
-        return {"settings": {}, "differ": [], "credit_fields": {}, "uncontrolled": {}, "ignored": [], "steps_beside_warmup": {}}
+    :data:`c3_plugin.core.estimator_rules.NOT_OPTIMISATION` (output, logging, throughput), plus :data:`SETTINGS` (the
+    budget rows only when ``workflow`` and ``train`` are given).
+    ``credit_fields``: per algorithm, the fields that are its credit
+    (:func:`c3_plugin.core.estimator_rules.credit_fields`). ``uncontrolled``: per differing key, the algorithm pairs
+    that differ in it although it is the credit of neither of the two (what ``c3 compare`` refuses without
+    ``--allow-differences``)."""
+    # preference and centralized trainers: CoMLRL's own loops, another workflow
+    if capabilities(cfg.algo).budget != "plan":
+        return {"settings": {}, "differ": [], "credit_fields": {}, "uncontrolled": {}, "ignored": [],
+                "steps_beside_warmup": {}}
     names = list(algorithms) if algorithms else head_to_head(cfg.algorithm, cfg.raw)
     table: dict[str, dict[str, Any]] = {}
     credit: dict[str, set[str]] = {}
@@ -61,7 +71,8 @@ def optimisation_settings(cfg: RunConfig, workflow: Workflow, train: Any, algori
         a = other.algo
         if capabilities(a).budget != "plan" or not is_dataclass(a):
             continue
-        row = {f.name: getattr(a, f.name) for f in fields(a) if f.name not in NOT_OPTIMISATION and not f.name.startswith("_")}
+        row = {f.name: getattr(a, f.name) for f in fields(a) if f.name not in NOT_OPTIMISATION
+               and not f.name.startswith("_")}
         row["estimator"] = estimator_description(a, name)
         if workflow is not None and train is not None:  # without them (a config-only check): the fields alone
             budget = expected_budget(other, workflow, train)
@@ -119,9 +130,9 @@ def check_agent_training(cfg: RunConfig, workflow: Workflow) -> dict[str, Any]:
     if not (ag.learning_rate or ag.learning_rate_scale or ag.trainable):
         return {}
     if not capabilities(cfg.algo).data_parallel:
-        raise ConfigError(f"agents.learning_rate / learning_rate_scale / trainable are honoured by the workflow trainers "
-                          f"({', '.join(workflow_algorithms())}), not by {cfg.algorithm}; remove them from the agents "
-                          "section")
+        raise ConfigError("agents.learning_rate / learning_rate_scale / trainable are honoured by the workflow "
+                          f"trainers ({', '.join(workflow_algorithms())}), not by {cfg.algorithm}; remove them "
+                          "from the agents section")
     lrs = workflow.per_agent(ag.learning_rate, "agents.learning_rate")
     scales = workflow.per_agent(ag.learning_rate_scale, "agents.learning_rate_scale")
     frozen = workflow.per_agent(ag.trainable, "agents.trainable")
@@ -154,7 +165,8 @@ def dry_run_report(cfg: RunConfig) -> dict[str, Any]:
     if training:
         report["agent_training"] = training
     if capabilities(cfg.algo).budget == "plan":  # the workflow trainers
-        report.update(decision_gradients(cfg.algorithm, cfg.algo.plan, workflow, getattr(cfg.algo, "untrained_decisions", None)))
+        report.update(decision_gradients(cfg.algorithm, cfg.algo.plan, workflow,
+                                         getattr(cfg.algo, "untrained_decisions", None)))
         for line in report.get("warnings", []):
             warnings.warn(line, stacklevel=2)
     report["devices"] = {"agents": cfg.agent_model.device}
@@ -182,9 +194,9 @@ def memory_problems(cfg: RunConfig, report: Mapping[str, Any]) -> tuple[list[str
     needs = ", ".join(f"{totals.get(c, '?')} GiB on {c}" for c in bad)
     if len(bad) == len(verdict):
         return [f"memory: the plan needs {needs} per GPU with {where}, more than each planned device class holds; plan "
-                "for the hardware it runs on (cluster.gpu: h100 / h200 / GiB, cluster.nproc_per_node: GPUs under torchrun) "
-                "or shrink it (deepspeed.offload_optimizer, deepspeed.zero_stage: 3, agents.policy: lora, a smaller "
-                "micro_batch_size or instances_per_update)"], []
+                "for the hardware it runs on (cluster.gpu: h100 / h200 / GiB, cluster.nproc_per_node: GPUs under "
+                "torchrun) or shrink it (deepspeed.offload_optimizer, deepspeed.zero_stage: 3, agents.policy: lora, a "
+                "smaller micro_batch_size or instances_per_update)"], []
     return [], [f"memory: does not fit {c} ({totals.get(c, '?')} GiB per GPU with {where}); fits "
                 f"{', '.join(k for k, v in verdict.items() if v == 'fits')}" for c in bad]
 
@@ -206,7 +218,8 @@ def settle_status(cfg: RunConfig, report: dict[str, Any]) -> dict[str, Any]:
     return report
 
 
-def steps_line(steps: Mapping[str, Any], beside_warmup: Mapping[str, Any], refused: bool, consented: bool = False) -> str:
+def steps_line(steps: Mapping[str, Any], beside_warmup: Mapping[str, Any], refused: bool,
+               consented: bool = False) -> str:
     """Each arm's optimizer steps per agent and what their difference is: equal, only a critic's warm-up (the
     critic's credit), or a difference beyond credit that c3 compare runs only with consent."""
     text = "optimizer steps per agent: " + "; ".join(f"{a} {v}" for a, v in steps.items())
@@ -221,9 +234,11 @@ def steps_line(steps: Mapping[str, Any], beside_warmup: Mapping[str, Any], refus
                    "minibatches_per_ppo_epoch, the same in every arm, gives every agent the same steps)")
 
 
-BUDGET_LINE = (("epochs", "epochs"), ("plan", "plan"), ("expected_env_steps", "env steps"), ("expected_messages", "messages"),
-               ("expected_optimizer_updates_per_agent", "optimizer updates per agent"),
-               ("preference_joint_rollouts", "preference rollouts"), ("refreshes", "refreshes"))  # the summary's budget, where the report has them
+BUDGET_LINE = (("epochs", "epochs"), ("plan", "plan"), ("expected_env_steps", "env steps"),
+               ("expected_messages", "messages"), ("expected_optimizer_updates_per_agent",
+                                                   "optimizer updates per agent"),
+               # the summary's budget, where the report has them
+               ("preference_joint_rollouts", "preference rollouts"), ("refreshes", "refreshes"))
 
 
 def summary(report: Mapping[str, Any], full: str | None = None) -> str:
@@ -231,11 +246,13 @@ def summary(report: Mapping[str, Any], full: str | None = None) -> str:
     class, what differs between the algorithms of the config, the warnings; ``full`` says where the JSON is."""
     status = report.get("status", "?")
     lines = [f"dry-run: {status.upper()}  {report.get('algorithm')} on {report.get('domain')}"
-             f" ({(report.get('workflow') or {}).get('name', '?')}, model {report.get('model')}, policy {report.get('policy')})"]
+             f" ({(report.get('workflow') or {}).get('name', '?')}, model {report.get('model')}, policy "
+             f"{report.get('policy')})"]
     lines += [f"  error: {e}" for e in report.get("errors", [])]
     lines += [f"  unverified: {u}" for u in report.get("unverified", [])]
     if "expected_env_steps" in report:
-        parts = [f"{report.get('train_rows')} train rows"] + [f"{label} {report[key]}" for key, label in BUDGET_LINE if key in report]
+        parts = ([f"{report.get('train_rows')} train rows"]
+                 + [f"{label} {report[key]}" for key, label in BUDGET_LINE if key in report])
         shared = [p for p in report.get("optimizer_updates_per_policy") or [] if len(p["agents"]) > 1]
         parts += [f"one shared policy ({', '.join(p['roles'])}) {p['updates']} optimizer updates" for p in shared]
         lines.append("budget: " + ", ".join(parts))
@@ -246,16 +263,19 @@ def summary(report: Mapping[str, Any], full: str | None = None) -> str:
     per_gpu = cluster.get("memory_per_gpu") or {}
     if per_gpu.get("verdict"):
         lines.append(f"memory per GPU ({cluster.get('world_size', 1)} rank(s), {cluster.get('launcher', 'python')}): "
-                     + ", ".join(f"{c} {per_gpu['total_gib'].get(c, '?')} GiB {v}" for c, v in per_gpu["verdict"].items()))
+                     + ", ".join(f"{c} {per_gpu['total_gib'].get(c, '?')} GiB {v}"
+                                 for c, v in per_gpu["verdict"].items()))
     optimisation = report.get("optimisation") or {}
     if len(optimisation.get("settings") or {}) > 1:
         differ = [k for k in optimisation.get("differ", []) if k not in optimisation.get("uncontrolled", {})]
         lines.append(f"algorithms {', '.join(optimisation['settings'])} differ in: {', '.join(differ) or 'nothing'}")
         steps = {a: row.get(STEPS) for a, row in optimisation["settings"].items()}
         if all(v is not None for v in steps.values()):
-            lines.append(steps_line(steps, optimisation.get("steps_beside_warmup") or {}, STEPS in optimisation.get("uncontrolled", {})))
+            lines.append(steps_line(steps, optimisation.get("steps_beside_warmup") or {},
+                                    STEPS in optimisation.get("uncontrolled", {})))
         for key, pairs in optimisation.get("uncontrolled", {}).items():
-            lines.append(f"  not the credit: {key} ({'; '.join(pairs)}): c3 compare refuses it without --allow-differences")
+            lines.append(f"  not the credit: {key} ({'; '.join(pairs)}): c3 compare refuses it "
+                         "without --allow-differences")
     lines += [f"warning: {w}" for w in report.get("warnings", [])]
     lines += [f"note: {n}" for n in report.get("notes", [])]
     lines.append(f"full report: {full or 'add --json to print it as JSON, or --report FILE to write it'}")

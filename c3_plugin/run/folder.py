@@ -16,7 +16,8 @@ def run_dir_for(cfg: RunConfig, workflow: Workflow) -> Path:
 
 
 def latest_checkpoint(ckpt_dir: Path) -> Path | None:
-    found = sorted(ckpt_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]) if p.name.split("-")[-1].isdigit() else -1)
+    found = sorted(ckpt_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1])
+                   if p.name.split("-")[-1].isdigit() else -1)
     return found[-1] if found else None
 
 
@@ -41,8 +42,9 @@ def claim_run_dir(cfg: RunConfig, run_dir: Path) -> tuple[Path, bool]:
             shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
         return run_dir, True
     if mode != "new":
-        raise ConfigError(f"{run_dir} already holds a run (output.if_exists: {mode}); set output.resume: auto to continue it, "
-                          "output.if_exists: new (a fresh <name>-2 folder) or overwrite (replace it), or another output.run_name")
+        raise ConfigError(f"{run_dir} already holds a run (output.if_exists: {mode}); set output.resume: auto to "
+                          "continue it, output.if_exists: new (a fresh <name>-2 folder) or overwrite (replace it), or "
+                          "another output.run_name")
     n = 2
     while holds_run(run_dir.with_name(f"{run_dir.name}-{n}")):
         n += 1

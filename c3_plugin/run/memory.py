@@ -51,7 +51,8 @@ from c3_plugin.core.plan import parse_plan
 from c3_plugin.core.registry import capabilities, learned_critic
 
 GIB = 2**30
-DEVICE_CLASSES = {"h100": 80.0, "h200": 141.0, "a100-80": 80.0, "a800": 80.0, "a100-40": 40.0, "l40s": 48.0, "b200": 180.0}
+DEVICE_CLASSES = {"h100": 80.0, "h200": 141.0, "a100-80": 80.0, "a800": 80.0, "a100-40": 40.0, "l40s": 48.0,
+                  "b200": 180.0}
 DEFAULT_CLASSES = ("h100", "h200")
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
@@ -81,8 +82,8 @@ KNOWN = {
     "Qwen/Qwen3-4B-Thinking-2507": _qwen3(2560, 36, 32, 9728, True),
     "Qwen/Qwen3-8B": _qwen3(4096, 36, 32, 12288, False),
     "HuggingFaceTB/SmolLM2-135M-Instruct": {"vocab_size": 49152, "hidden_size": 576, "num_hidden_layers": 30,
-                                            "num_attention_heads": 9, "num_key_value_heads": 3, "intermediate_size": 1536,
-                                            "tie_word_embeddings": True},
+                                            "num_attention_heads": 9, "num_key_value_heads": 3,
+                                            "intermediate_size": 1536, "tie_word_embeddings": True},
     "jhu-clsp/mmBERT-base": {"params": 3.07e8, "vocab_size": 256000, "hidden_size": 768, "num_hidden_layers": 22,
                              "num_attention_heads": 12, "num_key_value_heads": 12, "intermediate_size": 1152},
 }
@@ -138,8 +139,8 @@ def _local_config(name: str, revision: str | None, gguf_file: str | None) -> dic
     return cached_json(cache_path("gguf-config", [str(file.resolve()), stat.st_size, stat.st_mtime_ns]), read)
 
 
-SHAPE_KEYS = ("hidden_size", "num_hidden_layers", "vocab_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-              "intermediate_size", "tie_word_embeddings", "params")  # what shape_from_config reads
+SHAPE_KEYS = ("hidden_size", "num_hidden_layers", "vocab_size", "num_attention_heads", "num_key_value_heads",
+              "head_dim", "intermediate_size", "tie_word_embeddings", "params")  # what shape_from_config reads
 
 
 def device_budgets(device_memory_gb: float | str | None) -> dict[str, float]:
@@ -149,8 +150,8 @@ def device_budgets(device_memory_gb: float | str | None) -> dict[str, float]:
     if isinstance(device_memory_gb, str):
         key = device_memory_gb.lower()
         if key not in DEVICE_CLASSES:
-            raise ValueError(f"agent_model.device_memory_gb: unknown device class {device_memory_gb!r}; use a number of "
-                             f"GiB or one of {sorted(DEVICE_CLASSES)}")
+            raise ValueError(f"agent_model.device_memory_gb: unknown device class {device_memory_gb!r}; use a number "
+                             f"of GiB or one of {sorted(DEVICE_CLASSES)}")
         size = DEVICE_CLASSES[key]
         return {key if key.endswith(f"-{size:g}") else f"{key}-{size:g}": size}  # a100-80 stays a100-80
     if float(device_memory_gb) <= 0:
@@ -181,7 +182,8 @@ def estimate_memory(shape: ModelShape, compute_dtype: str, policy: str, agents: 
         per_agent = dict(model_states["per_agent"])
         in_update = dict(model_states.get("update", {}))
         in_generation = dict(model_states.get("generation", {}))
-    shared = {"lora_base": b * p if lora else 0.0, "reference": b * p * (1 if lora else agents) if reference else 0.0,  # one copy per distinct model
+    # one copy per distinct model
+    shared = {"lora_base": b * p if lora else 0.0, "reference": b * p * (1 if lora else agents) if reference else 0.0,
               "critic": 16 * critic.params if critic is not None else 0.0}
     copy = 2 * p if b == 2 and not lora else 0.0
     transient = {
@@ -189,7 +191,8 @@ def estimate_memory(shape: ModelShape, compute_dtype: str, policy: str, agents: 
         "compute_copy": copy,
         "logits_micro_batch": micro_batch_size * (completion_tokens + 1) * shape.vocab * (b + (4 if b == 2 else 0) + 4),
         "activations_micro_batch": 17 * b * micro_batch_size * seq_tokens * shape.hidden * shape.layers,
-        "kv_cache_generation": 2 * shape.layers * shape.kv_heads * shape.head_dim * b * generation_sequences * seq_tokens,
+        "kv_cache_generation": (2 * shape.layers * shape.kv_heads * shape.head_dim * b * generation_sequences
+                                * seq_tokens),
         **in_generation,
     }
     held = agents * sum(per_agent.values()) + sum(shared.values())
@@ -217,7 +220,8 @@ def estimate_memory(shape: ModelShape, compute_dtype: str, policy: str, agents: 
         "note": "excludes framework overhead (CUDA context, fragmentation): keep a few GiB of headroom",
     }
     if engine is not None:
-        out.update(engine_gib=engine_gib, total_gib_by_device=totals, phase_gib={"generation": None, "update": update / GIB})
+        out.update(engine_gib=engine_gib, total_gib_by_device=totals,
+                   phase_gib={"generation": None, "update": update / GIB})
     return out
 
 
@@ -233,7 +237,8 @@ def memory_report(cfg: Any, workflow: Any) -> dict[str, Any]:
     except LookupError as exc:
         return {"status": "unknown", "reason": str(exc)}
     est = estimate_memory(**inputs)
-    return {"status": "ok", "model": cfg.agent_model.name, "generation_sequences_per_call": inputs["generation_sequences"],
+    return {"status": "ok", "model": cfg.agent_model.name,
+            "generation_sequences_per_call": inputs["generation_sequences"],
             "assumed_prompt_tokens": int(cfg.agent_model.prompt_tokens), **est}
 
 
@@ -260,12 +265,15 @@ def memory_inputs(cfg: Any, workflow: Any, ranks: int = 1) -> dict[str, Any]:
     if getattr(a, "generation_batch_size", None):
         sequences = min(sequences, int(a.generation_batch_size))
     lora = cfg.agents.policy == "lora"
-    models = 1 if cfg.agents.policy == "shared" else workflow.num_agents  # agents.policy: shared holds one model's states
+    # agents.policy: shared holds one model's states
+    models = 1 if cfg.agents.policy == "shared" else workflow.num_agents
     return dict(shape=shape, compute_dtype=m.dtype, policy=cfg.agents.policy, agents=models,
                 micro_batch_size=int(getattr(a, "micro_batch_size", 1)), completion_tokens=max(caps),
                 seq_tokens=int(m.prompt_tokens) + sum(caps), generation_sequences=sequences,
-                lora_params=lora_parameter_estimate(shape, cfg.agents.lora_r, len(cfg.agents.lora_target_modules)) if lora else 0.0,
-                reference=reference_kl_enabled(a) or float(getattr(a, "kl_reward_coef", 0.0) or 0.0) > 0, critic=critic, device_memory_gb=m.device_memory_gb,
+                lora_params=lora_parameter_estimate(shape, cfg.agents.lora_r, len(cfg.agents.lora_target_modules))
+                if lora else 0.0,
+                reference=reference_kl_enabled(a) or float(getattr(a, "kl_reward_coef", 0.0) or 0.0) > 0, critic=critic,
+                device_memory_gb=m.device_memory_gb,
                 engine=({"fraction": a.vllm_gpu_memory_utilization, "kv_cache_gib": a.vllm_kv_cache_gb,
                          "sleeps": a.vllm_enable_sleep_mode}
                         if getattr(a, "generation_backend", "hf") == "vllm" and not getattr(a, "vllm_server_url", None)

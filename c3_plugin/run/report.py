@@ -14,7 +14,8 @@ FALLBACK_METRIC = "eval/reward_mean"
 
 
 def eval_metrics(keys: Iterable[str], patterns: Sequence[str] = ACCURACY_METRICS) -> list[str]:
-    """The ``eval/`` keys matching ``patterns`` (globs), sorted; else ``[eval/reward_mean]`` when it is among ``keys``."""
+    """The ``eval/`` keys matching ``patterns`` (globs), sorted; else ``[eval/reward_mean]`` when it is among
+    ``keys``."""
     keys = set(keys)
     found = sorted(k for k in keys if k.startswith("eval/") and any(fnmatchcase(k, p) for p in patterns))
     return found or ([FALLBACK_METRIC] if FALLBACK_METRIC in keys else [])
@@ -31,7 +32,9 @@ def before_after(summary: Mapping[str, Any]) -> list[tuple[str, float | None, fl
     before and after training), sorted by metric; None where a value is missing. The printed summary table and the
     dashboard's before/after table are these rows."""
     before, after = summary.get("eval_before", {}), summary.get("eval_after", {})
-    number = lambda v: float(v) if isinstance(v, (int, float)) else None
+    def number(v: Any) -> float | None:
+        return float(v) if isinstance(v, (int, float)) else None
+
     rows = []
     for k in sorted(k for k in set(before) | set(after) if k.startswith("eval/")):
         b, a = number(before.get(k)), number(after.get(k))
@@ -43,14 +46,17 @@ def summary_table(summary: Mapping[str, Any]) -> str:
     """The run's headline and its before/after table (:func:`before_after`), as the demo prints them."""
     rows = before_after(summary)
     width = max([len(k) for k, *_ in rows] + [20])
-    fmt = lambda v: f"{v:10.4f}" if v is not None else f"{'-':>10}"
+    def fmt(v: float | None) -> str:
+        return f"{v:10.4f}" if v is not None else f"{'-':>10}"
+
     lines = [f"== {summary_headline(summary)} ==", f"{'metric':<{width}} {'before':>10} {'after':>10} {'change':>10}"]
     lines += [f"{k:<{width}} {fmt(b)} {fmt(a)} {fmt(d)}" for k, b, a, d in rows]
     return "\n".join(lines)
 
 
 def plot_history(history: Sequence[Mapping[str, Any]], path: str | Path, title: str = "") -> Path:
-    """Training reward per rollout batch and every ``eval/*/accuracy`` key (else ``eval/reward_mean``), against env steps."""
+    """Training reward per rollout batch and every ``eval/*/accuracy`` key (else ``eval/reward_mean``), against env
+    steps."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -61,8 +61,8 @@ def template_config(folder, **sections) -> dict:
     model_dir = Path(folder) / "model"
     tiny_model(tok, seed=0).save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
-    return {"domain": "template", "workflow": {"name": "echo_pair"}, "agent_model": {"name": str(model_dir), "device": "cpu"},
-            **sections}
+    return {"domain": "template", "workflow": {"name": "echo_pair"},
+            "agent_model": {"name": str(model_dir), "device": "cpu"}, **sections}
 
 
 def two_eos_team():
@@ -106,7 +106,8 @@ for case in sys.argv[3:]:
     end = status()
     assert len(out) == n and all(len(o) == length for o in out)
     del out
-    print(end["VmHWM"] - base["VmRSS"] - max(0, end["RssFile"] - base["RssFile"]))  # file pages faulted back in are not the call's
+    # file pages faulted back in are not the call's
+    print(end["VmHWM"] - base["VmRSS"] - max(0, end["RssFile"] - base["RssFile"]))
 """
 
 
@@ -116,18 +117,18 @@ def logprob_peaks(cases: list[tuple[int, int]], vocab: int = 50000, completion_t
     sequences per forward pass, for each ``(sequences, micro_batch_size)`` of ``cases`` in turn; measured in one
     fresh process on Linux (the peak RSS is reset before each call, and every large buffer is returned to the
     system when freed, so one call's peak is its own)."""
+    import os
     import subprocess
     import sys
     from pathlib import Path
-
-    import os
 
     root = Path(__file__).resolve().parents[2]
     # a fixed mmap threshold: every large buffer is mapped on allocation and unmapped on free, so the
     # peak RSS counts live tensors only (glibc's adaptive threshold otherwise leaves freed logits in a
     # fragmented heap now and then, and the peak would measure the allocator's luck)
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}
-    out = subprocess.run([sys.executable, "-c", _PEAK, str(vocab), str(completion_tokens), *(f"{n},{m}" for n, m in cases)],
+    out = subprocess.run([sys.executable, "-c", _PEAK, str(vocab), str(completion_tokens),
+                          *(f"{n},{m}" for n, m in cases)],
                          cwd=root, capture_output=True, text=True, timeout=600, env=env)
     if out.returncode != 0:
         raise RuntimeError(f"log-prob memory probe failed: {out.stderr[-2000:]}")
@@ -141,7 +142,8 @@ def logprob_peak_bytes(sequences: int, micro_batch_size: int, vocab: int = 50000
 
 def killed_run(trainer: Any, checkpoint_dir: Any, after_calls: int) -> Any:
     """Train ``trainer`` until its reward has been called ``after_calls`` times (batched: once per rollout batch or
-    evaluation), then interrupt it as a kill would; returns its latest checkpoint folder (None when none was written)."""
+    evaluation), then interrupt it as a kill would; returns its latest checkpoint folder (None when none was
+    written)."""
     from pathlib import Path
 
     reward, calls = trainer.reward_func, {"n": 0}
@@ -172,7 +174,8 @@ def experiment_config(cls: Any, **fields: Any) -> Any:
     values; MAGRPO: CoMLRL's group z-score; MAPPO: batch standardisation). ``cls()`` has CoMLRL's script defaults."""
     values = {**WORKFLOW_EXPERIMENT_DEFAULTS, **fields}
     if values.get("plan") is None:
-        values.setdefault("num_generations", 8)  # as a YAML config: the default plan spends B = 8 (C3: tree [2, 4] over two decisions)
+        # as a YAML config: the default plan spends B = 8 (C3: tree [2, 4] over two decisions)
+        values.setdefault("num_generations", 8)
     if values.get("advantage_scaling") is not None or getattr(cls, "normalization_scaling", None) == "batch_scale":
         values.setdefault("advantage_normalization", False)
     return cls(**values)
@@ -210,8 +213,9 @@ def tiny_gguf(folder: Any, name: str = "tiny.gguf", seed: int = 0) -> Any:
     w.add_tensor("token_embd.weight", rng.normal(size=(vocab, hidden)).astype(np.float32))
     w.add_tensor("output_norm.weight", np.ones(hidden, np.float32))
     w.add_tensor("output.weight", rng.normal(size=(vocab, hidden)).astype(np.float32))
-    shapes = {"attn_q": (hidden, hidden), "attn_k": (hidden, hidden), "attn_v": (hidden, hidden), "attn_output": (hidden, hidden),
-              "ffn_gate": (ffn, hidden), "ffn_up": (ffn, hidden), "ffn_down": (hidden, ffn)}
+    shapes = {"attn_q": (hidden, hidden), "attn_k": (hidden, hidden), "attn_v": (hidden, hidden),
+              "attn_output": (hidden, hidden), "ffn_gate": (ffn, hidden), "ffn_up": (ffn, hidden),
+              "ffn_down": (hidden, ffn)}
     for part, shape in shapes.items():
         w.add_tensor(f"blk.0.{part}.weight", rng.normal(size=shape).astype(np.float32))
     for part in ("attn_norm", "ffn_norm"):

@@ -43,24 +43,27 @@ def build_trainer(cfg: RunConfig, domain: Domain, workflow: Workflow, train: Any
         os.environ["WANDB_MODE"] = cfg.wandb.mode
         wandb_dir = Path(cfg.wandb.dir or run_dir)
         wandb_dir.mkdir(parents=True, exist_ok=True)
-        wandb_config = {"project": cfg.wandb.project, "entity": cfg.wandb.entity, "name": cfg.wandb.name or run_dir.name,
+        wandb_config = {"project": cfg.wandb.project, "entity": cfg.wandb.entity, "name": cfg.wandb.name
+                        or run_dir.name,
                         "dir": str(wandb_dir), "tags": list(cfg.wandb.tags), "config_sections": cfg.resolved()}
         if cfg.wandb.group:  # wandb.init reads these (CoMLRL's init passes no group or job type)
             os.environ["WANDB_RUN_GROUP"] = cfg.wandb.group
         os.environ["WANDB_JOB_TYPE"] = cfg.wandb.job_type or cfg.algorithm
     scale, shift = cfg.reward_processor.scale, cfg.reward_processor.shift
     settle(cfg, domain)
-    grammar = domain.grammar(cfg.domain_cfg) if domain.grammar is not None else None  # forced skeletons (None: free text)
+    # forced skeletons (None: free text)
+    grammar = domain.grammar(cfg.domain_cfg) if domain.grammar is not None else None
     if dp.context().enabled and not dp.context().is_main:
         wandb_config = None  # rank 0 logs
     logger = domain.make_eval_logger(workflow)
     keywords = {"outcome": domain.outcome, "deepspeed": cfg.deepspeed, "learning_rates": cfg.agents.learning_rate,
                 "learning_rate_scales": cfg.agents.learning_rate_scale, "trainable": cfg.agents.trainable}
     extra = {k: keywords[k] for k in capabilities(cfg.algo).trainer_keywords}
-    trainer = trainer_cls(agents=models, tokenizer=tokenizer, train_dataset=train, eval_dataset=evals, reward_func=domain.make_reward(cfg.domain_cfg),
-                          reward_processor=(lambda r: scale * r + shift), eval_logger=logger, eval_aggregator=domain.eval_aggregator,
-                          wandb_config=wandb_config, args=cfg.algo, workflow=workflow, run_dir=run_dir, lora_adapters=lora,
-                          grammar=grammar, **extra)
+    trainer = trainer_cls(agents=models, tokenizer=tokenizer, train_dataset=train, eval_dataset=evals,
+                          reward_func=domain.make_reward(cfg.domain_cfg),
+                          reward_processor=(lambda r: scale * r + shift), eval_logger=logger,
+                          eval_aggregator=domain.eval_aggregator, wandb_config=wandb_config, args=cfg.algo,
+                          workflow=workflow, run_dir=run_dir, lora_adapters=lora, grammar=grammar, **extra)
     trainer.verbose = cfg.output.verbose
     return trainer
 
@@ -79,7 +82,8 @@ def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool 
     """Run the job; returns the summary (also written to ``<run>/summary.json``)."""
     started = time.perf_counter()
     ctx, run_dir, created, trainer = dp.context(), None, False, None
-    try:  # until training starts; a failure removes the run folder this call made (never a resumed run's) and is re-raised
+    # until training starts; a failure removes the run folder this call made (never a resumed run's) and is re-raised
+    try:
         if dp.launched_world() > 1:  # torchrun: data-parallel replicas of the team, one per process
             if not capabilities(cfg.algo).data_parallel:
                 raise ConfigError(f"torchrun launched {dp.launched_world()} processes, but data parallelism "
@@ -127,9 +131,10 @@ def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool 
         raise
     trainer.train(**kwargs)
     after = trainer.evaluate(cfg.algo.final_eval_num_samples)
-    summary = {"run_dir": str(run_dir), "algorithm": cfg.algorithm, "workflow": workflow.name, "env_steps": trainer.env_step,
-               "totals": dict(trainer.totals), "updates": trainer.update_step, "eval_before": before, "eval_after": after,
-               "world_size": ctx.world, "wall_s": time.perf_counter() - started, **_peak_memory()}
+    summary = {"run_dir": str(run_dir), "algorithm": cfg.algorithm, "workflow": workflow.name,
+               "env_steps": trainer.env_step, "totals": dict(trainer.totals), "updates": trainer.update_step,
+               "eval_before": before, "eval_after": after, "world_size": ctx.world,
+               "wall_s": time.perf_counter() - started, **_peak_memory()}
     if not ctx.is_main:  # rank 0 writes the summary, plots and the final model (ZeRO-3 gathers on every rank)
         if cfg.output.save_model:
             trainer.save_model(str(run_dir / "final"))
@@ -167,4 +172,4 @@ def validate_or_exit(load: Any) -> Any:
     except (ConfigError, WorkflowError, ValueError, KeyError, FileNotFoundError) as exc:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         print(json.dumps({"status": "error", "error": f"{type(exc).__name__}: {msg}"}))
-        raise SystemExit(2)
+        raise SystemExit(2) from None

@@ -74,8 +74,8 @@ def team_variances(diagnosis: Mapping[str, Any], outcome_variance: float | None 
         if k > 1:
             last_total = float(by_u[k - 2]["return_variance"])  # sigma_{K-2}^2 = S_{K-1} + O
         else:
-            raise ValueError("c3 advise: the last decision point has no reward_variance (a diagnosis from before c3 advise "
-                             "existed); rerun c3 diagnose")
+            raise ValueError("c3 advise: the last decision point has no reward_variance (a diagnosis from before c3 "
+                             "advise existed); rerun c3 diagnose")
     else:
         last_total = float(last["reward_variance"])
     signal = [max(float(by_u[u]["signal_S"]), 0.0) for u in range(k - 1)] + [max(last_total - o, 0.0)]
@@ -106,12 +106,14 @@ def plan_noise(tree: Sequence[int] | None, budget: int, var: Mapping[str, Any]) 
 
 
 def plan_snr(tree: Sequence[int] | None, budget: int, var: Mapping[str, Any]) -> list[float]:
-    """Predicted gradient SNR ``m_u S_u / (S_u + N_u)`` of every decision point under ``tree`` (``None``: independent)."""
+    """Predicted gradient SNR ``m_u S_u / (S_u + N_u)`` of every decision point under ``tree`` (``None``:
+    independent)."""
     return [m * sig / (sig + noise) if m and sig + noise > 0 else 0.0
             for sig, (m, noise) in zip(var["S"], plan_noise(tree, budget, var))]
 
 
-def _rank(var: Mapping[str, Any], budget: int, scale: Sequence[float]) -> tuple[list[dict[str, Any]], list[float]] | None:
+def _rank(var: Mapping[str, Any], budget: int,
+          scale: Sequence[float]) -> tuple[list[dict[str, Any]], list[float]] | None:
     """Every plan of ``budget`` leaves scored for this team (best first) and the decision points' weights; None when
     no learning decision point has any signal left (every ``lr_scale x S_u`` is 0)."""
     k = len(var["S"])
@@ -150,7 +152,8 @@ def replicates(diagnosis: Mapping[str, Any]) -> list[dict[str, Any]]:
     count = min(len(v) for b in boots for v in b.values())
     out = []
     for r in range(count):
-        rows = [{**d, **{key: b[key][r] for key in BOOTSTRAP_KEYS if key in b}} for d, b in zip(diagnosis["decisions"], boots)]
+        rows = [{**d, **{key: b[key][r] for key in BOOTSTRAP_KEYS if key in b}}
+                for d, b in zip(diagnosis["decisions"], boots)]
         out.append({**diagnosis, "decisions": rows})
     return out
 
@@ -198,16 +201,18 @@ def advise(diagnosis: Mapping[str, Any], budget: int, lr_scale: Sequence[float] 
         raise ValueError("c3 advise: no learning decision point has any signal (lr-scale 0 everywhere)")
     known = diagnosis.get("outcome_variance") is not None or outcome_variance is not None
     first = team_variances(diagnosis, outcome_variance)
-    o_values = [first["O"]] if known else [0.0, first["S"][-1]]  # unknown O: from none of the last reward's spread to all
+    # unknown O: from none of the last reward's spread to all
+    o_values = [first["O"]] if known else [0.0, first["S"][-1]]
     draws = replicates(diagnosis)
     ends = [_at_outcome_variance(diagnosis, draws, budget, scale, o) for o in o_values]
     main = next((e for e in ends if not e["no_signal"]), None)
     if main is None:
         last = first["S"][-1] + first["O"]
-        raise ValueError(f"c3 advise: no learning decision point has any signal at outcome variance O = {o_values[0]:.4g}: "
-                         f"the last decision point's reward variance is {last:.4g}, so an O at or above it leaves that point "
-                         "no signal of its own, and every other decision point with lr-scale > 0 has S = 0; give an "
-                         f"--outcome-variance below {last:.4g} (0 for a deterministic reward), or measure more groups")
+        raise ValueError("c3 advise: no learning decision point has any signal at outcome variance O = "
+                         f"{o_values[0]:.4g}: the last decision point's reward variance is {last:.4g}, so an O at or "
+                         "above it leaves that point no signal of its own, and every other decision point with "
+                         f"lr-scale > 0 has S = 0; give an --outcome-variance below {last:.4g} (0 for a deterministic "
+                         "reward), or measure more groups")
     var, rows, weights = main["var"], main["rows"], main["weights"]
     best = rows[0]
     indep = next(r for r in rows if r["algorithm"] == "magrpo")
@@ -215,13 +220,16 @@ def advise(diagnosis: Mapping[str, Any], budget: int, lr_scale: Sequence[float] 
     ratio = best_tree["score"] / indep["score"] if indep["score"] > 0 else math.inf
     lead = max(range(k), key=lambda u: weights[u])
     why = (f"{var['roles'][lead]} carries {weights[lead]:.0%} of the learnable signal; its predicted gradient SNR is "
-           f"{best_tree['snr'][lead]:.3g} on C3's {best_tree['plan']} against {indep['snr'][lead]:.3g} on independent {budget}")
+           f"{best_tree['snr'][lead]:.3g} on C3's {best_tree['plan']} against {indep['snr'][lead]:.3g} on "
+           f"independent {budget}")
     if best["algorithm"] == "c3" and var["U"][lead] > 0:
-        why += f" (its teammates' upstream variance U = {var['U'][lead]:.3g} is noise in MAGRPO's broadcast run score, not in C3's groups)"
+        why += (f" (its teammates' upstream variance U = {var['U'][lead]:.3g} is noise in MAGRPO's broadcast run "
+                "score, not in C3's groups)")
     elif best["algorithm"] == "magrpo":
         m = math.prod(_tree(best_tree)[: lead + 1])
         why += (f" (the tree gives it {m} alternatives per update against {budget} runs)" if m < budget else
-                f" (that tree credits only {var['roles'][lead]}; independent {budget} also gives the others {budget} samples)")
+                f" (that tree credits only {var['roles'][lead]}; independent {budget} also gives the "
+                f"others {budget} samples)")
     name = {"c3": "C3", "magrpo": "MAGRPO"}
     point = (f"use {name[best['algorithm']]} with plan \"{best['plan']}\": predicted score {best['score']:.3f} vs "
              f"{(indep if best['algorithm'] == 'c3' else best_tree)['score']:.3f} for the best "
@@ -230,16 +238,18 @@ def advise(diagnosis: Mapping[str, Any], budget: int, lr_scale: Sequence[float] 
     if len(labels) > 1:
         outcome = "no clear winner"
         parts = [f"O = {e['O']:.4g}: " + ("no signal left" if e["no_signal"] else
-                                         f"{name.get(e['winner'], 'neither')} (margin {e['margin']:+.3f} {_interval(e)})")
+                                         f"{name.get(e['winner'], 'neither')} (margin "
+                                         f"{e['margin']:+.3f} {_interval(e)})")
                  for e in ends]
-        verdict = ("no clear winner: the advice hinges on the outcome variance O of a complete path, which this diagnosis "
-                   "cannot measure (c = 1 at the last decision point): " + "; ".join(parts) + ". Pass --outcome-variance "
+        verdict = ("no clear winner: the advice hinges on the outcome variance O of a complete path, which this "
+                   "diagnosis cannot measure (c = 1 at the last decision point): " + "; ".join(parts)
+                   + ". Pass --outcome-variance "
                    "(0 for a deterministic reward) to decide; at O = 0 the point estimate is: " + point)
     elif main["winner"] is None:
         outcome = "no clear winner"
         verdict = (f"no clear winner: the margin of the best C3 plan over MAGRPO is {main['margin']:+.3f} "
-                   f"{_interval(main)}, an interval that straddles 0 (the diagnosis' own sampling noise); more groups in "
-                   f"c3 diagnose narrow it. The point estimate: {point}")
+                   f"{_interval(main)}, an interval that straddles 0 (the diagnosis' own sampling noise); more groups "
+                   f"in c3 diagnose narrow it. The point estimate: {point}")
     else:
         outcome = main["winner"]
         verdict = point + f"; margin {main['margin']:+.3f} {_interval(main)}"
@@ -259,7 +269,8 @@ def advise(diagnosis: Mapping[str, Any], budget: int, lr_scale: Sequence[float] 
 def _interval(entry: Mapping[str, Any]) -> str:
     ci = entry.get("ci95")
     if ci is None:
-        return "[95% interval n/a: the diagnosis has no bootstrap replicates (an exact diagnosis, or one from before them)]"
+        return ("[95% interval n/a: the diagnosis has no bootstrap replicates (an exact diagnosis, or "
+                "one from before them)]")
     return f"[{ci[0]:+.3f}, {ci[1]:+.3f}] (95%, {entry.get('resamples')} bootstrap replicates of the diagnosis)"
 
 
@@ -271,8 +282,8 @@ def print_advice(result: Mapping[str, Any], top: int = 8) -> None:
     print(f"== c3 advise: {result['workflow']}, {result['budget']} reward calls per instance ==")
     print(f"{'u':>2} {'role':>12} {'S (signal)':>11} {'sigma^2':>9} {'upstream U':>11} {'lr scale':>9} {'weight':>7}")
     for p in result["decisions"]:
-        print(f"{p['u']:>2} {p['role']:>12} {p['S']:>11.4g} {p['sigma2']:>9.4g} {p['upstream_U']:>11.4g} {p['lr_scale']:>9g} "
-              f"{p['weight']:>7.2f}")
+        print(f"{p['u']:>2} {p['role']:>12} {p['S']:>11.4g} {p['sigma2']:>9.4g} {p['upstream_U']:>11.4g} "
+              f"{p['lr_scale']:>9g} {p['weight']:>7.2f}")
     print(f"outcome variance O = {result['outcome_variance']:.4g}, run variance T = {result['T']:.4g}")
     roles = [p["role"] for p in result["decisions"]]
     print(f"\n{'plan':>22} {'algorithm':>9} " + " ".join(f"{'SNR ' + r:>14}" for r in roles) + f" {'score':>7}")
@@ -280,12 +291,14 @@ def print_advice(result: Mapping[str, Any], top: int = 8) -> None:
     if not any(r["algorithm"] == "magrpo" for r in shown):
         shown = shown + [r for r in result["plans"] if r["algorithm"] == "magrpo"]
     for r in shown:
-        print(f"{r['plan']:>22} {r['algorithm']:>9} " + " ".join(f"{x:>14.3f}" for x in r["snr"]) + f" {r['score']:>7.3f}")
+        print(f"{r['plan']:>22} {r['algorithm']:>9} " + " ".join(f"{x:>14.3f}" for x in r["snr"])
+              + f" {r['score']:>7.3f}")
     margin = result.get("margin") or {}
     if margin:
         print(f"\nmargin, best C3 plan minus MAGRPO: {margin['c3_minus_magrpo']:+.4f} "
               + (f"[{margin['ci95'][0]:+.4f}, {margin['ci95'][1]:+.4f}] 95% over {margin['resamples']} replicates"
                  if margin.get("ci95") else "[95% interval n/a: no bootstrap replicates in the diagnosis]")
-              + ("" if result.get("outcome_variance_known", True) else "; O unknown, advice at O = 0 and O = its maximum"))
+              + ("" if result.get("outcome_variance_known", True)
+                 else "; O unknown, advice at O = 0 and O = its maximum"))
     print(f"outcome: {result.get('outcome', result['algorithm'])}")
     print("\nverdict: " + result["verdict"])

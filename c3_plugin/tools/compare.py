@@ -12,8 +12,8 @@ checkpoint (``output.resume: auto``), so a killed comparison continues where it 
 Aggregation (:mod:`c3_plugin.core.stats`): per suite metric (``--metric`` globs over the ``eval/*`` keys
 of the final evaluation; default ``eval/*/accuracy``, the keys of accuracy-like metrics in every domain,
 else ``eval/reward_mean``, which every run logs), mean +- std and a 95% t-interval over seeds per
-algorithm; per algorithm pair the paired difference by seed with a paired t-test (Wilcoxon signed-rank from 6 seeds), Holm-
-corrected across the suite metrics; the area under each eval curve against env steps (its mean
+algorithm; per algorithm pair the paired difference by seed with a paired t-test (Wilcoxon signed-rank from 6 seeds),
+Holm- corrected across the suite metrics; the area under each eval curve against env steps (its mean
 level); and the costs from each run's summary (env steps, messages, tokens, wall time, peak memory).
 """
 
@@ -36,8 +36,9 @@ from c3_plugin.run.budget import expected_budget
 from c3_plugin.run.dry_run import DERIVED, STEPS, optimisation_settings, prepare, steps_line
 from c3_plugin.run.report import ACCURACY_METRICS, eval_metrics
 
-COSTS = (("env_steps", ("env_steps",)), ("messages", ("totals", "messages")), ("tokens", ("totals", "tokens_generated")),
-         ("wall_s", ("wall_s",)), ("peak_rss_gib", ("peak_rss_gib",)), ("peak_gpu_gib", ("peak_gpu_gib",)))
+COSTS = (("env_steps", ("env_steps",)), ("messages", ("totals", "messages")),
+         ("tokens", ("totals", "tokens_generated")), ("wall_s", ("wall_s",)), ("peak_rss_gib", ("peak_rss_gib",)),
+         ("peak_gpu_gib", ("peak_gpu_gib",)))
 
 
 def run_name(algorithm: str, seed: int) -> str:
@@ -48,8 +49,9 @@ def run_overrides(algorithm: str, seed: int, out: Path, name: str, overrides: Se
     """The overrides that turn the base config into one run of the comparison."""
     from dataclasses import fields
 
-    extra = [f"algorithm={algorithm}", f"seed={seed}", f"output.base_dir={out}", f"output.run_name={run_name(algorithm, seed)}",
-             "output.resume=auto", f"wandb.group={name}", f"wandb.job_type={algorithm}"]
+    extra = [f"algorithm={algorithm}", f"seed={seed}", f"output.base_dir={out}",
+             f"output.run_name={run_name(algorithm, seed)}", "output.resume=auto", f"wandb.group={name}",
+             f"wandb.job_type={algorithm}"]
     if "seed" in {f.name for f in fields(resolve(algorithm)[0])}:
         extra.append(f"{section(algorithm)}.seed={seed}")  # an algorithm section that names its own seed follows too
     return list(overrides) + extra
@@ -57,9 +59,11 @@ def run_overrides(algorithm: str, seed: int, out: Path, name: str, overrides: Se
 
 def plan(cfg_path: str | Path, algorithms: Sequence[str], seeds: Sequence[int], out: Path,
          overrides: Sequence[str] = ()) -> dict[tuple[str, int], RunConfig]:
-    """Every run's config, checked to share data, evaluation sets and budget (:class:`ConfigError` naming the difference)."""
+    """Every run's config, checked to share data, evaluation sets and budget (:class:`ConfigError` naming the
+    difference)."""
     if len(set(algorithms)) < 2 or len(set(seeds)) < 1:
-        raise ConfigError("c3 compare needs at least two algorithms and one seed, e.g. --algorithms c3 magrpo --seeds 0 1 2")
+        raise ConfigError("c3 compare needs at least two algorithms and one seed, e.g. --algorithms c3 "
+                          "magrpo --seeds 0 1 2")
     name = out.name
     configs = {(a, s): load_config(cfg_path, run_overrides(a, s, out, name, overrides))
                for s in seeds for a in algorithms}  # seed-major: a stopped comparison holds complete pairs
@@ -75,13 +79,15 @@ def fingerprint(cfg: RunConfig) -> dict[str, Any]:
         suites[ds] = suites.get(ds, 0) + 1
     return {"train": cfg.raw.get("dataset", {}).get("train"), "train_rows": len(train), "eval_suites": suites,
             "eval_sets": cfg.raw.get("dataset", {}).get("eval"), "domain": cfg.domain, "workflow": workflow.name,
-            "model": cfg.agent_model.name, "expected_env_steps": expected_budget(cfg, workflow, train)["expected_env_steps"]}
+            "model": cfg.agent_model.name,
+            "expected_env_steps": expected_budget(cfg, workflow, train)["expected_env_steps"]}
 
 
 def check_comparable(configs: dict[tuple[str, int], RunConfig]) -> None:
     """One fingerprint per algorithm (the seed only reorders the data) compared across algorithms."""
     firsts = [(a, cfg) for (a, s), cfg in configs.items() if s == min(s2 for a2, s2 in configs if a2 == a)]
-    prints = {a: fingerprint(cfg) for a, cfg in tqdm(firsts, desc="compare: checking data and budgets", unit="algorithm",
+    prints = {a: fingerprint(cfg) for a, cfg in tqdm(firsts, desc="compare: checking data and budgets",
+                                                     unit="algorithm",
                                                       leave=False)}
     first, *rest = prints
     diffs = []
@@ -91,12 +97,14 @@ def check_comparable(configs: dict[tuple[str, int], RunConfig]) -> None:
                 diffs.append(f"{key}: {first} has {value!r}, {other} has {prints[other][key]!r}")
     if diffs:
         raise ConfigError("these runs would not be comparable: " + "; ".join(diffs) +
-                          "; give every algorithm section the same data, evaluation sets and env-step budget (plan leaves)")
+                          "; give every algorithm section the same data, evaluation sets and env-step "
+                          "budget (plan leaves)")
 
 
 def settings_listing(cfg: RunConfig, algorithms: Sequence[str] | None = None) -> dict[str, Any]:
     """The dry-run's effective settings of the compared algorithms (every section the config holds when
-    ``algorithms`` is None), which differ, and which of those are not credit (:func:`c3_plugin.run.dry_run.optimisation_settings`)."""
+    ``algorithms`` is None), which differ, and which of those are not credit
+    (:func:`c3_plugin.run.dry_run.optimisation_settings`)."""
     _, workflow, train, _ = prepare(cfg)
     return optimisation_settings(cfg, workflow, train, algorithms)
 
@@ -122,7 +130,8 @@ def run_differences(configs: dict[tuple[str, int], RunConfig]) -> dict[str, dict
             continue
         resolved = {k: v for k, v in cfg.resolved().items() if k != section(a)}
         resolved[cfg.domain] = asdict(cfg.domain_cfg) if is_dataclass(cfg.domain_cfg) else dict(cfg.domain_cfg or {})
-        flat[a] = {k: json.dumps(v, default=str, sort_keys=True) for k, v in _flat(resolved).items() if k not in SET_BY_COMPARE}
+        flat[a] = {k: json.dumps(v, default=str, sort_keys=True) for k, v in _flat(resolved).items()
+                   if k not in SET_BY_COMPARE}
     keys = sorted({k for row in flat.values() for k in row})
     return {k: {a: json.loads(row[k]) if k in row else "(absent)" for a, row in flat.items()}
             for k in keys if len({row.get(k) for row in flat.values()}) > 1}
@@ -149,11 +158,13 @@ def controlled(configs: dict[tuple[str, int], RunConfig], allow: bool | Sequence
     known = sorted({k for row in table.values() for k in row} | set(differences))
     unknown = [k for k in named if k not in known]
     if unknown:
-        hints = "; ".join(f"'{k}'" + (f" (did you mean '{m[0]}'?)" if (m := get_close_matches(k, known, 1)) else "") for k in unknown)
+        hints = "; ".join(f"'{k}'" + (f" (did you mean '{m[0]}'?)" if (m := get_close_matches(k, known, 1)) else "")
+                          for k in unknown)
         raise ConfigError(f"--allow-differences names no setting of {', '.join(algorithms)}: {hints}")
     allowed = sorted(uncontrolled) if allow is True else sorted(k for k in named if k in uncontrolled)
     refused = sorted(k for k in uncontrolled if k not in allowed)
-    kinds = {k: ("refused" if k in refused else "allowed" if k in allowed else "derived" if k in (*DERIVED, STEPS) else "credit")
+    kinds = {k: ("refused" if k in refused else "allowed" if k in allowed else "derived" if k in (*DERIVED, STEPS)
+                 else "credit")
              for k in differences}
     record = {"algorithms": algorithms, "differences": differences, "kind": kinds, "uncontrolled": uncontrolled,
               "allowed": allowed, "consent": "all" if allow is True else "named" if named else "none",
@@ -164,7 +175,8 @@ def controlled(configs: dict[tuple[str, int], RunConfig], allow: bool | Sequence
         credit = "; ".join(f"{a}: " + ", ".join(c) for a, c in listing["credit_fields"].items())
         named_pairs = ", ".join(f"{k} (" + ", ".join(uncontrolled[k]) + ")" for k in refused)
         raise ConfigError(
-            "c3 compare measures credit only, and these settings differ beyond the credit:\n" + differences_table(record, refused)
+            "c3 compare measures credit only, and these settings differ beyond the credit:\n"
+                          + differences_table(record, refused)
             + f"\nrefused: {named_pairs}. The credit that may differ "
             f"is {credit}. Make the settings equal in the config (or with --override), or compare anyway with "
             f"--allow-differences {' '.join(refused)} (these) or a bare --allow-differences (every difference); "
@@ -189,7 +201,8 @@ def differences_table(record: dict[str, Any], keys: Sequence[str] | None = None)
     lines = ["| setting | kind | " + " | ".join(algos) + " |", "| --- | --- |" + " --- |" * len(algos)]
     for key in (keys if keys is not None else record["differences"]):
         per = record["differences"][key]
-        lines.append(f"| {key} | {record['kind'].get(key, 'refused')} | " + " | ".join(_cell(per.get(a, '(absent)')) for a in algos) + " |")
+        lines.append(f"| {key} | {record['kind'].get(key, 'refused')} | "
+                     + " | ".join(_cell(per.get(a, '(absent)')) for a in algos) + " |")
     return "\n".join(lines)
 
 
@@ -200,7 +213,7 @@ def execute(cfg_path: str | Path, configs: dict[tuple[str, int], RunConfig], out
     started = []
     kept = sum((out / run_name(a, s) / "summary.json").exists() for a, s in configs)
     began = time.monotonic()
-    for (algorithm, seed), cfg in configs.items():
+    for algorithm, seed in configs:
         name = run_name(algorithm, seed)
         if (out / name / "summary.json").exists():
             log(f"[compare] {name}: finished, kept")
@@ -242,29 +255,33 @@ def load_run(folder: Path) -> dict[str, Any]:
 
 
 def primary_metrics(final: dict[str, float], patterns: Sequence[str] = ACCURACY_METRICS) -> list[str]:
-    """The compared keys: the ``eval/*`` keys matching ``patterns`` (default ``eval/*/accuracy``: domains log accuracy-like
-    metrics as ``eval/<datasource>/accuracy``), else ``eval/reward_mean``, which every run logs."""
+    """The compared keys: the ``eval/*`` keys matching ``patterns`` (default ``eval/*/accuracy``: domains log
+    accuracy-like metrics as ``eval/<datasource>/accuracy``), else ``eval/reward_mean``, which every run logs."""
     return eval_metrics(final, patterns)
 
 
-def aggregate(out: Path, algorithms: Sequence[str], seeds: Sequence[int], patterns: Sequence[str] = ACCURACY_METRICS) -> dict:
+def aggregate(out: Path, algorithms: Sequence[str], seeds: Sequence[int],
+              patterns: Sequence[str] = ACCURACY_METRICS) -> dict:
     """The comparison's statistics from its finished runs (see the module docstring)."""
-    runs = {(a, s): load_run(out / run_name(a, s)) for a in algorithms for s in seeds if (out / run_name(a, s) / "summary.json").exists()}
+    runs = {(a, s): load_run(out / run_name(a, s)) for a in algorithms for s in seeds
+            if (out / run_name(a, s) / "summary.json").exists()}
     missing = [run_name(a, s) for a in algorithms for s in seeds if (a, s) not in runs]
     if not runs:
         raise ConfigError(f"no finished run under {out}: run c3 compare with the same arguments first")
     metrics = primary_metrics(next(iter(runs.values()))["summary"]["eval_after"], patterns)
-    result: dict[str, Any] = {"algorithms": list(algorithms), "seeds": list(seeds), "missing_runs": missing, "metrics": metrics,
-                              "final": {}, "auc": {}, "pairs": {}, "costs": {}}
+    result: dict[str, Any] = {"algorithms": list(algorithms), "seeds": list(seeds), "missing_runs": missing,
+                              "metrics": metrics, "final": {}, "auc": {}, "pairs": {}, "costs": {}}
     for metric in metrics:
-        final = {a: {s: float(runs[a, s]["summary"]["eval_after"][metric]) for s in seeds if (a, s) in runs} for a in algorithms}
+        final = {a: {s: float(runs[a, s]["summary"]["eval_after"][metric]) for s in seeds if (a, s) in runs}
+                 for a in algorithms}
         result["final"][metric] = compare_table(final)
         auc = {}
         for a in algorithms:
             auc[a] = {}
             for s in seeds:
                 if (a, s) in runs:
-                    curve = {r["env_step"]: r[metric] for r in runs[a, s]["rows"] if r.get(metric) is not None}  # last per step
+                    # last per step
+                    curve = {r["env_step"]: r[metric] for r in runs[a, s]["rows"] if r.get(metric) is not None}
                     steps = sorted(curve)
                     auc[a][s] = area_under_curve(steps, [curve[x] for x in steps])
         result["auc"][metric] = {a: summarize(list(v.values())) for a, v in auc.items() if v}
@@ -274,7 +291,8 @@ def aggregate(out: Path, algorithms: Sequence[str], seeds: Sequence[int], patter
         for m, p in holm(raw).items():
             result["final"][m]["pairs"][pair]["p_holm"] = p
     for name, path in COSTS:
-        values = {a: [v for s in seeds if (a, s) in runs and (v := _dig(runs[a, s]["summary"], path)) is not None] for a in algorithms}
+        values = {a: [v for s in seeds if (a, s) in runs and (v := _dig(runs[a, s]["summary"], path)) is not None]
+                  for a in algorithms}
         if any(values.values()):
             result["costs"][name] = {a: summarize(v) for a, v in values.items() if v}
     return result
@@ -301,7 +319,8 @@ def markdown(result: dict) -> str:
         per = result["final"][m]["algorithms"]
         lines.append(f"| {m} | " + " | ".join(_fmt(per[a]) if a in per else "-" for a in algos) + " |")
     lines += ["", "## Paired differences by seed (t-test, Holm-corrected across metrics; Wilcoxon from 6 seeds)", "",
-              "| metric | pair | mean diff [95% CI] | p (t) | p (t, Holm) | p (Wilcoxon) | n |", "| --- | --- | --- | --- | --- | --- | --- |"]
+              "| metric | pair | mean diff [95% CI] | p (t) | p (t, Holm) | p (Wilcoxon) | n |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
     for m in result["metrics"]:
         for pair, c in result["final"][m]["pairs"].items():
             if not c["n"]:
@@ -310,25 +329,26 @@ def markdown(result: dict) -> str:
             low, high = c["ci95"]
             lines.append(f"| {m} | {pair} | {c['mean_diff']:+.3f} [{low:+.3f}, {high:+.3f}] | {_p(c.get('p'))} | "
                          f"{_p(c.get('p_holm'))} | {_p((c.get('wilcoxon') or {}).get('p'))} | {c['n']} |")
-    lines += ["", "## Area under the eval curve (mean level over env steps)", "", "| metric | " + " | ".join(algos) + " |",
-              "| --- |" + " --- |" * len(algos)]
+    lines += ["", "## Area under the eval curve (mean level over env steps)", "",
+              "| metric | " + " | ".join(algos) + " |", "| --- |" + " --- |" * len(algos)]
     for m, per in result["auc"].items():
         lines.append(f"| {m} | " + " | ".join(_fmt(per[a]) if a in per else "-" for a in algos) + " |")
     record = result.get("controlled_comparison")
     if record:
         lines += ["", "## Settings that differ", "",
-                  "credit: the algorithm's own estimator (and the plan it needs); derived: follows from those; allowed: "
-                  f"another difference, compared with consent (--allow-differences: {record['consent']}).", "",
+                  "credit: the algorithm's own estimator (and the plan it needs); derived: follows from those; "
+                  f"allowed: another difference, compared with consent (--allow-differences: {record['consent']}).", "",
                   differences_table(record), "", record_steps_line(record)]
-    lines += ["", "## Costs per run (mean +- std [95% CI])", "", "| cost | " + " | ".join(algos) + " |", "| --- |" + " --- |" * len(algos)]
+    lines += ["", "## Costs per run (mean +- std [95% CI])", "", "| cost | " + " | ".join(algos) + " |",
+              "| --- |" + " --- |" * len(algos)]
     for name, per in result["costs"].items():
         lines.append(f"| {name} | " + " | ".join(_fmt(per[a]) if a in per else "-" for a in algos) + " |")
     return "\n".join(lines) + "\n"
 
 
-def compare(cfg_path: str | Path, algorithms: Sequence[str], seeds: Sequence[int], out: str | Path, overrides: Sequence[str] = (),
-            launcher: str | None = None, patterns: Sequence[str] = ACCURACY_METRICS, run: bool = True, log=print,
-            allow_differences: bool | Sequence[str] | None = None) -> dict:
+def compare(cfg_path: str | Path, algorithms: Sequence[str], seeds: Sequence[int], out: str | Path,
+            overrides: Sequence[str] = (), launcher: str | None = None, patterns: Sequence[str] = ACCURACY_METRICS,
+            run: bool = True, log=print, allow_differences: bool | Sequence[str] | None = None) -> dict:
     """Plan (refusing incomparable runs, and runs that differ beyond their credit unless ``allow_differences``
     consents: :func:`controlled`), print the settings that differ, run what is unfinished, aggregate, write
     ``summary.json`` and ``summary.md``; returns the aggregate."""

@@ -39,8 +39,8 @@ class Session:
     train: Any  # the config's training rows (diagnose draws its contexts from them)
     trainer: Any  # the config's workflow trainer: backend, sampling, reward
 
-    def collect(self, items: Sequence[Mapping[str, Any]], plan: Any, given: Sequence[Sequence[TraceEntry]] | None = None,
-                tick: Callable[[], None] | None = None) -> Rollout:
+    def collect(self, items: Sequence[Mapping[str, Any]], plan: Any,
+                given: Sequence[Sequence[TraceEntry]] | None = None, tick: Callable[[], None] | None = None) -> Rollout:
         """Materialise ``plan`` on ``items`` with the behaviour policy (``given``: recorded prefixes to re-enter;
         ``tick``: called after each decision step is generated, :class:`~c3_plugin.trainers.bridge.TickingBackend`)."""
         t = self.trainer
@@ -91,13 +91,14 @@ def weights_folder(run_dir: str | Path | None, checkpoint: str | None) -> Path |
         return folder
     if (folder / "adapters").exists():
         raise ConfigError(f"{folder} holds LoRA adapters; the analysis tools load per-agent models (agent_<i>/) or a "
-                          "CoMLRL checkpoint: use --checkpoint latest / checkpoint-N (checkpoints hold the adapters' state), "
-                          "merge the adapters into per-agent models, or use --checkpoint base")
+                          "CoMLRL checkpoint: use --checkpoint latest / checkpoint-N (checkpoints hold the adapters' "
+                          "state), merge the adapters into per-agent models, or use --checkpoint base")
     if not (folder / "agent_0").is_dir():
         found = sorted(p.name for p in (Path(run_dir) / "checkpoints").glob("checkpoint-*")) if run_dir else []
-        raise FileNotFoundError(f"{folder}: neither agent_<i>/ model folders nor a CoMLRL checkpoint ({CHECKPOINT_STATE}); "
-                                "use --checkpoint final (the run saved its models with output.save_model: true), base, "
-                                f"latest or checkpoint-N{' (this run has ' + ', '.join(found) + ')' if found else ''}")
+        raise FileNotFoundError(f"{folder}: neither agent_<i>/ model folders nor a CoMLRL checkpoint "
+                                f"({CHECKPOINT_STATE}); use --checkpoint final (the run saved its models with "
+                                "output.save_model: true), base, latest or "
+                                f"checkpoint-N{' (this run has ' + ', '.join(found) + ')' if found else ''}")
     return folder
 
 
@@ -106,8 +107,8 @@ def open_session(cfg: RunConfig, weights: Path | None = None) -> Session:
     :func:`weights_folder`) is a folder of ``agent_<i>/`` models or a CoMLRL checkpoint restored with the
     trainer's own ``load_checkpoint``."""
     if not capabilities(cfg.algo).workflow_trainer:
-        raise ConfigError(f"{cfg.algorithm} is not a workflow trainer: the analysis tools re-enter decision points of a "
-                          f"workflow; use a {listed(workflow_algorithms(), 'or')} config")
+        raise ConfigError(f"{cfg.algorithm} is not a workflow trainer: the analysis tools re-enter decision points of "
+                          f"a workflow; use a {listed(workflow_algorithms(), 'or')} config")
     cfg.wandb.enabled = False
     domain, workflow, train, evals = prepare(cfg)
     checkpoint = weights is not None and (weights / CHECKPOINT_STATE).is_file()
@@ -115,7 +116,8 @@ def open_session(cfg: RunConfig, weights: Path | None = None) -> Session:
         cfg.agents.models = [str(weights / f"agent_{a}") for a in range(workflow.num_agents)]
         missing = [m for m in cfg.agents.models if not Path(m).is_dir()]
         if missing:
-            raise FileNotFoundError(f"{weights}: missing {', '.join(missing)} for the workflow's {workflow.num_agents} agents")
+            raise FileNotFoundError(f"{weights}: missing {', '.join(missing)} for the workflow's "
+                                    f"{workflow.num_agents} agents")
     trainer = build_trainer(cfg, domain, workflow, train, evals, None)
     trainer.verbose = False
     if checkpoint:  # CoMLRL restores the checkpoint's policies (and checks it belongs to this config)

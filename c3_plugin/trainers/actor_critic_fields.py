@@ -97,7 +97,8 @@ CRITIC_FIELDS: dict[str, str] = {
     "value_head_hidden_dim": "the actors' value heads",
     "critic_devices": "the critics' devices",
 }
-CRITIC_MODEL_CONFIG_KEYS = ("critic_model_kwargs", "critic_value_head_hidden_dim")  # model_config keys IAC/MAAC read for their critics
+# model_config keys IAC/MAAC read for their critics
+CRITIC_MODEL_CONFIG_KEYS = ("critic_model_kwargs", "critic_value_head_hidden_dim")
 
 
 @dataclass
@@ -105,21 +106,28 @@ class ActorCriticFields:
     """IACConfig's and MAACConfig's fields that MAGRPOConfig lacks, all the critic's: accepted, not used by C3
     (a warning names those set); defaults and types are CoMLRL 1.4.3's."""
 
-    critic_learning_rate: float | None = 5e-6  # critic AdamW learning rate (CoMLRL: 5e-6, Optional[float]; IAC's None: agent_learning_rate)
+    # critic AdamW learning rate (CoMLRL: 5e-6, Optional[float]; IAC's None: agent_learning_rate)
+    critic_learning_rate: float | None = 5e-6
     value_loss_coef: float = 0.6  # weight of the critic's value loss (CoMLRL: 0.6, float)
-    value_clip_range: float | None = 0.2  # IAC: clip range of the shared value head's update (CoMLRL: 0.2, Optional[float])
-    use_separate_critic: bool = True  # IAC: a separate critic model (True) or value heads on the actors (CoMLRL: True, bool)
+    # IAC: clip range of the shared value head's update (CoMLRL: 0.2, Optional[float])
+    value_clip_range: float | None = 0.2
+    # IAC: a separate critic model (True) or value heads on the actors (CoMLRL: True, bool)
+    use_separate_critic: bool = True
     critic_type: str = "v"  # "v" (V(h)) or "q" (Q(h, a)) critic (CoMLRL: "v", str)
-    critic_value_head_hidden_dim: int | None = None  # IAC: hidden size of the separate critic's value head (CoMLRL: None, Optional[int])
-    value_head_hidden_dim: int | None = None  # IAC: hidden size of the actors' value heads (CoMLRL: None, Optional[int])
-    critic_devices: str | Sequence[str] | None = None  # the critics' devices (CoMLRL: None, Optional[Union[str, Sequence[str]]])
+    # IAC: hidden size of the separate critic's value head (CoMLRL: None, Optional[int])
+    critic_value_head_hidden_dim: int | None = None
+    # IAC: hidden size of the actors' value heads (CoMLRL: None, Optional[int])
+    value_head_hidden_dim: int | None = None
+    # the critics' devices (CoMLRL: None, Optional[Union[str, Sequence[str]]])
+    critic_devices: str | Sequence[str] | None = None
 
     def __post_init__(self) -> None:
         gens = getattr(self, "num_generations", 2)
         if isinstance(gens, int) and gens < 2:
-            raise ValueError(f"num_generations={gens} (IAC's and MAAC's default: one joint action per prompt) gives C3 no "
-                             "alternatives to compare: its credit is the leave-one-out among the joint actions sampled "
-                             "from a context; set num_generations >= 2 (e.g. 8, the paper's tree [2, 4] over two agents)")
+            raise ValueError(f"num_generations={gens} (IAC's and MAAC's default: one joint action per prompt) gives C3 "
+                             "no alternatives to compare: its credit is the leave-one-out among the joint actions "
+                             "sampled from a context; set num_generations >= 2 (e.g. 8, the paper's tree "
+                             "[2, 4] over two agents)")
         parent = getattr(super(), "__post_init__", None)
         if parent is not None:
             parent()
@@ -138,13 +146,15 @@ def _describe(models: Any) -> str:
     return f"{len(models)} model(s)" if isinstance(models, Sequence) else "a model"
 
 
-def actor_critic_keywords(trainer: Any, kwargs: dict[str, Any], *, critic_model: Any = None, critics: Any = None) -> dict[str, Any]:
+def actor_critic_keywords(trainer: Any, kwargs: dict[str, Any], *, critic_model: Any = None,
+                          critics: Any = None) -> dict[str, Any]:
     """Before ``WorkflowTrainer.__init__``: warn once about every critic setting (config fields, ``critic_model``,
     ``critics``, value heads on ``agents``, ``model_config`` critic keys) and return ``kwargs`` with each
     ``CausalLMWithValueHead`` agent replaced by its base model (the one C3 trains)."""
     args = kwargs.get("args")
     named = critic_settings(args) if args is not None else []
-    named += [f"{key} ({_describe(value)})" for key, value in (("critic_model", critic_model), ("critics", critics)) if value is not None]
+    named += [f"{key} ({_describe(value)})" for key, value in (("critic_model", critic_model), ("critics", critics))
+              if value is not None]
     agents = kwargs.get("agents")
     if agents is not None and any(isinstance(a, CausalLMWithValueHead) for a in agents):
         heads = [i for i, a in enumerate(agents) if isinstance(a, CausalLMWithValueHead) and a.value_head is not None]
@@ -153,10 +163,11 @@ def actor_critic_keywords(trainer: Any, kwargs: dict[str, Any], *, critic_model:
     model_config = kwargs.get("model_config") or {}
     named += [f"model_config[{key!r}]" for key in CRITIC_MODEL_CONFIG_KEYS if key in model_config]
     if named:
-        warnings.warn(f"{type(trainer).__name__}: {', '.join(named)} have no meaning under C3 and are ignored: they configure "
-                      "IAC's/MAAC's critic, and C3 trains none, crediting each alternative with the leave-one-out of its "
-                      "counterfactual continuations' returns (from rewards alone; credit='value_assisted' adds C3's own Q "
-                      "critic, set by the q_critic_* fields). Drop them to silence this warning", UserWarning, stacklevel=3)
+        warnings.warn(f"{type(trainer).__name__}: {', '.join(named)} have no meaning under C3 and are ignored: they "
+                      "configure IAC's/MAAC's critic, and C3 trains none, crediting each alternative with the "
+                      "leave-one-out of its counterfactual continuations' returns (from rewards alone; "
+                      "credit='value_assisted' adds C3's own Q critic, set by the q_critic_* fields). Drop them to "
+                      "silence this warning", UserWarning, stacklevel=3)
     return kwargs
 
 
@@ -170,7 +181,8 @@ class CallbackSample:
     completion: str
     reward: torch.Tensor  # [1], the path's (task) reward
     returns: torch.Tensor  # [1], the same
-    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)  # turn_idx (the agent's message index on the path), generation_idx (the path), batch_item
+    # turn_idx (the agent's message index on the path), generation_idx (the path), batch_item
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def callback_samples(rollout: Any) -> list[CallbackSample]:
@@ -188,7 +200,8 @@ def callback_samples(rollout: Any) -> list[CallbackSample]:
                 continue
             turns[int(e.agent)] = turns.get(int(e.agent), -1) + 1
             out.append(CallbackSample(int(e.agent), e.context, e.output, torch.tensor([reward]), torch.tensor([reward]),
-                                      {"turn_idx": turns[int(e.agent)], "generation_idx": j, "batch_item": items.get(e.instance)}))
+                                      {"turn_idx": turns[int(e.agent)], "generation_idx": j,
+                                       "batch_item": items.get(e.instance)}))
     return out
 
 
@@ -200,7 +213,8 @@ def honour_metrics_callback(trainer: Any, callback: Callable[[list[Any]], Mappin
     if callback is None:
         return
     if not callable(callback):
-        raise ValueError(f"metrics_callback must be callable (rollouts -> dict of metrics), got {type(callback).__name__}")
+        raise ValueError("metrics_callback must be callable (rollouts -> dict of metrics), got "
+                         f"{type(callback).__name__}")
     inner = trainer.rollout_metrics
 
     def rollout_metrics(rollout: Any) -> dict[str, float]:

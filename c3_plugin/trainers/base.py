@@ -45,9 +45,10 @@ from c3_plugin.trainers.bridge import WorkflowBridge, comlrl_constructor
 from c3_plugin.trainers.checkpoints import WorkflowCheckpoints
 from c3_plugin.trainers.comlrl_compat import resolve_comlrl_fields
 from c3_plugin.trainers.optim import KL_ESTIMATORS, SCHEDULES
-from c3_plugin.trainers.turns import Turns, turn_metrics
 from c3_plugin.trainers.samples import credited_rows, entry_prompt_ids, policy_sample, scale_advantages
+from c3_plugin.trainers.turns import Turns, turn_metrics
 from c3_plugin.trainers.update import PolicySample, update_policies
+
 
 @dataclass
 class WorkflowConfig(MAGRPOConfig):
@@ -58,66 +59,128 @@ class WorkflowConfig(MAGRPOConfig):
     normalization_scaling: ClassVar[str] = "batch_zscore"  # what advantage_normalization=True means for this algorithm
     default_plan_kind: ClassVar[str] = "independent"  # the default plan's kind ("tree" or "independent")
 
-    plan: str | dict[str, Any] | None = None  # rollout plan: "tree [2, 4]", "independent 8" or "diagnostic n=4 u=0 c=4" (None: the algorithm's default plan over the team, spending CoMLRL's env steps for num_generations; c3_plugin/trainers/comlrl_compat.py default_plan)
-    untrained_decisions: list[str] | None = None  # decision points the plan leaves without a gradient on purpose, named as the dry-run names them ("Reasoner_u2"): the dry-run lists them under untrained_decisions without its warning; a name that is no decision point of the workflow is refused (None: warn for every untrained decision). Trains nothing differently
-    instances_per_update: int | None = None  # task instances per rollout batch (one materialisation, one update; None: rollout_buffer_size, CoMLRL's prompts per update)
+    # rollout plan: "tree [2, 4]", "independent 8" or "diagnostic n=4 u=0 c=4" (None: the algorithm's default plan over
+    # the team, spending CoMLRL's env steps for num_generations; c3_plugin/trainers/comlrl_compat.py default_plan)
+    plan: str | dict[str, Any] | None = None
+    # decision points the plan leaves without a gradient on purpose, named as the dry-run names them ("Reasoner_u2"):
+    # the dry-run lists them under untrained_decisions without its warning; a name that is no decision point of the
+    # workflow is refused (None: warn for every untrained decision). Trains nothing differently
+    untrained_decisions: list[str] | None = None
+    # task instances per rollout batch (one materialisation, one update; None: rollout_buffer_size, CoMLRL's prompts per
+    # update)
+    instances_per_update: int | None = None
     ppo_epochs: int = 1  # passes over each rollout batch
     minibatch_size: int | None = None  # messages per optimizer step (None: all of an agent's messages in the batch)
-    minibatches_per_ppo_epoch: int | None = None  # the equal-steps setting: each policy's messages of a rollout batch split into this many minibatches (optimizer steps per PPO epoch; fewer only when it has fewer messages), whatever its message count; the same value in both arms of a head-to-head gives every agent the same optimizer steps (None: minibatch_size decides; the two are exclusive)
-    micro_batch_size: int = 8  # messages per forward(/backward) pass: of the update (gradient accumulation) and of the behaviour log-prob recomputation after sampling; bounds the full-vocabulary logits held at once
+    # the equal-steps setting: each policy's messages of a rollout batch split into this many minibatches (optimizer
+    # steps per PPO epoch; fewer only when it has fewer messages), whatever its message count; the same value in both
+    # arms of a head-to-head gives every agent the same optimizer steps (None: minibatch_size decides; the two are
+    # exclusive)
+    minibatches_per_ppo_epoch: int | None = None
+    # messages per forward(/backward) pass: of the update (gradient accumulation) and of the behaviour log-prob
+    # recomputation after sampling; bounds the full-vocabulary logits held at once
+    micro_batch_size: int = 8
     clip_eps: float = 0.2  # PPO clip range (lower side, and upper side unless clip_eps_high is set)
     clip_eps_high: float | None = None  # optional larger upper clip (None: clip_eps)
     max_grad_norm: float = 1.0  # gradient clipping per optimizer step (0 disables)
-    loss_aggregation: str = "token_mean"  # "token_mean" (mean over all trained tokens), "sequence_mean" (each message's mean over its trained tokens, i.e. its value tokens under a JSON skeleton, then mean over messages) or "token_sum"
-    advantage_scaling: str | None = None  # "none", "batch_scale", "batch_zscore" or "group_zscore" (population z-score per group: an instance's runs at one decision point under an independent plan, the siblings of one context under a tree), per agent and batch (None: from advantage_normalization, see normalization_scaling)
-    use_chat_template: bool = False  # wrap contexts in the tokenizer's chat template (False, as CoMLRL: the context text is tokenized as it is)
-    eval_greedy: bool = False  # decode evaluation greedily (False, as CoMLRL: one sampled run per eval item at the training temperature/top_p/top_k)
+    # "token_mean" (mean over all trained tokens), "sequence_mean" (each message's mean over its trained tokens, i.e.
+    # its value tokens under a JSON skeleton, then mean over messages) or "token_sum"
+    loss_aggregation: str = "token_mean"
+    # "none", "batch_scale", "batch_zscore" or "group_zscore" (population z-score per group: an instance's runs at one
+    # decision point under an independent plan, the siblings of one context under a tree), per agent and batch (None:
+    # from advantage_normalization, see normalization_scaling)
+    advantage_scaling: str | None = None
+    # wrap contexts in the tokenizer's chat template (False, as CoMLRL: the context text is tokenized as it is)
+    use_chat_template: bool = False
+    # decode evaluation greedily (False, as CoMLRL: one sampled run per eval item at the training
+    # temperature/top_p/top_k)
+    eval_greedy: bool = False
     generation_batch_size: int | None = None  # cap on sequences per generate call (None: a whole depth at once)
     save_traces: bool = False  # append every rollout batch's trace to <run dir>/traces.jsonl
     seed: int = 0  # seeds data order and sampling
-    # MAGRPOConfig fields, CoMLRL's defaults, given workflow meanings (c3_plugin/trainers/comlrl_compat.py walks every one):
-    num_turns: int = 2  # CoMLRL turns: > 1 runs CoMLRL's multi-turn team with its external_transition as steps of the trace (YAML configs default to 1: their workflow's schedule holds the turns)
-    num_generations: int = 4  # joint actions per prompt (per turn) CoMLRL would sample: the env-step budget of the default plan
+    # MAGRPOConfig fields, CoMLRL's defaults, given workflow meanings (c3_plugin/trainers/comlrl_compat.py walks every
+    # one):
+
+    # CoMLRL turns: > 1 runs CoMLRL's multi-turn team with its external_transition as steps of the trace (YAML configs
+    # default to 1: their workflow's schedule holds the turns)
+    num_turns: int = 2
+    # joint actions per prompt (per turn) CoMLRL would sample: the env-step budget of the default plan
+    num_generations: int = 4
     temperature: float = 0.6  # sampling temperature; behaviour log-probs use the same scaling
     top_p: float = 0.6  # nucleus sampling mass (1.0: exact behaviour log-probs)
     top_k: int | None = 50  # top-k sampling (None: off)
-    advantage_normalization: bool = True  # CoMLRL's advantage z-score: under C3 one scale per agent and batch (batch_scale, keeps leave-one-out), under MAGRPO per group (group_zscore), under MAPPO over the batch (batch_zscore)
+    # CoMLRL's advantage z-score: under C3 one scale per agent and batch (batch_scale, keeps leave-one-out), under
+    # MAGRPO per group (group_zscore), under MAPPO over the batch (batch_zscore)
+    advantage_normalization: bool = True
     eval_num_samples: int = 4  # eval items per evaluation (0: the whole eval set)
     eval_interval: int = 16  # evaluate every this many training items (0: only before and after training)
-    final_eval_num_samples: int | None = None  # items of the before/after evaluations (None: eval_num_samples; 0: all); W&B still gets the first eval_num_samples
-    curriculum: list[dict[str, Any]] | None = None  # phases [{epochs, where: {field: [values]}, eval_every: env steps}]; epochs sum to num_train_epochs
-    wandb_keys: list[str] | None = None  # glob patterns of the metric keys published to W&B (None: all); metrics.jsonl keeps everything
+    # items of the before/after evaluations (None: eval_num_samples; 0: all); W&B still gets the first eval_num_samples
+    final_eval_num_samples: int | None = None
+    # phases [{epochs, where: {field: [values]}, eval_every: env steps}]; epochs sum to num_train_epochs
+    curriculum: list[dict[str, Any]] | None = None
+    # glob patterns of the metric keys published to W&B (None: all); metrics.jsonl keeps everything
+    wandb_keys: list[str] | None = None
     json_stop: bool = False  # stop free-text generation once the message is one complete JSON object
-    generation_backend: str = "hf"  # "hf" (transformers generate) or "vllm" (a colocated vLLM engine, weights pushed after every update; needs the vLLM environment, make setup-vllm)
+    # "hf" (transformers generate) or "vllm" (a colocated vLLM engine, weights pushed after every update; needs the vLLM
+    # environment, make setup-vllm)
+    generation_backend: str = "hf"
     vllm_gpu_memory_utilization: float = 0.5  # vLLM: share of GPU memory the engine may take (weights + KV cache)
-    vllm_kv_cache_gb: float | None = None  # vLLM: KV cache size in GiB (None: 1 GiB on CPU, where vLLM would otherwise reserve vllm_gpu_memory_utilization of the RAM; on a GPU what the utilization leaves)
+    # vLLM: KV cache size in GiB (None: 1 GiB on CPU, where vLLM would otherwise reserve vllm_gpu_memory_utilization of
+    # the RAM; on a GPU what the utilization leaves)
+    vllm_kv_cache_gb: float | None = None
     vllm_tensor_parallel_size: int = 1  # vLLM: GPUs the engine shards the model over
-    vllm_enable_sleep_mode: bool = False  # vLLM: free the engine's GPU memory during each update (sleep/wake_up; skipped on CPU)
-    vllm_max_model_len: int | None = None  # vLLM: longest prompt + message the engine serves (None: the model's maximum)
-    vllm_lora_adapters: bool = True  # vLLM: serve agents.policy: lora adapters as vLLM LoRA adapters (False: push the base with each agent's adapter merged in)
+    # vLLM: free the engine's GPU memory during each update (sleep/wake_up; skipped on CPU)
+    vllm_enable_sleep_mode: bool = False
+    # vLLM: longest prompt + message the engine serves (None: the model's maximum)
+    vllm_max_model_len: int | None = None
+    # vLLM: serve agents.policy: lora adapters as vLLM LoRA adapters (False: push the base with each agent's adapter
+    # merged in)
+    vllm_lora_adapters: bool = True
     vllm_enforce_eager: bool = True  # vLLM: no graph capture (faster start-up, slower GPU decoding)
-    vllm_server_url: str | None = None  # vLLM: sample through this running generation server on its own GPUs (python -m c3_plugin.generation.server; e.g. http://gen-node:8000) instead of a colocated engine; one trainer process
-    vllm_server_weights_dir: str | None = None  # vLLM server: folder for the weight pushes, readable by the server at the same path (None: a temporary folder, for a server on this machine)
-    logprob_mismatch: bool = True  # vLLM: recompute the trainer's log-probs of every sample and log the sampler/trainer mismatch
-    importance_sampling_cap: float | None = None  # vLLM: truncated importance-sampling correction, weight min(pi_trainer / pi_vllm, cap) per token (None: off; needs logprob_mismatch)
-    # The policy optimizers (c3_plugin/trainers/optim.py; MAPPO's critic keeps its own AdamW at critic_learning_rate, unscheduled):
-    lr_scheduler: str = "constant"  # policy learning rate over the run's optimizer steps (counted per policy from the train set, plan, instances_per_update, minibatch_size and ppo_epochs): "constant", "cosine" or "linear" (decay to lr_min_ratio), each after lr_warmup_ratio
-    lr_warmup_ratio: float = 0.0  # share of the run's optimizer steps (rounded up) spent in linear warm-up from 0 to the agent's own learning rate
-    lr_min_ratio: float = 0.0  # floor of the cosine/linear decay, as a share of each agent's own learning rate (OpenRLHF's min_lr = 0.1 x lr: 0.1)
+    # vLLM: sample through this running generation server on its own GPUs (python -m c3_plugin.generation.server; e.g.
+    # http://gen-node:8000) instead of a colocated engine; one trainer process
+    vllm_server_url: str | None = None
+    # vLLM server: folder for the weight pushes, readable by the server at the same path (None: a temporary folder, for
+    # a server on this machine)
+    vllm_server_weights_dir: str | None = None
+    # vLLM: recompute the trainer's log-probs of every sample and log the sampler/trainer mismatch
+    logprob_mismatch: bool = True
+    # vLLM: truncated importance-sampling correction, weight min(pi_trainer / pi_vllm, cap) per token (None: off; needs
+    # logprob_mismatch)
+    importance_sampling_cap: float | None = None
+    # The policy optimizers (c3_plugin/trainers/optim.py; MAPPO's critic keeps its own AdamW at critic_learning_rate,
+    # unscheduled):
+
+    # policy learning rate over the run's optimizer steps (counted per policy from the train set, plan,
+    # instances_per_update, minibatch_size and ppo_epochs): "constant", "cosine" or "linear" (decay to lr_min_ratio),
+    # each after lr_warmup_ratio
+    lr_scheduler: str = "constant"
+    # share of the run's optimizer steps (rounded up) spent in linear warm-up from 0 to the agent's own learning rate
+    lr_warmup_ratio: float = 0.0
+    # floor of the cosine/linear decay, as a share of each agent's own learning rate (OpenRLHF's min_lr = 0.1 x lr: 0.1)
+    lr_min_ratio: float = 0.0
     adam_beta1: float = 0.9  # AdamW beta1 of every policy optimizer (default: torch's, as CoMLRL's optimizers)
     adam_beta2: float = 0.999  # AdamW beta2 (default: torch's)
     adam_eps: float = 1e-8  # AdamW epsilon (default: torch's)
     weight_decay: float = 0.01  # AdamW decoupled weight decay (default: torch's 0.01, as CoMLRL's optimizers)
-    # KL penalty in the reward: each leaf's return becomes R - coef * KL(path) before credit, KL(path) the sum over the path's messages of their summed per-token KL (trained tokens) between the temperature-scaled full-vocabulary sampling policy (the behaviour log-probs) and a frozen reference copy of the starting policy at the same temperature:
+    # KL penalty in the reward: each leaf's return becomes R - coef * KL(path) before credit, KL(path) the sum over the
+    # path's messages of their summed per-token KL (trained tokens) between the temperature-scaled full-vocabulary
+    # sampling policy (the behaviour log-probs) and a frozen reference copy of the starting policy at the same
+    # temperature:
     kl_reward_coef: float = 0.0  # the (initial) coefficient (0: off)
-    kl_reward_target: float | None = None  # target mean KL per path of the adaptive coefficient (None: the coefficient stays fixed)
-    kl_reward_horizon: int = 10000  # adaptive controller's horizon: coef *= 1 + clip(kl / target - 1, -0.2, 0.2) * env_steps / horizon after each rollout batch
-    kl_reward_estimator: str = "k3"  # per-token estimator, r = log pi - log pi_ref at the sampled token: "k1" (r), "k2" (r^2 / 2) or "k3" (exp(-r) - 1 + r)
+    # target mean KL per path of the adaptive coefficient (None: the coefficient stays fixed)
+    kl_reward_target: float | None = None
+    # adaptive controller's horizon: coef *= 1 + clip(kl / target - 1, -0.2, 0.2) * env_steps / horizon after each
+    # rollout batch
+    kl_reward_horizon: int = 10000
+    # per-token estimator, r = log pi - log pi_ref at the sampled token: "k1" (r), "k2" (r^2 / 2) or "k3" (exp(-r) - 1 +
+    # r)
+    kl_reward_estimator: str = "k3"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self._check_recipe()
-        resolve_comlrl_fields(self)  # advantage_normalization, rollout_buffer_size, train_batch_size, joint_mode, discount, ...
+        # advantage_normalization, rollout_buffer_size, train_batch_size, joint_mode, discount, ...
+        resolve_comlrl_fields(self)
         if self.advantage_scaling not in NORMALIZATIONS:
             raise ValueError(f"advantage_scaling must be one of {NORMALIZATIONS}, got {self.advantage_scaling!r}")
         for name in ("instances_per_update", "ppo_epochs", "micro_batch_size"):
@@ -127,22 +190,25 @@ class WorkflowConfig(MAGRPOConfig):
             raise ValueError(f"minibatch_size must be >= 1 or None, got {self.minibatch_size}")
         if self.minibatches_per_ppo_epoch is not None:
             if self.minibatches_per_ppo_epoch < 1:
-                raise ValueError(f"minibatches_per_ppo_epoch must be >= 1 or None, got {self.minibatches_per_ppo_epoch}")
+                raise ValueError("minibatches_per_ppo_epoch must be >= 1 or None, got "
+                                 f"{self.minibatches_per_ppo_epoch}")
             if self.minibatch_size is not None:
-                raise ValueError(f"minibatch_size ({self.minibatch_size} messages per step) and minibatches_per_ppo_epoch "
-                                 f"({self.minibatches_per_ppo_epoch} steps per PPO epoch) both size the minibatches: keep "
-                                 "one (minibatch_size: null for the equal-steps setting)")
+                raise ValueError(f"minibatch_size ({self.minibatch_size} messages per step) and "
+                                 f"minibatches_per_ppo_epoch ({self.minibatches_per_ppo_epoch} steps per PPO epoch) "
+                                 "both size the minibatches: keep one (minibatch_size: null for the "
+                                 "equal-steps setting)")
         if not 0 < self.clip_eps < 1:
             raise ValueError(f"clip_eps must be in (0, 1), got {self.clip_eps}")
         if self.generation_backend not in ("hf", "vllm"):
             raise ValueError(f"generation_backend must be 'hf' or 'vllm', got {self.generation_backend!r}")
         if self.importance_sampling_cap is not None and not (self.generation_backend == "vllm" and self.logprob_mismatch
                                                              and self.importance_sampling_cap >= 1.0):
-            raise ValueError("importance_sampling_cap needs generation_backend: vllm, logprob_mismatch: true and a cap >= 1, "
-                             f"got backend {self.generation_backend!r}, logprob_mismatch {self.logprob_mismatch}, "
-                             f"cap {self.importance_sampling_cap}")
+            raise ValueError("importance_sampling_cap needs generation_backend: vllm, logprob_mismatch: true and a cap "
+                             f">= 1, got backend {self.generation_backend!r}, logprob_mismatch "
+                             f"{self.logprob_mismatch}, cap {self.importance_sampling_cap}")
         if self.vllm_server_url is not None and self.generation_backend != "vllm":
-            raise ValueError("vllm_server_url needs generation_backend: vllm (it names the vLLM server to sample through)")
+            raise ValueError("vllm_server_url needs generation_backend: vllm (it names the vLLM "
+                             "server to sample through)")
         if self.plan is not None:
             parse_plan(self.plan)
         parse_curriculum(self.curriculum, int(self.num_train_epochs))
@@ -154,14 +220,16 @@ class WorkflowConfig(MAGRPOConfig):
         for name in ("lr_warmup_ratio", "lr_min_ratio"):
             if not 0.0 <= float(getattr(self, name)) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
-        if not (0.0 <= self.adam_beta1 < 1.0 and 0.0 <= self.adam_beta2 < 1.0 and self.adam_eps > 0 and self.weight_decay >= 0):
+        if not (0.0 <= self.adam_beta1 < 1.0 and 0.0 <= self.adam_beta2 < 1.0 and self.adam_eps > 0
+                and self.weight_decay >= 0):
             raise ValueError(f"adam_beta1 and adam_beta2 must be in [0, 1), adam_eps > 0 and weight_decay >= 0; got "
                              f"{self.adam_beta1}, {self.adam_beta2}, {self.adam_eps}, {self.weight_decay}")
         if self.kl_reward_coef < 0:
             raise ValueError(f"kl_reward_coef must be >= 0 (0: off), got {self.kl_reward_coef}")
         if self.kl_reward_target is not None and not (self.kl_reward_target > 0 and self.kl_reward_coef > 0):
-            raise ValueError(f"kl_reward_target={self.kl_reward_target} adapts the coefficient multiplicatively: it needs "
-                             f"kl_reward_target > 0 and kl_reward_coef > 0 (the initial coefficient), got {self.kl_reward_coef}")
+            raise ValueError(f"kl_reward_target={self.kl_reward_target} adapts the coefficient multiplicatively: it "
+                             "needs kl_reward_target > 0 and kl_reward_coef > 0 (the initial coefficient), got "
+                             f"{self.kl_reward_coef}")
         if int(self.kl_reward_horizon) < 1:
             raise ValueError(f"kl_reward_horizon must be >= 1, got {self.kl_reward_horizon}")
         if self.kl_reward_estimator not in KL_ESTIMATORS:
@@ -194,7 +262,8 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
         turns = self.turns.turns if self.turns else [self.workflow.num_decisions]
         self.plan, self.branching = setup.resolve_plan(args, plan, self.workflow, turns, self.algorithm_name)
         self.lora_adapters = lora_adapters  # agents share one PeftModel with adapters "agent0", "agent1", ...
-        self.outcome = outcome  # the domain's outcome extractor (Domain.outcome) for the influence diagnostic; None: no influence
+        # the domain's outcome extractor (Domain.outcome) for the influence diagnostic; None: no influence
+        self.outcome = outcome
         super().__init__(**{**comlrl, "num_agents": n})
         self.policy_groups = setup.policy_groups(self.agents, lora_adapters, self.workflow, self.agent_lrs,
                                                  self.agent_temperature, self.frozen)
@@ -212,7 +281,8 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
         if self.engines is not None:
             self.optimizers = None  # the engines hold the (sharded) optimizer states; DeepSpeed checkpoints them
         self._build_critics()
-        if self.dist.enabled and hasattr(self.backend, "start"):  # torchrun: every rank's vLLM engine starts here, together
+        # torchrun: every rank's vLLM engine starts here, together
+        if self.dist.enabled and hasattr(self.backend, "start"):
             with gathered(self.engines, self.zero3):
                 self.backend.start()
         schedules = setup.lr_schedules(args, self.workflow, self.train_dataset, self.phases, self.policy_groups,

@@ -57,10 +57,10 @@ from c3_plugin.scale.precision import keep_fp32_masters
 from c3_plugin.trainers.streamed_pg import train_mode_log_prob
 from c3_plugin.trainers.turns import turn_metrics
 
-
 # the bars of evaluation and of the analysis tools: the count moves in fractions of an item (decision steps), the
 # remaining time is always on show
-PROGRESS_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total_fmt} {unit} [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
+PROGRESS_FORMAT = ("{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total_fmt} {unit} [{elapsed}<{remaining}, "
+                   "{rate_fmt}{postfix}]")
 
 
 def progress_bar(total: float, desc: str, unit: str, disable: bool = False, **kwargs: Any) -> tqdm:
@@ -68,7 +68,8 @@ def progress_bar(total: float, desc: str, unit: str, disable: bool = False, **kw
     apart, moved by :func:`stepping`); ``disable`` hides it (so does ``TQDM_DISABLE=1``, which an explicit
     ``disable=False`` would override); ``kwargs`` go to tqdm (``initial``, ``leave``, ...)."""
     quiet = {"disable": True} if disable else {}
-    return tqdm(total=total, desc=desc, unit=unit, bar_format=PROGRESS_FORMAT, mininterval=0, miniters=0, **quiet, **kwargs)
+    return tqdm(total=total, desc=desc, unit=unit, bar_format=PROGRESS_FORMAT, mininterval=0, miniters=0, **quiet,
+                **kwargs)
 
 
 @contextmanager
@@ -114,8 +115,8 @@ class TickingBackend:
 
 
 COMLRL_ARGUMENTS = ("agent_model", "agents", "num_agents", "tokenizer", "model_config", "train_dataset", "eval_dataset",
-                    "reward_func", "reward_processor", "formatters", "external_transition", "wandb_config", "eval_logger",
-                    "eval_aggregator", "args")  # CoMLRL's trainer constructor, in its order
+                    "reward_func", "reward_processor", "formatters", "external_transition", "wandb_config",
+                    "eval_logger", "eval_aggregator", "args")  # CoMLRL's trainer constructor, in its order
 
 
 def comlrl_constructor(init: Any) -> Any:
@@ -159,7 +160,8 @@ class WorkflowBridge:
         ``formatters`` are given (CoMLRL's default: the item's ``prompt``)."""
         if workflow is None:
             n = len(agents) if agents is not None else int(num_agents or getattr(args, "num_agents", 2))
-            fmts = formatters if formatters is None or not callable(formatters) else [formatters] * n  # one callable: every agent
+            # one callable: every agent
+            fmts = formatters if formatters is None or not callable(formatters) else [formatters] * n
             self.workflow = parallel_workflow(n, fmts)
         else:
             self.workflow = workflow if isinstance(workflow, Workflow) else load_workflow(workflow)
@@ -174,20 +176,23 @@ class WorkflowBridge:
     def _bridge_setup(self, args: Any, grammar: Any = None, run_dir: str | Path | None = None) -> None:
         """Generation backend, run directory and counters (call after the CoMLRL constructor)."""
         if grammar is not None and getattr(args, "reference_kl_enabled", False):
-            raise ValueError("reference_kl_enabled must stay false with a forced JSON skeleton: schema tokens carry no policy "
-                             "loss, so a token-level reference KL would be computed on a different distribution")
+            raise ValueError("reference_kl_enabled must stay false with a forced JSON skeleton: schema tokens carry no "
+                             "policy loss, so a token-level reference KL would be computed on a different distribution")
         self.grammar = grammar  # Prompt -> Skeleton | None: forced JSON skeletons (structured generation)
-        self.backend = HFBackend(self.policy, self.tokenizers, use_chat_template=getattr(args, "use_chat_template", True),
+        self.backend = HFBackend(self.policy, self.tokenizers,
+                                 use_chat_template=getattr(args, "use_chat_template", True),
                                  max_batch=getattr(args, "generation_batch_size", None),
                                  micro_batch_size=int(getattr(args, "micro_batch_size", 8)), grammar=grammar,
                                  json_stop=getattr(args, "json_stop", False))
-        self.compute_dtypes = [keep_fp32_masters(self.agents[a], self._trainable_parameters(a)) for a in range(self.num_agents)]
+        self.compute_dtypes = [keep_fp32_masters(self.agents[a], self._trainable_parameters(a))
+                               for a in range(self.num_agents)]
         if getattr(args, "generation_backend", "hf") == "vllm":
             options = VLLMOptions(
                 gpu_memory_utilization=args.vllm_gpu_memory_utilization, kv_cache_gb=args.vllm_kv_cache_gb,
                 tensor_parallel_size=args.vllm_tensor_parallel_size,
                 enable_sleep_mode=args.vllm_enable_sleep_mode, max_model_len=args.vllm_max_model_len,
-                enforce_eager=args.vllm_enforce_eager, lora_adapters=args.vllm_lora_adapters, measure_mismatch=args.logprob_mismatch, seed=int(args.seed))
+                enforce_eager=args.vllm_enforce_eager, lora_adapters=args.vllm_lora_adapters,
+                                  measure_mismatch=args.logprob_mismatch, seed=int(args.seed))
             if getattr(args, "vllm_server_url", None):  # the separate-GPU layout: a running server
                 self.backend = ServerBackend(self.backend, args.vllm_server_url, options, args.vllm_server_weights_dir)
             else:
@@ -220,7 +225,8 @@ class WorkflowBridge:
 
     def sampling(self, greedy: bool = False) -> Sampling:
         a = self.args
-        return Sampling(temperature=a.temperature, top_p=a.top_p, top_k=a.top_k, max_new_tokens=a.max_new_tokens, greedy=greedy)
+        return Sampling(temperature=a.temperature, top_p=a.top_p, top_k=a.top_k, max_new_tokens=a.max_new_tokens,
+                        greedy=greedy)
 
     # ----- workflow rollouts ------------------------------------------------------------------------
     def reward_leaves(self, leaves: Sequence[Leaf]) -> list[float]:
@@ -278,7 +284,8 @@ class WorkflowBridge:
         """The :class:`Prompt` agent ``agent_idx`` answers for ``item`` (``text`` overrides the context)."""
         step = self._agent_step(agent_idx)
         role = self.workflow.roles[step.name]
-        context = self.workflow.assemble(step, item, [""] * step.index) if text is None else text  # it reads no other step
+        # it reads no other step
+        context = self.workflow.assemble(step, item, [""] * step.index) if text is None else text
         return Prompt(text=context, role=role.name, agent=agent_idx,
                       prefix=role.prefix, system=role.system, max_new_tokens=role.max_new_tokens)
 
@@ -298,19 +305,23 @@ class WorkflowBridge:
         hook's ``super()`` inside a rollout, it samples the rollout's prompt (text: ``prompts_override``)
         under the rollout's sampling (:func:`~c3_plugin.generation.hook.active_call`)."""
         if len(batch_items) != 1:
-            raise ValueError(f"_generate_completions serves one item at a time (CoMLRL's batch_size=1), got {len(batch_items)}")
+            raise ValueError("_generate_completions serves one item at a time (CoMLRL's batch_size=1), "
+                             f"got {len(batch_items)}")
         if external_prompts is not None:
             raise ValueError("external prompts (multi-turn transitions) are not supported by workflow generation")
         item = batch_items[0]
         call = active_call(self)  # inside a rollout, answering one of its prompts through a subclass's hook
         if call is not None:
-            prompt = replace(call.prompt, text=prompts_override[0] if prompts_override is not None else call.prompt.text,
+            prompt = replace(call.prompt, text=prompts_override[0] if prompts_override is not None
+                             else call.prompt.text,
                              max_new_tokens=int(max_new_tokens))
             sampling = call.sampling
         else:
-            prompt = self.agent_prompt(agent_idx, item, text=prompts_override[0] if prompts_override is not None else None)
+            prompt = self.agent_prompt(agent_idx, item, text=prompts_override[0] if prompts_override is not None
+                                       else None)
             if prompt.max_new_tokens is None:
-                prompt = Prompt(prompt.text, prompt.role, prompt.agent, prompt.prefix, prompt.system, int(max_new_tokens))
+                prompt = Prompt(prompt.text, prompt.role, prompt.agent, prompt.prefix, prompt.system,
+                                int(max_new_tokens))
             sampling = role_sampling(self.sampling(), self.workflow.roles[prompt.role])
         n = int(num_return_sequences)
         backend = self.backend
@@ -331,13 +342,15 @@ class WorkflowBridge:
             "completions": [[prompt.prefix + g.text for g in gens]],
             "completion_input_ids": [[torch.tensor(g.token_ids, dtype=torch.long) for g in gens]],
             "completion_attention_mask": [[torch.ones(len(g.token_ids), dtype=torch.long) for g in gens]],
-            "completion_loss_masks": [[list(g.loss_mask) if g.loss_mask is not None else [1] * len(g.token_ids) for g in gens]],
+            "completion_loss_masks": [[list(g.loss_mask) if g.loss_mask is not None else [1] * len(g.token_ids)
+                                       for g in gens]],
             "response_lens": [len(g.token_ids) for g in gens],
             "reference_kls": [],
         }
 
 
-    _generate_completions.workflow_generation = True  # generation_hook.overrides_hook: the bridge's own, not a user's hook
+    # generation_hook.overrides_hook: the bridge's own, not a user's hook
+    _generate_completions.workflow_generation = True
 
     # ----- evaluation -------------------------------------------------------------------------------
     def evaluate(self, num_eval_samples: int | None = None) -> dict[str, float]:
@@ -356,7 +369,8 @@ class WorkflowBridge:
         if 0 < anchor < n_items:
             logged = self._evaluate_items(anchor, outputs=full.pop("_outputs"))
             logged.pop("_outputs")
-            self.log_metrics({**logged, **{k.replace("eval/", "eval_full/", 1): v for k, v in full.items() if k.startswith("eval/")},
+            self.log_metrics({**logged, **{k.replace("eval/", "eval_full/", 1): v for k, v in full.items()
+                                           if k.startswith("eval/")},
                               "env_step": float(self.env_step)})
             full.update({k.replace("eval/", "eval_anchor/", 1): v for k, v in logged.items() if k.startswith("eval/")})
         else:
@@ -405,7 +419,8 @@ class WorkflowBridge:
         # batch is generated; output.verbose: false (or TQDM_DISABLE=1) hides it
         quiet = not (getattr(self, "verbose", True) and mine and dist.is_main)
         done: list[tuple[int, list[float], list[list[str]], list[list[float]]]] = []
-        greedy = bool(getattr(self.args, "eval_greedy", True))  # items of a suite without num_samples: greedy, or CoMLRL's one sampled run
+        # items of a suite without num_samples: greedy, or CoMLRL's one sampled run
+        greedy = bool(getattr(self.args, "eval_greedy", True))
         # ZeRO-3: whole weights for generate, gathered once (ranks decode different numbers of batches)
         with progress_bar(len(mine), f"eval @ env_step {self.env_step}", "item", disable=quiet) as bar, \
                 gathered(getattr(self, "engines", None), getattr(self, "zero3", False)):
@@ -416,12 +431,15 @@ class WorkflowBridge:
                     for s in range(0, len(idxs), step):
                         idx = idxs[s:s + step]
                         with stepping([bar], len(idx), self.workflow.num_decisions) as tick:
-                            ro = (self.collect([items[i] for i in idx], plan=plan, sampling=sampling, **self._ticking(tick)) if k
-                                  else self.collect([items[i] for i in idx], plan=plan, greedy=greedy, **self._ticking(tick)))
+                            ro = (self.collect([items[i] for i in idx], plan=plan, sampling=sampling,
+                                               **self._ticking(tick)) if k
+                                  else self.collect([items[i] for i in idx], plan=plan, greedy=greedy,
+                                                    **self._ticking(tick)))
                         per_item = ro.rewards.reshape(len(idx), -1).tolist()
                         paths = self._path_outputs(ro)
                         runs = len(paths) // len(idx)
-                        turn_rows = (ro.turn_rewards if ro.turn_rewards is not None else ro.rewards.reshape(-1, 1)).tolist()
+                        turn_rows = (ro.turn_rewards if ro.turn_rewards is not None
+                                     else ro.rewards.reshape(-1, 1)).tolist()
                         done.extend((i, r, paths[j * runs:(j + 1) * runs], turn_rows[j * runs:(j + 1) * runs])
                                     for j, (i, r) in enumerate(zip(idx, per_item)))
         for _, reward, out, turn_row in sorted((x for part in gather(done) for x in part), key=lambda x: x[0]):
@@ -432,9 +450,11 @@ class WorkflowBridge:
             return {**broadcast(None), "_outputs": (rewards, outputs, per_turn)}
         metrics = {"eval/reward_mean": float(np.mean([np.mean(r) for r in rewards])) if rewards else float("nan")}
         if self.eval_logger is not None and self.eval_aggregator is not None and items:
-            rows = [(it if len(outs) == 1 and not it.get("eval_samples") else {**it, "eval_index": i, "eval_sample": j}, o)
+            rows = [(it if len(outs) == 1 and not it.get("eval_samples") else {**it, "eval_index": i, "eval_sample": j},
+                     o)
                     for i, (it, outs) in enumerate(zip(items, outputs)) for j, o in enumerate(outs)]
-            turns = [[[o[s.index] for s in self.workflow.decision_steps if self.workflow.roles[s.name].agent == a] for _, o in rows]
+            turns = [[[o[s.index] for s in self.workflow.decision_steps if self.workflow.roles[s.name].agent == a]
+                      for _, o in rows]
                      for a in range(self.num_agents)]
             detailed = self.eval_logger(agent_completions_turns=turns, batch_items=[it for it, _ in rows],
                                         prompts=[str(it.get("prompt", it.get("question", ""))) for it, _ in rows])
@@ -483,10 +503,12 @@ class WorkflowBridge:
     def log_metrics(self, metrics: Mapping[str, Any]) -> None:
         """Append ``metrics`` to ``history`` and ``<run_dir>/metrics.jsonl``; publish the ``wandb_keys`` ones.
         Non-numeric values (W&B media such as distribution plots) go to W&B only."""
-        if not getattr(self, "dist", context()).is_main:  # under data parallelism rank 0 logs (metrics already combined)
+        # under data parallelism rank 0 logs (metrics already combined)
+        if not getattr(self, "dist", context()).is_main:
             return
         media = {k: v for k, v in metrics.items() if v is not None and not isinstance(v, (int, float, np.number))}
-        clean = {k: (float(v) if v is not None and math.isfinite(float(v)) else None) for k, v in metrics.items() if k not in media}
+        clean = {k: (float(v) if v is not None and math.isfinite(float(v)) else None) for k, v in metrics.items()
+                 if k not in media}
         self.history.append(dict(clean))
         if self.run_dir is not None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -495,7 +517,8 @@ class WorkflowBridge:
         if self.wandb_initialized and wandb.run is not None:
             published = {k: v for k, v in {**clean, **media}.items() if v is not None and self._published(k)}
             if any(k != "env_step" for k in published):
-                wandb.log(published, step=int(clean.get("env_step") or getattr(self, "env_step", 0)))  # CoMLRL's W&B step
+                # CoMLRL's W&B step
+                wandb.log(published, step=int(clean.get("env_step") or getattr(self, "env_step", 0)))
 
     def _published(self, key: str) -> bool:
         """Whether ``key`` goes to W&B (``wandb_keys`` globs; ``env_step`` always rides along as the x-axis)."""

@@ -54,7 +54,9 @@ class C3Config(ActorCriticFields, WorkflowConfig):
     """C3's fields; everything else is WorkflowConfig's and MAGRPOConfig's (and IAC's/MAAC's critic fields, accepted
     and unused: actor_critic_fields.py)."""
 
-    normalization_scaling: ClassVar[str] = "batch_scale"  # advantage_normalization=True: one scale per agent and batch, which keeps leave-one-out (z-scoring a 2-alternative group gives +-1)
+    # advantage_normalization=True: one scale per agent and batch, which keeps leave-one-out (z-scoring a 2-alternative
+    # group gives +-1)
+    normalization_scaling: ClassVar[str] = "batch_scale"
     default_plan_kind: ClassVar[str] = "tree"
     # its credit (registry): the counterfactual tree, the credit variant and its Q critic, how parallel roles share
     # samples, the credit diagnostics and the consent to another estimator
@@ -64,17 +66,33 @@ class C3Config(ActorCriticFields, WorkflowConfig):
     estimator_rules: ClassVar[tuple[str, ...]] = ("advantage_mode_unread", "clip_high_equals_clip", "no_group",
                                                   "group_zscore_changes_estimator",
                                                   "value_assisted_changes_estimator")  # core/estimator_rules.py RULES
-    plan: str | dict[str, Any] | None = None  # C3 needs groups: a tree (or diagnostic) plan (None: num_generations joint actions per turn split over its decision points, [2, 4] for 8 over two; comlrl_compat.default_plan)
+    # C3 needs groups: a tree (or diagnostic) plan (None: num_generations joint actions per turn split over its decision
+    # points, [2, 4] for 8 over two; comlrl_compat.default_plan)
+    plan: str | dict[str, Any] | None = None
     credit_diagnostics: bool = True  # log credit/* diagnostics (variance, reliability, influence, noise law) per batch
-    share_parallel_samples: bool = True  # sample a parallel role once per distinct context, reuse it under each sibling alternative, train it once
-    allow_estimator_change: bool = False  # accept a setting that turns the leave-one-out credit into another estimator (advantage_scaling: group_zscore, credit: value_assisted); c3_plugin/core/estimator_rules.py
-    credit: str = "loo"  # "loo": the paper's reward-only leave-one-out; "value_assisted": the reference code's default, a learned Q_hat(h_u, a) mixed into the other alternatives' baseline by q_critic_alpha, then z-scored per group, which makes Q_hat a bonus for the alternative it rates (another estimator: needs allow_estimator_change)
-    q_critic_model: str | None = None  # value_assisted: backbone of Q_hat (None: a copy of agent 0's model; the paper's critic comparison used mmBERT-base)
-    q_critic_alpha: float = 1.0  # value_assisted: weight in [0, 1] of Q_hat's leave-one-out baseline against the returns' (0: z-scored LOO; 1: the reference's default)
+    # sample a parallel role once per distinct context, reuse it under each sibling alternative, train it once
+    share_parallel_samples: bool = True
+    # accept a setting that turns the leave-one-out credit into another estimator (advantage_scaling: group_zscore,
+    # credit: value_assisted); c3_plugin/core/estimator_rules.py
+    allow_estimator_change: bool = False
+    # "loo": the paper's reward-only leave-one-out; "value_assisted": the reference code's default, a learned Q_hat(h_u,
+    # a) mixed into the other alternatives' baseline by q_critic_alpha, then z-scored per group, which makes Q_hat a
+    # bonus for the alternative it rates (another estimator: needs allow_estimator_change)
+    credit: str = "loo"
+    # value_assisted: backbone of Q_hat (None: a copy of agent 0's model; the paper's critic comparison used
+    # mmBERT-base)
+    q_critic_model: str | None = None
+    # value_assisted: weight in [0, 1] of Q_hat's leave-one-out baseline against the returns' (0: z-scored LOO; 1: the
+    # reference's default)
+    q_critic_alpha: float = 1.0
     q_critic_learning_rate: float = 5e-5  # value_assisted: Q_hat's AdamW learning rate (the reference code's default)
-    q_critic_epochs: int = 1  # value_assisted: Q_hat's passes (one optimizer step each) over a rollout batch's alternatives
-    q_critic_max_tokens: int = 2560  # value_assisted: context + alternative left-truncated to this many tokens (the reference's critic_ctx_limit)
-    q_critic_warmup_updates: int = 1  # value_assisted: first rollout batches whose credit leaves Q_hat's term out (z-scored LOO) while Q_hat trains on them
+    # value_assisted: Q_hat's passes (one optimizer step each) over a rollout batch's alternatives
+    q_critic_epochs: int = 1
+    # value_assisted: context + alternative left-truncated to this many tokens (the reference's critic_ctx_limit)
+    q_critic_max_tokens: int = 2560
+    # value_assisted: first rollout batches whose credit leaves Q_hat's term out (z-scored LOO) while Q_hat trains on
+    # them
+    q_critic_warmup_updates: int = 1
 
     @property
     def learned_critic(self) -> Critic | None:
@@ -87,7 +105,8 @@ class C3Config(ActorCriticFields, WorkflowConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.plan is not None and parse_plan(self.plan).kind == "independent":
-            raise ValueError(f"C3 needs alternatives that share a context; plan '{self.plan}' has none. Use 'tree [2, 4]'")
+            raise ValueError(f"C3 needs alternatives that share a context; plan '{self.plan}' has "
+                             "none. Use 'tree [2, 4]'")
         self._check_credit_fields()
         check(self, "c3")  # settings that change nothing, or change the estimator without allow_estimator_change
 
@@ -100,8 +119,9 @@ class C3Config(ActorCriticFields, WorkflowConfig):
         if not float(self.q_critic_learning_rate) > 0:
             raise ValueError(f"q_critic_learning_rate must be > 0, got {self.q_critic_learning_rate}")
         if int(self.q_critic_epochs) < 1 or int(self.q_critic_max_tokens) < 2 or int(self.q_critic_warmup_updates) < 0:
-            raise ValueError(f"q_critic_epochs must be >= 1, q_critic_max_tokens >= 2 and q_critic_warmup_updates >= 0, got "
-                             f"{self.q_critic_epochs}, {self.q_critic_max_tokens} and {self.q_critic_warmup_updates}")
+            raise ValueError("q_critic_epochs must be >= 1, q_critic_max_tokens >= 2 and q_critic_warmup_updates >= "
+                             f"0, got {self.q_critic_epochs}, {self.q_critic_max_tokens} and "
+                             f"{self.q_critic_warmup_updates}")
 
 
 class C3Trainer(WorkflowTrainer):
@@ -138,10 +158,10 @@ class C3Trainer(WorkflowTrainer):
         if self.share_identical_contexts and any(len(stage) > 1 for stage in self.workflow.parallel_stages()):
             # a shared sample's credit is the mean over its copies, which is exact for the linear leave-one-out
             # but not for a per-group z-score: averaging each parent's z-scores can erase the sample's ranking
-            raise ValueError(f"credit: value_assisted z-scores each group, and workflow '{self.workflow.name}' has parallel "
-                             "roles whose samples are shared across their sibling's alternatives (share_parallel_samples: "
-                             "true), where the mean of per-copy z-scores is not the sample's credit; set "
-                             "c3.share_parallel_samples: false, or use credit: loo")
+            raise ValueError(f"credit: value_assisted z-scores each group, and workflow '{self.workflow.name}' has "
+                             "parallel roles whose samples are shared across their sibling's alternatives "
+                             "(share_parallel_samples: true), where the mean of per-copy z-scores is not the sample's "
+                             "credit; set c3.share_parallel_samples: false, or use credit: loo")
         a = self.args
         self.q_critic = OnlineCritic(self, a.q_critic_model, a.q_critic_learning_rate, a.q_critic_max_tokens,
                                      field="c3.q_critic_model")
@@ -149,8 +169,9 @@ class C3Trainer(WorkflowTrainer):
         self.critic_optimizer = self.q_critic.optimizer
         pairs = [u for u, b in enumerate(self.branching) if b == 2]
         if pairs:
-            warnings.warn(f"credit: value_assisted z-scores each group of alternatives; at decision point(s) {pairs} the plan "
-                          f"'{a.plan}' samples 2 alternatives, whose credit is then always +-1 (or 0)", stacklevel=2)
+            warnings.warn(f"credit: value_assisted z-scores each group of alternatives; at decision point(s) {pairs} "
+                          f"the plan '{a.plan}' samples 2 alternatives, whose credit is then always +-1 (or 0)",
+                          stacklevel=2)
 
     def ds_engines(self) -> dict[str, Any]:
         engines = super().ds_engines()
@@ -201,7 +222,8 @@ class C3Trainer(WorkflowTrainer):
         self._q_metrics = {"train/q_critic_warmup": float(warming),
                            "train/q_critic_value_mean": float(values.mean()) if values.size else float("nan"),
                            "train/q_critic_target_mean": float(target.mean()) if target.size else float("nan"),
-                           "train/q_critic_rank_corr": float(np.nanmean(corr)) if np.isfinite(corr).any() else float("nan")}
+                           "train/q_critic_rank_corr": float(np.nanmean(corr)) if np.isfinite(corr).any()
+                           else float("nan")}
         return out
 
     def update_q_critic(self) -> dict[str, float]:

@@ -27,23 +27,37 @@ MAGRPO_FIELDS: dict[str, str] = {
     "num_agents": "honoured: the size of the default team (checked against agents and the workflow)",
     "parallel_training": "honoured: CoMLRL's agent placement ('mp': agents on agent_devices)",
     "agent_devices": "honoured: CoMLRL's agent placement",
-    "num_generations": "honoured: the default plan's budget (J joint actions per turn node, see default_plan); an explicit plan with another budget is printed",
+    "num_generations": "honoured: the default plan's budget (J joint actions per turn node, see default_plan); an "
+                       "explicit plan with another budget is printed",
     "max_new_tokens": "honoured: the generation cap of every role without its own",
     "temperature": "honoured: sampling temperature (the PPO ratio is taken at it)",
     "top_p": "honoured: nucleus sampling",
     "top_k": "honoured: top-k sampling",
-    "num_turns": "honoured: > 1 runs CoMLRL's team for num_turns turns with its external_transition as steps of the trace",
-    "discount": "honoured: multi-turn returns are sum_t discount^(t-1) r_t (CoMLRL 1.4.3's MAGRPOTrainer sums undiscounted; a warning says so); refused != 1 with one turn, where it changes nothing",
-    "joint_mode": "honoured: aligned (each joint action's messages drawn for it); cross under C3 is the tree's cross product over parallel agents (share_parallel_samples); refused for MAGRPO/MAPPO plans, which draw aligned joint runs",
-    "early_termination_threshold": "honoured: in training a multi-turn episode ends after a turn whose reward exceeds it (per path: a counterfactual continuation depends on its own trace only; CoMLRL stops a node on its K siblings' mean); evaluation runs every turn, as CoMLRL's; no effect with one turn, as in CoMLRL",
-    "external_prompt_passthrough": "honoured: multi-turn prompts are the transition's text as is (True) or through the agent's formatter (False), as CoMLRL; no effect with one turn, as in CoMLRL",
+    "num_turns": "honoured: > 1 runs CoMLRL's team for num_turns turns with its external_transition "
+                 "as steps of the trace",
+    "discount": "honoured: multi-turn returns are sum_t discount^(t-1) r_t (CoMLRL 1.4.3's MAGRPOTrainer sums "
+                "undiscounted; a warning says so); refused != 1 with one turn, where it changes nothing",
+    "joint_mode": "honoured: aligned (each joint action's messages drawn for it); cross under C3 is the tree's cross "
+                  "product over parallel agents (share_parallel_samples); refused for MAGRPO/MAPPO plans, which "
+                  "draw aligned joint runs",
+    "early_termination_threshold": "honoured: in training a multi-turn episode ends after a turn whose reward exceeds "
+                                   "it (per path: a counterfactual continuation depends on its own trace only; CoMLRL "
+                                   "stops a node on its K siblings' mean); evaluation runs every turn, as CoMLRL's; no "
+                                   "effect with one turn, as in CoMLRL",
+    "external_prompt_passthrough": "honoured: multi-turn prompts are the transition's text as is (True) or through the "
+                                   "agent's formatter (False), as CoMLRL; no effect with one turn, as in CoMLRL",
     "eval_interval": "honoured: evaluate every eval_interval training items (CoMLRL's loop)",
     "eval_num_samples": "honoured: eval items per evaluation",
     "eval_batch_size": "honoured: eval items per generate call",
-    "rollout_buffer_size": "honoured: prompts per rollout batch and update (instances_per_update, when that is not set)",
-    "train_batch_size": "honoured when >= rollout_buffer_size (one optimizer step per buffer, as CoMLRL); refused below it: the workflow trainers step on messages (minibatch_size)",
-    "advantage_normalization": "honoured: C3 divides each agent's leave-one-out advantages in a batch by their std (batch_scale, keeping leave-one-out); MAGRPO z-scores each group (group_zscore, CoMLRL's); MAPPO standardises the batch (batch_zscore)",
-    "advantage_mode": "honoured by MAGRPO (its group baseline); refused under C3 and MAPPO when not the default (estimator_rules: advantage_mode_unread)",
+    "rollout_buffer_size": "honoured: prompts per rollout batch and update (instances_per_update, "
+                           "when that is not set)",
+    "train_batch_size": "honoured when >= rollout_buffer_size (one optimizer step per buffer, as CoMLRL); refused "
+                        "below it: the workflow trainers step on messages (minibatch_size)",
+    "advantage_normalization": "honoured: C3 divides each agent's leave-one-out advantages in a batch by their std "
+                               "(batch_scale, keeping leave-one-out); MAGRPO z-scores each group (group_zscore, "
+                               "CoMLRL's); MAPPO standardises the batch (batch_zscore)",
+    "advantage_mode": "honoured by MAGRPO (its group baseline); refused under C3 and MAPPO when not the default "
+                      "(estimator_rules: advantage_mode_unread)",
     "reference_kl_enabled": "honoured: a token-level KL to a frozen reference in the PPO loss",
     "reference_kl_coef": "honoured: that KL's coefficient",
     "reference_devices": "honoured: where the reference copies live",
@@ -61,18 +75,21 @@ def resolve_comlrl_fields(cfg: Any) -> None:
     if cfg.advantage_scaling is None:
         cfg.advantage_scaling = wanted
     elif cfg.advantage_normalization and cfg.advantage_scaling != wanted:
-        raise ValueError(f"advantage_normalization=True (CoMLRL's z-score; for this algorithm advantage_scaling: {wanted}) "
-                         f"contradicts advantage_scaling: {cfg.advantage_scaling}; set advantage_normalization: false to "
-                         f"scale with {cfg.advantage_scaling}, or drop advantage_scaling")
+        raise ValueError("advantage_normalization=True (CoMLRL's z-score; for this algorithm advantage_scaling: "
+                         f"{wanted}) contradicts advantage_scaling: {cfg.advantage_scaling}; set "
+                         f"advantage_normalization: false to scale with {cfg.advantage_scaling}, or "
+                         "drop advantage_scaling")
     if cfg.instances_per_update is None:
         cfg.instances_per_update = int(cfg.rollout_buffer_size)
     elif int(cfg.rollout_buffer_size) != 2 and int(cfg.rollout_buffer_size) != int(cfg.instances_per_update):
-        raise ValueError(f"rollout_buffer_size={cfg.rollout_buffer_size} and instances_per_update={cfg.instances_per_update} "
-                         "both set the prompts per update; give one of them")
+        raise ValueError(f"rollout_buffer_size={cfg.rollout_buffer_size} and "
+                         f"instances_per_update={cfg.instances_per_update} both set the prompts per "
+                         "update; give one of them")
     if int(cfg.train_batch_size) < int(cfg.rollout_buffer_size):
-        raise ValueError(f"train_batch_size={cfg.train_batch_size} < rollout_buffer_size={cfg.rollout_buffer_size} splits "
-                         "CoMLRL's buffer of prompts into several optimizer steps; the workflow trainers step on messages: "
-                         "set minibatch_size (messages per optimizer step) and leave train_batch_size at its default")
+        raise ValueError(f"train_batch_size={cfg.train_batch_size} < rollout_buffer_size={cfg.rollout_buffer_size} "
+                         "splits CoMLRL's buffer of prompts into several optimizer steps; the workflow trainers step "
+                         "on messages: set minibatch_size (messages per optimizer step) and leave "
+                         "train_batch_size at its default")
     mode = JOINT_MODES.get(str(cfg.joint_mode).lower())
     if mode is None:
         raise ValueError(f"joint_mode must be 'aligned' or 'cross' (CoMLRL's), got {cfg.joint_mode!r}")

@@ -27,13 +27,17 @@ from c3_plugin.scale.precision import check_trainable_fp32, keep_fp32_masters
 from c3_plugin.trainers.optimizer_step import optimizer_step
 
 POOLINGS = ("auto", "last", "first")
-ENCODERS = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "modernbert", "deberta", "deberta-v2", "distilbert")
+ENCODERS = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "modernbert", "deberta", "deberta-v2",
+            "distilbert")
 
 
 def default_pooling(backbone: torch.nn.Module) -> str:
     """``"first"`` for an encoder (a known encoder type, or a type with a masked-LM head and no causal-LM
     head), else ``"last"``."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
 
     kind = getattr(backbone.config, "model_type", "")
     masked_only = kind in MODEL_FOR_MASKED_LM_MAPPING_NAMES and kind not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
@@ -58,9 +62,11 @@ class ValueCritic(torch.nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        h = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
+        h = self.backbone(input_ids=input_ids, attention_mask=attention_mask,
+                          position_ids=position_ids).last_hidden_state
         width = attention_mask.shape[1]
-        at = (width - attention_mask.sum(-1)) if self.pooling == "first" else torch.full_like(attention_mask[:, 0], width - 1)
+        at = ((width - attention_mask.sum(-1)) if self.pooling == "first"
+              else torch.full_like(attention_mask[:, 0], width - 1))
         return self.head(h[torch.arange(h.shape[0], device=h.device), at].float()).squeeze(-1)
 
 
@@ -80,8 +86,9 @@ class OnlineCritic:
             self.tokenizer = load_tokenizer_for(model, field)
         else:
             if trainer.zero3:
-                raise ValueError(f"{field}: None copies agent 0's backbone, whose parameters ZeRO-3 has already sharded; "
-                                 f"with deepspeed.zero_stage: 3 name a separate backbone in {field} (or use stage 2)")
+                raise ValueError(f"{field}: None copies agent 0's backbone, whose parameters ZeRO-3 has already "
+                                 "sharded; with deepspeed.zero_stage: 3 name a separate backbone in "
+                                 f"{field} (or use stage 2)")
             base = trainer.agents[0]
             backbone = copy.deepcopy(base.get_base_model() if hasattr(base, "get_base_model") else base)
         for p in backbone.parameters():
@@ -128,7 +135,8 @@ class OnlineCritic:
     @torch.no_grad()
     def predict(self, states: Sequence[Sequence[int]], micro_batch_size: int) -> np.ndarray:
         self.module.eval()
-        out = [self.forward(states[s:s + micro_batch_size]).float().cpu() for s in range(0, len(states), micro_batch_size)]
+        out = [self.forward(states[s:s + micro_batch_size]).float().cpu()
+               for s in range(0, len(states), micro_batch_size)]
         return torch.cat(out).numpy() if out else np.zeros(0)
 
     def fit(self, states: Sequence[Sequence[int]], targets: np.ndarray, epochs: int, rng: np.random.Generator,

@@ -20,13 +20,15 @@ from c3_plugin.trainers.base import WorkflowConfig, WorkflowTrainer
 class WorkflowMAGRPOConfig(WorkflowConfig):
     """MAGRPO's defaults on workflows."""
 
-    normalization_scaling: ClassVar[str] = "group_zscore"  # advantage_normalization=True: CoMLRL's z-score within each instance's B joint runs
+    # advantage_normalization=True: CoMLRL's z-score within each instance's B joint runs
+    normalization_scaling: ClassVar[str] = "group_zscore"
     # its credit (registry): B independent runs and CoMLRL's group baseline
     credit_fields: ClassVar[tuple[str, ...]] = ("plan", "advantage_mode")
     estimator_description: ClassVar[str] = "group baseline over B joint runs ({advantage_mode})"
     estimator_rules: ClassVar[tuple[str, ...]] = ("rloo_under_scaling", "mode_under_group_zscore", "single_run_group",
                                                   "clip_high_equals_clip")  # core/estimator_rules.py RULES
-    plan: str | dict[str, Any] | None = None  # B full runs per instance (None: independent num_generations, CoMLRL's joint samples)
+    # B full runs per instance (None: independent num_generations, CoMLRL's joint samples)
+    plan: str | dict[str, Any] | None = None
     advantage_mode: str = "mean"  # CoMLRL's group baseline: "mean", "rloo", "max" or "raw"
 
     def __post_init__(self) -> None:

@@ -24,9 +24,9 @@ import torch
 
 from c3_plugin.core.estimator_rules import check
 from c3_plugin.core.plan import parse_plan
+from c3_plugin.core.registry import WORKFLOW, Critic
 from c3_plugin.core.rollout import Rollout
 from c3_plugin.core.trace import path_to
-from c3_plugin.core.registry import WORKFLOW, Critic
 from c3_plugin.trainers.base import WorkflowConfig, WorkflowTrainer
 from c3_plugin.trainers.critic import POOLINGS, OnlineCritic, ValueCritic, default_pooling  # noqa: F401 (MAPPO's names for them)
 from c3_plugin.trainers.update import PolicySample, trained_tokens
@@ -52,9 +52,12 @@ class MAPPOConfig(WorkflowConfig):
     critic_learning_rate: float = 1e-5  # critic AdamW learning rate
     critic_epochs: int = 1  # critic passes per rollout batch
     critic_warmup_updates: int = 1  # rollout batches that train only the critic
-    critic_max_tokens: int = 1024  # the state is left-truncated to this many tokens (an encoder keeps its leading special token)
-    critic_pooling: str = "auto"  # where the value is read: "last" token (decoders), "first" token (encoders' [CLS]); "auto" picks by model type
-    advantage_per_token: bool = False  # divide each message's advantage, after scaling, by its trained token count (the paper's MAPPO)
+    # the state is left-truncated to this many tokens (an encoder keeps its leading special token)
+    critic_max_tokens: int = 1024
+    # where the value is read: "last" token (decoders), "first" token (encoders' [CLS]); "auto" picks by model type
+    critic_pooling: str = "auto"
+    # divide each message's advantage, after scaling, by its trained token count (the paper's MAPPO)
+    advantage_per_token: bool = False
 
     @property
     def learned_critic(self) -> Critic:
@@ -96,8 +99,8 @@ class MAPPOTrainer(WorkflowTrainer):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.critic = OnlineCritic(self, self.args.critic_model, self.args.critic_learning_rate, self.args.critic_max_tokens,
-                                   self.args.critic_pooling, field="mappo.critic_model")
+        self.critic = OnlineCritic(self, self.args.critic_model, self.args.critic_learning_rate,
+                                   self.args.critic_max_tokens, self.args.critic_pooling, field="mappo.critic_model")
         self.critic_tokenizer = self.critic.tokenizer
         self.critics = [self.critic.module]  # the names CoMLRL's checkpoints save and restore
         self.critic_optimizer = self.critic.optimizer
@@ -151,7 +154,8 @@ class MAPPOTrainer(WorkflowTrainer):
 
     def ds_engines(self) -> dict[str, Any]:
         engines = super().ds_engines()
-        return {**engines, "critic": self.critic_engine} if getattr(self, "critic_engine", None) is not None else engines
+        return ({**engines, "critic": self.critic_engine} if getattr(self, "critic_engine", None) is not None
+                else engines)
 
     def update_critic(self) -> dict[str, float]:
         """Regress the critic on the GAE returns: one step per ``critic_epochs`` pass, mean squared error over

@@ -19,9 +19,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from c3_plugin.core.registry import learned_critic
 from c3_plugin.core.curriculum import epoch_rows
 from c3_plugin.core.plan import parse_plan
+from c3_plugin.core.registry import learned_critic
 from c3_plugin.core.rollout import unique_samples
 
 SCHEDULES = ("constant", "cosine", "linear")
@@ -107,12 +107,15 @@ def policy_optimizer_steps(args: Any, workflow: Any, train: Any, groups: Sequenc
     batches = [min(ipu, rows - s) for rows in rows_per_epoch for s in range(0, rows, ipu)]
     shared = bool(getattr(args, "share_parallel_samples", False)) and plan.kind != "independent"
     unique = unique_samples(workflow, branching, shared)
-    credited = range(workflow.num_decisions) if plan.kind == "independent" else plan.credit_points(workflow.num_decisions)
+    credited = (range(workflow.num_decisions) if plan.kind == "independent"
+                else plan.credit_points(workflow.num_decisions))
     critic = learned_critic(args)
-    warmup = critic.policy_warmup_updates if warmup and critic else 0  # batches that train only a critic (MAPPO's warm-up)
+    # batches that train only a critic (MAPPO's warm-up)
+    warmup = critic.policy_warmup_updates if warmup and critic else 0
     out = {}
     for group in groups:
-        per_instance = sum(unique[u] for u in credited if workflow.roles[workflow.decision_steps[u].name].agent in group)
+        per_instance = sum(unique[u] for u in credited
+                           if workflow.roles[workflow.decision_steps[u].name].agent in group)
         out[group[0]] = sum(int(args.ppo_epochs) * steps_per_ppo_epoch(args, per_instance * size)
                             for b, size in enumerate(batches) if b >= warmup and per_instance)
     return out

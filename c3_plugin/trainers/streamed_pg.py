@@ -6,7 +6,8 @@ samples, ``train_batch_size`` of them per optimizer step, the mean over samples 
 completions of ``-A log pi(y)``) with one sequence's graph alive at a time: each completion's term is
 back-propagated before the next is built. The advantages are CoMLRL's (returns less a reference KL when
 enabled, its group baseline, an optional z-score); the log-likelihood of a completion is
-``_sequence_log_prob`` (:func:`train_mode_log_prob`): the value tokens only (its loss mask), on the unwrapped module in train mode.
+``_sequence_log_prob`` (:func:`train_mode_log_prob`): the value tokens only (its loss mask), on the unwrapped module in
+train mode.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from c3_plugin.core.loss import masked_sequence_log_prob
 
 
 def train_mode_log_prob(model: Any, prompt_ids: torch.Tensor, completion_ids: torch.Tensor,
-                        loss_mask: Sequence[int] | torch.Tensor | None, aggregation: str = "sequence_mean") -> torch.Tensor:
+                        loss_mask: Sequence[int] | torch.Tensor | None,
+                        aggregation: str = "sequence_mean") -> torch.Tensor:
     """A completion's masked log-likelihood under ``model`` (DDP/DeepSpeed unwrapped, dropout as in training):
     every completion token conditioned on the prompt and the earlier completion tokens; only the tokens the
     policy chose (mask 1) enter."""
@@ -58,7 +60,8 @@ class StreamedPolicyGradient:
         return [lambda s=s, m=m: self._sequence_log_prob(agent_idx, prompt, s, m)
                 for s, m in zip(completions_data["completion_input_ids"][0], masks[0])]
 
-    def _pg_terms(self, agent_idx: int, completions_data: Mapping[str, Any], returns: Sequence[float]) -> Iterator[torch.Tensor]:
+    def _pg_terms(self, agent_idx: int, completions_data: Mapping[str, Any],
+                  returns: Sequence[float]) -> Iterator[torch.Tensor]:
         """Each completion's policy-gradient loss ``-A_j log pi(y_j) / n``, one graph at a time."""
         log_probs = self._pg_log_probs(agent_idx, completions_data)
         adv = self._pg_advantages(completions_data, returns)
@@ -66,8 +69,10 @@ class StreamedPolicyGradient:
         for j in range(n):
             yield -log_probs[j]() * float(adv[j]) / n
 
-    def _compute_loss_with_gradients(self, agent: Any, completions_data: Mapping[str, Any], returns: Sequence[float]) -> torch.Tensor:
-        """The whole sample's loss at once (CoMLRL's contract); training uses the streamed :meth:`_update_from_samples`."""
+    def _compute_loss_with_gradients(self, agent: Any, completions_data: Mapping[str, Any],
+                                     returns: Sequence[float]) -> torch.Tensor:
+        """The whole sample's loss at once (CoMLRL's contract); training uses the streamed
+        :meth:`_update_from_samples`."""
         agent_idx = next(i for i, a in enumerate(self.agents) if a is agent)
         terms = list(self._pg_terms(agent_idx, completions_data, returns))
         if not terms:

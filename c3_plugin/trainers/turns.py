@@ -49,7 +49,8 @@ class Turns:
         self.n, self.T = int(num_agents), int(num_turns)
         self.formatters = build_formatters(formatters, self.n)
         self.transition = transition
-        self.training = False  # early termination applies to training rollouts only (CoMLRL's evaluation runs every turn)
+        # early termination applies to training rollouts only (CoMLRL's evaluation runs every turn)
+        self.training = False
         self.workflow = self._build()
 
     @property
@@ -77,7 +78,8 @@ class Turns:
                 reads = [turn_role(a, s) for s in range(1, t + 1) for a in range(self.n)]
                 reads += [f"transition{s}" for s in range(1, t)] + [f"reward{t}"]
                 schedule.append({"feedback": f"transition{t}", "reads": reads})
-        spec = {"name": f"comlrl_{self.T}_turns", "agents": self.n, "roles": roles, "schedule": schedule, "inputs": ["prompt"]}
+        spec = {"name": f"comlrl_{self.T}_turns", "agents": self.n, "roles": roles, "schedule": schedule,
+                "inputs": ["prompt"]}
         first = {turn_role(a, 1): (lambda item, f=self.formatters[a]: f(item)) for a in range(self.n)}
         return workflow_from_dict(spec, feedback=feedback, merger=join_messages, formatters=first, contexts=contexts)
 
@@ -119,11 +121,14 @@ class Turns:
             out = self.transition(
                 prompt=item.get("prompt", ""), agent_completions=[latest[turn_role(a, turn)] for a in range(self.n)],
                 num_agents=self.n,
-                prompt_history_per_agent=[[self._recorded_prompt(item, latest, a, s) for s in range(1, turn + 1)] for a in range(self.n)],
-                response_history_per_agent=[[latest[turn_role(a, s)] for s in range(1, turn + 1)] for a in range(self.n)])
+                prompt_history_per_agent=[[self._recorded_prompt(item, latest, a, s) for s in range(1, turn + 1)]
+                                          for a in range(self.n)],
+                response_history_per_agent=[[latest[turn_role(a, s)] for s in range(1, turn + 1)]
+                                            for a in range(self.n)])
             if not isinstance(out, (list, tuple)) or len(out) != self.n:
-                raise ValueError(f"external_transition must return a list or tuple of {self.n} per-agent prompts (CoMLRL's "
-                                 f"contract), got {type(out).__name__}{'' if not isinstance(out, (list, tuple)) else f' of {len(out)}'}")
+                count = "" if not isinstance(out, (list, tuple)) else f" of {len(out)}"
+                raise ValueError(f"external_transition must return a list or tuple of {self.n} per-agent prompts "
+                                 f"(CoMLRL's contract), got {type(out).__name__}{count}")
             return json.dumps([str(p) for p in out], ensure_ascii=False)
         return transition
 
@@ -149,7 +154,8 @@ class Turns:
                     out[j, t - 1] = float(lt[f"reward{t}"])
         running = [j for j, lt in enumerate(latest) if self.T == 1 or lt.get(f"transition{self.T - 1}") != EPISODE_END]
         if running:
-            out[running, self.T - 1] = self.turn_rewards([items[j] for j in running], [latest[j] for j in running], self.T)
+            out[running, self.T - 1] = self.turn_rewards([items[j] for j in running], [latest[j] for j in running],
+                                                         self.T)
         return out
 
     def returns(self, per_turn: np.ndarray) -> np.ndarray:
@@ -157,7 +163,8 @@ class Turns:
         weights = float(self.trainer.args.discount) ** np.arange(self.T)
         return np.nansum(per_turn * weights, axis=1)
 
-    def env_steps(self, per_turn: np.ndarray, leaf_instance: np.ndarray, num_instances: int, branching: Sequence[int]) -> np.ndarray:
+    def env_steps(self, per_turn: np.ndarray, leaf_instance: np.ndarray, num_instances: int,
+                  branching: Sequence[int]) -> np.ndarray:
         """Reward calls per instance: every turn's scored joint actions. A joint action of turn t is on
         ``prod(branching of the later turns' decisions)`` leaves, so each scored (leaf, turn) counts that fraction."""
         tail = np.array([float(np.prod(branching[self.n * (t + 1):])) for t in range(self.T)])

@@ -36,7 +36,8 @@ class PolicySample:
     old_logprobs: list[float]  # behaviour log-probs recorded at sampling time
     advantage: float
     loss_mask: list[int] | None = None  # per completion token: 1 trained on, 0 forced schema token (None: all 1)
-    trainer_logprobs: list[float] | None = None  # the trainer's log-probs at sampling time when old_logprobs are another engine's (None: the same)
+    # the trainer's log-probs at sampling time when old_logprobs are another engine's (None: the same)
+    trainer_logprobs: list[float] | None = None
 
 
 def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, samples: Sequence[PolicySample],
@@ -62,11 +63,13 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, 
     if total == 0:
         return {}
     check_trainable_fp32(params, "ppo_update")
-    temperature = float(args.temperature if temperature is None else temperature)  # the temperature the samples were drawn at
+    # the temperature the samples were drawn at
+    temperature = float(args.temperature if temperature is None else temperature)
     kl_coef = float(getattr(args, "reference_kl_coef", 0.0)) if ref_model is not None else 0.0
     loss_of = functools.partial(_micro_batch_loss, step.module, args=args, pad_id=pad_id, temperature=temperature,
                                 ref_model=ref_model if kl_coef else None, kl_coef=kl_coef)
-    filler = samples[:1] or [PolicySample([pad_id], [pad_id], [0.0], 0.0)]  # a zero-weight pass for a rank short of messages
+    # a zero-weight pass for a rank short of messages
+    filler = samples[:1] or [PolicySample([pad_id], [pad_id], [0.0], 0.0)]
     micro = int(args.micro_batch_size)
     totals: dict[str, float] = {"loss": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "ref_kl": 0.0, "grad_norm": 0.0}
     minibatches = plan_minibatches(samples, args, rng, step.world)
@@ -176,8 +179,8 @@ def trained_tokens(sample: PolicySample) -> int:
     if sample.loss_mask is None:
         return len(sample.completion_ids)
     if len(sample.loss_mask) != len(sample.completion_ids):
-        raise ValueError(f"loss_mask has {len(sample.loss_mask)} entries for {len(sample.completion_ids)} completion tokens; "
-                         "record one 0/1 per generated token")
+        raise ValueError(f"loss_mask has {len(sample.loss_mask)} entries for {len(sample.completion_ids)} completion "
+                         "tokens; record one 0/1 per generated token")
     return int(sum(sample.loss_mask))
 
 

@@ -33,7 +33,8 @@ def syntax_valid(code: str) -> bool:
         return False
 
 
-DEFAULTS = {"timeout_s": 5.0}  # the limit of a test without its own; the config's code.timeout_s sets it (configure_from)
+# the limit of a test without its own; the config's code.timeout_s sets it (configure_from)
+DEFAULTS = {"timeout_s": 5.0}
 
 
 def judge_batch(codes: Sequence[str], items: Sequence[Mapping[str, Any]], field: str = "tests",
@@ -137,7 +138,8 @@ def run_visible_tests(item: Mapping[str, Any], outputs: Mapping[str, str], sandb
     tests = decode_tests(item["visible_tests"])
     if not syntax_valid(code):
         return "Execution feedback:\nThe code does not compile."
-    results = (sandbox or default_sandbox()).run(code, tests, str(item.get("setup") or ""), timeout_s=DEFAULTS["timeout_s"])
+    results = (sandbox or default_sandbox()).run(code, tests, str(item.get("setup") or ""),
+                                                 timeout_s=DEFAULTS["timeout_s"])
     return feedback_text(results, tests, str(item.get("example", "")))
 
 
@@ -148,7 +150,8 @@ def _logger(final_agent: int | None, timeout_s: float | None):
         codes = [extract_code(t[-1] if t else "") for t in agent_completions_turns[agent][: len(items)]]
         results = judge_batch(codes, items, "tests", None, timeout_s)
         return [{"datasource": str(it.get("datasource", "eval")), "pass@1": float(bool(r) and all(x.passed for x in r)),
-                 "pass_rate": rate(r), "syntax_valid": float(syntax_valid(c)), "timeout": float(any(x.status == "timeout" for x in r))}
+                 "pass_rate": rate(r), "syntax_valid": float(syntax_valid(c)),
+                 "timeout": float(any(x.status == "timeout" for x in r))}
                 for it, c, r in zip(items, codes, results)]
 
     return eval_logger

@@ -34,7 +34,6 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-
 _BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _BRACE = re.compile(r"[{}]")
 DEFAULT_TIMEOUT_S = 5.0

@@ -2,12 +2,18 @@
 algorithm families apart by the fields a config happens to have."""
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
-from dataclasses import replace
-
-from c3_plugin.core.registry import (UNDECLARED, WORKFLOW, WORKFLOW_KEYWORDS, _BUILTIN, Capabilities, capabilities,
-                                     resolve)
+from c3_plugin.core.registry import (
+    _BUILTIN,
+    UNDECLARED,
+    WORKFLOW,
+    WORKFLOW_KEYWORDS,
+    Capabilities,
+    capabilities,
+    resolve,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKERS = ("plan", "preference_num_candidates", "num_iterations", "reward_model_name", "critic_max_tokens",

@@ -1,24 +1,24 @@
-"""The settings refused at config load (``c3_plugin.core.estimator_rules``): each refused with its reason and fix, from a
-YAML config and from CoMLRL-style direct construction, and each proven numerically: a ``no-op`` rule's setting gives
-the same advantages (or update) as the setting it is refused for, computed through the trainers' own credit hooks
+"""The settings refused at config load (``c3_plugin.core.estimator_rules``): each refused with its reason and fix,
+from a YAML config and from CoMLRL-style direct construction, and each proven numerically: a ``no-op`` rule's setting
+gives the same advantages (or update) as the setting it is refused for, computed through the trainers' own credit hooks
 and the trainers' scaling step, so the test fails if the rule is wrong; the ``estimator`` rule changes C3's
 advantages into another estimator, and its acknowledgement field accepts it."""
 
 import types
-from dataclasses import make_dataclass
 import warnings
+from dataclasses import make_dataclass
 
 import numpy as np
 import pytest
 import torch
 
-from c3_plugin.run.testing import experiment_config
 from c3_plugin import load_workflow, materialize
 from c3_plugin.core.config import ConfigError, load_config
 from c3_plugin.core.credit import normalize_advantages, tree_advantages
 from c3_plugin.core.estimator_rules import RULES, credit_fields, violations
 from c3_plugin.core.loss import ppo_loss
 from c3_plugin.core.synthetic import SyntheticBackend, SyntheticEnv
+from c3_plugin.run.testing import experiment_config
 from c3_plugin.trainers.base import WorkflowTrainer
 from c3_plugin.trainers.c3 import C3Config, C3Trainer
 from c3_plugin.trainers.magrpo import WorkflowMAGRPOConfig, WorkflowMAGRPOTrainer
@@ -35,7 +35,8 @@ EXAMPLES = {
                            ("magrpo", {"advantage_mode": "rloo", "advantage_scaling": "batch_zscore"})],
     "mode_under_group_zscore": [("magrpo", {"advantage_mode": "max"}), ("magrpo", {"advantage_mode": "raw"})],
     "single_run_group": [("magrpo", {"plan": "independent 1", "advantage_scaling": "none"}),
-                         ("magrpo", {"plan": "independent 1", "advantage_scaling": "batch_scale", "advantage_mode": "max"})],
+                         ("magrpo", {"plan": "independent 1", "advantage_scaling": "batch_scale",
+                                     "advantage_mode": "max"})],
     "advantage_mode_unread": [("c3", {"advantage_mode": "rloo"}), ("mappo", {"advantage_mode": "max"})],
     "clip_high_equals_clip": [("c3", {"clip_eps_high": 0.2}), ("magrpo", {"clip_eps": 0.3, "clip_eps_high": 0.3}),
                               ("mappo", {"clip_eps_high": 0.2})],
@@ -74,10 +75,12 @@ def test_each_rule_refuses_direct_construction_and_yaml_with_reason_and_fix(name
 
 def test_defaults_and_the_other_modes_and_scalings_are_accepted():
     for cls in CLASSES.values():
-        assert violations(cls(), "c3" if cls is C3Config else "magrpo" if cls is WorkflowMAGRPOConfig else "mappo") == []
+        assert violations(cls(), "c3" if cls is C3Config else "magrpo" if cls is WorkflowMAGRPOConfig
+                          else "mappo") == []
     for scaling in SCALINGS:
         experiment_config(WorkflowMAGRPOConfig, advantage_scaling=scaling)  # mean under every scaling
-    experiment_config(WorkflowMAGRPOConfig, advantage_mode="rloo", advantage_scaling="none")  # the one scaling where rloo differs
+    # the one scaling where rloo differs
+    experiment_config(WorkflowMAGRPOConfig, advantage_mode="rloo", advantage_scaling="none")
     for mode in ("max", "raw"):
         for scaling in ("none", "batch_scale", "batch_zscore"):
             experiment_config(WorkflowMAGRPOConfig, advantage_mode=mode, advantage_scaling=scaling)
@@ -95,7 +98,8 @@ def rollout(plan, items=ITEMS, seed=0, workflow="reasoner_actor"):
     wf = load_workflow(workflow)
     env = SyntheticEnv(wf, vocab=3, seed=seed)
     rng = np.random.default_rng(seed)
-    return materialize(wf, plan, items, SyntheticBackend(env, seed=seed), lambda leaves: list(rng.normal(size=len(leaves))))
+    return materialize(wf, plan, items, SyntheticBackend(env, seed=seed),
+                       lambda leaves: list(rng.normal(size=len(leaves))))
 
 
 def scaled(trainer_cls, args, ro):
@@ -111,15 +115,18 @@ def scaled(trainer_cls, args, ro):
         indices, adv = ro.unique_credit(indices, adv)
         for i, a in zip(indices, adv):
             e = ro.entries[int(i)]
-            per_agent.setdefault(int(e.agent), []).append((float(a), groups.setdefault(stub._group_key(e), len(groups))))
+            per_agent.setdefault(int(e.agent),
+                                 []).append((float(a), groups.setdefault(stub._group_key(e), len(groups))))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # group_zscore's +-1 warning
-        return {agent: normalize_advantages(np.array([r[0] for r in rows]), args.advantage_scaling, groups=np.array([r[1] for r in rows]))
+        return {agent: normalize_advantages(np.array([r[0] for r in rows]), args.advantage_scaling,
+                                            groups=np.array([r[1] for r in rows]))
                 for agent, rows in per_agent.items()}
 
 
 def magrpo_args(**fields):
-    return types.SimpleNamespace(**{"plan": "independent 8", "advantage_mode": "mean", "advantage_scaling": "none", **fields})
+    return types.SimpleNamespace(**{"plan": "independent 8", "advantage_mode": "mean", "advantage_scaling": "none",
+                                    **fields})
 
 
 def assert_same(a, b):
@@ -146,10 +153,12 @@ def test_every_mode_is_mean_under_group_zscore_and_max_raw_differ_under_the_othe
     ro = rollout("independent 8", seed=1)
     mean = scaled(WorkflowMAGRPOTrainer, magrpo_args(advantage_scaling="group_zscore"), ro)
     for mode in ("rloo", "max", "raw"):
-        assert_same(scaled(WorkflowMAGRPOTrainer, magrpo_args(advantage_mode=mode, advantage_scaling="group_zscore"), ro), mean)
+        assert_same(scaled(WorkflowMAGRPOTrainer, magrpo_args(advantage_mode=mode, advantage_scaling="group_zscore"),
+                           ro), mean)
     for mode in ("max", "raw"):
         for scaling in ("none", "batch_scale", "batch_zscore"):
-            assert_differ(scaled(WorkflowMAGRPOTrainer, magrpo_args(advantage_mode=mode, advantage_scaling=scaling), ro),
+            other = magrpo_args(advantage_mode=mode, advantage_scaling=scaling)
+            assert_differ(scaled(WorkflowMAGRPOTrainer, other, ro),
                           scaled(WorkflowMAGRPOTrainer, magrpo_args(advantage_scaling=scaling), ro))
 
 
@@ -157,7 +166,8 @@ def test_one_run_per_instance_gives_zero_advantages_except_raw():
     ro = rollout("independent 1")
     for mode in ("mean", "rloo", "max"):
         for scaling in ("none", "batch_scale", "batch_zscore"):
-            adv = scaled(WorkflowMAGRPOTrainer, magrpo_args(plan="independent 1", advantage_mode=mode, advantage_scaling=scaling), ro)
+            adv = scaled(WorkflowMAGRPOTrainer, magrpo_args(plan="independent 1", advantage_mode=mode,
+                                                            advantage_scaling=scaling), ro)
             assert all(np.all(a == 0) for a in adv.values())  # no advantage, no policy gradient: nothing trains
     raw = scaled(WorkflowMAGRPOTrainer, magrpo_args(plan="independent 1", advantage_mode="raw"), ro)
     assert all(np.any(a != 0) for a in raw.values())
@@ -207,7 +217,9 @@ def test_a_tree_of_ones_forms_no_group_so_c3_trains_nothing():
 
 def test_group_zscore_turns_c3_leave_one_out_into_another_estimator_unless_acknowledged():
     ro = rollout("tree [2, 4]", seed=4)
-    args = lambda s: types.SimpleNamespace(plan="tree [2, 4]", advantage_scaling=s, advantage_mode="mean", credit="loo")
+    def args(s):
+        return types.SimpleNamespace(plan="tree [2, 4]", advantage_scaling=s, advantage_mode="mean", credit="loo")
+
     loo, z = scaled(C3Trainer, args("none"), ro), scaled(C3Trainer, args("group_zscore"), ro)
     reasoner, actor = 0, 1
     assert np.allclose(np.abs(z[reasoner]), 1.0)  # 2 alternatives per context: +-1 whatever the returns
@@ -224,8 +236,10 @@ def test_group_zscore_turns_c3_leave_one_out_into_another_estimator_unless_ackno
     np.testing.assert_allclose(b[actor] / loo[actor], (b[actor] / loo[actor])[0])
     with pytest.raises(ValueError, match=r"changes C3's estimator.*allow_estimator_change: true"):
         experiment_config(C3Config, advantage_scaling="group_zscore")
-    assert experiment_config(C3Config, advantage_scaling="group_zscore", allow_estimator_change=True).allow_estimator_change
-    cfg = load_config(data={"domain": "math", "algorithm": "c3", "c3": {"advantage_scaling": "group_zscore", "allow_estimator_change": True},
+    assert experiment_config(C3Config, advantage_scaling="group_zscore",
+                             allow_estimator_change=True).allow_estimator_change
+    cfg = load_config(data={"domain": "math", "algorithm": "c3",
+                            "c3": {"advantage_scaling": "group_zscore", "allow_estimator_change": True},
                             "dataset": {"train": {"source": "synthetic", "task": "compare", "size": 4}}})
     assert cfg.algo.advantage_scaling == "group_zscore"
 
@@ -233,11 +247,12 @@ def test_group_zscore_turns_c3_leave_one_out_into_another_estimator_unless_ackno
 def test_credit_fields_expand_globs_and_name_real_fields():
     c3 = credit_fields(C3Config)
     assert {"plan", "share_parallel_samples", "credit_diagnostics", "allow_estimator_change"} <= c3
-    assert {n for n in c3 if n.startswith("q_critic_")} == {f for f in C3Config.__dataclass_fields__ if f.startswith("q_critic_")}
+    assert {n for n in c3 if n.startswith("q_critic_")} == {f for f in C3Config.__dataclass_fields__
+                                                            if f.startswith("q_critic_")}
     assert credit_fields(WorkflowMAGRPOConfig) == {"plan", "advantage_mode"}
     mappo = credit_fields(MAPPOConfig)
     assert {"critic_model", "critic_learning_rate", "gae_lambda", "gamma", "advantage_per_token"} <= mappo
     assert credit_fields(make_dataclass("Undeclared", [("plan", str), ("x", int)])) == {"plan"}  # none declared
-    for algorithm, cls in CLASSES.items():  # every literal name a class declares is a field of that config
+    for cls in CLASSES.values():  # every literal name a class declares is a field of that config
         literal = {p for p in cls.credit_fields if "*" not in p}
         assert literal <= set(cls.__dataclass_fields__), literal - set(cls.__dataclass_fields__)

@@ -6,12 +6,21 @@ import numpy as np
 import pytest
 import torch
 
-from c3_plugin.generation.hf import HFBackend
-from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt
 from c3_plugin.core.loss import sequence_logprobs
-from c3_plugin.core.structured import (JsonStop, Skeleton, SkeletonLogitsProcessor, SkeletonRowMask, encode_values,
-                                  json_complete, loss_mask_for, max_completion_tokens, parse_assignments,
-                                  value_vocabulary)
+from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt
+from c3_plugin.core.structured import (
+    JsonStop,
+    Skeleton,
+    SkeletonLogitsProcessor,
+    SkeletonRowMask,
+    encode_values,
+    json_complete,
+    loss_mask_for,
+    max_completion_tokens,
+    parse_assignments,
+    value_vocabulary,
+)
+from c3_plugin.generation.hf import HFBackend
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
 from c3_plugin.trainers.update import PolicySample, ppo_update
 
@@ -40,7 +49,8 @@ def enc(tok, text):
 
 
 def check_against_skeleton(tok, sk, ids, mask):
-    """Oracle walk: value tokens are mask 1 up to the close; every mask-0 run is a forced close, a schema segment or EOS."""
+    """Oracle walk: value tokens are mask 1 up to the close; every mask-0 run is a forced close, a schema segment or
+    EOS."""
     close = enc(tok, '"')[0]
     i, hit_cap, chose_close = 0, 0, 0
     for k in range(len(sk.slots)):
@@ -78,7 +88,8 @@ def test_value_vocabulary_excludes_quotes_escapes_controls_and_specials(tok):
     assert ok[close]
     for i, allowed in enumerate(ok):
         text = tok.decode([i])
-        bad = i in tok.all_special_ids or any(c in text for c in '"\\') or any(ord(c) < 0x20 or c == "\x7f" for c in text)
+        bad = i in tok.all_special_ids or any(c in text
+                                              for c in '"\\') or any(ord(c) < 0x20 or c == "\x7f" for c in text)
         assert allowed == (not bad or i == close), (i, text)
     assert not ok[tok.eos_token_id] and not ok[enc(tok, "\n")[0]] and ok[enc(tok, "a")[0]]
 
@@ -90,7 +101,8 @@ def test_generated_messages_follow_their_skeletons(tok, close_loving_model, gree
     torch.manual_seed(0)
     grammar = {"A": SK_A, "B": SK_B, "C": SK_C}
     backend = HFBackend(lambda a: close_loving_model, [tok], grammar=lambda p: grammar[p.role])
-    prompts = [Prompt(f"plan for {r}", r, 0, prefix=grammar[r].prefill(), max_new_tokens=5) for r in ("A", "B", "C", "A")]
+    prompts = [Prompt(f"plan for {r}", r, 0, prefix=grammar[r].prefill(), max_new_tokens=5)
+               for r in ("A", "B", "C", "A")]
     gens = backend.generate(prompts, 3, Sampling(max_new_tokens=5, temperature=1.3, greedy=greedy))
     hit_cap = chose_close = 0
     for p, group in zip(prompts, gens):
@@ -143,7 +155,8 @@ def test_loss_mask_for_hand_built_sequences(tok):
     q, eos = enc(tok, '"'), [tok.eos_token_id]
     chosen = enc(tok, "x") + q + enc(tok, sk.between(0)) + enc(tok, "yz") + q + enc(tok, sk.closing()) + eos
     mid, last = len(enc(tok, sk.between(0))), len(enc(tok, sk.closing())) + 1
-    assert loss_mask_for(tok, sk, chosen) == [1, 1] + [0] * mid + [1, 1, 0] + [0] * last  # second close forced at the cap
+    # second close forced at the cap
+    assert loss_mask_for(tok, sk, chosen) == [1, 1] + [0] * mid + [1, 1, 0] + [0] * last
     with pytest.raises(ValueError, match="breaks the skeleton"):
         loss_mask_for(tok, sk, enc(tok, "xyz"))  # a third value token where the close is forced
     with pytest.raises(ValueError, match="not allowed"):
@@ -210,8 +223,8 @@ def test_backend_json_stop_cuts_free_text_at_the_close(tok):
 # ---------------------------------------------------------------- masked PPO update
 
 def args(**kw):
-    base = dict(ppo_epochs=1, minibatch_size=None, micro_batch_size=8, temperature=1.0, clip_eps=0.2, clip_eps_high=None,
-                max_grad_norm=0, loss_aggregation="token_mean", reference_kl_coef=0.0)
+    base = dict(ppo_epochs=1, minibatch_size=None, micro_batch_size=8, temperature=1.0, clip_eps=0.2,
+                clip_eps_high=None, max_grad_norm=0, loss_aggregation="token_mean", reference_kl_coef=0.0)
     base.update(kw)
     return SimpleNamespace(**base)
 
@@ -259,7 +272,8 @@ def test_masked_ppo_loss_equals_plain_loop_over_policy_tokens(tok, aggregation):
     samples, base = samples_for(model, tok, prompts, comps, masks, rng)
     expected_loss, expected_clip = oracle(samples, base, aggregation)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    stats = ppo_update(model, opt, samples, args(loss_aggregation=aggregation), np.random.default_rng(0), pad_id=tok.pad_token_id)
+    stats = ppo_update(model, opt, samples, args(loss_aggregation=aggregation), np.random.default_rng(0),
+                       pad_id=tok.pad_token_id)
     assert stats["loss"] == pytest.approx(expected_loss, rel=1e-5)
     assert stats["clip_fraction"] == pytest.approx(expected_clip, rel=1e-6) and 0 < expected_clip < 1
 
@@ -273,7 +287,8 @@ def grad_of(tok, samples, **kw):
             seen.append(torch.cat([p.grad.flatten().clone() for p in model.parameters() if p.grad is not None]))
             return super().step(closure)
 
-    stats = ppo_update(model, Recording(model.parameters(), lr=0.0), samples, args(**kw), np.random.default_rng(0), pad_id=tok.pad_token_id)
+    stats = ppo_update(model, Recording(model.parameters(), lr=0.0), samples, args(**kw), np.random.default_rng(0),
+                       pad_id=tok.pad_token_id)
     return (seen[0] if seen else None), stats
 
 
@@ -290,7 +305,8 @@ def test_masked_micro_batches_accumulate_to_one_big_batch_and_zero_masks_drop_ou
     torch.testing.assert_close(full, with_dead, atol=1e-6, rtol=1e-4)
     assert stats["samples"] == len(samples)
     # forced tokens carry no gradient: masking more tokens changes it
-    fewer = [PolicySample(s.prompt_ids, s.completion_ids, s.old_logprobs, s.advantage, loss_mask=[1] + [0] * (len(s.loss_mask) - 1))
+    fewer = [PolicySample(s.prompt_ids, s.completion_ids, s.old_logprobs, s.advantage,
+                          loss_mask=[1] + [0] * (len(s.loss_mask) - 1))
              for s in samples]
     assert not torch.allclose(full, grad_of(tok, fewer, loss_aggregation=aggregation)[0])
 
@@ -303,8 +319,9 @@ def test_all_zero_mask_update_is_a_no_op(tok):
                        pad_id=tok.pad_token_id)
     assert stats == {} and all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     with pytest.raises(ValueError, match="loss_mask has 2 entries"):
-        ppo_update(model, torch.optim.SGD(model.parameters(), lr=0.0), [PolicySample([10], [20, 21, 1], [-5.0] * 3, 1.0, loss_mask=[1, 0])],
-                   args(), np.random.default_rng(0), pad_id=tok.pad_token_id)
+        ppo_update(model, torch.optim.SGD(model.parameters(), lr=0.0),
+                   [PolicySample([10], [20, 21, 1], [-5.0] * 3, 1.0, loss_mask=[1, 0])], args(),
+                   np.random.default_rng(0), pad_id=tok.pad_token_id)
 
 
 def test_the_row_mask_of_another_engine_masks_as_the_batch_processor(tok):
@@ -318,4 +335,5 @@ def test_the_row_mask_of_another_engine_masks_as_the_batch_processor(tok):
         rows = batch(torch.tensor([ids[:t]], dtype=torch.long).reshape(1, -1), logits.clone().unsqueeze(0))[0]
         assert torch.equal(torch.isinf(one), torch.isinf(rows)) and not torch.isinf(one[ids[t]]), t
     inside_a_value = SkeletonRowMask(tok, SK_A)(ids[:1], torch.zeros(len(tok)))
-    assert 1 < int((~torch.isinf(inside_a_value)).sum()) < len(tok)  # the value vocabulary: more than one token, not all
+    # the value vocabulary: more than one token, not all
+    assert 1 < int((~torch.isinf(inside_a_value)).sum()) < len(tok)

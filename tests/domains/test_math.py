@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from domains import math as dm
 from c3_plugin.core.errors import DatasetError
+from domains import math as dm
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "math"

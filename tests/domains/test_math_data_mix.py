@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from c3_plugin.core.config import ConfigError, load_config
+from c3_plugin.core.errors import DatasetError
 from domains.math import data as dm
 from domains.math.answer import last_boxed
-from c3_plugin.core.errors import DatasetError
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "math"
@@ -216,8 +216,8 @@ def test_the_single_mapping_form_is_unchanged():
 
 
 def test_the_list_form_through_config_dry_run_and_compare_fingerprint():
-    from c3_plugin.tools.compare import fingerprint
     from c3_plugin.run.dry_run import dry_run_report
+    from c3_plugin.tools.compare import fingerprint
 
     data = {"algorithm": "c3", "domain": "math", "agent_model": {"name": "no/such-model"},
             "dataset": {"train": [{"name": "math_train", "source": str(MATH_TRAIN), "schema": "math", "weight": 2},

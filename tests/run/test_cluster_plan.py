@@ -291,8 +291,8 @@ def test_gpu_hours_scale_with_epochs_and_split_over_gpus(workflow):
 
 def test_gpu_hours_count_the_value_assisted_critic(workflow):
     loo = hours(workflow, "c3.num_train_epochs=1")
-    va = hours(workflow, "c3.num_train_epochs=1", "c3.credit=value_assisted", "c3.allow_estimator_change=true", "c3.q_critic_model=jhu-clsp/mmBERT-base",
-               "c3.q_critic_max_tokens=1024")
+    va = hours(workflow, "c3.num_train_epochs=1", "c3.credit=value_assisted", "c3.allow_estimator_change=true",
+               "c3.q_critic_model=jhu-clsp/mmBERT-base", "c3.q_critic_max_tokens=1024")
     alts = 8 * (2 * 1024 + 8 * 1024)  # every credited alternative, context + message cut to 1024 tokens
     assert va["tokens"]["critic_read"] == va["tokens"]["critic_trained"] == alts and "critic_read" not in loo["tokens"]
     pc = model_shape("jhu-clsp/mmBERT-base").params

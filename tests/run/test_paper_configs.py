@@ -41,7 +41,8 @@ def test_every_recipe_value_is_set_and_sourced():
 
 
 def test_the_reference_variants_are_one_override_away():
-    ref = load_config(PAPER / "c3.yaml", OFFLINE + ["c3.credit=value_assisted", "c3.allow_estimator_change=true", "agents.policy=shared"])
+    ref = load_config(PAPER / "c3.yaml", OFFLINE + ["c3.credit=value_assisted", "c3.allow_estimator_change=true",
+                                                    "agents.policy=shared"])
     assert ref.algo.credit == "value_assisted" and ref.agents.policy == "shared"
     kl = load_config(PAPER / "reference_kl.yaml", OFFLINE + ["algorithm=magrpo"])
     assert (kl.algo.kl_reward_coef, kl.algo.kl_reward_target, kl.algo.kl_reward_estimator) == (0.01, 0.1, "k3")
@@ -150,4 +151,5 @@ def test_the_reference_setting_ships_as_its_own_config_and_compares_as_a_control
     from c3_plugin.run.dry_run import summary
 
     line = next(x for x in summary(report).splitlines() if x.startswith("optimizer steps per agent:"))
-    assert "c3 [" in line and "magrpo [" in line and "unequal: c3 compare refuses it" in line  # every arm's steps, shown
+    # every arm's steps, shown
+    assert "c3 [" in line and "magrpo [" in line and "unequal: c3 compare refuses it" in line

@@ -207,5 +207,6 @@ def test_an_unmeasured_outcome_variance_is_never_chosen_silently():
     stated = advise(d, 8, outcome_variance=0.0)  # stated: one answer
     assert stated["outcome_variance_known"] and len(stated["margin"]["by_outcome_variance"]) == 1
     assert stated["outcome"] == "magrpo"
-    with pytest.raises(ValueError, match=r"reward variance is .* below"):  # an O that eats every signal: named, with the bound
+    # an O that eats every signal: named, with the bound
+    with pytest.raises(ValueError, match=r"reward variance is .* below"):
         advise(d, 8, [0, 1], outcome_variance=0.5)

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from c3_plugin.tools.compare import aggregate, compare, controlled, markdown, plan, record_steps_line
 from c3_plugin.core.config import ConfigError
 from c3_plugin.core.stats import summarize
 from c3_plugin.run.testing import template_config
+from c3_plugin.tools.compare import aggregate, compare, controlled, markdown, plan, record_steps_line
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(900)
@@ -23,9 +23,11 @@ ONE_WORKER = pytest.mark.xdist_group("compare")  # the tests of the comparison f
 def base_config(tmp_path_factory):
     folder = tmp_path_factory.mktemp("compare")
     cfg = template_config(
-        folder, dataset={"train": {"size": 4}, "eval": [{"name": "echo", "size": 3}, {"name": "copy", "size": 2, "seed": 9}]},
+        folder, dataset={"train": {"size": 4}, "eval": [{"name": "echo", "size": 3},
+                                                        {"name": "copy", "size": 2, "seed": 9}]},
         output={"verbose": False, "plot": False, "save_model": False},
-        c3={"num_train_epochs": 1, "max_new_tokens": 3, "instances_per_update": 2, "plan": "tree [2, 4]", "advantage_scaling": "none"},
+        c3={"num_train_epochs": 1, "max_new_tokens": 3, "instances_per_update": 2, "plan": "tree [2, 4]",
+            "advantage_scaling": "none"},
         magrpo={"num_train_epochs": 1, "max_new_tokens": 3, "instances_per_update": 2, "plan": "independent 8",
                 "advantage_scaling": "none"})  # one scaling: the runs differ in credit only
     path = folder / "base.yaml"
@@ -44,11 +46,13 @@ def comparison(base_config, tmp_path_factory):
 @ONE_WORKER
 def test_compare_runs_every_algorithm_and_seed_once_and_aggregates(base_config, comparison):
     out, result, logs = comparison
-    assert "effective settings that differ" in logs[0] and "| plan | credit |" in logs[0]  # what differs is printed first
+    # what differs is printed first
+    assert "effective settings that differ" in logs[0] and "| plan | credit |" in logs[0]
     assert "consent to other differences: none" in logs[0]
     record = json.loads((out / "summary.json").read_text())["controlled_comparison"]
     assert record["consent"] == "none" and record["allowed"] == [] and record["uncontrolled"] == {}
-    assert record["kind"]["plan"] == "credit" and record["differences"]["plan"] == {"c3": "tree [2, 4]", "magrpo": "independent 8"}
+    assert (record["kind"]["plan"] == "credit" and record["differences"]["plan"]
+            == {"c3": "tree [2, 4]", "magrpo": "independent 8"})
     assert "## Settings that differ" in (out / "summary.md").read_text()
     for run in ("c3-s0", "c3-s1", "magrpo-s0", "magrpo-s1"):
         summary = json.loads((out / run / "summary.json").read_text())
@@ -56,7 +60,8 @@ def test_compare_runs_every_algorithm_and_seed_once_and_aggregates(base_config, 
         assert json.loads((out / run / "config.json").read_text())["wandb"]["group"] == "h2h"
     assert result["metrics"] == ["eval/copy/accuracy", "eval/echo/accuracy"]
     for metric in result["metrics"]:
-        finals = {algo: [json.loads((out / f"{algo}-s{s}" / "summary.json").read_text())["eval_after"][metric] for s in (0, 1)]
+        finals = {algo: [json.loads((out / f"{algo}-s{s}" / "summary.json").read_text())["eval_after"][metric]
+                         for s in (0, 1)]
                   for algo in ("c3", "magrpo")}
         for algo, values in finals.items():
             assert result["final"][metric]["algorithms"][algo] == summarize(values)
@@ -151,7 +156,8 @@ def chromium():
 
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
-        assert shutil.which("apt-get") and os.geteuid() == 0, "no Chromium and no apt/root to install it: apt-get install chromium"
+        assert (shutil.which("apt-get") and os.geteuid()
+                == 0), "no Chromium and no apt/root to install it: apt-get install chromium"
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         subprocess.run(["apt-get", "update", "-qq"], check=True, capture_output=True, env=env)
         subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], check=True, capture_output=True, env=env)
@@ -167,8 +173,8 @@ def test_single_run_dashboard_renders_its_tables_in_headless_chromium(one_run):
 
     run, summary = one_run
     page = write_dashboard(run)
-    proc = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
-                           "--dump-dom", page.resolve().as_uri()], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
+                           "--v=0", "--dump-dom", page.resolve().as_uri()], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     console = [line for line in proc.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
     assert console == [], console
@@ -203,7 +209,8 @@ def test_dashboard_renders_in_headless_chromium_without_console_errors(compariso
 
 def test_compare_refuses_runs_with_different_budgets(base_config, tmp_path):
     with pytest.raises(ConfigError, match="expected_env_steps: c3 has 32, magrpo has 16"):
-        compare(base_config, ["c3", "magrpo"], [0], tmp_path / "bad", overrides=["magrpo.plan=independent 4"], run=False)
+        compare(base_config, ["c3", "magrpo"], [0], tmp_path / "bad", overrides=["magrpo.plan=independent 4"],
+                run=False)
     with pytest.raises(ConfigError, match="at least two algorithms"):
         compare(base_config, ["c3"], [0], tmp_path / "bad")
 
@@ -214,14 +221,16 @@ def test_aggregate_without_finished_runs_names_the_fix(tmp_path):
 
 
 def test_console_script_lists_its_commands_and_dry_runs(tmp_path, entry_point):
-    out = subprocess.run([sys.executable, "-m", "c3_plugin", "--help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-m", "c3_plugin", "--help"], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout
     assert all(cmd in out for cmd in ("train", "dry-run", "compare", "dashboard", "diagnose", "plan-budget", "audit"))
     spec = tmp_path / "ws.json"  # offline, the W&B workspace is written as its specification
     code, _, err = entry_point("-m", "c3_plugin", "dashboard", "--wandb", "me/proj", "--group", "h2h", "--metric",
                                "eval/math500/accuracy", "--out", str(spec))
     assert code == 0, err
     written = json.loads(spec.read_text())
-    assert written["entity"] == "me" and "h2h" in json.dumps(written["spec"]) and "eval/math500/accuracy" in json.dumps(written)
+    assert (written["entity"] == "me" and "h2h" in json.dumps(written["spec"])
+            and "eval/math500/accuracy" in json.dumps(written))
     code, dry, err = entry_point("-m", "c3_plugin", "dry-run", "--config", "configs/math/demo_cpu.yaml", "--json")
     assert code == 0 and json.loads(dry)["status"] == "ok", err
 
@@ -270,8 +279,10 @@ def test_cli_allow_differences_flags(base_config, tmp_path, entry_point):
     """The compare sub-parser: no flag refuses, a named key or the bare flag consents (then --aggregate-only finds no
     finished run, which is the next check)."""
     base = ["-m", "c3_plugin", "compare", "--config", str(base_config), "--algorithms", "c3", "magrpo",
-            "--seeds", "0", "--out", str(tmp_path / "cli"), "--aggregate-only", "--override", "magrpo.agent_learning_rate=1e-3"]
-    for extra, expect in (([], "--allow-differences agent_learning_rate"), (["--allow-differences", "agent_learning_rate"], "no finished run"),
+            "--seeds", "0", "--out", str(tmp_path / "cli"), "--aggregate-only", "--override",
+            "magrpo.agent_learning_rate=1e-3"]
+    for extra, expect in (([], "--allow-differences agent_learning_rate"),
+                          (["--allow-differences", "agent_learning_rate"], "no finished run"),
                           (["--allow-differences"], "no finished run")):
         code, out, err = entry_point(*base, *extra)
         assert code != 0 and expect in out + err, (extra, out[-2000:], err[-2000:])
@@ -300,7 +311,8 @@ SHIPPED = [("configs/math/c3.yaml", ["c3", "magrpo", "mappo"], []),
            ("configs/math/h2h_cpu.yaml", ["c3", "magrpo", "mappo"], []),
            ("configs/math/h2h_frozen_cpu.yaml", ["c3", "magrpo"], []),
            ("configs/travel/c3.yaml", ["c3", "magrpo"], ["dataset.train.source=data/travelplanner/train.jsonl",
-                                                         "dataset.train.split=train", "dataset.train.eval_panels=null"])]
+                                                         "dataset.train.split=train",
+                                                         "dataset.train.eval_panels=null"])]
 
 
 @pytest.mark.parametrize("path, algorithms, overrides", SHIPPED, ids=[p for p, _, _ in SHIPPED])
@@ -314,7 +326,8 @@ def test_shipped_head_to_heads_differ_in_credit_only(path, algorithms, overrides
         record = controlled(plan(ROOT / path, algorithms, [0], tmp_path / "h2h", overrides))
     assert record["uncontrolled"] == {} and record["allowed"] == []
     assert set(record["kind"].values()) <= {"credit", "derived"}
-    assert record["optimizer_steps"]["c3"] == record["optimizer_steps"]["magrpo"]  # every agent steps as often in both arms
+    # every agent steps as often in both arms
+    assert record["optimizer_steps"]["c3"] == record["optimizer_steps"]["magrpo"]
     if "mappo" not in algorithms:
         assert "advantage_scaling" not in record["differences"]
     else:
@@ -322,7 +335,8 @@ def test_shipped_head_to_heads_differ_in_credit_only(path, algorithms, overrides
 
 
 def test_every_shipped_config_shares_its_settings_but_the_credit():
-    """Every shipped config with several workflow-algorithm sections: the algorithm sections' fields differ in credit only."""
+    """Every shipped config with several workflow-algorithm sections: the algorithm sections' fields differ in credit
+    only."""
     from c3_plugin.core.config import load_config
     from c3_plugin.run.dry_run import optimisation_settings
 
@@ -330,7 +344,8 @@ def test_every_shipped_config_shares_its_settings_but_the_credit():
     for path in sorted((ROOT / "configs").glob("*/*.yaml")):
         cfg = load_config(path)
         names = [n for n in ("c3", "magrpo", "mappo") if n in cfg.raw or n == cfg.algorithm]
-        if path.name == "h2h_frozen_cpu.yaml":  # a c3 vs magrpo study: its mappo section is demo_cpu's (another curriculum)
+        # a c3 vs magrpo study: its mappo section is demo_cpu's (another curriculum)
+        if path.name == "h2h_frozen_cpu.yaml":
             names = ["c3", "magrpo"]
         if not hasattr(cfg.algo, "plan") or len(names) < 2:
             continue
@@ -361,7 +376,8 @@ def test_compare_shows_its_runs_progress_before_each_run(tmp_path, monkeypatch, 
     assert cmp.execute("base.yaml", configs, out, [], log=lambda *_: None) == ["magrpo-s0", "c3-s1", "magrpo-s1"]
     lines = capsys.readouterr().err.splitlines()
     assert [line.split("|")[2].split()[0] for line in lines] == ["1/4", "2/4", "3/4", "4/4"], lines
-    assert [line.rsplit(", ", 1)[1] for line in lines] == ["running magrpo-s0]", "running c3-s1]", "running magrpo-s1]", "done]"]
+    assert [line.rsplit(", ", 1)[1] for line in lines] == ["running magrpo-s0]", "running c3-s1]", "running magrpo-s1]",
+                                                           "done]"]
     assert all(line.startswith("compare: ") and "<" in line for line in lines)
     assert "<?" in lines[0] and "<?" not in lines[2]  # the time left, once a run has finished
 
@@ -372,13 +388,15 @@ def test_unequal_optimizer_steps_are_shown_and_compared_only_with_consent(tmp_pa
     import warnings
 
     path = ROOT / "configs/math/h2h_cpu.yaml"
-    per_step = ["c3.minibatch_size=4", "magrpo.minibatch_size=4"]  # C3's Reasoner writes 2 messages per instance, MAGRPO's 8
+    # C3's Reasoner writes 2 messages per instance, MAGRPO's 8
+    per_step = ["c3.minibatch_size=4", "magrpo.minibatch_size=4"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with pytest.raises(ConfigError, match="optimizer_updates_per_agent") as refused:
             controlled(plan(path, ["c3", "magrpo"], [0], tmp_path / "a", per_step))
         assert "refused" in str(refused.value)
-        record = controlled(plan(path, ["c3", "magrpo"], [0], tmp_path / "b", per_step), ["optimizer_updates_per_agent"])
+        record = controlled(plan(path, ["c3", "magrpo"], [0], tmp_path / "b", per_step),
+                            ["optimizer_updates_per_agent"])
         c3_steps, magrpo_steps = record["optimizer_steps"]["c3"], record["optimizer_steps"]["magrpo"]
         assert c3_steps[0] < c3_steps[1] == magrpo_steps[0] == magrpo_steps[1]
         assert record["kind"]["optimizer_updates_per_agent"] == "allowed"

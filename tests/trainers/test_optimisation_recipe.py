@@ -316,7 +316,8 @@ def test_the_shared_policy_plan_prints_one_count_for_the_one_model_and_it_is_wha
     (policy,) = budget["optimizer_updates_per_policy"]  # one model plays both roles: one count, not one per role
     assert policy["agents"] == [0, 1] and policy["roles"] == ["Reasoner", "Actor"]
     assert policy["updates"] == 3 * 2 * math.ceil((2 + 8) / 4)  # per batch both roles' 10 messages, 4 per step
-    assert budget["expected_optimizer_updates_per_agent"] == [policy["updates"]] * 2  # each role's model steps that often
+    # each role's model steps that often
+    assert budget["expected_optimizer_updates_per_agent"] == [policy["updates"]] * 2
     trainer = build(tmp_path, cfg, models=lambda tok: [tiny_model(tok, 0)] * 2)
     seen = record_steps(trainer)
     trainer.train()
@@ -339,8 +340,10 @@ def test_the_equal_steps_setting_gives_every_agent_the_same_optimizer_steps(tmp_
     seen = record_steps(trainer)
     trainer.train()
     assert [len(seen[id(trainer.optimizers[a])]) for a in range(2)] == expected
-    plain = config(tmp_path, algorithm, minibatch_size=4, ppo_epochs=2, **({"plan": "independent 8"} if algorithm == "magrpo" else {}))
+    plain = config(tmp_path, algorithm, minibatch_size=4, ppo_epochs=2,
+                   **({"plan": "independent 8"} if algorithm == "magrpo" else {}))
     counts = expected_budget(plain, wf, train)["expected_optimizer_updates_per_agent"]
-    assert counts == ([3 * 2 * 1, 3 * 2 * 2] if algorithm == "c3" else [3 * 2 * 2] * 2)  # messages per step: unequal under C3
+    # messages per step: unequal under C3
+    assert counts == ([3 * 2 * 1, 3 * 2 * 2] if algorithm == "c3" else [3 * 2 * 2] * 2)
     with pytest.raises(ConfigError, match="both size the minibatches"):
         config(tmp_path, algorithm, minibatches_per_ppo_epoch=2, minibatch_size=4)

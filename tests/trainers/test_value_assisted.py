@@ -109,8 +109,8 @@ def test_loo_credit_is_unchanged_and_builds_no_critic():
 
 
 def test_value_assisted_credits_with_the_critic_and_trains_it():
-    tr, ds = make_trainer(credit="value_assisted", allow_estimator_change=True, q_critic_learning_rate=1e-3, q_critic_warmup_updates=0,
-                          q_critic_max_tokens=24)
+    tr, ds = make_trainer(credit="value_assisted", allow_estimator_change=True, q_critic_learning_rate=1e-3,
+                          q_critic_warmup_updates=0, q_critic_max_tokens=24)
     critic = tr.critics[0]
     assert tr.critics[0] is tr.q_critic.module and tr.critic_optimizer is tr.q_critic.optimizer
     assert all(p.dtype == torch.float32 for p in critic.parameters()) and compute_dtype_of(critic) is None
@@ -139,7 +139,8 @@ def test_value_assisted_credits_with_the_critic_and_trains_it():
 
 
 def test_warmup_leaves_the_critic_term_out():
-    tr, ds = make_trainer(credit="value_assisted", allow_estimator_change=True, q_critic_warmup_updates=1, q_critic_alpha=1.0)
+    tr, ds = make_trainer(credit="value_assisted", allow_estimator_change=True, q_critic_warmup_updates=1,
+                          q_critic_alpha=1.0)
     torch.nn.init.normal_(tr.q_critic.module.head.weight, std=1.0)  # a critic whose term would change the credit
     ro = tr.collect([dict(r) for r in ds])
     credited = tr.compute_advantages(ro)
@@ -151,7 +152,8 @@ def test_warmup_leaves_the_critic_term_out():
 
 
 def test_a_short_value_assisted_run_trains_critic_and_policies_and_resumes_the_critic(tmp_path):
-    tr, _ = make_trainer(credit="value_assisted", allow_estimator_change=True, q_critic_learning_rate=1e-3, q_critic_max_tokens=32)
+    tr, _ = make_trainer(credit="value_assisted", allow_estimator_change=True, q_critic_learning_rate=1e-3,
+                         q_critic_max_tokens=32)
     head = tr.q_critic.module.head.weight.detach().clone()
     policy = [p.detach().clone() for p in tr.agents[1].parameters()]
     tr.train(checkpoint_dir=str(tmp_path / "ckpt"))
@@ -161,7 +163,8 @@ def test_a_short_value_assisted_run_trains_critic_and_policies_and_resumes_the_c
 
     ckpt = latest_checkpoint(tmp_path / "ckpt")
     assert ckpt is not None  # CoMLRL saves critics[0] and critic_optimizer with the agents
-    resumed, _ = make_trainer(credit="value_assisted", allow_estimator_change=True, q_critic_learning_rate=1e-3, q_critic_max_tokens=32)
+    resumed, _ = make_trainer(credit="value_assisted", allow_estimator_change=True, q_critic_learning_rate=1e-3,
+                              q_critic_max_tokens=32)
     assert not torch.equal(resumed.q_critic.module.head.weight, tr.q_critic.module.head.weight)
     # resumes at the end: no new batch
     resumed.train(checkpoint_dir=str(tmp_path / "ckpt"), resume_from_checkpoint=str(ckpt))
@@ -204,7 +207,8 @@ def test_the_critic_enters_as_a_bonus_for_the_alternative_it_rates_not_as_a_base
         mixed = (n - alpha) * returns.mean(-1) + alpha * q
         z = (mixed - mixed.mean(-1, keepdims=True)) / mixed.std(-1, keepdims=True)
         reference = oracle(returns, q, alpha)
-        assert reference == pytest.approx(z, abs=1e-6) and value_assisted_advantages(returns, q, alpha) == pytest.approx(z, abs=1e-6)
+        assert reference == pytest.approx(z, abs=1e-6)
+        assert value_assisted_advantages(returns, q, alpha) == pytest.approx(z, abs=1e-6)
     bumped = q.copy()
     bumped[:, 0] += 1.0  # the critic rates alternative 0 higher; nothing else changes
     gain = value_assisted_advantages(returns, bumped, 1.0)[:, 0] - value_assisted_advantages(returns, q, 1.0)[:, 0]

@@ -28,16 +28,20 @@ decentralized run.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from c3_plugin.core.curriculum import epoch_rows
-
-from c3_plugin.trainers.joint.api import CentralizedAPIError, centralized_api_report, missing_centralized_api, require_centralized_api
+from c3_plugin.trainers.joint.api import (
+    CentralizedAPIError,
+    centralized_api_report,
+    missing_centralized_api,
+    require_centralized_api,
+)
 from c3_plugin.trainers.joint.records import check_records, check_replay_dir, is_joint_record, mark_joint
 
-TRAINERS = ("JointMAGRPOTrainer", "JointMADPOTrainer", "JointMADPOIterTrainer", "JointMARLHFTrainer", "JointMARLHFIterTrainer")
-CONFIGS = ("JointMAGRPOConfig", "JointMADPOConfig", "JointMADPOIterConfig", "JointMARLHFConfig", "JointMARLHFIterConfig")
+TRAINERS = ("JointMAGRPOTrainer", "JointMADPOTrainer", "JointMADPOIterTrainer", "JointMARLHFTrainer",
+            "JointMARLHFIterTrainer")
+CONFIGS = ("JointMAGRPOConfig", "JointMADPOConfig", "JointMADPOIterConfig", "JointMARLHFConfig",
+           "JointMARLHFIterConfig")
 
 
 # ----- lazy trainer classes ----------------------------------------------------------------------------

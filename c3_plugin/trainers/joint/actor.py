@@ -33,24 +33,35 @@ from c3_plugin.core.registry import Capabilities
 from c3_plugin.core.workflow import Workflow, load_workflow
 from c3_plugin.trainers.base import WorkflowTrainer
 from c3_plugin.trainers.bridge import WorkflowBridge, comlrl_constructor
-from c3_plugin.trainers.joint.api import (JOINT_WORKFLOW, centralized_api_report, default_joint_adapter, joint_domain,
-                                          require_centralized_api)
+from c3_plugin.trainers.joint.api import (
+    JOINT_WORKFLOW,
+    centralized_api_report,
+    default_joint_adapter,
+    joint_domain,
+    require_centralized_api,
+)
 from c3_plugin.trainers.joint.records import check_records, check_replay_dir, mark_joint
-from c3_plugin.trainers.preference import WorkflowMADPOIterTrainer, WorkflowMADPOTrainer, WorkflowMARLHFIterTrainer, WorkflowMARLHFTrainer
+from c3_plugin.trainers.preference import (
+    WorkflowMADPOIterTrainer,
+    WorkflowMADPOTrainer,
+    WorkflowMARLHFIterTrainer,
+    WorkflowMARLHFTrainer,
+)
 from c3_plugin.trainers.streamed_pg import StreamedPolicyGradient
 
 
 def _joint_workflow(workflow: Workflow | str | None) -> Workflow | str | None:
     """``workflow``, with the default name resolved to the joint domain's workflow."""
-    return joint_domain().workflow(JOINT_WORKFLOW) if isinstance(workflow, str) and workflow == JOINT_WORKFLOW else workflow
+    return (joint_domain().workflow(JOINT_WORKFLOW) if isinstance(workflow, str)
+            and workflow == JOINT_WORKFLOW else workflow)
 
 
 def _check_joint_workflow(workflow: Workflow) -> None:
     steps = workflow.decision_steps
     if workflow.num_agents != 1 or len(steps) != 1:
-        raise ValueError(f"a centralized joint actor plays a one-role workflow with one decision point (e.g. 'travel_joint'); "
-                         f"workflow '{workflow.name}' has {workflow.num_agents} agents and decisions {[s.name for s in steps]}. "
-                         "Set workflow.name to the domain's joint workflow")
+        raise ValueError("a centralized joint actor plays a one-role workflow with one decision point (e.g. "
+                         f"'travel_joint'); workflow '{workflow.name}' has {workflow.num_agents} agents and decisions "
+                         f"{[s.name for s in steps]}. Set workflow.name to the domain's joint workflow")
 
 
 class JointActorMixin:
@@ -59,11 +70,12 @@ class JointActorMixin:
 
     joint = True  # replay/record kind of the centralized trainers
 
-    def _joint_setup(self, workflow: Any, args: Any, agents: Sequence[Any] | None, adapter: Any, lora_adapters: bool) -> Any:
+    def _joint_setup(self, workflow: Any, args: Any, agents: Sequence[Any] | None, adapter: Any,
+                     lora_adapters: bool) -> Any:
         """Validate the one-actor set-up (before the CoMLRL constructor); returns the adapter."""
         if lora_adapters:
-            raise ValueError("the centralized joint actor trains one full model: agents.policy=lora (per-role adapters) "
-                             "does not apply; use agents.policy=per_agent")
+            raise ValueError("the centralized joint actor trains one full model: agents.policy=lora (per-role "
+                             "adapters) does not apply; use agents.policy=per_agent")
         self.workflow = workflow if isinstance(workflow, Workflow) else load_workflow(workflow)
         _check_joint_workflow(self.workflow)
         if agents is not None and len(agents) != 1:
@@ -100,7 +112,8 @@ class JointMAGRPOMixin(StreamedPolicyGradient, JointActorMixin):
     def _pg_terms(self, agent_idx: int, completions_data: Mapping[str, Any], returns: Sequence[float]):
         sequences, masks = completions_data["completion_input_ids"][0], completions_data["completion_loss_masks"][0]
         if not (len(sequences) == len(masks) == len(returns)):
-            raise ValueError(f"{len(sequences)} joint completions, {len(masks)} masks and {len(returns)} returns must align")
+            raise ValueError(f"{len(sequences)} joint completions, {len(masks)} masks and "
+                             f"{len(returns)} returns must align")
         self._joint_stats["value_tokens"] += float(sum(sum(m) for m in masks))
         self._joint_stats["tokens"] += float(sum(len(s) for s in sequences))
         yield from super()._pg_terms(agent_idx, completions_data, returns)
@@ -167,11 +180,14 @@ class JointMAGRPOConfig(JointConfigChecks, CentralizedMAGRPOConfig):
     num_agents: int = 2  # logical roles of the joint action (one actor model)
     num_turns: int = 1  # must stay 1
     collaboration_mode: str = "centralized"  # must stay "centralized"
-    loss_aggregation: str = "sequence_mean"  # "sequence_mean" (each joint message's mean value-token log-prob) or "token_sum" (summed value-token log-probs)
+    # "sequence_mean" (each joint message's mean value-token log-prob) or "token_sum" (summed value-token log-probs)
+    loss_aggregation: str = "sequence_mean"
     eval_interval: int = 0  # CoMLRL's per-item eval interval (0: off; phases' eval_every counts env steps instead)
-    curriculum: list[dict[str, Any]] | None = None  # phases [{epochs, where: {field: [values]}, eval_every: env steps}]; epochs sum to num_train_epochs
+    # phases [{epochs, where: {field: [values]}, eval_every: env steps}]; epochs sum to num_train_epochs
+    curriculum: list[dict[str, Any]] | None = None
     final_eval_num_samples: int | None = None  # items of the before/after evaluations (None: eval_num_samples; 0: all)
-    wandb_keys: list[str] | None = None  # glob patterns of the metric keys published to W&B (None: all); metrics.jsonl keeps everything
+    # glob patterns of the metric keys published to W&B (None: all); metrics.jsonl keeps everything
+    wandb_keys: list[str] | None = None
     use_chat_template: bool = True  # wrap the joint prompt in the tokenizer's chat template when it has one
     generation_batch_size: int | None = None  # cap on sequences per generate call (None: all of a prompt's at once)
     json_stop: bool = False  # stop free-text generation once the joint message is one complete JSON object
@@ -196,14 +212,16 @@ class JointMAGRPOTrainer(JointMAGRPOMixin, WorkflowBridge, CentralizedMAGRPOTrai
     algorithm_name = "MAGRPO"
 
     @comlrl_constructor
-    def __init__(self, comlrl: dict[str, Any], *, workflow: Workflow | str | None = JOINT_WORKFLOW, plan: Any = None, run_dir: str | Path | None = None, lora_adapters: bool = False, grammar: Any = None,
+    def __init__(self, comlrl: dict[str, Any], *, workflow: Workflow | str | None = JOINT_WORKFLOW, plan: Any = None,
+                 run_dir: str | Path | None = None, lora_adapters: bool = False, grammar: Any = None,
                  centralized_adapter: Any = None):
         require_centralized_api()
         args = comlrl["args"] = comlrl["args"] or self.default_config_cls()
         workflow = _joint_workflow(workflow)
         adapter = self._joint_setup(workflow, args, comlrl["agents"], centralized_adapter, lora_adapters)
         if comlrl["num_agents"] is not None and int(comlrl["num_agents"]) != int(args.num_agents):
-            raise ValueError(f"num_agents={comlrl['num_agents']} but args.num_agents={args.num_agents} (the joint action's roles)")
+            raise ValueError(f"num_agents={comlrl['num_agents']} but args.num_agents={args.num_agents} (the "
+                             "joint action's roles)")
         self._joint_stats = _fresh_stats()
         super().__init__(centralized_adapter=adapter, **{**comlrl, "num_agents": int(args.num_agents)})
         self._bridge_setup(args, grammar=grammar, run_dir=run_dir)
@@ -239,7 +257,8 @@ class JointPreferenceFields(JointConfigChecks):
 
     def __post_init__(self) -> None:
         if self.collaboration_mode != "centralized":
-            raise ValueError(f"collaboration_mode must be 'centralized' for the joint actor, got {self.collaboration_mode!r}")
+            raise ValueError("collaboration_mode must be 'centralized' for the joint actor, got "
+                             f"{self.collaboration_mode!r}")
         if int(getattr(self, "comparator_centralized_agent_index", 0)) != 0:
             raise ValueError("the joint actor is agent 0: comparator_centralized_agent_index must be 0")
         # the workflow preference fields validate a decentralized set-up; validate them as such, then switch
@@ -271,7 +290,8 @@ class JointPreferenceMixin(JointActorMixin):
         args = kwargs.get("args") or self.default_config_cls()
         kwargs["args"] = args
         workflow = _joint_workflow(workflow)
-        adapter = self._joint_setup(workflow, args, kwargs.get("agents"), centralized_adapter or centralized_comparator_adapter,
+        adapter = self._joint_setup(workflow, args, kwargs.get("agents"), centralized_adapter
+                                    or centralized_comparator_adapter,
                                     lora_adapters)
         self._joint_roles = int(args.num_agents)
         super().__init__(workflow=self.workflow, lora_adapters=False, centralized_comparator_adapter=adapter, **kwargs)
@@ -280,7 +300,8 @@ class JointPreferenceMixin(JointActorMixin):
         self._joint_finish()
 
     # the workflow bridge plays the single joint role for every logical role index
-    def _bridge_workflow(self, workflow: Any, args: Any, num_agents: int | None = None, agents: Sequence[Any] | None = None) -> int:
+    def _bridge_workflow(self, workflow: Any, args: Any, num_agents: int | None = None,
+                         agents: Sequence[Any] | None = None) -> int:
         roles = int(args.num_agents)
         if num_agents is not None and int(num_agents) != roles:
             raise ValueError(f"num_agents={num_agents} but the joint action has {roles} roles")
@@ -291,12 +312,14 @@ class JointPreferenceMixin(JointActorMixin):
             raise ValueError(f"agent index {agent_idx} outside the joint action's {self._joint_roles} roles")
         return self.workflow.decision_steps[0]
 
-    def _generate_centralized_policy_output_for_agent(self, policy_agent: Any, batch_item: Mapping[str, Any], *, prompt: str,
-                                                      num_candidates: int, **kwargs: Any) -> list[dict[str, Any]]:
+    def _generate_centralized_policy_output_for_agent(self, policy_agent: Any, batch_item: Mapping[str, Any], *,
+                                                      prompt: str, num_candidates: int,
+                                                      **kwargs: Any) -> list[dict[str, Any]]:
         """A comparator's joint candidates with their exact ids and value masks (CoMLRL keeps only text)."""
         rng_kwargs = {"agent_idx": 0} if getattr(self, "_comparator_rng_streams", None) is not None else {}
         with self._comparator_rng(policy_agent, **rng_kwargs):
-            out = self._generate_completions(policy_agent, [batch_item], agent_idx=0, num_return_sequences=num_candidates,
+            out = self._generate_completions(policy_agent, [batch_item], agent_idx=0,
+                                             num_return_sequences=num_candidates,
                                              max_new_tokens=self.args.max_new_tokens, prompts_override=[prompt])
         if not out["completions"][0]:
             raise ValueError("the centralized comparator produced no candidates")
@@ -309,7 +332,8 @@ class JointPreferenceMixin(JointActorMixin):
 
     def _preference_pair_from_record(self, record: dict[str, Any]) -> Any:
         check_records([record], joint=True, source="preference replay")
-        return super()._preference_pair_from_record({**record, "joint": False})  # the per-record token parsing of the base
+        # the per-record token parsing of the base
+        return super()._preference_pair_from_record({**record, "joint": False})
 
 
 def joint_variant(trainer_cls: type, summary: str) -> tuple[type, type]:
@@ -325,14 +349,19 @@ def joint_variant(trainer_cls: type, summary: str) -> tuple[type, type]:
 
 
 JointMADPOConfig, JointMADPOTrainer = joint_variant(
-    WorkflowMADPOTrainer, "Centralized MADPO: joint candidates of the one actor, task-reward pairs, DPO on the joint completions.")
+    WorkflowMADPOTrainer, "Centralized MADPO: joint candidates of the one actor, task-reward pairs, DPO on "
+                          "the joint completions.")
 JointMARLHFConfig, JointMARLHFTrainer = joint_variant(
-    WorkflowMARLHFTrainer, "Centralized MARLHF: a reward model on (joint prompt, joint action), then online MAGRPO of the joint actor.")
+    WorkflowMARLHFTrainer, "Centralized MARLHF: a reward model on (joint prompt, joint action), then online "
+                           "MAGRPO of the joint actor.")
 JointMADPOIterConfig, JointMADPOIterTrainer = joint_variant(
-    WorkflowMADPOIterTrainer, "Centralized iterative MADPO: current vs comparator joint candidates, joint replay, joint DPO.")
-JointMARLHFIterConfig, JointMARLHFIterTrainer = joint_variant(WorkflowMARLHFIterTrainer, "Centralized iterative MARLHF.")
+    WorkflowMADPOIterTrainer, "Centralized iterative MADPO: current vs comparator joint candidates, "
+                              "joint replay, joint DPO.")
+JointMARLHFIterConfig, JointMARLHFIterTrainer = (joint_variant(WorkflowMARLHFIterTrainer, "Centralized "
+                                                                                          "iterative MARLHF."))
 
 
 __all__ = ["JointActorMixin", "JointMADPOConfig", "JointMADPOIterConfig", "JointMADPOIterTrainer", "JointMADPOTrainer",
            "JointMAGRPOConfig", "JointMAGRPOMixin", "JointMAGRPOTrainer", "JointMARLHFConfig", "JointMARLHFIterConfig",
-           "JointMARLHFIterTrainer", "JointMARLHFTrainer", "JointPreferenceFields", "JointPreferenceMixin", "joint_variant"]
+           "JointMARLHFIterTrainer", "JointMARLHFTrainer", "JointPreferenceFields", "JointPreferenceMixin",
+           "joint_variant"]

@@ -9,9 +9,9 @@ from typing import Any
 
 from c3_plugin.core.domain import load_domain
 
-FIX = ("install a CoMLRL that contains the centralized actor APIs (comlrl 1.4.3, or a CoMLRL checkout at or after the cen "
-       "commit 998ea13) into this environment, e.g. `pip install 'comlrl>=1.4.3'`; keep an older core for other jobs in a "
-       "separate environment")
+FIX = ("install a CoMLRL that contains the centralized actor APIs (comlrl 1.4.3, or a CoMLRL checkout at or after the "
+       "cen commit 998ea13) into this environment, e.g. `pip install 'comlrl>=1.4.3'`; keep an older core for other "
+       "jobs in a separate environment")
 
 # (module, attribute, what it is): everything the centralized trainers use from CoMLRL.
 REQUIRED_API: tuple[tuple[str, str, str], ...] = (
@@ -82,7 +82,8 @@ JOINT_WORKFLOW = "travel_joint"  # the default ``workflow`` of the centralized t
 
 
 def joint_domain() -> Any:
-    """The :data:`JOINT_DOMAIN`, found like any configured domain (its ``joint_adapter`` hook; the library imports no domain)."""
+    """The :data:`JOINT_DOMAIN`, found like any configured domain (its ``joint_adapter`` hook; the library imports no
+    domain)."""
     domain = load_domain(JOINT_DOMAIN)
     if domain.joint_adapter is None:
         raise ValueError(f"domain '{JOINT_DOMAIN}' has no joint_adapter hook: a centralized joint actor needs one")

@@ -44,12 +44,17 @@ its trainer each).
 """
 
 from c3_plugin.trainers.preference.fields import PreferenceFields
-from c3_plugin.trainers.preference.iterative import WorkflowMADPOIterConfig, WorkflowMADPOIterTrainer, WorkflowMARLHFIterConfig, WorkflowMARLHFIterTrainer
+from c3_plugin.trainers.preference.iterative import (
+           WorkflowMADPOIterConfig,
+           WorkflowMADPOIterTrainer,
+           WorkflowMARLHFIterConfig,
+           WorkflowMARLHFIterTrainer,
+)
 from c3_plugin.trainers.preference.likelihood import MaskedPreferenceTensors, dropout_fields
 from c3_plugin.trainers.preference.madpo import WorkflowMADPOConfig, WorkflowMADPOTrainer
 from c3_plugin.trainers.preference.marlhf import WorkflowMARLHFConfig, WorkflowMARLHFTrainer
 from c3_plugin.trainers.preference.reward_model import BackboneRewardModel
 
-__all__ = ["BackboneRewardModel", "MaskedPreferenceTensors", "PreferenceFields", "WorkflowMADPOConfig", "WorkflowMADPOIterConfig",
-           "WorkflowMADPOIterTrainer", "WorkflowMADPOTrainer", "WorkflowMARLHFConfig", "WorkflowMARLHFIterConfig",
-           "WorkflowMARLHFIterTrainer", "WorkflowMARLHFTrainer", "dropout_fields"]
+__all__ = ["BackboneRewardModel", "MaskedPreferenceTensors", "PreferenceFields", "WorkflowMADPOConfig",
+           "WorkflowMADPOIterConfig", "WorkflowMADPOIterTrainer", "WorkflowMADPOTrainer", "WorkflowMARLHFConfig",
+           "WorkflowMARLHFIterConfig", "WorkflowMARLHFIterTrainer", "WorkflowMARLHFTrainer", "dropout_fields"]

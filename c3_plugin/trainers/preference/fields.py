@@ -11,21 +11,25 @@ from c3_plugin.core.loss import SEQUENCE_AGGREGATIONS as AGGREGATIONS
 class PreferenceFields:
     """Fields every workflow preference config adds to CoMLRL's."""
 
-    loss_aggregation: str = "sequence_mean"  # "sequence_mean": length-normalised value-token log-probs; "token_sum": summed
+    # "sequence_mean": length-normalised value-token log-probs; "token_sum": summed
+    loss_aggregation: str = "sequence_mean"
     use_chat_template: bool = True  # wrap role contexts in the tokenizer's chat template when it has one
-    generation_batch_size: int | None = None  # cap on sequences per generate call (None: all candidates of a prompt at once)
+    # cap on sequences per generate call (None: all candidates of a prompt at once)
+    generation_batch_size: int | None = None
     json_stop: bool = False  # stop free-text generation once the message is one complete JSON object
-    wandb_keys: list[str] | None = None  # glob patterns of the metric keys published to W&B (None: all); metrics.jsonl keeps everything
+    # glob patterns of the metric keys published to W&B (None: all); metrics.jsonl keeps everything
+    wandb_keys: list[str] | None = None
     final_eval_num_samples: int | None = None  # items of the before/after evaluations (None: eval_num_samples; 0: all)
-    offload_inactive_actor: bool = True  # during one actor's DPO update, keep the other actors and their optimizer states on the CPU (accelerators only)
+    # during one actor's DPO update, keep the other actors and their optimizer states on the CPU (accelerators only)
+    offload_inactive_actor: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.loss_aggregation not in AGGREGATIONS:
             raise ValueError(f"loss_aggregation must be one of {AGGREGATIONS}, got {self.loss_aggregation!r}")
         if getattr(self, "collaboration_mode", "decentralized") != "decentralized":
-            raise ValueError("workflow preference trainers train one actor per role (collaboration_mode=decentralized); "
-                             "use a centralized_* algorithm for the joint actor")
+            raise ValueError("workflow preference trainers train one actor per role "
+                             "(collaboration_mode=decentralized); use a centralized_* algorithm for the joint actor")
         rl = getattr(self, "rl_algorithm", None)
         if rl is not None and rl in ("maac", "iac"):
             raise ValueError(f"rl_algorithm={rl!r}: the workflow MARLHF trainers run CoMLRL's MAGRPO family online "
@@ -39,6 +43,7 @@ class PreferenceFields:
                                  f"got {self.comparator_generation_mode!r}")
             if self.comparator_generation_mode == "centralized" and int(self.comparator_centralized_agent_index) != 0:
                 raise ValueError("comparator_generation_mode=centralized: the teacher is policy index 0 "
-                                 f"(comparator_centralized_agent_index=0), got {self.comparator_centralized_agent_index}")
+                                 "(comparator_centralized_agent_index=0), got "
+                                 f"{self.comparator_centralized_agent_index}")
             if getattr(self, "preference_scoring_reward", "task") != "task":
                 raise ValueError("preference_scoring_reward must be 'task': preferences come only from the task reward")

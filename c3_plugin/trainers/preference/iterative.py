@@ -16,10 +16,10 @@ from comlrl.trainers.preference.madpo import PreferencePair
 from c3_plugin.core.protocol import Prompt, encode_prompt
 from c3_plugin.core.registry import Capabilities
 from c3_plugin.core.structured import encode_values
-from c3_plugin.trainers.preference.shared import PreferenceBridge, all_tied_message
 from c3_plugin.trainers.preference.fields import PreferenceFields
 from c3_plugin.trainers.preference.likelihood import MaskedPreferenceTensors
 from c3_plugin.trainers.preference.marlhf import MARLHFBridge
+from c3_plugin.trainers.preference.shared import PreferenceBridge, all_tied_message
 
 RECORD_KIND = False  # the "joint" marker of this trainer family's replay records (decentralized actors)
 
@@ -88,14 +88,15 @@ class IterativeBridge:
         keep = [j for j in range(min(len(cur_r), len(cmp_r))) if valid[j]]
         selected = self._select_policy_comparison_pairs([cur_r[j] for j in keep], [cmp_r[j] for j in keep])
         pairs = []
-        for (w_src, w), (l_src, l) in [((ws, keep[w]), (ls, keep[l])) for (ws, w), (ls, l) in selected]:
-            t_idx = w if w_src == "current" else l
-            c_idx = w if w_src == "comparator" else l
-            pairs.append(self._make_pair(prompts, pools[w_src][0], w, pools[l_src][0], l,
-                                         winner_reward=float(pools[w_src][1][w]), loser_reward=float(pools[l_src][1][l]),
-                                         candidate_reward_mean=mean,
-                                         raw_rewards=[float(pools[w_src][2][w]), float(pools[l_src][2][l])],
-                                         target_raw_reward=float(cur_raw[t_idx]), comparator_raw_reward=float(cmp_raw[c_idx])))
+        for (w_src, w), (l_src, lo) in [((ws, keep[w]), (ls, keep[lo])) for (ws, w), (ls, lo) in selected]:
+            t_idx = w if w_src == "current" else lo
+            c_idx = w if w_src == "comparator" else lo
+            pairs.append(self._make_pair(prompts, pools[w_src][0], w, pools[l_src][0], lo,
+                                         winner_reward=float(pools[w_src][1][w]),
+                                         loser_reward=float(pools[l_src][1][lo]), candidate_reward_mean=mean,
+                                         raw_rewards=[float(pools[w_src][2][w]), float(pools[l_src][2][lo])],
+                                         target_raw_reward=float(cur_raw[t_idx]),
+                                         comparator_raw_reward=float(cmp_raw[c_idx])))
         return pairs
 
     # ----- centralized comparator (one teacher, projected onto the actors) --------------------------
@@ -158,16 +159,20 @@ class IterativeBridge:
         return outs
 
     def _centralized_comparator_backend(self, policy_agent: Any) -> Any:
-        """The generation backend of the central teacher: ``policy_agent`` plays the joint role (agent 0's tokenizer)."""
+        """The generation backend of the central teacher: ``policy_agent`` plays the joint role (agent 0's
+        tokenizer)."""
         return self.backend.for_policy(lambda _a: policy_agent)
 
     # ----- replay records -----------------------------------------------------------------------
     def _preference_pair_to_record(self, pair: PreferencePair) -> dict[str, Any]:
-        """CoMLRL's text record plus ``"joint": false`` and per agent the exact prompt ids and winner/loser ids and masks."""
+        """CoMLRL's text record plus ``"joint": false`` and per agent the exact prompt ids and winner/loser ids and
+        masks."""
         record = MADPOIterTrainer._preference_pair_to_record(pair)
         record["joint"] = RECORD_KIND
-        record["agent_tokens"] = [{"prompt_ids": t.prompt_input_ids.tolist(), "winner_ids": t.winner_completion_ids.tolist(),
-                                   "winner_mask": t.winner_loss_mask.tolist(), "loser_ids": t.loser_completion_ids.tolist(),
+        record["agent_tokens"] = [{"prompt_ids": t.prompt_input_ids.tolist(),
+                                   "winner_ids": t.winner_completion_ids.tolist(),
+                                   "winner_mask": t.winner_loss_mask.tolist(),
+                                   "loser_ids": t.loser_completion_ids.tolist(),
                                    "loser_mask": t.loser_loss_mask.tolist()} for t in pair.agent_tensors]
         return record
 
@@ -175,24 +180,32 @@ class IterativeBridge:
         """The pair of a record written by :meth:`_preference_pair_to_record`; other kinds are rejected."""
         kind = record.get("joint", None)
         if kind is not RECORD_KIND:
-            what = "a joint-actor record (\"joint\": true)" if kind is True else "a record without token ids (CoMLRL's text-only replay)"
-            raise ValueError(f"preference replay: this decentralized trainer reads only its own records (\"joint\": false, "
-                             f"exact ids and masks per agent), got {what}; give each trainer kind its own replay dir")
+            what = ("a joint-actor record (\"joint\": true)" if kind is True
+                    else "a record without token ids (CoMLRL's text-only replay)")
+            raise ValueError("preference replay: this decentralized trainer reads only its own records (\"joint\": "
+                             f"false, exact ids and masks per agent), got {what}; give each trainer "
+                             "kind its own replay dir")
         tokens = record.get("agent_tokens")
         if not isinstance(tokens, list) or len(tokens) != self.num_agents:
-            raise ValueError(f"preference replay record has {len(tokens) if isinstance(tokens, list) else 'no'} agent token "
-                             f"entries; the trainer has {self.num_agents} agents")
+            raise ValueError(f"preference replay record has {len(tokens) if isinstance(tokens, list) else 'no'} agent "
+                             f"token entries; the trainer has {self.num_agents} agents")
         tensors = []
         for a, t in enumerate(tokens):
-            parts = {k: torch.tensor(t[k], dtype=torch.long) for k in ("prompt_ids", "winner_ids", "winner_mask", "loser_ids", "loser_mask")}
-            if parts["winner_ids"].numel() != parts["winner_mask"].numel() or parts["loser_ids"].numel() != parts["loser_mask"].numel():
+            parts = {k: torch.tensor(t[k], dtype=torch.long)
+                     for k in ("prompt_ids", "winner_ids", "winner_mask", "loser_ids", "loser_mask")}
+            if (parts["winner_ids"].numel() != parts["winner_mask"].numel()
+                or parts["loser_ids"].numel() != parts["loser_mask"].numel()):
                 raise ValueError(f"preference replay record, agent {a}: ids and loss mask lengths differ")
-            tensors.append(MaskedPreferenceTensors(prompt_input_ids=parts["prompt_ids"], winner_completion_ids=parts["winner_ids"],
-                                                   loser_completion_ids=parts["loser_ids"], winner_loss_mask=parts["winner_mask"],
+            tensors.append(MaskedPreferenceTensors(prompt_input_ids=parts["prompt_ids"],
+                                                   winner_completion_ids=parts["winner_ids"],
+                                                   loser_completion_ids=parts["loser_ids"],
+                                                   winner_loss_mask=parts["winner_mask"],
                                                    loser_loss_mask=parts["loser_mask"]))
-        text_pair = PreferencePair(prompts=list(record["prompts"]), winner_completions=list(record["winner_completions"]),
+        text_pair = PreferencePair(prompts=list(record["prompts"]),
+                                   winner_completions=list(record["winner_completions"]),
                                    loser_completions=list(record["loser_completions"]), agent_tensors=tensors,
-                                   winner_reward=float(record["winner_reward"]), loser_reward=float(record["loser_reward"]),
+                                   winner_reward=float(record["winner_reward"]),
+                                   loser_reward=float(record["loser_reward"]),
                                    candidate_reward_mean=float(record["candidate_reward_mean"]),
                                    raw_rewards=[float(v) for v in record.get("raw_rewards") or []],
                                    target_raw_reward=_maybe_float(record.get("target_raw_reward")),
@@ -206,11 +219,12 @@ class IterativeBridge:
             path = self.run_dir / directory
             path.mkdir(parents=True, exist_ok=True)
             setattr(self, cache_attribute, str(path))
-        return super()._resolve_output_dir(directory, cache_attribute=cache_attribute, config_attribute=config_attribute)
+        return super()._resolve_output_dir(directory, cache_attribute=cache_attribute,
+                                           config_attribute=config_attribute)
 
     # ----- logging and the run ------------------------------------------------------------------
-    def _log_iteration_replay(self, iteration_idx: int, *, train_pairs: Sequence[PreferencePair], current_pair_count: int,
-                              train_pair_count: int) -> None:
+    def _log_iteration_replay(self, iteration_idx: int, *, train_pairs: Sequence[PreferencePair],
+                              current_pair_count: int, train_pair_count: int) -> None:
         """``iter/*`` through :meth:`log_metrics` (distribution JSON written beside the replay first)."""
         self._iterative_pairs_trained += int(train_pair_count)
         self._iterations_run += 1
@@ -221,7 +235,8 @@ class IterativeBridge:
         metrics: dict[str, Any] = {"iter/current_iteration": float(iteration_idx + 1),
                                    "iter/current_preference_pairs": float(current_pair_count),
                                    "iter/total_preference_pairs": float(sum(int(s.num_pairs) for s in shards)),
-                                   "iter/train_preference_pairs": float(train_pair_count), "env_step": float(self.env_step)}
+                                   "iter/train_preference_pairs": float(train_pair_count),
+                                   "env_step": float(self.env_step)}
         if distribution:
             metrics.update(self._iteration_reward_distribution_metrics(iteration_idx))
             metrics.update(self._selected_reward_distribution_metrics(iteration_idx, train_pairs))

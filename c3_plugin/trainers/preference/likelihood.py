@@ -10,7 +10,6 @@ from comlrl.trainers.preference.madpo import AgentPreferenceTensors
 from comlrl.utils.distributed import unwrap_model
 
 
-
 @dataclass
 class MaskedPreferenceTensors(AgentPreferenceTensors):
     """One agent's side of a pair: prompt ids (prefill included), exact winner/loser continuation ids
@@ -38,7 +37,8 @@ def dropout_fields(model: torch.nn.Module) -> dict[str, float]:
     cfg = getattr(unwrap_model(model), "config", None)
     values = cfg.to_dict() if hasattr(cfg, "to_dict") else {}
     for k, v in values.items():
-        if ("dropout" in k or k.endswith("pdrop")) and isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+        if (("dropout" in k or k.endswith("pdrop")) and isinstance(v, (int, float)) and not isinstance(v, bool)
+            and v > 0):
             found[f"config.{k}"] = float(v)
     for name, mod in model.named_modules():
         if isinstance(mod, torch.nn.Dropout) and mod.p > 0:

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from comlrl.trainers.preference.madpo import MADPOConfig, MADPOTrainer
 
 from c3_plugin.core.registry import Capabilities
-from c3_plugin.trainers.preference.shared import PreferenceBridge
 from c3_plugin.trainers.preference.fields import PreferenceFields
+from c3_plugin.trainers.preference.shared import PreferenceBridge
 
 
 @dataclass

@@ -18,10 +18,10 @@ from c3_plugin.core.registry import Capabilities
 from c3_plugin.scale.optimizers import make_adamw
 from c3_plugin.scale.policies import load_pretrained, load_tokenizer_for
 from c3_plugin.scale.precision import keep_fp32_masters
-from c3_plugin.trainers.preference.shared import PreferenceBridge, move_optimizer_state
 from c3_plugin.trainers.preference.fields import PreferenceFields
-from c3_plugin.trainers.streamed_pg import StreamedPolicyGradient
 from c3_plugin.trainers.preference.reward_model import BackboneRewardModel, backbone_of
+from c3_plugin.trainers.preference.shared import PreferenceBridge, move_optimizer_state
+from c3_plugin.trainers.streamed_pg import StreamedPolicyGradient
 
 
 @dataclass
@@ -46,7 +46,8 @@ class MARLHFBridge(StreamedPolicyGradient, PreferenceBridge):
         self._reward_template = None
         if not self.args.reward_model_name:  # the initial backbone, kept on CPU so every refit starts from it
             base = backbone_of(self.agents[0])
-            self._reward_template = (copy.deepcopy(base.config), {k: v.detach().to("cpu", copy=True) for k, v in base.state_dict().items()},
+            self._reward_template = (copy.deepcopy(base.config),
+                                     {k: v.detach().to("cpu", copy=True) for k, v in base.state_dict().items()},
                                      next(base.parameters()).dtype)
         self._actors_offloaded = False
 
@@ -92,7 +93,8 @@ class MARLHFBridge(StreamedPolicyGradient, PreferenceBridge):
         keep_fp32_masters(model, compute_dtype=self.compute_dtypes[0])  # fp32 masters, the agents' compute dtype
         self.reward_model = model
         self.reward_tokenizer = tokenizer
-        self.reward_optimizer = make_adamw([p for p in model.parameters() if p.requires_grad], self.args.reward_learning_rate)
+        self.reward_optimizer = make_adamw([p for p in model.parameters() if p.requires_grad],
+                                           self.args.reward_learning_rate)
 
     def _train_reward_model(self, preference_pairs: list[PreferencePair]) -> None:
         """Bradley-Terry fit on the joint texts; then the optimizer is released, the model frozen for
@@ -113,7 +115,8 @@ class MARLHFBridge(StreamedPolicyGradient, PreferenceBridge):
                 for s in range(0, len(order), size):
                     batch = [preference_pairs[i] for i in order[s:s + size]]
                     win = self._score_reward_texts([self._format_joint_reward_text(p, use_winner=True) for p in batch])
-                    lose = self._score_reward_texts([self._format_joint_reward_text(p, use_winner=False) for p in batch])
+                    lose = (self._score_reward_texts([self._format_joint_reward_text(p, use_winner=False)
+                                                      for p in batch]))
                     loss = -F.logsigmoid(win - lose).mean()
                     if not torch.isfinite(loss):
                         raise FloatingPointError(f"non-finite reward-model loss {float(loss)}")
@@ -124,7 +127,8 @@ class MARLHFBridge(StreamedPolicyGradient, PreferenceBridge):
                     correct.extend((win > lose).float().tolist())
             self.log_metrics({"train/reward_model_loss": float(np.mean(losses)) if losses else None,
                               "train/reward_model_accuracy": float(np.mean(correct)) if correct else None,
-                              "train/reward_model_pairs": float(len(preference_pairs)), "env_step": float(self.env_step)})
+                              "train/reward_model_pairs": float(len(preference_pairs)),
+                              "env_step": float(self.env_step)})
         finally:
             self.reward_optimizer = None  # released: only the model is kept, for online (no-grad) scoring
             self.reward_model.eval()

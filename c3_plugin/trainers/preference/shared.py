@@ -35,8 +35,8 @@ class PreferenceBridge(WorkflowBridge):
             self._agent_step(a)  # one parallel stage, one decision per agent: checked before loading anything
         if getattr(args, "comparator_generation_mode", "decentralized") == "centralized":
             if grammar is None:
-                raise ValueError("comparator_generation_mode=centralized needs structured generation (a value-only JSON "
-                                 "grammar): central teacher projections are encoded under each actor's skeleton")
+                raise ValueError("comparator_generation_mode=centralized needs structured generation (a value-only "
+                                 "JSON grammar): central teacher projections are encoded under each actor's skeleton")
             if kwargs.get("centralized_comparator_adapter") is None:
                 kwargs["centralized_comparator_adapter"] = default_joint_adapter(None)
             if not hasattr(kwargs["centralized_comparator_adapter"], "workflow"):
@@ -48,14 +48,15 @@ class PreferenceBridge(WorkflowBridge):
         self._bridge_setup(args, grammar=grammar, run_dir=run_dir)
         bad = {f"agent {i} {k}": v for i, m in enumerate(self.agents) for k, v in dropout_fields(m).items()}
         if bad:
-            raise ValueError(f"the streamed joint-DPO / policy gradient needs zero dropout (one graph is rebuilt per pair, so "
-                             f"dropout would draw different masks than the detached deltas); found {bad}")
+            raise ValueError("the streamed joint-DPO / policy gradient needs zero dropout (one graph is rebuilt per "
+                             f"pair, so dropout would draw different masks than the detached deltas); found {bad}")
 
     # ----- likelihood (WorkflowBridge._sequence_log_prob) ---------------------------------------
     def _agent_logprob_delta(self, agent_idx: int, pair: PreferencePair) -> torch.Tensor:
         t = pair.agent_tensors[agent_idx]
         if not isinstance(t, MaskedPreferenceTensors):
-            raise TypeError("preference pairs of the workflow trainers carry MaskedPreferenceTensors (exact ids and masks)")
+            raise TypeError("preference pairs of the workflow trainers carry MaskedPreferenceTensors "
+                            "(exact ids and masks)")
         return (self._sequence_log_prob(agent_idx, t.prompt_input_ids, t.winner_completion_ids, t.winner_loss_mask)
                 - self._sequence_log_prob(agent_idx, t.prompt_input_ids, t.loser_completion_ids, t.loser_loss_mask))
 
@@ -78,16 +79,18 @@ class PreferenceBridge(WorkflowBridge):
         return MaskedPreferenceTensors(prompt_input_ids=prompt, winner_completion_ids=w_ids, loser_completion_ids=l_ids,
                                        winner_loss_mask=w_mask, loser_loss_mask=l_mask)
 
-    def _make_pair(self, prompts: Sequence[str], winner_outs: Sequence[Mapping], winner_idx: int, loser_outs: Sequence[Mapping],
-                   loser_idx: int, **fields: Any) -> PreferencePair:
+    def _make_pair(self, prompts: Sequence[str], winner_outs: Sequence[Mapping], winner_idx: int,
+                   loser_outs: Sequence[Mapping], loser_idx: int, **fields: Any) -> PreferencePair:
         n = self.num_agents
         return PreferencePair(prompts=list(prompts),
                               winner_completions=[str(winner_outs[a]["completions"][0][winner_idx]) for a in range(n)],
                               loser_completions=[str(loser_outs[a]["completions"][0][loser_idx]) for a in range(n)],
-                              agent_tensors=[self._pair_tensors(winner_outs[a], winner_idx, loser_outs[a], loser_idx) for a in range(n)],
+                              agent_tensors=[self._pair_tensors(winner_outs[a], winner_idx, loser_outs[a], loser_idx)
+                                             for a in range(n)],
                               **fields)
 
-    def _sample_candidates(self, agents: Sequence[Any], batch_item: Mapping[str, Any], num_candidates: int) -> list[dict]:
+    def _sample_candidates(self, agents: Sequence[Any], batch_item: Mapping[str, Any],
+                           num_candidates: int) -> list[dict]:
         return self._run_agent_tasks(lambda a: self._generate_completions(agents[a], [batch_item], agent_idx=a,
                                                                           num_return_sequences=num_candidates,
                                                                           max_new_tokens=self.args.max_new_tokens))
@@ -97,11 +100,12 @@ class PreferenceBridge(WorkflowBridge):
         each pair keeping the generated ids and masks."""
         outs = self._sample_candidates(self.agents, batch_item, int(self.args.preference_num_candidates))
         prompts = [outs[a]["prompts"][0] for a in range(self.num_agents)]
-        rewards = self._compute_rewards([prompts[0]], [list(o["completions"][0]) for o in outs], batch_items=[batch_item])
+        rewards = self._compute_rewards([prompts[0]], [list(o["completions"][0]) for o in outs],
+                                        batch_items=[batch_item])
         mean = float(np.mean(rewards)) if rewards else 0.0
-        return [self._make_pair(prompts, outs, w, outs, l, winner_reward=float(rewards[w]), loser_reward=float(rewards[l]),
-                                candidate_reward_mean=mean)
-                for w, l in self._select_preference_pair_indices(rewards)]
+        return [self._make_pair(prompts, outs, w, outs, lo, winner_reward=float(rewards[w]),
+                                loser_reward=float(rewards[lo]), candidate_reward_mean=mean)
+                for w, lo in self._select_preference_pair_indices(rewards)]
 
     def _build_preference_dataset(self, **kwargs: Any) -> list[PreferencePair]:
         pairs = super()._build_preference_dataset(**kwargs)
@@ -118,7 +122,8 @@ class PreferenceBridge(WorkflowBridge):
             return {}
         detached = self._detached_agent_deltas(batch)
         if not all(math.isfinite(d) for row in detached for d in row):
-            raise FloatingPointError(f"non-finite preference log-prob delta in a batch of {len(batch)} pairs: {detached}")
+            raise FloatingPointError("non-finite preference log-prob delta in a batch of "
+                                     f"{len(batch)} pairs: {detached}")
         beta = float(self.args.dpo_beta)
         scale = 1.0 / len(batch)
         for a in range(self.num_agents):
@@ -160,8 +165,8 @@ class PreferenceBridge(WorkflowBridge):
         if active is not None and torch.cuda.is_available():
             torch.cuda.empty_cache()
 
-    def _train_preference_pairs(self, preference_pairs: list[PreferencePair], *, updates_seen: int = 0, desc: str = "MADPO",
-                                start_epoch: int = 0, epoch_callback: Any = None) -> int:
+    def _train_preference_pairs(self, preference_pairs: list[PreferencePair], *, updates_seen: int = 0,
+                                desc: str = "MADPO", start_epoch: int = 0, epoch_callback: Any = None) -> int:
         """CoMLRL's epoch loop, logged through :meth:`log_metrics` (``env_step`` x-axis): ``train/*`` every
         update, ``turn_1/*`` throttled by ``logging_steps``; evaluation every ``eval_interval`` updates
         (not before the first: the caller evaluates before training)."""
@@ -181,7 +186,8 @@ class PreferenceBridge(WorkflowBridge):
                 self.totals["env_steps"] = int(self.env_step)
                 if not self._should_log_train(int(self.env_step)):
                     metrics = {k: v for k, v in metrics.items() if not k.startswith("turn_1/")}
-                self.log_metrics({**metrics, "train/update_step": float(self.update_step), "env_step": float(self.env_step)})
+                self.log_metrics({**metrics, "train/update_step": float(self.update_step),
+                                  "env_step": float(self.env_step)})
             if epoch_callback is not None:
                 epoch_callback(epoch + 1, updates_seen)
         return updates_seen
@@ -209,9 +215,9 @@ def _role_context(trainer: WorkflowBridge, agent_idx: int, item: Mapping[str, An
 
 def all_tied_message(name: str, trainer: Any) -> str:
     rows = len(trainer.train_dataset) if trainer.train_dataset is not None else 0
-    return (f"{name}: no preference pair: on all {rows} training prompts every sampled joint candidate tied on the task "
-            f"reward ({int(trainer.args.preference_num_candidates)} candidates per prompt), so there is nothing to "
-            "train on. Sample more or more diverse candidates (preference_num_candidates, temperature, top_p, "
+    return (f"{name}: no preference pair: on all {rows} training prompts every sampled joint candidate tied on the "
+            f"task reward ({int(trainer.args.preference_num_candidates)} candidates per prompt), so there is nothing "
+            "to train on. Sample more or more diverse candidates (preference_num_candidates, temperature, top_p, "
             "max_value_tokens) or check that the task reward separates the sampled actions.")
 
 
