@@ -72,10 +72,10 @@ def test_a_run_that_fails_before_training_leaves_no_folder(tmp_path, monkeypatch
     assert not (tmp_path / "outputs").exists() or not any((tmp_path / "outputs").iterdir())
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump({**data, "agent_model": {"name": "nobody-xyz/no-such-model-c3", "device": "cpu"}}))
-    with pytest.raises(SystemExit) as exc:  # the CLI: one JSON line, no Hugging Face traceback
+    with pytest.raises(SystemExit) as exc:  # the CLI: one line of text (JSON under --json), no Hugging Face traceback
         main(["--config", str(path)], algorithm="c3")
     out = capsys.readouterr().out.strip().splitlines()
-    assert exc.value.code == 2 and json.loads(out[-1])["status"] == "error"
+    assert exc.value.code == 2 and out[-1].startswith("error: ")
     assert "nobody-xyz/no-such-model-c3" in out[-1] and "HF cache" in out[-1] and "Traceback" not in "\n".join(out)
     assert not (tmp_path / "outputs" / "run").exists()
 
