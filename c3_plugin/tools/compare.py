@@ -53,11 +53,26 @@ def run_overrides(algorithm: str, seed: int, out: Path, name: str, overrides: Se
     return list(overrides) + extra
 
 
+def check_algorithm_names(algorithms: Sequence[str]) -> None:
+    """Refuse an algorithm name the registry does not know, naming the nearest one, before any config loads."""
+    import difflib
+
+    from c3_plugin.core.registry import algorithms as known
+
+    names = known()
+    for name in algorithms:
+        if name not in names:
+            near = difflib.get_close_matches(name, names, n=1, cutoff=0.4)
+            hint = f" (did you mean '{near[0]}'?)" if near else ""
+            raise ConfigError(f"unknown algorithm '{name}'{hint}; c3 compare --algorithms takes {', '.join(names)}")
+
+
 def plan(cfg_path: str | Path, algorithms: Sequence[str], seeds: Sequence[int], out: Path,
          overrides: Sequence[str] = ()) -> dict[tuple[str, int], RunConfig]:
     """Every run's config, checked to share data, evaluation sets and budget (:class:`ConfigError` naming the difference)."""
     if len(set(algorithms)) < 2 or len(set(seeds)) < 1:
         raise ConfigError("c3 compare needs at least two algorithms and one seed, e.g. --algorithms c3 magrpo --seeds 0 1 2")
+    check_algorithm_names(algorithms)
     name = out.name
     configs = {(a, s): load_config(cfg_path, run_overrides(a, s, out, name, overrides))
                for s in seeds for a in algorithms}  # seed-major: a stopped comparison holds complete pairs

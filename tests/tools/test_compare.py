@@ -208,6 +208,19 @@ def test_compare_refuses_runs_with_different_budgets(base_config, tmp_path):
         compare(base_config, ["c3"], [0], tmp_path / "bad")
 
 
+def test_a_mistyped_algorithm_is_refused_before_any_config_loads(tmp_path, entry_point):
+    """``--algorithms c3 magrop``: one line naming the nearest algorithm, before a config is read (a missing config
+    file would fail later); the same error as JSON under --json."""
+    args = ["-m", "c3_plugin", "compare", "--config", str(tmp_path / "not_read.yaml"), "--algorithms", "c3", "magrop",
+            "--seeds", "0", "--out", str(tmp_path / "h2h")]
+    code, out, err = entry_point(*args)
+    assert code == 2 and out.strip().splitlines() == [out.strip()], out + err
+    assert out.startswith("error: ConfigError: unknown algorithm 'magrop' (did you mean 'magrpo'?)"), out
+    code, out, _ = entry_point(*args, "--json")
+    assert code == 2 and "did you mean 'magrpo'" in json.loads(out)["error"]
+    assert not (tmp_path / "h2h").exists()
+
+
 def test_aggregate_without_finished_runs_names_the_fix(tmp_path):
     with pytest.raises(ConfigError, match="no finished run"):
         aggregate(tmp_path, ["c3", "magrpo"], [0])
