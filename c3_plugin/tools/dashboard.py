@@ -143,9 +143,13 @@ def cost_chart(runs: list[dict]) -> str | None:
 
 def results_table(comparison: dict) -> str:
     """The comparison's final metrics and paired tests as HTML tables."""
+    from c3_plugin.tools.compare import no_interval
+
     algos = comparison["algorithms"]
 
     def cell(s: dict) -> str:
+        if no_interval(s):
+            return f"{s['mean']:.3f} <small>interval {no_interval(s)}</small>"
         return f"{s['mean']:.3f} &plusmn; {s['std']:.3f} <small>[{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}]</small>"
 
     def p(v: Any) -> str:
@@ -161,8 +165,9 @@ def results_table(comparison: dict) -> str:
         for pair, c in comparison["final"][m]["pairs"].items():
             if not c.get("n"):
                 continue
+            ci = f"interval {no_interval(c)}" if no_interval(c) else f"[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]"
             out.append(f"<tr><td>{html.escape(m)}</td><td>{html.escape(pair)}</td><td>{c['mean_diff']:+.3f} "
-                       f"<small>[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]</small></td><td>{p(c.get('p'))}</td>"
+                       f"<small>{ci}</small></td><td>{p(c.get('p'))}</td>"
                        f"<td>{p(c.get('p_holm'))}</td><td>{p((c.get('wilcoxon') or {}).get('p'))}</td><td>{c['n']}</td></tr>")
     out.append("</table>")
     return "\n".join(out)
@@ -206,6 +211,16 @@ h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}.grid{display:fle
 padding:4px 8px;text-align:left}th{background:#f3f3f3}svg{max-width:100%;height:auto}"""
 
 
+def comparison_title(folder: Path, comparison: dict) -> str:
+    """The page's title: the algorithms, the seeds the results are over, and the unfinished runs left out of them."""
+    from c3_plugin.tools.compare import aggregated_seeds
+
+    missing = comparison.get("missing_runs") or []
+    left_out = f" (unfinished, left out of the results: {', '.join(missing)})" if missing else ""
+    return (f"Comparison {html.escape(folder.name)}: {', '.join(comparison['algorithms'])}, seeds "
+            f"{aggregated_seeds(comparison)}{html.escape(left_out)}")
+
+
 def write_dashboard(folder: str | Path, out: str | Path | None = None) -> Path:
     """Write ``<folder>/dashboard.html`` (or ``out``) and return its path."""
     folder = Path(folder)
@@ -213,8 +228,7 @@ def write_dashboard(folder: str | Path, out: str | Path | None = None) -> Path:
     keys = sorted({k for r in runs for row in r["rows"] for k in row})
     eval_keys = eval_metrics(keys)  # every eval/*/accuracy, else eval/reward_mean (any domain)
     credit = [k for k in keys if k.startswith("credit/") and k.rsplit("/", 1)[-1] in CREDIT_KEYS]
-    title = (f"Comparison {html.escape(folder.name)}: {', '.join(comparison['algorithms'])}, seeds {comparison['seeds']}"
-             if comparison else f"Run {html.escape(folder.name)}")
+    title = comparison_title(folder, comparison) if comparison else f"Run {html.escape(folder.name)}"
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{title}</title><style>{STYLE}</style>"
              f"</head><body><h1>{title}</h1>"]
     if comparison:

@@ -221,6 +221,43 @@ def test_a_mistyped_algorithm_is_refused_before_any_config_loads(tmp_path, entry
     assert not (tmp_path / "h2h").exists()
 
 
+def finished_run(folder, accuracy, env_steps=32):
+    """A run folder as training leaves it: two evaluations in metrics.jsonl and the final one in summary.json."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [{"env_step": 0, "eval/echo/accuracy": 0.0}, {"env_step": env_steps, "eval/echo/accuracy": accuracy}]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "summary.json").write_text(json.dumps({"env_steps": env_steps, "wall_s": 1.0, "totals": {"messages": 10},
+                                                     "eval_after": {"eval/echo/accuracy": accuracy}}))
+
+
+def test_one_seed_has_no_interval_and_an_arm_without_runs_is_reported_as_missing(tmp_path):
+    """One seed: "n/a (1 seed)" where an interval would be, in summary.md and on the dashboard; an algorithm without a
+    finished run (--aggregate-only while it runs) is reported as missing instead of crashing; the dashboard's title
+    names the seeds its results are over and the runs left out."""
+    from c3_plugin.tools.compare import markdown
+    from c3_plugin.tools.dashboard import write_dashboard
+
+    out = tmp_path / "h2h"
+    finished_run(out / "c3-s0", 0.5)
+    finished_run(out / "magrpo-s0", 1.0)
+    (out / "c3-s1").mkdir()  # started, not finished
+    result = aggregate(out, ["c3", "magrpo"], [0, 1])
+    text = markdown(result)
+    assert "0.500, interval n/a (1 seed)" in text and "+- 0.000" not in text and "[0.500, 0.500]" not in text
+    assert "-0.500 interval n/a (1 seed)" in text and "[-0.500, -0.500]" not in text  # the paired difference
+    assert text.startswith("# Comparison: c3, magrpo over seeds [0]") and "left out): c3-s1, magrpo-s1" in text
+    (out / "summary.json").write_text(json.dumps(result))
+    page = write_dashboard(out).read_text()
+    assert "interval n/a (1 seed)" in page and "&plusmn; 0.000" not in page and "[-0.500, -0.500]" not in page
+    assert "<h1>Comparison h2h: c3, magrpo, seeds [0] (unfinished, left out of the results: c3-s1, magrpo-s1)</h1>" in page
+    (out / "magrpo-s0" / "summary.json").unlink()  # an arm with no finished run
+    result = aggregate(out, ["c3", "magrpo"], [0, 1])
+    assert set(result["final"]["eval/echo/accuracy"]["algorithms"]) == {"c3"} and "magrpo-s0" in result["missing_runs"]
+    assert "| eval/echo/accuracy | 0.500, interval n/a (1 seed) | - |" in markdown(result)
+    finished_run(out / "c3-s1", 0.75)  # two seeds: an interval
+    assert "| eval/echo/accuracy | 0.625 +- 0.177 [-0.963, 2.213] | - |" in markdown(aggregate(out, ["c3", "magrpo"], [0, 1]))
+
+
 def test_aggregate_without_finished_runs_names_the_fix(tmp_path):
     with pytest.raises(ConfigError, match="no finished run"):
         aggregate(tmp_path, ["c3", "magrpo"], [0])
