@@ -180,6 +180,50 @@ def _cell(v: Any, digits: int = 4) -> str:
     return str(v) if isinstance(v, int) else f"{float(v):.{digits}f}"
 
 
+def _count(values: dict, metric: str) -> int | None:
+    """The number of eval items behind ``eval/<suite>/<name>`` (the domain's ``eval/<suite>/n``), None when it is not
+    logged."""
+    parts = metric.split("/")
+    n = values.get("/".join(parts[:-1] + ["n"])) if len(parts) >= 3 else None
+    return int(n) if isinstance(n, (int, float)) and not isinstance(n, bool) else None
+
+
+def _items(values: dict, metric: str) -> str:
+    n = _count(values, metric)
+    return "" if n is None else f" <small>({n} items)</small>"
+
+
+def eval_caption(runs: list[dict], metric: str) -> str:
+    """Under an eval curve: which eval set it shows (its item count at each evaluation, and whether the final table
+    is on more items)."""
+    counts = sorted({n for r in runs for row in r["rows"] if row.get(metric) is not None
+                     and (n := _count(row, metric)) is not None})
+    finals = sorted({n for r in runs if (n := _count(r["summary"].get("eval_after") or {}, metric)) is not None})
+    text = f"{html.escape(metric)} at every evaluation"
+    if counts:
+        text += f" on {' / '.join(map(str, counts))} eval items"
+    if finals and finals != counts:
+        text += f"; the results table's final value is on {' / '.join(map(str, finals))} items"
+    return f"<p class='caption'><small>{text}</small></p>"
+
+
+def no_signal_warnings(runs: list[dict]) -> list[str]:
+    """A warning per run and decision point whose zero-signal share (``credit/<role>_u<u>/zero_signal_share``) was 1.0
+    in every batch that logged it: every group's alternatives scored the same, so that agent got no learning signal."""
+    out = []
+    for r in runs:
+        shares: dict[str, list[float]] = {}
+        for row in r["rows"]:
+            for key, value in row.items():
+                if key.startswith("credit/") and key.endswith("/zero_signal_share") and isinstance(value, (int, float)):
+                    shares.setdefault(key.split("/")[1], []).append(float(value))
+        who = f"{r['algorithm']} seed {r['seed']}: " if len(runs) > 1 else ""
+        out += [f"{who}no learning signal for {point}: its zero-signal share was 1.0 in all {len(v)} batches (every "
+                "group's alternatives got the same return, so its advantages were all zero: no policy-gradient signal)"
+                for point, v in shares.items() if v and min(v) >= 1.0]
+    return out
+
+
 def run_results(run: dict) -> str:
     """A single run's results as HTML: its headline, the final metrics (every ``eval/*/accuracy``, else
     ``eval/reward_mean``, after training) with what the run spent, and the before/after table training printed
@@ -188,7 +232,7 @@ def run_results(run: dict) -> str:
     if not summary:
         return "<p>No summary.json: the run has not finished, so it has no final metrics yet (the curves are what it logged).</p>"
     after = summary.get("eval_after", {})
-    final = [(html.escape(k), _cell(after.get(k))) for k in eval_metrics(after)]
+    final = [(html.escape(k), _cell(after.get(k)) + _items(after, k)) for k in eval_metrics(after)]
     spent = [(label, _cell(_lookup(summary, path), 1)) for label, path in COST_KEYS] + [("updates", _cell(summary.get("updates")))]
     out = [f"<p>{html.escape(summary_headline(summary))}</p>",
            "<table class='final'><tr><th>final metric</th><th>value</th></tr>"]
@@ -208,7 +252,8 @@ def run_results(run: dict) -> str:
 STYLE = """body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}h1{font-size:22px}
 h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}.grid{display:flex;flex-wrap:wrap;gap:12px}
 .grid>div{flex:0 0 auto}table{border-collapse:collapse;margin:10px 0;font-size:13px}td,th{border:1px solid #ccc;
-padding:4px 8px;text-align:left}th{background:#f3f3f3}svg{max-width:100%;height:auto}"""
+padding:4px 8px;text-align:left}th{background:#f3f3f3}svg{max-width:100%;height:auto}
+.warning{background:#fff3cd;border:1px solid #e0b000;padding:6px 10px}"""
 
 
 def comparison_title(folder: Path, comparison: dict) -> str:
@@ -231,11 +276,12 @@ def write_dashboard(folder: str | Path, out: str | Path | None = None) -> Path:
     title = comparison_title(folder, comparison) if comparison else f"Run {html.escape(folder.name)}"
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{title}</title><style>{STYLE}</style>"
              f"</head><body><h1>{title}</h1>"]
+    parts += [f"<p class='warning'><b>Warning</b>: {html.escape(w)}</p>" for w in no_signal_warnings(runs)]
     if comparison:
         parts += ["<h2>Results</h2>", results_table(comparison)]
     else:  # a single run folder
         parts += ["<h2>Results</h2>", run_results(runs[0])]
-    charts = [c for k in eval_keys if (c := curves_chart(runs, k, k))]
+    charts = [c + eval_caption(runs, k) for k in eval_keys if (c := curves_chart(runs, k, k))]
     parts += ["<h2>Evaluation</h2><div class='grid'>" + "".join(f"<div>{c}</div>" for c in charts) + "</div>"]
     train = [c for k in ("train/reward_mean", "budget/total_tokens_generated") if (c := curves_chart(runs, k, k))]
     parts += ["<h2>Training</h2><div class='grid'>" + "".join(f"<div>{c}</div>" for c in train) + "</div>"]

@@ -144,6 +144,42 @@ def test_single_run_dashboard_shows_results_before_after_and_every_evaluation(on
     assert "has not finished" in write_dashboard(run).read_text()
 
 
+def run_without_signal(one_run):
+    """``one_run`` with item counts logged (16 items during training, 48 at the end) and an Actor whose zero-signal
+    share was 1.0 in each of its 4 batches."""
+    run, summary = one_run
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:
+        if "eval/compare/accuracy" in row:
+            row["eval/compare/n"] = 16.0
+        if "train/update_step" in row:
+            row.update({"credit/Reasoner_u0/zero_signal_share": 0.5, "credit/Actor_u1/zero_signal_share": 1.0})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary["eval_after"]["eval/compare/n"] = 48.0
+    (run / "summary.json").write_text(json.dumps(summary))
+    return run, rows
+
+
+def test_single_run_dashboard_names_its_eval_sets_and_warns_of_an_agent_without_signal(one_run):
+    """Item counts beside the final accuracies, which eval set each curve shows (16 items during training, 48 in the
+    final table), and a warning for an agent whose zero-signal share was 1.0 in every batch (and none for one that
+    had signal)."""
+    from c3_plugin.tools.dashboard import write_dashboard
+
+    run, rows = run_without_signal(one_run)
+    page = write_dashboard(run).read_text()
+    assert "<tr><td>eval/compare/accuracy</td><td>0.5625 <small>(48 items)</small></td></tr>" in page
+    assert "eval/compare/accuracy at every evaluation on 16 eval items; the results table's final value is on 48 items" in page
+    warnings = [line for line in page.splitlines() if "class='warning'" in line]
+    assert len(warnings) == 1 and "no learning signal for Actor_u1" in warnings[0] and "all 4 batches" in warnings[0]
+    for row in rows:  # one batch with signal: no warning
+        if "credit/Actor_u1/zero_signal_share" in row:
+            row["credit/Actor_u1/zero_signal_share"] = 0.75
+            break
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert "class='warning'" not in write_dashboard(run).read_text()
+
+
 def chromium():
     """Chromium from Debian's packages, installed here when missing (with apt and root)."""
     import os
@@ -176,6 +212,19 @@ def test_single_run_dashboard_renders_its_tables_in_headless_chromium(one_run):
     assert "<h2>Results</h2>" in dom and "<td>eval/compare/accuracy</td><td>0.5625</td>" in dom
     for cell in before_after_cells(summary):
         assert cell.replace("<tr>", "").replace("</tr>", "") in dom, cell
+
+
+@pytest.mark.browser
+def test_single_run_dashboard_shows_item_counts_and_the_no_signal_warning_in_headless_chromium(one_run):
+    from c3_plugin.tools.dashboard import write_dashboard
+
+    run, _ = run_without_signal(one_run)
+    proc = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                           write_dashboard(run).resolve().as_uri()], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    dom = proc.stdout
+    assert "<td>0.5625 <small>(48 items)</small></td>" in dom and "on 16 eval items" in dom
+    assert '<p class="warning"><b>Warning</b>: no learning signal for Actor_u1' in dom
 
 
 @ONE_WORKER
