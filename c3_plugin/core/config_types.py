@@ -152,8 +152,10 @@ def _sampling_error(name: str, value: Any) -> str | None:
     or a name ending in one of them), with the fix; None when it is in range or not a sampling field."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None  # None (top_k off) and non-numbers: the type check decides
+
     def named(key: str) -> bool:
         return name == key or name.endswith("_" + key)
+
     if named("temperature") and not (math.isfinite(value) and value > 0):
         return (f"must be a finite number > 0, got {value!r} (the logits are divided by it: 1.0 samples the model "
                 "as it is, e.g. 0.7 sharpens)")
