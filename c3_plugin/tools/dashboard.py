@@ -7,8 +7,10 @@ every evaluation that all its seeds logged), the results table (mean +- std and 
 paired differences with t-test, Holm-corrected and Wilcoxon p-values) when the folder is a comparison, or
 for a single run its final metrics and costs and the before/after table training printed
 (``run.report.before_after``), cost bars (tokens, messages, env steps, wall time per run: mean with
-min-max whiskers), the credit diagnostics over training, and a link to each run's folder. Charts are
-inline SVG drawn by matplotlib.
+min-max whiskers), the credit diagnostics over training, and a link to each run's folder. A comparison's page also
+lists the settings that differ; an interval that cannot be computed reads "n/a (1 seed)"; final accuracies carry
+their item count, each eval curve says which eval set it shows, and an agent whose zero-signal share was 1.0 in every
+batch gets a warning at the top. Charts are inline SVG drawn by matplotlib.
 """
 
 from __future__ import annotations
@@ -173,6 +175,21 @@ def results_table(comparison: dict) -> str:
     return "\n".join(out)
 
 
+def differences_section(record: dict) -> str:
+    """The comparison's settings that differ (``summary.json``'s ``controlled_comparison``) as an HTML table: setting,
+    kind (credit, derived, allowed) and value per algorithm, as summary.md lists them."""
+    algos, kinds = record.get("algorithms") or [], record.get("kind") or {}
+    out = ["<table class='differences'><tr><th>setting</th><th>kind</th>" +
+           "".join(f"<th>{html.escape(a)}</th>" for a in algos) + "</tr>"]
+    for key, per in (record.get("differences") or {}).items():
+        out.append(f"<tr><td>{html.escape(key)}</td><td>{html.escape(str(kinds.get(key, 'refused')))}</td>" +
+                   "".join(f"<td>{html.escape(str(per.get(a, '(absent)')))}</td>" for a in algos) + "</tr>")
+    out.append(f"</table><p><small>credit: the algorithm's own estimator (and the plan it needs); derived: follows "
+               f"from those; allowed: compared with consent (--allow-differences: "
+               f"{html.escape(str(record.get('consent', 'none')))}).</small></p>")
+    return "\n".join(out)
+
+
 def _cell(v: Any, digits: int = 4) -> str:
     """A number as a table cell: integers as they are, others to ``digits`` decimals, a dash when missing."""
     if v is None:
@@ -279,6 +296,8 @@ def write_dashboard(folder: str | Path, out: str | Path | None = None) -> Path:
     parts += [f"<p class='warning'><b>Warning</b>: {html.escape(w)}</p>" for w in no_signal_warnings(runs)]
     if comparison:
         parts += ["<h2>Results</h2>", results_table(comparison)]
+        if comparison.get("controlled_comparison"):
+            parts += ["<h2>Settings that differ</h2>", differences_section(comparison["controlled_comparison"])]
     else:  # a single run folder
         parts += ["<h2>Results</h2>", run_results(runs[0])]
     charts = [c + eval_caption(runs, k) for k in eval_keys if (c := curves_chart(runs, k, k))]

@@ -81,7 +81,9 @@ def test_dashboard_is_one_self_contained_page(comparison):
     out, result, _ = comparison
     page = write_dashboard(out).read_text()
     assert page.count("<svg") >= 4  # two suites' eval curves, training curves, cost bars
-    for text in ("eval/echo/accuracy", "c3 vs magrpo", "Credit diagnostics", "Costs per run", "href='c3-s0/'"):
+    for text in ("eval/echo/accuracy", "c3 vs magrpo", "Credit diagnostics", "Costs per run", "href='c3-s0/'",
+                 "<h2>Settings that differ</h2>",
+                 "<tr><td>plan</td><td>credit</td><td>tree [2, 4]</td><td>independent 8</td>"):
         assert text in page, text
     assert "<script" not in page and "http://" not in page.replace("http://www.w3.org", "")  # nothing to fetch or run
     one_run = write_dashboard(out / "c3-s0").read_text()  # a single run folder (make demo writes the demo run's)
