@@ -64,16 +64,19 @@ def test_the_environment_has_the_commands_the_readme_uses():
 @pytest.mark.parametrize("words", RUNNABLE, ids=[" ".join(w)[:70] for w in RUNNABLE])
 def test_each_readme_command_resolves_and_takes_its_options(words, entry_point):
     kind, name, args = target(words)
+    # train_centralized.py reads --algorithm before its CLI (a wrong value exits 2 there): it goes with --help
+    at = args.index("--algorithm") if kind == "script" and "--algorithm" in args else None
+    first = args[at:at + 2] if at is not None else []
     if kind == "script":
         assert (ROOT / name).is_file(), name
-        code, out, err = entry_point(name, "--help")
+        code, out, err = entry_point(name, *first, "--help")
     elif kind == "module":
         assert importlib.util.find_spec(name) is not None, name
         code, out, err = entry_point("-m", name, "--help")
     else:
         code, out, err = entry_point("-m", "c3_plugin", name, "--help")
     assert code == 0, (words, out[-2000:], err[-2000:])
-    options = {a.split("=", 1)[0] for a in args if a.startswith("--")}
+    options = {a.split("=", 1)[0] for a in args if a.startswith("--")} - set(first[:1])
     assert all(o in out for o in options), (words, sorted(o for o in options if o not in out))
     for i, word in enumerate(args[:-1]):
         if word == "--config":
