@@ -206,8 +206,15 @@ def _count(values: dict, metric: str) -> int | None:
 
 
 def _items(values: dict, metric: str) -> str:
-    n = _count(values, metric)
-    return "" if n is None else f" <small>({n} items)</small>"
+    """`` (48 items, 95% CI [a, b])`` beside an accuracy over items scored 0/1 (Wilson), `` (n items)`` beside
+    another metric with a count; nothing without one."""
+    from c3_plugin.core.stats import wilson_interval
+
+    n, value = _count(values, metric), values.get(metric)
+    if n is None:
+        return ""
+    ci = wilson_interval(float(value), n) if metric.endswith("accuracy") and isinstance(value, (int, float)) else None
+    return f" <small>({n} items{f', 95% CI [{ci[0]:.3f}, {ci[1]:.3f}]' if ci else ''})</small>"
 
 
 def eval_caption(runs: list[dict], metric: str) -> str:

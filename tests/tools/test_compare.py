@@ -170,7 +170,8 @@ def test_single_run_dashboard_names_its_eval_sets_and_warns_of_an_agent_without_
 
     run, rows = run_without_signal(one_run)
     page = write_dashboard(run).read_text()
-    assert "<tr><td>eval/compare/accuracy</td><td>0.5625 <small>(48 items)</small></td></tr>" in page
+    final = "<tr><td>eval/compare/accuracy</td><td>0.5625 <small>(48 items, 95% CI [0.423, 0.693])</small></td></tr>"
+    assert final in page  # 27 of 48 items right: the Wilson interval
     assert "eval/compare/accuracy at every evaluation on 16 eval items; the results table's final value is on 48 items" in page
     warnings = [line for line in page.splitlines() if "class='warning'" in line]
     assert len(warnings) == 1 and "no learning signal for Actor_u1" in warnings[0] and "all 4 batches" in warnings[0]
@@ -225,7 +226,7 @@ def test_single_run_dashboard_shows_item_counts_and_the_no_signal_warning_in_hea
                            write_dashboard(run).resolve().as_uri()], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     dom = proc.stdout
-    assert "<td>0.5625 <small>(48 items)</small></td>" in dom and "on 16 eval items" in dom
+    assert "<td>0.5625 <small>(48 items, 95% CI [0.423, 0.693])</small></td>" in dom and "on 16 eval items" in dom
     assert '<p class="warning"><b>Warning</b>: no learning signal for Actor_u1' in dom
 
 
