@@ -23,6 +23,7 @@ from c3_plugin.core.hub import require_hub_data
 from c3_plugin.core.model_paths import resolve_model_paths
 from c3_plugin.core.plan import PlanError, default_plan, parse_plan
 from c3_plugin.core.registry import algorithms, capabilities, resolve, section
+from c3_plugin.core.sources import resolve_dataset_paths
 from c3_plugin.core.workflow import Workflow, WorkflowError, builtin_workflows, load_workflow
 
 
@@ -84,7 +85,9 @@ class DatasetSection:
     eval: list[dict[str, Any]] = field(default_factory=list)
     # drop (instead of refusing) training rows that are evaluation problems, from every train source
     drop_overlap: bool = False
-    base_dir: str | None = None  # where relative paths resolve (set to the config file's folder when loaded)
+    # where relative paths resolve (set to the config file's folder when loaded; a source that a file of an extends:
+    # chain names and that is there resolves against that file's folder)
+    base_dir: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.train, (dict, list)) or (isinstance(self.train, list)
@@ -238,11 +241,12 @@ def read_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: a config must be a mapping at the top level")
     data = resolve_model_paths(data, path.parent)  # in the file that names them, so extends: chains keep their folders
+    data = resolve_dataset_paths(data, path.parent)  # the same for dataset sources
     parent = data.get("extends")
     if parent:
         base = read_yaml(path.parent / parent, _seen + (path,))
         data = deep_merge(base, {k: v for k, v in data.items() if k != "extends"})
-    if isinstance(data.get("dataset"), Mapping) and not data["dataset"].get("base_dir"):
+    if not _seen and isinstance(data.get("dataset"), Mapping) and not data["dataset"].get("base_dir"):
         data["dataset"] = {**data["dataset"], "base_dir": str(path.parent)}
     return data
 

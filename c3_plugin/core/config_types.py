@@ -7,7 +7,8 @@ as strings are converted (YAML 1.1 reads ``1e-6`` as the string ``"1e-6"``), an 
 ``int`` field (``2.0e8``), a number fills a string field (``--override wandb.group=2024``), and null reaches a
 string, list or mapping field as it did before (its class reads it); anything else that does not match is refused.
 Ranges: learning rates and counts (``num_*``, ``*_size``, ``*_steps``, ``*_tokens``, ...) must be finite and
-non-negative, no number is NaN."""
+non-negative, no number is NaN; sampling values (``temperature`` > 0, ``top_p`` in (0, 1], ``top_k`` and
+``max_new_tokens`` >= 1, also per role) must be usable."""
 
 from __future__ import annotations
 
@@ -147,6 +148,27 @@ def _range_error(name: str, value: Any, default: Any) -> str | None:
     return None
 
 
+def _sampling_error(name: str, value: Any) -> str | None:
+    """Why ``value`` is out of range for a sampling field (``temperature``, ``top_p``, ``top_k``, ``max_new_tokens``,
+    or a name ending in one of them), with the fix; None when it is in range or not a sampling field."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None  # None (top_k off) and non-numbers: the type check decides
+
+    def named(key: str) -> bool:
+        return name == key or name.endswith("_" + key)
+
+    if named("temperature") and not (math.isfinite(value) and value > 0):
+        return (f"must be a finite number > 0, got {value!r} (the logits are divided by it: 1.0 samples the model "
+                "as it is, e.g. 0.7 sharpens)")
+    if named("top_p") and not (math.isfinite(value) and 0 < value <= 1):
+        return f"must be in (0, 1], got {value!r} (the nucleus mass kept: 1.0 keeps every token)"
+    if named("top_k") and value < 1:
+        return f"must be an integer >= 1 or null, got {value!r} (null keeps every token)"
+    if named("max_new_tokens") and value < 1:
+        return f"must be an integer >= 1, got {value!r} (the most tokens one message may have)"
+    return None
+
+
 def check_fields(cls: type, values: Mapping[str, Any], where: str) -> dict[str, Any]:
     """``values`` (known field names of the dataclass ``cls``) type-checked and converted against ``cls``'s
     annotations, range-checked (module docstring); a bad value raises ``ValueError`` naming ``where.field``,
@@ -165,7 +187,9 @@ def check_fields(cls: type, values: Mapping[str, Any], where: str) -> dict[str, 
             out[name] = coerce(value, hint)
         except FieldTypeError as exc:
             raise ValueError(f"{where}.{name}: {exc}") from None
-        problem = _range_error(name, out[name], defaults.get(name))
+        problem = _sampling_error(name, out[name]) or _range_error(name, out[name], defaults.get(name))
+        if not problem and isinstance(out[name], Mapping):  # per-role sampling values, e.g. workflow.temperature
+            problem = next((f"for {k!r} {p}" for k, v in out[name].items() if (p := _sampling_error(name, v))), None)
         if problem:
             raise ValueError(f"{where}.{name} {problem}")
     return out

@@ -96,6 +96,19 @@ def _positive(value: Any, what: str) -> int:
     return value
 
 
+PLAN_SYNTAX = {  # the whole text after the kind, so a malformed plan is refused instead of read as another
+    "tree": (r"\[\s*-?\d+(\s*,\s*-?\d+)*\s*\]|\[\s*\]", "a bracketed list of alternatives per decision point"),
+    "diagnostic": (r"(\w+\s*=\s*-?\d+([\s,]+\w+\s*=\s*-?\d+)*)?", "n=, u= and c= integers"),
+}
+
+
+def _check_plan_syntax(kind: str, rest: str, text: str) -> None:
+    """Refuse a plan string whose arguments do not parse whole (``tree [2, 4`` is not ``tree [2, 4]``)."""
+    if kind in PLAN_SYNTAX and not re.fullmatch(PLAN_SYNTAX[kind][0], rest.strip()):
+        example = {"tree": "tree [2, 4]", "diagnostic": "diagnostic n=4 u=0 c=4"}[kind]
+        raise PlanError(f"malformed plan {text!r}: {kind} takes {PLAN_SYNTAX[kind][1]}, e.g. {example!r}")
+
+
 def parse_plan(spec: Any) -> Plan:
     """Parse ``"tree [2, 4]"``, ``"independent 8"``, ``"diagnostic n=4 u=0 c=4"`` or the mapping forms
     ``{"tree": [2, 4]}``, ``{"independent": 8}``, ``{"diagnostic": {"n": 4, "u": 0, "c": 4}}``."""
@@ -104,6 +117,7 @@ def parse_plan(spec: Any) -> Plan:
     if isinstance(spec, str):
         text = spec.strip()
         kind, _, rest = text.partition(" ")
+        _check_plan_syntax(kind, rest, text)
         if kind == "tree":
             nums = [int(x) for x in re.findall(r"-?\d+", rest)]
             spec = {"tree": nums}

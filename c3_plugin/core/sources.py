@@ -23,6 +23,29 @@ def local_path(source: str, base_dir: str | Path | None = None) -> Path | None:
     return path
 
 
+def resolve_dataset_paths(data: Mapping[str, Any], folder: Path) -> dict[str, Any]:
+    """One config file's mapping with the relative dataset ``source`` paths that exist in ``folder`` (that file's
+    folder) made absolute, so a source resolves against the file that names it, as model paths do
+    (:func:`c3_plugin.core.model_paths.resolve_model_paths`); other sources are kept as written."""
+    def fix(spec: Any) -> Any:
+        source = spec.get("source") if isinstance(spec, Mapping) else None
+        if not isinstance(source, str) or not source or Path(source).expanduser().is_absolute():
+            return spec
+        path = Path(folder) / source
+        return {**spec, "source": str(path.resolve())} if path.is_file() else spec
+
+    section = data.get("dataset")
+    if not isinstance(section, Mapping) or section.get("base_dir"):  # an explicit base_dir decides for that file
+        return dict(data)
+    out = dict(section)
+    for key in ("train", "eval"):
+        if isinstance(out.get(key), list):
+            out[key] = [fix(s) for s in out[key]]
+        elif key in out:
+            out[key] = fix(out[key])
+    return {**data, "dataset": out}
+
+
 def where(source: str, base_dir: str | Path | None = None) -> str:
     """Where :func:`local_path` looked for ``source``, for error messages."""
     if Path(str(source)).is_absolute():

@@ -146,3 +146,14 @@ def compare_table(results: Mapping[str, Mapping[Hashable, float]],
 def spearman_expectation(rho: float, n: int) -> float:
     """Expected sample Spearman correlation of ``n`` bivariate-normal pairs with Pearson ``rho``."""
     return 6.0 / (math.pi * (n + 1)) * (math.asin(rho) + (n - 2) * math.asin(rho / 2.0))
+
+
+def wilson_interval(share: float, n: int, z: float = 1.959963984540054) -> list[float] | None:
+    """The 95% Wilson score interval of a proportion ``share`` of ``n`` 0/1 outcomes (an accuracy over ``n`` items
+    scored right or wrong); None when ``n < 1`` or ``share * n`` is not a whole count (per-item averages of several
+    samples are not binomial)."""
+    if n < 1 or not 0.0 <= share <= 1.0 or abs(share * n - round(share * n)) > 1e-6:
+        return None
+    centre = (share + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(share * (1 - share) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return [max(0.0, centre - half), min(1.0, centre + half)]

@@ -165,11 +165,13 @@ def _peak_memory() -> dict[str, float]:
     return out
 
 
-def validate_or_exit(load: Any) -> Any:
-    """Turn config, workflow and data errors into one line and a non-zero exit, never a traceback."""
+def validate_or_exit(load: Any, as_json: bool = False) -> Any:
+    """Turn config, workflow and data errors into one line and a non-zero exit, never a traceback: the line
+    ``error: <type>: <message>``, or under ``--json`` (``as_json``) ``{"status": "error", "error": ...}``."""
     try:
         return load()
     except (ConfigError, WorkflowError, ValueError, KeyError, FileNotFoundError) as exc:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-        print(json.dumps({"status": "error", "error": f"{type(exc).__name__}: {msg}"}))
+        error = f"{type(exc).__name__}: {msg}"
+        print(json.dumps({"status": "error", "error": error}) if as_json else f"error: {error}")
         raise SystemExit(2) from None

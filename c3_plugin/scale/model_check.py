@@ -41,9 +41,11 @@ def check_hub_model(name: str, key: str, gguf_file: str | None = None, revision:
         return {"name": name, "source": "hub", "verified": True, "cached": True}
     reason = offline_reason()
     if reason is not None:
+        instead = f"{BUNDLED_MODEL}, or a local folder" if key.startswith("agent") else \
+            "a local folder of the model's weights (or a Hub model already in the cache)"  # a critic: no GGUF policy
         return {"name": name, "source": "hub", "verified": False, "cached": False,
                 "note": f"{key} '{name}' cannot be verified offline ({reason}) and is not in the local Hugging Face "
-                        f"cache; loading it needs the Hub. Without one: {BUNDLED_MODEL}, or a local folder"}
+                        f"cache; loading it needs the Hub. Without one: {instead}"}
     from huggingface_hub import HfApi
     from huggingface_hub.utils import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
 

@@ -42,19 +42,18 @@ def main(argv: list[str] | None = None, algorithm: str | None = None, default_co
                         help="override a config value (repeatable); true/false/none, Python literals, else strings")
     parser.add_argument("--dry-run", action="store_true", help="validate and report the budget without loading a model")
     parser.add_argument("--json", action="store_true",
-                        help="--dry-run: print the whole report as JSON instead of its summary")
-    parser.add_argument("--report", default=None, metavar="FILE",
-                        help="--dry-run: also write the whole report as JSON to FILE")
+                        help="--dry-run: print the whole report as JSON instead of its summary; an error as one JSON line")
+    parser.add_argument("--report", default=None, metavar="FILE", help="--dry-run: also write the whole report as JSON to FILE")
     args = parser.parse_args(argv)
     if not args.config:
         parser.error("--config is required")
     from c3_plugin.run.dry_run import dry_run_report, summary
     from c3_plugin.run.train import train, validate_or_exit
 
-    cfg = validate_or_exit(lambda: load_config(args.config, args.override, default_algorithm=algorithm,
-                                               hub_preflight=True))
+    cfg = validate_or_exit(lambda: load_config(args.config, args.override, default_algorithm=algorithm, hub_preflight=True),
+                           args.json)
     if args.dry_run:
-        report = validate_or_exit(lambda: dry_run_report(cfg))
+        report = validate_or_exit(lambda: dry_run_report(cfg), args.json)
         if args.report:
             Path(args.report).write_text(json.dumps(report, indent=2))
         print(json.dumps(report, indent=2) if args.json else summary(report, args.report))
@@ -72,7 +71,7 @@ def main(argv: list[str] | None = None, algorithm: str | None = None, default_co
         def again() -> None:
             raise failure
 
-        validate_or_exit(again)
+        validate_or_exit(again, args.json)
         raise
     return 0
 
@@ -87,10 +86,10 @@ def console(argv: list[str] | None = None) -> int:
         p.add_argument("--override", action="append", default=[], metavar="a.b=value",
                        help="override a config value (repeatable); true/false/none, Python literals, else strings")
 
-    common(sub.add_parser("train", help="train one run (the algorithm named in the config); torchrun "
-                                        "for several processes"))
-    dry = (sub.add_parser("dry-run", help="check the config, data, budget, memory and cluster plan "
-                                          "without loading a model"))
+    trn = sub.add_parser("train", help="train one run (the algorithm named in the config); torchrun for several processes")
+    common(trn)
+    trn.add_argument("--json", action="store_true", help="print an error as one JSON line instead of text")
+    dry = sub.add_parser("dry-run", help="check the config, data, budget, memory and cluster plan without loading a model")
     common(dry)
     dry.add_argument("--json", action="store_true", help="print the whole report as JSON instead of its summary")
     dry.add_argument("--report", default=None, metavar="FILE", help="also write the whole report as JSON to FILE")
@@ -106,6 +105,7 @@ def console(argv: list[str] | None = None) -> int:
                      help="final eval metrics compared (repeatable glob; default eval/*/accuracy, "
                           "else eval/reward_mean)")
     cmp.add_argument("--aggregate-only", action="store_true", help="aggregate the finished runs without starting any")
+    cmp.add_argument("--json", action="store_true", help="print an error as one JSON line instead of text")
     cmp.add_argument("--allow-differences", nargs="*", default=None, metavar="KEY",
                      help="compare although settings other than the credit differ: the named keys (e.g. "
                           "agent_learning_rate), or every difference when given alone; the consent "
@@ -202,8 +202,8 @@ def console(argv: list[str] | None = None) -> int:
     out = Path(args.out) if args.out else Path("runs") / Path(args.config).stem
     allow = True if args.allow_differences == [] else args.allow_differences  # bare flag: every difference
     validate_or_exit(lambda: compare(args.config, args.algorithms, args.seeds, out, args.override, args.launcher,
-                                     args.metric or ("eval/*/accuracy",), run=not args.aggregate_only,
-                                     allow_differences=allow))
+                                     args.metric or ("eval/*/accuracy",), run=not args.aggregate_only, allow_differences=allow),
+                     args.json)
     return 0
 
 

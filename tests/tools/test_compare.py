@@ -86,7 +86,9 @@ def test_dashboard_is_one_self_contained_page(comparison):
     out, result, _ = comparison
     page = write_dashboard(out).read_text()
     assert page.count("<svg") >= 4  # two suites' eval curves, training curves, cost bars
-    for text in ("eval/echo/accuracy", "c3 vs magrpo", "Credit diagnostics", "Costs per run", "href='c3-s0/'"):
+    for text in ("eval/echo/accuracy", "c3 vs magrpo", "Credit diagnostics", "Costs per run", "href='c3-s0/'",
+                 "<h2>Settings that differ</h2>",
+                 "<tr><td>plan</td><td>credit</td><td>tree [2, 4]</td><td>independent 8</td>"):
         assert text in page, text
     assert "<script" not in page and "http://" not in page.replace("http://www.w3.org", "")  # nothing to fetch or run
     one_run = write_dashboard(out / "c3-s0").read_text()  # a single run folder (make demo writes the demo run's)
@@ -149,6 +151,43 @@ def test_single_run_dashboard_shows_results_before_after_and_every_evaluation(on
     assert "has not finished" in write_dashboard(run).read_text()
 
 
+def run_without_signal(one_run):
+    """``one_run`` with item counts logged (16 items during training, 48 at the end) and an Actor whose zero-signal
+    share was 1.0 in each of its 4 batches."""
+    run, summary = one_run
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:
+        if "eval/compare/accuracy" in row:
+            row["eval/compare/n"] = 16.0
+        if "train/update_step" in row:
+            row.update({"credit/Reasoner_u0/zero_signal_share": 0.5, "credit/Actor_u1/zero_signal_share": 1.0})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary["eval_after"]["eval/compare/n"] = 48.0
+    (run / "summary.json").write_text(json.dumps(summary))
+    return run, rows
+
+
+def test_single_run_dashboard_names_its_eval_sets_and_warns_of_an_agent_without_signal(one_run):
+    """Item counts beside the final accuracies, which eval set each curve shows (16 items during training, 48 in the
+    final table), and a warning for an agent whose zero-signal share was 1.0 in every batch (and none for one that
+    had signal)."""
+    from c3_plugin.tools.dashboard import write_dashboard
+
+    run, rows = run_without_signal(one_run)
+    page = write_dashboard(run).read_text()
+    final = "<tr><td>eval/compare/accuracy</td><td>0.5625 <small>(48 items, 95% CI [0.423, 0.693])</small></td></tr>"
+    assert final in page  # 27 of 48 items right: the Wilson interval
+    assert "eval/compare/accuracy at every evaluation on 16 eval items; the results table's final value is on 48 items" in page
+    warnings = [line for line in page.splitlines() if "class='warning'" in line]
+    assert len(warnings) == 1 and "no learning signal for Actor_u1" in warnings[0] and "all 4 batches" in warnings[0]
+    for row in rows:  # one batch with signal: no warning
+        if "credit/Actor_u1/zero_signal_share" in row:
+            row["credit/Actor_u1/zero_signal_share"] = 0.75
+            break
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert "class='warning'" not in write_dashboard(run).read_text()
+
+
 def chromium():
     """Chromium from Debian's packages, installed here when missing (with apt and root)."""
     import os
@@ -184,6 +223,19 @@ def test_single_run_dashboard_renders_its_tables_in_headless_chromium(one_run):
         assert cell.replace("<tr>", "").replace("</tr>", "") in dom, cell
 
 
+@pytest.mark.browser
+def test_single_run_dashboard_shows_item_counts_and_the_no_signal_warning_in_headless_chromium(one_run):
+    from c3_plugin.tools.dashboard import write_dashboard
+
+    run, _ = run_without_signal(one_run)
+    proc = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                           write_dashboard(run).resolve().as_uri()], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    dom = proc.stdout
+    assert "<td>0.5625 <small>(48 items, 95% CI [0.423, 0.693])</small></td>" in dom and "on 16 eval items" in dom
+    assert '<p class="warning"><b>Warning</b>: no learning signal for Actor_u1' in dom
+
+
 @ONE_WORKER
 @pytest.mark.browser
 def test_dashboard_renders_in_headless_chromium_without_console_errors(comparison, tmp_path):
@@ -213,6 +265,56 @@ def test_compare_refuses_runs_with_different_budgets(base_config, tmp_path):
                 run=False)
     with pytest.raises(ConfigError, match="at least two algorithms"):
         compare(base_config, ["c3"], [0], tmp_path / "bad")
+
+
+def test_a_mistyped_algorithm_is_refused_before_any_config_loads(tmp_path, entry_point):
+    """``--algorithms c3 magrop``: one line naming the nearest algorithm, before a config is read (a missing config
+    file would fail later); the same error as JSON under --json."""
+    args = ["-m", "c3_plugin", "compare", "--config", str(tmp_path / "not_read.yaml"), "--algorithms", "c3", "magrop",
+            "--seeds", "0", "--out", str(tmp_path / "h2h")]
+    code, out, err = entry_point(*args)
+    assert code == 2 and out.strip().splitlines() == [out.strip()], out + err
+    assert out.startswith("error: ConfigError: unknown algorithm 'magrop' (did you mean 'magrpo'?)"), out
+    code, out, _ = entry_point(*args, "--json")
+    assert code == 2 and "did you mean 'magrpo'" in json.loads(out)["error"]
+    assert not (tmp_path / "h2h").exists()
+
+
+def finished_run(folder, accuracy, env_steps=32):
+    """A run folder as training leaves it: two evaluations in metrics.jsonl and the final one in summary.json."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [{"env_step": 0, "eval/echo/accuracy": 0.0}, {"env_step": env_steps, "eval/echo/accuracy": accuracy}]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "summary.json").write_text(json.dumps({"env_steps": env_steps, "wall_s": 1.0, "totals": {"messages": 10},
+                                                     "eval_after": {"eval/echo/accuracy": accuracy}}))
+
+
+def test_one_seed_has_no_interval_and_an_arm_without_runs_is_reported_as_missing(tmp_path):
+    """One seed: "n/a (1 seed)" where an interval would be, in summary.md and on the dashboard; an algorithm without a
+    finished run (--aggregate-only while it runs) is reported as missing instead of crashing; the dashboard's title
+    names the seeds its results are over and the runs left out."""
+    from c3_plugin.tools.compare import markdown
+    from c3_plugin.tools.dashboard import write_dashboard
+
+    out = tmp_path / "h2h"
+    finished_run(out / "c3-s0", 0.5)
+    finished_run(out / "magrpo-s0", 1.0)
+    (out / "c3-s1").mkdir()  # started, not finished
+    result = aggregate(out, ["c3", "magrpo"], [0, 1])
+    text = markdown(result)
+    assert "0.500, interval n/a (1 seed)" in text and "+- 0.000" not in text and "[0.500, 0.500]" not in text
+    assert "-0.500 interval n/a (1 seed)" in text and "[-0.500, -0.500]" not in text  # the paired difference
+    assert text.startswith("# Comparison: c3, magrpo over seeds [0]") and "left out): c3-s1, magrpo-s1" in text
+    (out / "summary.json").write_text(json.dumps(result))
+    page = write_dashboard(out).read_text()
+    assert "interval n/a (1 seed)" in page and "&plusmn; 0.000" not in page and "[-0.500, -0.500]" not in page
+    assert "<h1>Comparison h2h: c3, magrpo, seeds [0] (unfinished, left out of the results: c3-s1, magrpo-s1)</h1>" in page
+    (out / "magrpo-s0" / "summary.json").unlink()  # an arm with no finished run
+    result = aggregate(out, ["c3", "magrpo"], [0, 1])
+    assert set(result["final"]["eval/echo/accuracy"]["algorithms"]) == {"c3"} and "magrpo-s0" in result["missing_runs"]
+    assert "| eval/echo/accuracy | 0.500, interval n/a (1 seed) | - |" in markdown(result)
+    finished_run(out / "c3-s1", 0.75)  # two seeds: an interval
+    assert "| eval/echo/accuracy | 0.625 +- 0.177 [-0.963, 2.213] | - |" in markdown(aggregate(out, ["c3", "magrpo"], [0, 1]))
 
 
 def test_aggregate_without_finished_runs_names_the_fix(tmp_path):
