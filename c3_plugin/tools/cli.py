@@ -42,15 +42,18 @@ def main(argv: list[str] | None = None, algorithm: str | None = None, default_co
                         help="override a config value (repeatable); true/false/none, Python literals, else strings")
     parser.add_argument("--dry-run", action="store_true", help="validate and report the budget without loading a model")
     parser.add_argument("--json", action="store_true",
-                        help="--dry-run: print the whole report as JSON instead of its summary; an error as one JSON line")
-    parser.add_argument("--report", default=None, metavar="FILE", help="--dry-run: also write the whole report as JSON to FILE")
+                        help="--dry-run: print the whole report as JSON instead of its summary; an "
+                             "error as one JSON line")
+    parser.add_argument("--report", default=None, metavar="FILE",
+                        help="--dry-run: also write the whole report as JSON to FILE")
     args = parser.parse_args(argv)
     if not args.config:
         parser.error("--config is required")
     from c3_plugin.run.dry_run import dry_run_report, summary
     from c3_plugin.run.train import train, validate_or_exit
 
-    cfg = validate_or_exit(lambda: load_config(args.config, args.override, default_algorithm=algorithm, hub_preflight=True),
+    cfg = validate_or_exit(lambda: load_config(args.config, args.override, default_algorithm=algorithm,
+                                               hub_preflight=True),
                            args.json)
     if args.dry_run:
         report = validate_or_exit(lambda: dry_run_report(cfg), args.json)
@@ -86,10 +89,12 @@ def console(argv: list[str] | None = None) -> int:
         p.add_argument("--override", action="append", default=[], metavar="a.b=value",
                        help="override a config value (repeatable); true/false/none, Python literals, else strings")
 
-    trn = sub.add_parser("train", help="train one run (the algorithm named in the config); torchrun for several processes")
+    trn = (sub.add_parser("train", help="train one run (the algorithm named in the config); torchrun "
+                                        "for several processes"))
     common(trn)
     trn.add_argument("--json", action="store_true", help="print an error as one JSON line instead of text")
-    dry = sub.add_parser("dry-run", help="check the config, data, budget, memory and cluster plan without loading a model")
+    dry = (sub.add_parser("dry-run", help="check the config, data, budget, memory and cluster plan "
+                                          "without loading a model"))
     common(dry)
     dry.add_argument("--json", action="store_true", help="print the whole report as JSON instead of its summary")
     dry.add_argument("--report", default=None, metavar="FILE", help="also write the whole report as JSON to FILE")
@@ -202,7 +207,8 @@ def console(argv: list[str] | None = None) -> int:
     out = Path(args.out) if args.out else Path("runs") / Path(args.config).stem
     allow = True if args.allow_differences == [] else args.allow_differences  # bare flag: every difference
     validate_or_exit(lambda: compare(args.config, args.algorithms, args.seeds, out, args.override, args.launcher,
-                                     args.metric or ("eval/*/accuracy",), run=not args.aggregate_only, allow_differences=allow),
+                                     args.metric or ("eval/*/accuracy",), run=not args.aggregate_only,
+                                     allow_differences=allow),
                      args.json)
     return 0
 

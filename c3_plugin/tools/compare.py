@@ -76,7 +76,8 @@ def plan(cfg_path: str | Path, algorithms: Sequence[str], seeds: Sequence[int], 
     """Every run's config, checked to share data, evaluation sets and budget (:class:`ConfigError` naming the
     difference)."""
     if len(set(algorithms)) < 2 or len(set(seeds)) < 1:
-        raise ConfigError("c3 compare needs at least two algorithms and one seed, e.g. --algorithms c3 magrpo --seeds 0 1 2")
+        raise ConfigError("c3 compare needs at least two algorithms and one seed, e.g. --algorithms c3 "
+                          "magrpo --seeds 0 1 2")
     check_algorithm_names(algorithms)
     name = out.name
     configs = {(a, s): load_config(cfg_path, run_overrides(a, s, out, name, overrides))
@@ -286,8 +287,10 @@ def aggregate(out: Path, algorithms: Sequence[str], seeds: Sequence[int],
     result: dict[str, Any] = {"algorithms": list(algorithms), "seeds": list(seeds), "missing_runs": missing,
                               "metrics": metrics, "final": {}, "auc": {}, "pairs": {}, "costs": {}}
     for metric in metrics:
-        final = {a: {s: float(runs[a, s]["summary"]["eval_after"][metric]) for s in seeds if (a, s) in runs} for a in algorithms}
-        result["final"][metric] = compare_table({a: v for a, v in final.items() if v})  # an arm with no finished run: none
+        final = {a: {s: float(runs[a, s]["summary"]["eval_after"][metric]) for s in seeds if (a, s) in runs}
+                 for a in algorithms}
+        # an arm with no finished run: none
+        result["final"][metric] = compare_table({a: v for a, v in final.items() if v})
         auc = {}
         for a in algorithms:
             auc[a] = {}

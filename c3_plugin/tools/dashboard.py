@@ -172,7 +172,8 @@ def results_table(comparison: dict) -> str:
             ci = f"interval {no_interval(c)}" if no_interval(c) else f"[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]"
             out.append(f"<tr><td>{html.escape(m)}</td><td>{html.escape(pair)}</td><td>{c['mean_diff']:+.3f} "
                        f"<small>{ci}</small></td><td>{p(c.get('p'))}</td>"
-                       f"<td>{p(c.get('p_holm'))}</td><td>{p((c.get('wilcoxon') or {}).get('p'))}</td><td>{c['n']}</td></tr>")
+                       f"<td>{p(c.get('p_holm'))}</td><td>{p((c.get('wilcoxon') or {}).get('p'))}</td>"
+                       f"<td>{c['n']}</td></tr>")
     out.append("</table>")
     return "\n".join(out)
 
@@ -260,7 +261,8 @@ def run_results(run: dict) -> str:
                 "what it logged).</p>")
     after = summary.get("eval_after", {})
     final = [(html.escape(k), _cell(after.get(k)) + _items(after, k)) for k in eval_metrics(after)]
-    spent = [(label, _cell(_lookup(summary, path), 1)) for label, path in COST_KEYS] + [("updates", _cell(summary.get("updates")))]
+    spent = [(label, _cell(_lookup(summary, path), 1))
+             for label, path in COST_KEYS] + [("updates", _cell(summary.get("updates")))]
     out = [f"<p>{html.escape(summary_headline(summary))}</p>",
            "<table class='final'><tr><th>final metric</th><th>value</th></tr>"]
     out += [f"<tr><td>{k}</td><td>{v}</td></tr>" for k, v in final + spent]

@@ -50,11 +50,13 @@ def test_dataset_paths_resolve_against_the_file_that_names_them(tmp_path):
     shipped = tmp_path / "shipped"
     (shipped / "data").mkdir(parents=True)
     (shipped / "data" / "eval.jsonl").write_text("{}\n")
-    (shipped / "base.yaml").write_text("dataset:\n  train: {source: data/train.jsonl}\n  eval: [{source: data/eval.jsonl}]\n")
+    (shipped / "base.yaml").write_text("dataset:\n  train: {source: data/train.jsonl}\n  eval: "
+                                       "[{source: data/eval.jsonl}]\n")
     mine = tmp_path / "mine"
     (mine / "data").mkdir(parents=True)
     (mine / "data" / "my_problems.jsonl").write_text("{}\n")
-    (mine / "my.yaml").write_text("extends: ../shipped/base.yaml\ndataset:\n  train: {source: data/my_problems.jsonl}\n")
+    (mine / "my.yaml").write_text("extends: ../shipped/base.yaml\ndataset:\n  train: {source: "
+                                  "data/my_problems.jsonl}\n")
     dataset = read_yaml(mine / "my.yaml")["dataset"]
     assert dataset["train"]["source"] == str((mine / "data" / "my_problems.jsonl").resolve())
     assert dataset["eval"][0]["source"] == str((shipped / "data" / "eval.jsonl").resolve())  # the shipped file's own

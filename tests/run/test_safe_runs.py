@@ -131,7 +131,8 @@ def test_dry_run_checks_local_models_and_reports_hub_names(tmp_path):
     critic = check_model("nobody-c3/no-such-critic", "mappo.critic_model")  # a critic's backbone: no agent_model hint
     assert "cannot be verified offline" in critic["note"] and "gguf_file" not in critic["note"]
     assert "a local folder of the model's weights" in critic["note"]
-    with pytest.raises(ConfigError, match="python package 'no_such_model_wheel' is not installed"):  # fails, never reported ok
+    # fails, never reported ok
+    with pytest.raises(ConfigError, match="python package 'no_such_model_wheel' is not installed"):
         check_model("pkg:no_such_model_wheel", "agent_model.name")
     with pytest.raises(ConfigError, match=r"agent_model.name './nowhere'.*nowhere is not a folder"):
         check_model("./nowhere", "agent_model.name")

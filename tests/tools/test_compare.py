@@ -177,7 +177,8 @@ def test_single_run_dashboard_names_its_eval_sets_and_warns_of_an_agent_without_
     page = write_dashboard(run).read_text()
     final = "<tr><td>eval/compare/accuracy</td><td>0.5625 <small>(48 items, 95% CI [0.423, 0.693])</small></td></tr>"
     assert final in page  # 27 of 48 items right: the Wilson interval
-    assert "eval/compare/accuracy at every evaluation on 16 eval items; the results table's final value is on 48 items" in page
+    assert ("eval/compare/accuracy at every evaluation on 16 eval items; the results table's final "
+            "value is on 48 items" in page)
     warnings = [line for line in page.splitlines() if "class='warning'" in line]
     assert len(warnings) == 1 and "no learning signal for Actor_u1" in warnings[0] and "all 4 batches" in warnings[0]
     for row in rows:  # one batch with signal: no warning
@@ -308,13 +309,15 @@ def test_one_seed_has_no_interval_and_an_arm_without_runs_is_reported_as_missing
     (out / "summary.json").write_text(json.dumps(result))
     page = write_dashboard(out).read_text()
     assert "interval n/a (1 seed)" in page and "&plusmn; 0.000" not in page and "[-0.500, -0.500]" not in page
-    assert "<h1>Comparison h2h: c3, magrpo, seeds [0] (unfinished, left out of the results: c3-s1, magrpo-s1)</h1>" in page
+    assert ("<h1>Comparison h2h: c3, magrpo, seeds [0] (unfinished, left out of the results: "
+            "c3-s1, magrpo-s1)</h1>" in page)
     (out / "magrpo-s0" / "summary.json").unlink()  # an arm with no finished run
     result = aggregate(out, ["c3", "magrpo"], [0, 1])
     assert set(result["final"]["eval/echo/accuracy"]["algorithms"]) == {"c3"} and "magrpo-s0" in result["missing_runs"]
     assert "| eval/echo/accuracy | 0.500, interval n/a (1 seed) | - |" in markdown(result)
     finished_run(out / "c3-s1", 0.75)  # two seeds: an interval
-    assert "| eval/echo/accuracy | 0.625 +- 0.177 [-0.963, 2.213] | - |" in markdown(aggregate(out, ["c3", "magrpo"], [0, 1]))
+    two = markdown(aggregate(out, ["c3", "magrpo"], [0, 1]))
+    assert "| eval/echo/accuracy | 0.625 +- 0.177 [-0.963, 2.213] | - |" in two
 
 
 def test_aggregate_without_finished_runs_names_the_fix(tmp_path):
