@@ -743,6 +743,16 @@ class _Parser:
     def factor(self, info: "_Info", first: bool) -> str:
         out = self.atom(info, first)
         while True:
+            if self.at("ch", "^") and re.fullmatch(r"[A-Za-z]|\\[a-zA-Z]+ ?", out) and self._prime_next():  # x^{\prime}
+                self.take()
+                if self.at("cmd", "prime"):
+                    self.take()
+                else:
+                    self.take()
+                    self.expect("cmd", "prime")
+                    self.expect("ch", "}")
+                out += "'"
+                continue
             if self.at("ch", "^"):
                 self.take()
                 if self.at("cmd", "circ") or (self.at_group() and self.peek(1) is not None and self.peek(1).value == "circ"
@@ -936,7 +946,11 @@ class _Parser:
             self.take()
             inner = self.arg(info)
             info.other = True
-            return f"\\{name}{{{inner}}}" if name not in ("mathbf", "boldsymbol", "bm") else f"{{{inner}}}"
+            out = f"\\{name}{{{inner}}}" if name not in ("mathbf", "boldsymbol", "bm") else f"{{{inner}}}"
+            if self.at("ch", "_"):  # \dot{x}_{0}
+                self.take()
+                out += "_{" + self.script() + "}"
+            return out
         if name in ("angle",):
             raise ParseError("an angle as a value")
         raise ParseError(f"\\{name} is not in the answer language")
