@@ -216,7 +216,8 @@ def score(completion: str, gold: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> f
 
     An answer identical to the gold (spaces, ``$`` and a final period aside) scores 1.0 at once; any
     other goes to the worker, which reads answer and gold with the answer grammar (:func:`domains.math.grammar.read`)
-    and judges the readings (:func:`domains.math.grammar.judge`), all within ``timeout_s``. Never raises on model output (an answer whose check overruns ``timeout_s``
+    and judges the readings (:func:`domains.math.grammar.judge`), all within ``timeout_s``. Never raises on model
+    output (an answer whose check overruns ``timeout_s``
     scores 0.0); raises :class:`MathCheckerError` when the checker process cannot start or answer."""
     try:
         answer = last_boxed(completion)

@@ -70,8 +70,8 @@ _NUMPY = re.compile(r"\bnp\.(arcsin|arccos|arctan|sin|cos|tan|exp|log)\(")
 def normalise_gold(answer: str) -> str:
     """A gold answer as LaTeX a right answer can match: programming-style e-notation (Minerva's ``4.5e33``,
     which math-verify reads as 4.5 * e * 33) becomes ``4.5 \\times 10^{33}``, and a trailing point before a
-    slash (``-1./3``) goes, a NumPy call (``np.arcsin(10/13)``) is written in LaTeX (``\\arcsin(10/13)``) and a math-mode break
-    inside the answer (``$ $``) goes.
+    slash (``-1./3``) goes, a NumPy call (``np.arcsin(10/13)``) is written in LaTeX (``\\arcsin(10/13)``) and a
+    math-mode break inside the answer (``$ $``) goes.
     Everything else is kept as written."""
     text = answer.strip()
     if _E_NOTATION.fullmatch(text):

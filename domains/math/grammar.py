@@ -50,7 +50,8 @@ MAX_ANSWER_CHARS = 1000  # a longer boxed answer scores 0 (no gold of the bundle
 
 # ----- box selection ------------------------------------------------------------------------------
 
-BOX_COMMANDS = {"boxed": 0, "fbox": 0, "framebox": 0, "colorbox": 1, "fcolorbox": 2, "bbox": 0}  # name: braced args before the content
+# box command: the braced arguments before its content (\colorbox{colour}{...}, \fcolorbox{frame}{background}{...})
+BOX_COMMANDS = {"boxed": 0, "fbox": 0, "framebox": 0, "colorbox": 1, "fcolorbox": 2, "bbox": 0}
 _BOX_OPENER = re.compile(r"\\(%s)(?![a-zA-Z])" % "|".join(sorted(BOX_COMMANDS, key=len, reverse=True)))
 
 
@@ -112,20 +113,24 @@ def last_box(text: str) -> str | None:
     close_of = _braces(text)
     spans = [(m.start(), *_box_span(text, m, close_of)) for m in openers]
     last = spans[-1][0]
-    outer = next(s for s in spans if s[0] <= last <= s[2] or s[0] == last)  # the first (outermost) box holding the last opener
+    # the first (outermost) box that holds the last opener
+    outer = next(s for s in spans if s[0] <= last <= s[2] or s[0] == last)
     start, end, closed = outer[1], outer[2], outer[3]
     return text[start:end] if closed else None
 
 
 # ----- vocabulary ---------------------------------------------------------------------------------
 
-GREEK = ("alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota kappa lambda mu nu xi rho varrho sigma "
-         "tau upsilon phi varphi chi psi omega Gamma Delta Theta Lambda Xi Pi Sigma Upsilon Phi Psi Omega").split()
+GREEK = ("alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota kappa lambda mu nu xi rho varrho "
+         "sigma tau upsilon phi varphi chi psi omega Gamma Delta Theta Lambda Xi Pi Sigma Upsilon Phi Psi "
+         "Omega").split()
 SYMBOLS = set(GREEK) | {"pi", "infty", "hbar", "ell", "emptyset", "varnothing", "odot", "partial"}
-FUNCTIONS = set("sin cos tan cot sec csc arcsin arccos arctan sinh cosh tanh coth log ln lg exp det max min gcd lcm".split())
+FUNCTIONS = set("sin cos tan cot sec csc arcsin arccos arctan sinh cosh tanh coth log ln lg exp det max min gcd lcm"
+                .split())
 FRACTIONS = {"frac", "dfrac", "tfrac", "cfrac"}
 BINOMS = {"binom", "dbinom", "tbinom"}
-DECORATIONS = {"dot", "ddot", "hat", "bar", "vec", "tilde", "overline", "widehat", "widetilde", "mathbf", "boldsymbol", "bm"}
+DECORATIONS = {"dot", "ddot", "hat", "bar", "vec", "tilde", "overline", "widehat", "widetilde", "mathbf", "boldsymbol",
+               "bm"}
 TEXT_COMMANDS = {"text", "textrm", "textnormal", "textbf", "textit", "textsf", "mbox", "mathrm", "mathit", "mathsf",
                  "operatorname_"}  # \operatorname is not text: it hides a value in a name
 WRAPPERS = {"boxed", "fbox", "textbf", "mathbf", "boldsymbol", "bm", "text", "textrm", "textnormal", "mbox", "mathrm",
@@ -138,12 +143,14 @@ RELATIONS = {"=": "=", "in": "\\in", "<": "<", ">": ">", "le": "\\le", "leq": "\
 MATRICES = {"pmatrix", "bmatrix", "matrix"}
 CHOICES = "ABCDE"
 
-NUMBER_WORDS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve thirteen "
-                                           "fourteen fifteen sixteen seventeen eighteen nineteen twenty".split())}
+NUMBER_WORDS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve "
+                                           "thirteen fourteen fifteen sixteen seventeen eighteen nineteen "
+                                           "twenty".split())}
 NUMBER_WORDS.update({"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90,
-                     "hundred": 100, "thousand": 1000, "million": 10 ** 6, "billion": 10 ** 9, "half": 0.5, "dozen": 12})
+                     "hundred": 100, "thousand": 1000, "million": 10 ** 6, "billion": 10 ** 9, "half": 0.5,
+                     "dozen": 12})
 MULTIPLIERS = {"hundred": "100", "thousand": "1000", "million": "10^{6}", "billion": "10^{9}", "trillion": "10^{12}",
-               "dozen": "12", "k": "1000", "K_": "1000", "M": "10^{6}", "B_": "10^{9}"}  # K, B: kelvin and bel, not multipliers
+               "dozen": "12", "k": "1000", "M": "10^{6}"}  # K and B are kelvin and byte, never multipliers
 
 
 def _unit_table() -> dict[str, str]:
@@ -152,8 +159,9 @@ def _unit_table() -> dict[str, str]:
     prefixes = {"": "", "k": "kilo", "c": "centi", "m": "milli", "u": "micro", "n": "nano", "M": "mega", "G": "giga",
                 "p": "pico", "d": "deci", "T": "tera", "f": "femto"}
     si = {"m": ("meter", "metre"), "g": ("gram",), "s": ("second",), "L": ("liter", "litre"), "J": ("joule",),
-          "W": ("watt",), "Hz": ("hertz",), "eV": ("electronvolt", "electron-volt"), "Pa": ("pascal",), "N": ("newton",),
-          "V": ("volt",), "A": ("ampere", "amp"), "C": ("coulomb",), "F": ("farad",), "K": ("kelvin",), "mol": ("mole",),
+          "W": ("watt",), "Hz": ("hertz",), "eV": ("electronvolt", "electron-volt"), "Pa": ("pascal",),
+          "N": ("newton",), "V": ("volt",), "A": ("ampere", "amp"), "C": ("coulomb",), "F": ("farad",),
+          "K": ("kelvin",), "mol": ("mole",),
           "T": ("tesla",), "Wb": ("weber",), "H": ("henry",), "S": ("siemens",), "pc": ("parsec",), "bar": ("bar",),
           "cal": ("calorie",), "Wh": ("watt-hour",), "B": ("byte",), "b": ("bit",), "erg": ("erg",)}
     table: dict[str, str] = {}
@@ -172,7 +180,8 @@ def _unit_table() -> dict[str, str]:
                 if word.endswith("y"):
                     table[word[:-1] + "ies"] = key
     other = {
-        "in": ("inch", "inches", "in."), "ft": ("foot", "feet", "ft."), "yd": ("yard", "yards"), "mi": ("mile", "miles"),
+        "in": ("inch", "inches", "in."), "ft": ("foot", "feet", "ft."), "yd": ("yard", "yards"),
+        "mi": ("mile", "miles"),
         "au": ("AU", "astronomical unit", "astronomical units"), "ly": ("light-year", "light-years", "light year",
                                                                        "light years"),
         "lb": ("lbs", "pound", "pounds", "lb."), "oz": ("ounce", "ounces"), "t": ("ton", "tons", "tonne", "tonnes"),
@@ -238,7 +247,8 @@ def unit_key(phrase: str) -> str | None:
 # ----- tokens -------------------------------------------------------------------------------------
 
 # unicode read as LaTeX (or ASCII); any other non-ASCII character does not parse
-UNICODE = {"\u2212": "-", "\u2013": "-", "\u00d7": "\\times ", "\u00f7": "\\div ", "\u00b7": "\\cdot ", "\u22c5": "\\cdot ",
+UNICODE = {"\u2212": "-", "\u2013": "-", "\u00d7": "\\times ", "\u00f7": "\\div ", "\u00b7": "\\cdot ",
+           "\u22c5": "\\cdot ",
            "\u03c0": "\\pi ", "\u221e": "\\infty ", "\u221a": "\\sqrt ", "\u2264": "\\le ", "\u2265": "\\ge ",
            "\u00b0": "^{\\circ}", "\u00b2": "^{2}", "\u00b3": "^{3}", "\u00a0": " ", "\u2009": "\\,", "\u202f": "\\,",
            "\u2248": "\\approx ", "\u00b1": "\\pm ",
@@ -250,7 +260,7 @@ _COMMA_THOUSANDS = re.compile(r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?![\d,])")
 
 @dataclass(frozen=True)
 class Tok:
-    kind: str  # "cmd" (a control sequence), "ch" (a character), "sp" (spacing), "text" (the raw content of a text command)
+    kind: str  # "cmd" (a control sequence, without its backslash), "ch" (a character), "sp" (a space or spacing)
     value: str
 
 
@@ -480,7 +490,8 @@ class _Parser:
 
     def at_relation(self) -> bool:
         tok = self.peek()
-        return tok is not None and ((tok.kind == "ch" and tok.value in "=<>") or (tok.kind == "cmd" and tok.value in RELATIONS))
+        return tok is not None and ((tok.kind == "ch" and tok.value in "=<>")
+                                    or (tok.kind == "cmd" and tok.value in RELATIONS))
 
     # ----- names (left sides)
     def name_expr(self) -> tuple[str, bool] | None:
@@ -552,8 +563,7 @@ class _Parser:
             return None
         self.take()
         out = letter
-        while self.at("ch", "'") or (self.at("ch", "^") and self.peek(1) is not None and self.peek(1).value in ("prime", "{")
-                                    and self._prime_next()):
+        while self.at("ch", "'") or (self.at("ch", "^") and self._prime_next()):
             if self.at("ch", "'"):
                 self.take()
                 out += "'"
@@ -584,11 +594,9 @@ class _Parser:
         return out
 
     def _prime_next(self) -> bool:
-        nxt = self.peek(1)
-        if nxt.kind == "cmd" and nxt.value == "prime":
-            return True
-        third = self.peek(2)
-        return nxt.value == "{" and third is not None and third.kind == "cmd" and third.value == "prime"
+        """Whether ``^\\prime`` or ``^{\\prime}`` follows (the ``^`` next)."""
+        prime = Tok("cmd", "prime")
+        return self.peek(1) == prime or (self.peek(1) == Tok("ch", "{") and self.peek(2) == prime)
 
     def script(self) -> str:
         """A subscript: one token or a braced group of letters, digits, Greek, text and commas."""
@@ -640,7 +648,7 @@ class _Parser:
         percent = False
         while not self.done():
             tok = self.peek()
-            if tok.kind == "cmd" and tok.value == "%" or (tok.kind == "ch" and tok.value == "%" and self.peek(1) is None):
+            if tok.kind == "cmd" and tok.value == "%":
                 self.take()
                 if percent or unit:
                     raise ParseError("a percent after a unit")
@@ -691,8 +699,8 @@ class _Parser:
         self.nest()
         try:
             out = ""
-            if self.at_group() and self.peek(1) is not None and self.peek(1).value in "+-" and self.peek(1).kind == "ch" \
-                    and self.peek(2) == Tok("ch", "}"):  # {-}4: a sign in braces
+            if self.at_group() and self.peek(1) in (Tok("ch", "-"), Tok("ch", "+")) and self.peek(2) == Tok("ch", "}"):
+                # {-}4: a sign in braces
                 self.take()
                 out = self.take().value
                 self.take()
@@ -736,8 +744,8 @@ class _Parser:
         """Whether ``tok`` starts a factor multiplied by juxtaposition (never a digit: ``12345 40`` is no product)."""
         if tok.kind == "ch":
             return bool(re.fullmatch(r"[A-Za-z(\[|]", tok.value)) or tok.value == "{"
-        return tok.kind == "cmd" and (tok.value in SYMBOLS or tok.value in FUNCTIONS or tok.value in FRACTIONS
-                                      or tok.value in ("sqrt", "left", "{", "lim", "begin", "lvert") or tok.value in BINOMS
+        return tok.kind == "cmd" and (tok.value in SYMBOLS | FUNCTIONS | FRACTIONS | BINOMS
+                                      or tok.value in ("sqrt", "left", "{", "lim", "begin", "lvert")
                                       or tok.value in DECORATIONS - {"mathbf", "boldsymbol", "bm"})
 
     def factor(self, info: "_Info", first: bool) -> str:
@@ -755,8 +763,8 @@ class _Parser:
                 continue
             if self.at("ch", "^"):
                 self.take()
-                if self.at("cmd", "circ") or (self.at_group() and self.peek(1) is not None and self.peek(1).value == "circ"
-                                              and self.peek(2) is not None and self.peek(2).value == "}"):
+                if self.at("cmd", "circ") or (self.at_group() and self.peek(1) == Tok("cmd", "circ")
+                                              and self.peek(2) == Tok("ch", "}")):
                     if self.at_group():
                         self.take()
                         self.take()
@@ -766,7 +774,7 @@ class _Parser:
                     if info.unit is not None:
                         raise ParseError("two degree marks")
                     info.unit = "deg"
-                    if not self.done() and not self.at("ch", ",") and not self.at_relation() and not self.at_text_unit():
+                    if not (self.done() or self.at("ch", ",") or self.at_relation() or self.at_text_unit()):
                         raise ParseError("a degree mark inside an expression")
                     return out
                 out += "^{" + self.exponent(info) + "}"
@@ -929,10 +937,16 @@ class _Parser:
             return f"\\lim_{{{var} \\to {point}}} " + self.factor(info, first=True)
         if name == "left":
             self.take()
-            opener = self.take()
-            if opener.value not in ("(", "[", "{", "|", "lvert", "langle"):
-                raise ParseError(f"\\left{_detok(opener)}")
-            return self.bracket(info, opener.value, left=True)
+            opener = _detok(self.take())
+            if opener in ("|", "\\lvert"):
+                inner = self.expr(info)
+                self.expect("cmd", "right")
+                if _detok(self.take()) not in ("|", "\\rvert"):
+                    raise ParseError("\\left| closed by another")
+                return f"\\left|{inner}\\right|"
+            if opener not in _CLOSERS:
+                raise ParseError(f"\\left{opener}")
+            return self.bracket(info, opener, left=True)
         if name == "{":
             return self.bracket(info, "\\{")
         if name == "lvert":
@@ -975,28 +989,22 @@ class _Parser:
         raise ParseError(f"{_detok(tok)!r} as an argument")
 
     def bracket(self, info: "_Info", opener: str, left: bool = False) -> str:
+        """A bracketed value or list: ``(a)``, ``(a, b)``, ``[a, b)``, ``\\{a, b\\}``; with ``\\left ... \\right``
+        when ``left``."""
         if not left:
             self.take()
-        closers = {"(": (")", "]"), "[": ("]", ")"), "\\{": ("\\}",), "{": ("}",), "|": ("|",), "lvert": ("rvert",),
-                   "langle": ("rangle",)}[opener]
         parts = [self.expr(info)]
         while self.at("ch", ","):
             self.take()
             parts.append(self.expr(info))
         if left:
             self.expect("cmd", "right")
-        tok = self.take()
-        closer = "\\" + tok.value if tok.kind == "cmd" and tok.value in ("}", "rvert", "rangle") else tok.value
-        want = tuple(c if c.startswith("\\") or c in ")]|" else c for c in closers)
-        if closer not in want and not (opener in ("{",) and closer == "\\}") and closer.lstrip("\\") not in want:
+        closer = _detok(self.take())
+        if closer not in _CLOSERS[opener]:
             raise ParseError(f"{opener} closed by {closer}")
-        if opener == "|" and len(parts) > 1:
-            raise ParseError("a list inside |...|")
-        o = {"{": "\\{", "lvert": "|", "langle": "\\langle"}.get(opener, opener)
-        c = {"}": "\\}", "rvert": "|", "rangle": "\\rangle"}.get(closer.lstrip("\\") if closer != "\\}" else "}", closer)
-        if opener == "|":
-            return f"\\left|{parts[0]}\\right|"
-        return ("\\left" if o in "([" else "") + o + ", ".join(parts) + ("\\right" if o in "([" else "") + c
+        if opener in "([":
+            return "\\left" + opener + ", ".join(parts) + "\\right" + closer
+        return opener + ", ".join(parts) + closer
 
     def matrix(self, info: "_Info") -> str:
         self.expect("cmd", "begin")
@@ -1026,6 +1034,9 @@ class _Parser:
             raise ParseError("matrix rows of different lengths")
         info.other = True
         return "\\begin{pmatrix}" + " \\\\ ".join(" & ".join(r) for r in rows) + "\\end{pmatrix}"
+
+
+_CLOSERS = {"(": (")", "]"), "[": ("]", ")"), "\\{": ("\\}",), "\\langle": ("\\rangle",)}  # intervals: (a, b], [a, b)
 
 
 @dataclass
@@ -1102,7 +1113,8 @@ def _unwrap(toks: list[Tok]) -> list[Tok]:
 
 def _math_inside(inner: list[Tok]) -> bool:
     """Whether the content of a whole-answer ``\\text{}`` is math rather than words: it has a digit or a command
-    (``\\text{40}``, ``\\textbf{5 \\text{ cm}}``, ``\\textbf{\\text{even}}``); ``\\text{East}`` and ``\\text{(C)}`` are words."""
+    (``\\text{40}``, ``\\textbf{5 \\text{ cm}}``, ``\\textbf{\\text{even}}``); ``\\text{East}`` and ``\\text{(C)}`` are
+    words."""
     return any(t.kind == "cmd" or (t.kind == "ch" and (t.value.isdigit() or t.value == "$")) for t in inner)
 
 

@@ -128,8 +128,8 @@ def test_code_is_extracted_as_a_reader_reads_it(case):
 
 
 def test_reader_cases_score_like_the_same_code_fenced_plainly():
-    item = {"tests": '[{"expr": "add(2, 3)", "expected": ["int", "5"]}, {"expr": "add(-1, 1)", "expected": ["int", "0"]}]',
-            "setup": ""}
+    item = {"tests": '[{"expr": "add(2, 3)", "expected": ["int", "5"]}, '
+                     '{"expr": "add(-1, 1)", "expected": ["int", "0"]}]', "setup": ""}
     texts = [f"```python\n{ADD}```", *READER_CASES.values(), "Here is the function.\ndef add(a, b):\n    return a +"]
     scores = dc.reward(["plan"] * len(texts), texts, batch_items=[item] * len(texts))
     assert scores == [1.0] * (len(texts) - 1) + [0.0]  # prose is dropped only when what remains parses
