@@ -136,7 +136,9 @@ def _symbolic(gold: str) -> bool:
     """A gold with a free letter (``m``, ``p - q``, ``2k+2``), not text, not an equation."""
     bare = re.sub(r"\\[a-zA-Z]+(?:\{[a-z]*matrix\})?", "", gold)
     text = "=" in gold or "\\text" in gold or "\\mbox" in gold
-    return not text and bool(re.search(r"[a-df-hj-zA-Z]", bare))
+    greek = re.search(r"\\(?:alpha|beta|gamma|delta|epsilon|zeta|eta|theta|lambda|mu|nu|xi|rho|sigma|tau|phi|chi|psi|"
+                      r"omega)(?![a-z])", gold, re.IGNORECASE)
+    return not text and bool(re.search(r"[a-df-hj-zA-Z]", bare) or greek)
 
 
 def _near_decimal(gold: str) -> str | None:

@@ -200,6 +200,7 @@ def _unit_table() -> dict[str, str]:
         "Msun": ("solar mass", "solar masses", "M_\\odot", "M_{\\odot}"), "Lsun": ("L_\\odot", "L_{\\odot}"),
         "amu": ("u_", "dalton", "daltons", "Da"), "ohm": ("ohms", "\\Omega"), "mmHg": ("mm Hg",),
         "knot": ("knots", "kn"), "nmi": ("nautical mile", "nautical miles"),
+        "unit": ("units",),  # MATH's geometry answers: 12 square units
     }
     for key, forms in other.items():
         table[key] = key
@@ -1237,7 +1238,7 @@ def judge(a: Reading, g: Reading, equal, magnitude) -> bool:
         if a.kind == "text":
             return a.text == g.text
         side = a.items[0].sides[-1] if a.kind == "math" and len(a.items) == 1 and not a.items[0].rels else None
-        return side is not None and re.sub(r"\\s", "", side.latex).casefold() == g.text.replace(" ", "")
+        return side is not None and re.sub(r"\s", "", side.latex).casefold() == g.text.replace(" ", "")
     if a.kind == "text":
         return False
     if a.kind == "choice":

@@ -172,6 +172,7 @@ def test_the_unit_vocabulary_is_real_and_words_are_not_units():
     ("864 \\text{ square feet}", "864 \\mbox{ inches}^2", 0.0),
     ("12345 I \\frac{d \\omega}{d t}+2 B \\omega=T", "I \\frac{d \\omega}{d t}+2 B \\omega=T", 0.0),
     ("\\arcsin(10/13)", normalise_gold("np.arcsin(10/13)"), 1.0),
+    ("Evelyn", "\\text{Evelyn}", 1.0), ("12 \\text{ square units}", "12", 1.0), ("3 \\text{ apples}", "3", 0.0),
 ])
 def test_issue_36_forms(answer, gold, expected):
     assert score(boxed(answer), gold) == expected
