@@ -131,8 +131,8 @@ FRACTIONS = {"frac", "dfrac", "tfrac", "cfrac"}
 BINOMS = {"binom", "dbinom", "tbinom"}
 DECORATIONS = {"dot", "ddot", "hat", "bar", "vec", "tilde", "overline", "widehat", "widetilde", "mathbf", "boldsymbol",
                "bm"}
-TEXT_COMMANDS = {"text", "textrm", "textnormal", "textbf", "textit", "textsf", "mbox", "mathrm", "mathit", "mathsf",
-                 "operatorname_"}  # \operatorname is not text: it hides a value in a name
+# text commands (\operatorname is none: a value hidden in an operator name does not parse)
+TEXT_COMMANDS = {"text", "textrm", "textnormal", "textbf", "textit", "textsf", "mbox", "mathrm", "mathit", "mathsf"}
 WRAPPERS = {"boxed", "fbox", "textbf", "mathbf", "boldsymbol", "bm", "text", "textrm", "textnormal", "mbox", "mathrm",
             "displaystyle", "textstyle"}
 SPACING = {",", ";", ":", "!", " ", "quad", "qquad", "thinspace", "enspace", "medspace", "thickspace", "negthinspace"}
@@ -457,7 +457,7 @@ class _Parser:
             self.take()
             rels.append(rel)
             sides.append(self.side())
-        for k, side in enumerate(sides[:-1]):
+        for side in sides[:-1]:
             if side.unit or side.percent:
                 raise ParseError("a unit or percent before a relation")
         if "\\approx" in rels and not (len(rels) == 1 and rels[0] == "\\approx" and sides[0].name):
