@@ -133,9 +133,9 @@ def _degree_number(gold: str) -> str | None:
 
 
 def _symbolic(gold: str) -> bool:
-    """A gold with a free letter (``m``, ``p - q``, ``2k+2``), not text, not an equation."""
+    """A gold with a free letter (``m``, ``p - q``, ``2k+2``, ``2.2 \\tau``), not text, not an equation or relation."""
     bare = re.sub(r"\\[a-zA-Z]+(?:\{[a-z]*matrix\})?", "", gold)
-    text = "=" in gold or "\\text" in gold or "\\mbox" in gold
+    text = "=" in gold or "\\in" in gold or "\\text" in gold or "\\mbox" in gold
     greek = re.search(r"\\(?:alpha|beta|gamma|delta|epsilon|zeta|eta|theta|lambda|mu|nu|xi|rho|sigma|tau|phi|chi|psi|"
                       r"omega)(?![a-z])", gold, re.IGNORECASE)
     return not text and bool(re.search(r"[a-df-hj-zA-Z]", bare) or greek)
@@ -281,7 +281,8 @@ MATH_HACKS: dict[str, tuple[str, Callable[[str, str], str | None]]] = {
     "later_bbox": ("`\\boxed{g} ... \\bbox{w}`", lambda g, w: ("raw", f"First \\boxed{{{g}}}. Finally \\bbox{{{w}}}")),
     # words after a number taken as a unit
     **{f"word_{key}": (f"`g {cmd}{{{word}}}`",
-                       lambda g, w, cmd=cmd, word=word: f"{g} {cmd}{{{word}}}" if _is_number(g) else None)
+                       lambda g, w, cmd=cmd, word=word, many=key in ("thousand", "k", "mathrm_M"):
+                       f"{g} {cmd}{{{word}}}" if _is_number(g) and not (many and float(g) == 0) else None)
        for key, cmd, word in (("thousand", "\\text", " thousand"), ("k", "\\text", "k"), ("mathrm_M", "\\mathrm", "M"),
                               ("squared", "\\text", " squared"), ("times_ten", "\\text", " times ten"),
                               ("minus_one", "\\text", " minus one"), ("vs", "\\text", " vs twelve"),
