@@ -84,7 +84,8 @@ def _irrational_decimal(gold: str) -> str | None:
 
 
 def _percent_scaled(gold: str) -> str | None:
-    if not _is_number(gold) or float(gold) == 0:  # 0\% is 0: no hack
+    """``1800\\%`` for 18; for a gold between -1 and 1 (a proportion) ``100g\\%`` is the right answer (50% for 0.5)."""
+    if not _is_number(gold) or float(gold) == 0 or abs(float(gold)) < 1:  # 0\% is 0: no hack
         return None
     value = float(gold) * 100
     return (str(int(value)) if value == int(value) else f"{value:g}") + "\\%"
@@ -109,6 +110,92 @@ def _thousands(gold: str, sep: str) -> str | None:
     return sep.join([head] + [tail[i:i + 3] for i in range(0, len(tail), 3)])
 
 
+# ----- round three (issue 36): helpers -----
+
+_DEGREE = re.compile(r"(\d+)\s*\^\s*\{?\\circ\}?")
+_FRACTION = re.compile(r"\\[dt]?frac\{?(\d+)\}?\{?(\d+)\}?|(\d+)/(\d+)")
+
+
+def _proportion(gold: str) -> bool:
+    """A nonzero plain-number gold strictly between -1 and 1."""
+    return _is_number(gold) and 0 < abs(float(gold)) < 1
+
+
+def _percent_points(gold: str) -> bool:
+    """A plain-number gold that a percent answer is read against in percent points (not between -1 and 1)."""
+    return _is_number(gold) and (abs(float(gold)) >= 1 or float(gold) == 0)
+
+
+def _degree_number(gold: str) -> str | None:
+    """The number of a degree gold (``120^\\circ`` gives 120)."""
+    m = _DEGREE.fullmatch(gold.strip())
+    return m.group(1) if m else None
+
+
+def _symbolic(gold: str) -> bool:
+    """A gold with a free letter (``m``, ``p - q``, ``2k+2``, ``2.2 \\tau``), not text, not an equation or relation."""
+    bare = re.sub(r"\\[a-zA-Z]+(?:\{[a-z]*matrix\})?", "", gold)
+    text = "=" in gold or "\\in" in gold or "\\text" in gold or "\\mbox" in gold
+    greek = re.search(r"\\(?:alpha|beta|gamma|delta|epsilon|zeta|eta|theta|lambda|mu|nu|xi|rho|sigma|tau|phi|chi|psi|"
+                      r"omega)(?![a-z])", gold, re.IGNORECASE)
+    return not text and bool(re.search(r"[a-df-hj-zA-Z]", bare) or greek)
+
+
+def _near_decimal(gold: str) -> str | None:
+    """``4.500000400`` for ``4.5``: a decimal gold with a digit changed far down (relative 1e-7)."""
+    m = re.fullmatch(r"(-?\d*\.\d+)(\s*\\times\s*10\^\{-?\d+\})?", gold)
+    return m.group(1) + "000004" + (m.group(2) or "") if m else None
+
+
+def _near_fraction(gold: str) -> str | None:
+    """A fraction within 1e-7 of a fraction or integer gold (``\\frac{4000001}{1000000}`` for 4)."""
+    m = re.fullmatch(r"\\[dt]?frac\{(\d+)\}\{(\d+)\}", gold)
+    p, q = (int(m.group(1)), int(m.group(2))) if m else (int(gold), 1) if re.fullmatch(r"\d+", gold) else (None, None)
+    return None if p is None else f"\\frac{{{p * 10 ** 7 + 1}}}{{{q * 10 ** 7}}}"
+
+
+def _percent_of_fraction(gold: str) -> str | None:
+    """``12.5\\%`` for ``\\frac18``: a fraction gold with a terminating decimal, as a percent."""
+    m = _FRACTION.fullmatch(gold.strip())
+    if not m:
+        return None
+    p, q = (int(x) for x in (m.group(1, 2) if m.group(1) else m.group(3, 4)))
+    if q == 0 or p >= q:
+        return None
+    value = p * 100 / q
+    text = f"{value:.6f}".rstrip("0").rstrip(".")
+    return f"{text}\\%" if abs(float(text) - value) < 1e-12 else None
+
+
+def _top_level_list(gold: str) -> list[str] | None:
+    """The items of a gold that is a top-level list (``1,-2``; ``3, 5, 7``), None for anything else."""
+    depth, parts, start = 0, [], 0
+    for i, ch in enumerate(gold):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0 and not gold[i + 1:i + 2] == "\\":
+            parts.append(gold[start:i].strip())
+            start = i + 1
+    parts.append(gold[start:].strip())
+    if len(parts) < 2 or "\\!" in gold or re.fullmatch(r"\d{1,3}(?:,\d{3})+", gold):
+        return None
+    return parts
+
+
+def _pm_expanded(gold: str) -> str | None:
+    m = re.fullmatch(r"(.+?)\s*\\pm\s*(.+)", gold)
+    if not m or "," in gold or "\\{" in gold:
+        return None
+    return f"{m.group(1)}+{m.group(2)}, {m.group(1)}-{m.group(2)}"
+
+
+def _thousands_of(gold: str) -> str | None:
+    """``3 \\text{ thousand}`` for 3000 (a nonzero multiple of 1000)."""
+    return f"{int(gold) // 1000} \\text{{ thousand}}" if re.fullmatch(r"[1-9]\d*000", gold) else None
+
+
 # separators behind which math-verify's default extraction falls back to reading a bare number (name, text, shown)
 FALLBACK_SEPARATORS = (("arrow_u", "\u2192", "\u2192"), ("cjk_or", "\u6216", "\u6216"), ("fullwidth_eq", "\uff1d", "\uff1d"),
                        ("vee_u", "\u2228", "\u2228"), ("ellipsis_u", "\u2026", "\u2026"), ("zero_width", "\u200b", "zero-width space"),
@@ -128,7 +215,7 @@ MATH_HACKS: dict[str, tuple[str, Callable[[str, str], str | None]]] = {
     "text_or_dollar": ("`w \\text{ or } $g`", lambda g, w: f"{w} \\text{{ or }} ${g}"),
     "ellipsis": ("`w, g, \\dots`", lambda g, w: f"{w}, {g}, \\dots"),
     "neg_paren_eq": ("`-(x=g)`", lambda g, w: f"-({g})" if "=" in g else f"-(x={g})"),
-    "percent_scaled": ("`100g\\%` for a nonzero plain-number gold", lambda g, w: _percent_scaled(g)),
+    "percent_scaled": ("`100g\\%` for a plain-number gold of size 1 or more", lambda g, w: _percent_scaled(g)),
     "base_subscript": ("`52_80` for `52_8`", lambda g, w: _base_hack(g)),
     "subscript_tail": ("`g_{w}`", lambda g, w: f"{{{g}}}_{{{w}}}"),
     "unit_swap": ("another unit for a gold with a unit", lambda g, w: _unit_swap(g)),
@@ -163,7 +250,8 @@ MATH_HACKS: dict[str, tuple[str, Callable[[str, str], str | None]]] = {
     "fallback_first": ("`g \u2248 w` (the fallback reads the first number)", lambda g, w: f"{g} \u2248 {w}"),
     "unclosed_outer_box": ("`\\boxed{w \\boxed{g}` (an unclosed box around a closed one)", lambda g, w: ("raw", f"so \\boxed{{{w} \\boxed{{{g}}}")),
     # honest wrong answers the fallback credited: a plain-number gold g
-    "superscript_square": ("`g\u00b2`", lambda g, w: f"{g}\u00b2" if _is_number(g) and g not in ("0", "1") else None),
+    "superscript_square": ("`g\u00b2`",
+                           lambda g, w: f"{g}\u00b2" if _is_number(g) and g not in ("0", "1", "-1") else None),
     "superscript_inverse": ("`g\u207b\u00b9`", lambda g, w: f"{g}\u207b\u00b9" if _is_number(g) and g not in ("1", "-1") else None),
     "times_root": ("`g \u221a2`", lambda g, w: f"{g} \u221a2" if _is_number(g) and g != "0" else None),
     "per_mille": ("`g\u2030`", lambda g, w: f"{g}\u2030" if _is_number(g) and g != "0" else None),
@@ -181,16 +269,61 @@ MATH_HACKS: dict[str, tuple[str, Callable[[str, str], str | None]]] = {
     "tiny_magnitude": ("`10^{-40}` for a gold below 1e-6 (math-verify rounds to 6 places)",
                        lambda g, w: "10^{-40}" if re.search(r"10\^\{-(?:[7-9]|\d\d)\}", g) else None),
     "zero_for_tiny": ("`0` for a gold below 1e-6", lambda g, w: "0" if re.search(r"10\^\{-(?:[7-9]|\d\d)\}", g) else None),
+    # round three (issue 36): the last box is not the one read
+    "later_box_unbraced": ("`\\boxed{g} ... \\boxed w` (a final box without braces)",
+                           lambda g, w: ("raw", f"First \\boxed{{{g}}}. On reflection \\boxed {w}")),
+    "later_box_unclosed": ("`\\boxed{g} ... \\boxed{w` (a final box never closed)",
+                           lambda g, w: ("raw", f"First \\boxed{{{g}}}. On reflection ... \\boxed{{{w}")),
+    "later_framebox": ("`\\boxed{g} ... \\framebox{w}`",
+                       lambda g, w: ("raw", f"First \\boxed{{{g}}}. Finally \\framebox{{{w}}}")),
+    "later_colorbox": ("`\\boxed{g} ... \\colorbox{yellow}{w}`",
+                       lambda g, w: ("raw", f"First \\boxed{{{g}}}. Finally \\colorbox{{yellow}}{{{w}}}")),
+    "later_bbox": ("`\\boxed{g} ... \\bbox{w}`", lambda g, w: ("raw", f"First \\boxed{{{g}}}. Finally \\bbox{{{w}}}")),
+    # words after a number taken as a unit
+    **{f"word_{key}": (f"`g {cmd}{{{word}}}`",
+                       lambda g, w, cmd=cmd, word=word, many=key in ("thousand", "k", "mathrm_M"):
+                       f"{g} {cmd}{{{word}}}" if _is_number(g) and not (many and float(g) == 0) else None)
+       for key, cmd, word in (("thousand", "\\text", " thousand"), ("k", "\\text", "k"), ("mathrm_M", "\\mathrm", "M"),
+                              ("squared", "\\text", " squared"), ("times_ten", "\\text", " times ten"),
+                              ("minus_one", "\\text", " minus one"), ("vs", "\\text", " vs twelve"),
+                              ("to", "\\text", " to twelve"), ("no", "\\text", " no"), ("isnt", "\\text", " isn't"),
+                              ("when_even", "\\text", " when even"), ("at_least", "\\text", " at least"),
+                              ("textbf_no", "\\textbf", " no"))},
+    "radians_for_degrees": ("`30 \\text{ radians}` for `30^\\circ`",
+                            lambda g, w: f"{_degree_number(g)} \\text{{ radians}}" if _degree_number(g) else None),
+    # \% anywhere
+    "percent_inside": ("`8\\%2` for 82", lambda g, w: f"{g[0]}\\%{g[1:]}" if re.fullmatch(r"\d{2,}", g) else None),
+    "percent_prefix": ("`\\%g`", lambda g, w: f"\\%{g}"),
+    "percent_of_proportion": ("`g\\%` for a plain-number gold between 0 and 1 (0.2% is not 0.2)",
+                              lambda g, w: f"{g}\\%" if _proportion(g) else None),
+    "percent_word_of_proportion": ("`g \\text{ percent}` for a gold between 0 and 1",
+                                   lambda g, w: f"{g} \\text{{ percent}}" if _proportion(g) else None),
+    # false equations whose left side has no digit
+    "pi_eq": ("`\\pi = g` for a plain-number gold", lambda g, w: f"\\pi = {g}" if _is_number(g) else None),
+    "number_word_eq": ("`\\text{twelve} = g` for a plain-number gold other than 12",
+                       lambda g, w: f"\\text{{twelve}} = {g}" if _is_number(g) and g != "12" else None),
+    "letter_eq_symbolic": ("`A = g` for a gold in letters (`A = m` for m)",
+                           lambda g, w: f"A = {g}" if _symbolic(g) and "A" not in g else None),
+    # marks dropped
+    "prime_mark": ("`g'` for a plain-number gold", lambda g, w: f"{g}'" if _is_number(g) else None),
+    "double_prime_mark": ("`g''` for a plain-number gold", lambda g, w: f"{g}''" if _is_number(g) else None),
+    "degrees_for_radians": ("`(g)^{\\circ}` for a gold with \\pi",
+                            lambda g, w: f"({g})^{{\\circ}}" if "\\pi" in g else None),
+    # near misses within math-verify's rounding
+    "near_decimal_relative": ("`4.500000400` for `4.5` (a decimal gold, 1e-7 off)", lambda g, w: _near_decimal(g)),
+    "near_fraction": ("a fraction 1e-7 from an integer or fraction gold", lambda g, w: _near_fraction(g)),
 }
 
 # variant -> (description, maker(gold) -> boxed content or None when it does not apply)
 MATH_RIGHT: dict[str, tuple[str, Callable[[str], str | None]]] = {
     "identity": ("the gold itself", lambda g: g),
     "dfrac": ("`\\dfrac` for `\\frac`", lambda g: g.replace("\\frac", "\\dfrac") if "\\frac" in g else None),
-    "assignment": ("`x = g` (a gold that is not an equation or text)", lambda g: None if "=" in g or "\\text" in g else f"x = {g}"),
+    "assignment": ("`x = g` (a gold that is not an equation, text or in letters)",
+                   lambda g: None if "=" in g or "\\text" in g or _symbolic(g) else f"x = {g}"),
     "dollars": ("`\\$g` (a plain-number gold)", lambda g: f"\\${g}" if _is_number(g) else None),
     "dollars_cents": ("`\\$g.00` (an integer gold)", lambda g: f"\\${g}.00" if re.fullmatch(r"-?\d+", g) else None),
-    "percent": ("`g\\%` (a plain-number gold)", lambda g: f"{g}\\%" if _is_number(g) else None),
+    "percent": ("`g\\%` (a plain-number gold not strictly between -1 and 1)",
+                lambda g: f"{g}\\%" if _percent_points(g) else None),
     "brace_thousands": ("`1{,}000`", lambda g: _thousands(g, "{,}")),
     "comma_thousands": ("`1,000`", lambda g: _thousands(g, ",")),
     "thin_thousands": ("`70\\,000`", lambda g: _thousands(g, "\\,")),
@@ -201,13 +334,56 @@ MATH_RIGHT: dict[str, tuple[str, Callable[[str], str | None]]] = {
     "trailing_period": ("`g.`", lambda g: f"{g}."),
     # round two (issue 24): forms math-verify accepts that the screen refused
     "unit_mathrm": ("`g \\mathrm{~cm}` (a plain-number gold)", lambda g: f"{g} \\mathrm{{~cm}}" if _is_number(g) else None),
-    "bare_percent": ("`g%` (a plain-number gold)", lambda g: f"{g}%" if _is_number(g) else None),
+    "bare_percent": ("`g%` (a plain-number gold not strictly between -1 and 1)",
+                     lambda g: f"{g}%" if _percent_points(g) else None),
     "descriptive_lhs": ("`m+n = g` (a plain-number gold)", lambda g: f"m+n = {g}" if _is_number(g) else None),
     "text_lhs": ("`\\text{Total} = g` (a plain-number gold)", lambda g: f"\\text{{Total}} = {g}" if _is_number(g) else None),
     "over": ("`{a \\over b}` for `\\frac{a}{b}`", lambda g: re.sub(r"\\frac\{([^{}]+)\}\{([^{}]+)\}", r"{\1 \\over \2}", g) if re.fullmatch(r"\\frac\{[^{}]+\}\{[^{}]+\}", g) else None),
     "mathrm_for_text": ("`\\mathrm{}` for `\\text{}`", lambda g: g.replace("\\text{", "\\mathrm{") if g.startswith("\\text{") else None),
     "text_case": ("`\\text{East}` for `\\text{east}`", lambda g: re.sub(r"\\text\{([a-z])", lambda m: "\\text{" + m.group(1).upper(), g) if re.fullmatch(r"\\text\{[a-z][a-z ]*\}", g) else None),
     "digits_for_comma_gold": ("`11111100` for `11,\\! 111,\\! 100`", lambda g: re.sub(r"[^\d]", "", g) if re.fullmatch(r"\d{1,3}(?:,\\! ?\d{3})+", g) else None),
+    # round three (issue 36): forms math-verify accepts that the screen refused
+    "thin_space_unit": ("`g\\,\\text{cm}` (a plain-number gold)",
+                        lambda g: f"{g}\\,\\text{{cm}}" if _is_number(g) else None),
+    "thin_space_area": ("`g\\,\\text{m}^2` (a plain-number gold)",
+                        lambda g: f"{g}\\,\\text{{m}}^2" if _is_number(g) else None),
+    "thin_space_percent": ("`g\\,\\%` (a plain-number gold not strictly between -1 and 1)",
+                           lambda g: f"{g}\\,\\%" if _percent_points(g) else None),
+    "thin_space_kelvin": ("`g\\,\\mathrm{K}` (a plain-number gold)",
+                          lambda g: f"{g}\\,\\mathrm{{K}}" if _is_number(g) else None),
+    "thin_space_degrees": ("`120\\,\\text{degrees}` for `120^\\circ`",
+                           lambda g: f"{_degree_number(g)}\\,\\text{{degrees}}" if _degree_number(g) else None),
+    "degree_command": ("`120\\degree` for `120^\\circ`",
+                       lambda g: f"{_degree_number(g)}\\degree" if _degree_number(g) else None),
+    "tilde_unit": ("`g~\\mathrm{cm}` (a plain-number gold)",
+                   lambda g: f"{g}~\\mathrm{{cm}}" if _is_number(g) else None),
+    "nbsp_unit": ("`g`, a no-break space, `\\text{cm}` (a plain-number gold)",
+                  lambda g: f"{g}\u00a0\\text{{cm}}" if _is_number(g) else None),
+    "unicode_square_unit": ("`g \\text{ cm\u00b2}` (a plain-number gold)",
+                            lambda g: f"{g} \\text{{ cm\u00b2}}" if _is_number(g) else None),
+    "sum_lhs": ("`x_1+x_2 = g` (a plain-number gold)", lambda g: f"x_1+x_2 = {g}" if _is_number(g) else None),
+    "angle_lhs": ("`\\angle A = 120^\\circ` for `120^\\circ`",
+                  lambda g: f"\\angle A = {g}" if _degree_number(g) else None),
+    "dollar_comma": ("`\\$1,251` (an integer gold of 4+ digits)",
+                     lambda g: "\\$" + _thousands(g, ",") if _thousands(g, ",") else None),
+    "comma_dollars_word": ("`1,251 \\text{ dollars}`",
+                           lambda g: _thousands(g, ",") + " \\text{ dollars}" if _thousands(g, ",") else None),
+    "pm_expanded": ("`1+\\sqrt{19}, 1-\\sqrt{19}` for `1 \\pm \\sqrt{19}`", _pm_expanded),
+    "approx_decimal": ("`\\approx g` for a decimal gold",
+                       lambda g: f"\\approx {g}" if "." in g and "=" not in g else None),
+    "or_list": ("`a \\text{ or } b` for a list gold",
+                lambda g: " \\text{ or } ".join(_top_level_list(g)) if _top_level_list(g) else None),
+    "percent_for_fraction": ("`12.5\\%` for `\\frac18`", _percent_of_fraction),
+    "decimal_for_percent": ("`0.05` for `5%`",
+                            lambda g: f"{float(g[:-1]) / 100:g}" if re.fullmatch(r"\d+(?:\.\d+)?%", g) else None),
+    "choice_label": ("`\\textbf{(A) }g` (a plain-number gold)",
+                     lambda g: f"\\textbf{{(A) }}{g}" if _is_number(g) else None),
+    "boldsymbol": ("`\\boldsymbol{g}`", lambda g: f"\\boldsymbol{{{g}}}"),
+    "brace_minus": ("`{-}g` for a negative number gold `-g`",
+                    lambda g: f"{{-}}{g[1:]}" if re.fullmatch(r"-\d+(?:\.\d+)?", g) else None),
+    "limit_form": ("`\\lim_{x\\to0}(g+x)` (a plain-number gold)",
+                   lambda g: f"\\lim_{{x\\to0}}({g}+x)" if _is_number(g) else None),
+    "multiplier_word": ("`3 \\text{ thousand}` for 3000", _thousands_of),
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from collections import OrderedDict
 from typing import Any, Mapping, Sequence
@@ -13,15 +14,89 @@ from c3_plugin.core.rewards import batched
 from .data import decode_tests
 from .sandbox import Sandbox, Test, TestResult, default_sandbox
 
-_FENCE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+
+_FENCE_LINE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([^\s`]*)(.*)$")
+CODE_TAGS = {"", "python", "py", "python3", "py3", "text", "txt", "plaintext", "plain", "code"}  # a block with another
+# language tag (```bash, ```output, ```json) is no candidate
+MAX_PROSE_LINES = 8  # prose lines dropped at most at each end of unfenced code
+
+
+def _blocks(lines: list[str]) -> list[tuple[str, list[str], bool]]:
+    """The fenced blocks of ``lines``: (tag, content lines, closed); a fence still open at the end runs to it."""
+    out, i = [], 0
+    while i < len(lines):
+        m = _FENCE_LINE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        fence, tag = m.group(1), m.group(2).casefold()
+        body, i, closed = [], i + 1, False
+        while i < len(lines):
+            line = lines[i]
+            i += 1
+            bare = line.strip()
+            if bare and set(bare) == {fence[0]} and len(bare) >= len(fence):
+                closed = True
+                break
+            if line.rstrip().endswith(fence) and fence[0] == "`" and not _FENCE_LINE.match(line):  # code```: closes
+                body.append(line.rstrip()[:-len(fence)])
+                closed = True
+                break
+            body.append(line)
+        out.append((tag, body, closed))
+    return out
+
+
+def _code(lines: list[str]) -> str:
+    lines = list(lines)
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return "\n".join(lines) + "\n"
+
+
+def _parses(code: str) -> bool:
+    try:
+        ast.parse(code)
+        return True
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return False
+
+
+def _bare_code(lines: list[str]) -> str | None:
+    """Unfenced code with prose lines before or after it: the longest run of lines, dropping at most
+    :data:`MAX_PROSE_LINES` at each end, that parses; None when none does."""
+    n = len(lines)
+    for drop in range(1, 2 * MAX_PROSE_LINES + 1):
+        for head in range(max(0, drop - MAX_PROSE_LINES), min(drop, MAX_PROSE_LINES) + 1):
+            tail = drop - head
+            kept = lines[head:n - tail]
+            if any(line.strip() for line in kept) and not (kept and kept[0].startswith((" ", "\t"))):
+                code = _code(kept)
+                if _parses(code):
+                    return code
+    return None
 
 
 def extract_code(text: str) -> str:
-    """The last fenced (python) code block of a message, else the whole message."""
+    """The code of a message, read as a reader would: **the last block wins**.
+
+    * the last complete fenced block (```` ``` ```` or ``~~~``), whatever follows the language tag on the fence
+      line (```` ```python  # solution ````), tagged ``python``/``py``/``text``/none (another language's block,
+      ```` ```bash ````, is no candidate); ``\r\n`` and ``\r`` line endings read as ``\n``;
+    * a fence still open at the end (a completion cut at the token limit): its content up to the end, when no
+      complete block comes after it;
+    * no fence: the whole message when it parses as Python, else the message without prose lines before and after
+      the code (at most :data:`MAX_PROSE_LINES` each end) when what remains parses, else the whole message."""
     if not isinstance(text, str):
         return ""
-    blocks = _FENCE.findall(text)
-    return blocks[-1] if blocks else text
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.split("\n")
+    blocks = [b for b in _blocks(lines) if b[0] in CODE_TAGS]
+    if blocks:
+        return _code(blocks[-1][1])
+    if _parses(text):
+        return text
+    return _bare_code(lines) or text
 
 
 def syntax_valid(code: str) -> bool:

@@ -7,16 +7,18 @@ one JSON value per line:
 * on start it imports math-verify, checks that ``1`` is equivalent to ``1``, and writes
   ``"READY"``; a worker that cannot do that exits non-zero with the reason on stderr;
 * then, for each request ``[mode, answer, gold]`` read from stdin, it writes ``true`` or ``false``:
-  ``"strict"`` (the reward) runs the integrity screen (``integrity.py`` of this folder, loaded by path) and
-  checks every claim it returns with math-verify's LaTeX extraction only (no fallback to a bare number read
-  out of unparseable text); ``"lenient"`` is plain math-verify, default extraction, no screen (published
-  numbers' scoring). Model output never ends the worker: a parse or verify error is ``false``.
+  ``"strict"`` (the reward) reads the answer and the gold with the answer grammar (``grammar.py`` of this
+  folder, loaded by path: the whole box must parse into one reading) and judges the readings
+  (:func:`grammar.judge`), comparing clean values with math-verify's LaTeX extraction only (no fallback to a
+  bare number read out of unparseable text); ``"lenient"`` is plain math-verify, default extraction, no grammar
+  (published numbers' scoring). Model output never ends the worker: a parse or verify error is ``false``.
 
-A decimal answer to a gold written without decimals must be *exactly* equal to it (its decimals read as
-exact fractions): math-verify alone accepts anything within 6 rounded digits, so ``3.14159265`` would
-pass for ``\\pi`` and ``0.333333`` for ``\\frac13``; ``0.5`` for ``\\frac12`` and ``18.00`` for 18 still pass.
-Any other numeric answer must agree with the gold to 1e-6 of the gold's size (math-verify's rounding to 6
-decimal places would let any tiny number pass for a tiny gold such as ``1.325 \\times 10^{-27}``).
+Numbers are compared **exactly**: decimals are read as the fractions they write (``0.5`` is 1/2, ``4.5000004``
+is not 4.5) and two numbers are equal when they agree to 45 significant digits (a symbolic identity such as
+``\\sqrt{8} = 2\\sqrt{2}`` holds; a near miss, however small, does not). math-verify alone rounds numbers to 6
+decimal places, so ``4.500000400`` would pass for 4.5, ``3.14159265`` for ``\\pi`` and ``10^{-20}`` for
+``1.325 \\times 10^{-27}``. Inside sets, tuples, intervals and matrices math-verify compares with 10-place rounding.
+Two equations agree when one's ``lhs - rhs`` is a nonzero constant times the other's.
 
 It exits when stdin closes (the parent went away). Anything else printed (library
 warnings) goes to stderr, never onto the protocol channel.
@@ -26,10 +28,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 
-DECIMAL = re.compile(r"\d*\.\d+")
 
 
 def main() -> int:
@@ -43,37 +43,52 @@ def main() -> int:
     import importlib.util
 
     from math_verify import LatexExtractionConfig, parse, verify
-    from sympy import Eq, Expr, Float, Rational, simplify
+    from sympy import Derivative, Eq, Expr, Float, N, Rational, Symbol, simplify
 
-    spec = importlib.util.spec_from_file_location("c3_math_integrity", os.path.join(here, "integrity.py"))
-    integrity = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = integrity  # its dataclasses look their module up
-    spec.loader.exec_module(integrity)
+    spec = importlib.util.spec_from_file_location("c3_math_grammar", os.path.join(here, "grammar.py"))
+    grammar = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = grammar  # its dataclasses look their module up
+    spec.loader.exec_module(grammar)
     latex_only = [LatexExtractionConfig()]
+    golds: dict[str, object] = {}
+
+    def freeze(x):
+        """Derivatives as plain symbols: sympy takes d\\omega/dt of a bare symbol for 0, so without this any
+        coefficient in front of a derivative would pass."""
+        if not hasattr(x, "atoms"):
+            return x
+        return x.xreplace({d: Symbol(f"_d[{d}]") for d in x.atoms(Derivative)})
+
+    def rational(x):
+        return x.xreplace({f: Rational(str(f)) for f in x.atoms(Float)}) if hasattr(x, "atoms") else x
 
     def exact(a, g) -> bool:
-        """``a`` (its floats made exact fractions) equals ``g`` exactly."""
-        a = a.xreplace({f: Rational(str(f)) for f in a.atoms(Float)})
-        if isinstance(a, Expr) and isinstance(g, Expr):
-            return simplify(a - g) == 0
-        return bool(verify([g], [a]))
-
-    def relatively_close(a, g) -> bool:
-        """Two numbers agree to 1e-6 of the gold's size (a zero gold: exactly). math-verify rounds to 6 decimal
-        places, so below 1e-6 every number equals every other: 10^{-20} would pass for 1.325 x 10^{-27}."""
-        if not (isinstance(a, Expr) and isinstance(g, Expr) and a.is_number and g.is_number):
+        """Two numbers (decimals as exact fractions) agree to 45 significant digits; symbolic values with a decimal
+        or a derivative in them must simplify to the same; other values keep math-verify's verdict."""
+        if not (isinstance(a, Expr) and isinstance(g, Expr)):
             return True
-        try:
-            av, gv = complex(a.evalf(30)), complex(g.evalf(30))
-        except (TypeError, ValueError):
-            return True
-        return abs(av - gv) <= 1e-6 * abs(gv) if gv != 0 else av == 0
+        has_float = bool(a.atoms(Float) or g.atoms(Float) or a.atoms(Derivative) or g.atoms(Derivative))
+        a, g = freeze(a), freeze(g)
+        a, g = rational(a), rational(g)
+        if a.is_number and g.is_number:
+            try:
+                gv = complex(N(g, 60))
+                return abs(complex(N(a - g, 60))) <= 1e-45 * max(1.0, abs(gv))
+            except (TypeError, ValueError):
+                return False
+        if has_float:
+            try:
+                return simplify(a - g) == 0
+            except Exception:  # noqa: BLE001
+                return False
+        return True
 
     def same_equation(a, g) -> bool:
         """Two equations agree when one's ``lhs - rhs`` is a nonzero constant times the other's (math-verify alone
         lets ``12345 I + x = T`` pass for ``I + x = T``); anything else: math-verify's verdict stands."""
         if not (isinstance(a, Eq) and isinstance(g, Eq)):
             return True
+        a, g = freeze(a), freeze(g)
         try:
             ratio = simplify((a.lhs - a.rhs) / (g.lhs - g.rhs))
         except Exception:  # noqa: BLE001
@@ -81,26 +96,45 @@ def main() -> int:
         return bool(ratio.is_number and ratio != 0)
 
     def equivalent(answer: str, gold: str) -> bool:
-        """One claim against the gold, LaTeX extraction only."""
+        """Two clean values, LaTeX extraction only, numbers exact."""
         try:
             g = parse(f"${gold}$", extraction_config=latex_only)
             a = parse(f"${answer}$", extraction_config=latex_only)
-            if not (g and a and verify(g, a)):
+            if not (g and a):
                 return False
-            if DECIMAL.search(answer) and not DECIMAL.search(gold):
-                return exact(a[0], g[0])
-            return relatively_close(a[0], g[0]) and same_equation(a[0], g[0])
+            if isinstance(a[0], Expr) and isinstance(g[0], Expr):
+                # decimals as the fractions they write (math-verify misses 17.5/100 = 7/40 with the float)
+                ok = verify(g, a) or verify([rational(g[0])], [rational(a[0])])
+            else:  # sets, tuples, intervals, matrices, equations: their numbers to 10 places
+                ok = verify(g, a, float_rounding=10)
+            return bool(ok) and exact(a[0], g[0]) and same_equation(a[0], g[0])
         except Exception:  # noqa: BLE001 - model output must never end the worker
             return False
 
+    def magnitude(latex: str):
+        try:
+            value = parse(f"${latex}$", extraction_config=latex_only)[0]
+            return float(value) if isinstance(value, Expr) and value.is_number and value.is_real else None
+        except Exception:  # noqa: BLE001
+            return None
+
     def strict(answer: str, gold: str) -> bool:
         try:
-            verdict = integrity.screen(answer, gold)
+            a = grammar.read(answer)
+            if not a.ok:
+                return False
+            if gold not in golds:
+                golds[gold] = grammar.read(gold)
+            g = golds[gold]
+            if g.ok:
+                return grammar.judge(a, g, equivalent, magnitude)
+            # a gold outside the answer language (np.arcsin(10/13), a stray $ $): one plain value against it as written
+            if a.kind != "math" or a.label or a.approx or len(a.items) != 1 or a.items[0].rels:
+                return False
+            side = a.items[0].sides[0]
+            return not (side.unit or side.percent or side.base) and equivalent(side.latex, gold)
         except Exception:  # noqa: BLE001
             return False
-        if verdict.reason is not None or not verdict.claims or not verdict.gold:
-            return False
-        return verdict.same or all(equivalent(c, verdict.gold) for c in verdict.claims)
 
     def lenient(answer: str, gold: str) -> bool:
         try:

@@ -1,7 +1,8 @@
-"""Answer extraction and checking for math: the last balanced ``\\boxed{}`` / ``\\fbox{}`` (none when an
-unclosed box encloses it), read by the integrity screen (:mod:`domains.math.integrity`: a box that holds the
-gold next to a contradiction, a comment or a second value scores 0) and compared with the gold answer by
-math-verify's LaTeX extraction, both in a worker process under one wall-clock bound per answer.
+"""Answer extraction and checking for math: the box a reader reads (the last box opener decides,
+:func:`domains.math.grammar.last_box`), read whole by the answer grammar (:mod:`domains.math.grammar`: a box
+scores only when all of it parses into one reading) and judged against the gold, the clean values compared by
+math-verify's LaTeX extraction with numbers exact, in a worker process under one wall-clock bound per answer.
+What the grammar refuses that plain math-verify accepts, and why: ``domains/math/README.md``.
 
 :func:`score_lenient` is the paper-style check published numbers use (plain math-verify, default extraction,
 on the last box, else the text after ``####``, else after "final answer", else the last line), logged beside
@@ -34,8 +35,9 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-_BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
-_BRACE = re.compile(r"[{}]")
+from .grammar import last_box
+
+
 DEFAULT_TIMEOUT_S = 5.0
 START_TIMEOUT_S = 120.0  # import math-verify and check 1 == 1 (seconds on a loaded machine; generous)
 PROBE_TIMEOUT_S = 5.0  # after an overrun, a fresh worker must check 1 == 1 within max(timeout, this)
@@ -48,29 +50,9 @@ class MathCheckerError(RuntimeError):
 
 
 def last_boxed(text: str) -> str | None:
-    """Content of the last balanced ``\\boxed{...}`` or ``\\fbox{...}`` (the one that closes last, so
-    ``\\boxed{\\boxed{40} 12345}`` gives the outer content, which the screen refuses); None if there is none.
-
-    Linear in the text: one pass over its braces pairs every ``{`` with its ``}``."""
-    if not isinstance(text, str):
-        return None
-    opens = [m.end() - 1 for m in _BOX.finditer(text)]
-    if not opens:
-        return None
-    close_of: dict[int, int] = {}
-    stack: list[int] = []
-    for m in _BRACE.finditer(text):
-        if m.group() == "{":
-            stack.append(m.start())
-        elif stack:
-            close_of[stack.pop()] = m.start()
-    closed = [(close_of[start], start) for start in opens if start in close_of]
-    if not closed:
-        return None
-    end, start = max(closed)  # the box that closes last: an outer box, never one nested inside it
-    if any(o < start and o not in close_of for o in opens):  # an unclosed box encloses it: \boxed{12345 \boxed{40}
-        return None
-    return text[start + 1:end]
+    """The content of the box a reader reads (:func:`domains.math.grammar.last_box`): the last box opener decides,
+    the outermost box around it is read, and an unbraced or unclosed last box means no answer (None)."""
+    return last_box(text)
 
 
 def _normalise(s: str) -> str:
@@ -191,8 +173,8 @@ class _Checker:
         return self._read(timeout_s)
 
     def equivalent(self, answer: str, gold: str, timeout_s: float, mode: str = "strict") -> bool:
-        """Whether ``answer`` passes the screen and math-verify finds it equivalent to ``gold`` (``mode``
-        "strict"; "lenient": plain math-verify on the text); False when the check overruns ``timeout_s`` or kills
+        """Whether ``answer`` parses whole and says ``gold`` (``mode`` "strict"; "lenient": plain math-verify
+        on the text); False when the check overruns ``timeout_s`` or kills
         the worker. Raises :class:`MathCheckerError` when no worker can start, or a
         fresh one cannot check ``1 == 1`` in time after such a failure (the checker itself does not answer)."""
         with self._lock:
@@ -230,12 +212,12 @@ _CHECKER = _Checker()
 
 
 def score(completion: str, gold: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> float:
-    """1.0 if the last balanced box of ``completion`` is equivalent to ``gold``, else 0.0.
+    """1.0 if the box a reader reads in ``completion`` says the gold, else 0.0.
 
     An answer identical to the gold (spaces, ``$`` and a final period aside) scores 1.0 at once; any
-    other goes to the worker, which runs the integrity screen (:func:`domains.math.integrity.screen`) and
-    checks each of its claims (the answer, or the non-variable sides of an equation chain) against the gold,
-    all within ``timeout_s``. Never raises on model output (an answer whose check overruns ``timeout_s``
+    other goes to the worker, which reads answer and gold with the answer grammar (:func:`domains.math.grammar.read`)
+    and judges the readings (:func:`domains.math.grammar.judge`), all within ``timeout_s``. Never raises on model
+    output (an answer whose check overruns ``timeout_s``
     scores 0.0); raises :class:`MathCheckerError` when the checker process cannot start or answer."""
     try:
         answer = last_boxed(completion)
@@ -253,7 +235,7 @@ _FINAL = re.compile(r"final answer\s*(?:is)?\s*[:：]?\s*(.+)", re.IGNORECASE)
 
 
 def lenient_answer(completion: str) -> str | None:
-    """The paper-style final answer of ``completion`` (the C3 reference code's order): the last balanced box,
+    """The paper-style final answer of ``completion`` (the C3 reference code's order): the box read,
     else what follows the last ``####``, else what follows the last "final answer", else the last non-empty line."""
     if not isinstance(completion, str) or not completion.strip():
         return None

@@ -63,16 +63,21 @@ def _row_id(row: Mapping[str, Any], name: str, index: int) -> str:
 
 _E_NOTATION = re.compile(r"(-?\d+(?:\.\d+)?)[eE]([+-]?\d+)")
 _TRAILING_POINT = re.compile(r"(\d)\.(?=\s*/)")
+_MATH_BREAK = re.compile(r"(?<!\\)\$\s*(?<!\\)\$")
+_NUMPY = re.compile(r"\bnp\.(arcsin|arccos|arctan|sin|cos|tan|exp|log)\(")
 
 
 def normalise_gold(answer: str) -> str:
     """A gold answer as LaTeX a right answer can match: programming-style e-notation (Minerva's ``4.5e33``,
     which math-verify reads as 4.5 * e * 33) becomes ``4.5 \\times 10^{33}``, and a trailing point before a
-    slash (``-1./3``) goes. Everything else is kept as written."""
+    slash (``-1./3``) goes, a NumPy call (``np.arcsin(10/13)``) is written in LaTeX (``\\arcsin(10/13)``) and a
+    math-mode break inside the answer (``$ $``) goes.
+    Everything else is kept as written."""
     text = answer.strip()
     if _E_NOTATION.fullmatch(text):
         text = _E_NOTATION.sub(lambda m: f"{m.group(1)} \\times 10^{{{int(m.group(2))}}}", text)
-    return _TRAILING_POINT.sub(r"\1", text)
+    text = _MATH_BREAK.sub(" ", text)  # Minerva's "... +$ $\\dot{x}_0 ...": a math-mode break inside the answer
+    return _NUMPY.sub(lambda m: f"\\{m.group(1)}(", _TRAILING_POINT.sub(r"\1", text))
 
 
 def _item(row: Mapping[str, Any], name: str, index: int, question: str, answer: str) -> dict[str, Any]:

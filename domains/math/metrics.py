@@ -2,7 +2,8 @@
 
 Per decode: ``correct`` (the final answer checks against the gold: the training reward),
 ``correct_lenient`` (the paper-style check published tables use, :func:`~domains.math.answer.score_lenient`),
-``boxed`` (the final message has a balanced box) and message lengths in characters. Aggregated per suite as
+``boxed`` (the final message has a box to read: its last box opener braced and closed) and message lengths in
+characters. Aggregated per suite as
 ``<suite>/accuracy``, ``<suite>/accuracy_lenient``, ``<suite>/boxed_rate`` and ``<suite>/len_<role>``, plus the same
 over all suites under ``all/``. A sampled suite (``num_samples: k``: the trainer hands the
 logger k decodes of each item, tagged ``eval_index``) averages each item's decodes first, so

@@ -19,7 +19,11 @@ EXTRA_GOLDS = ["52_8", "5 \\text{ cm}", "\\pi", "2\\sqrt{3}", "x=5", "(-\\infty,
                "\\text{(C)}", "10\\%", "\\frac{14}{3}", "70000", "1000000", "-4", "0.5",
                # round two: a text answer, a simple fraction, a gold written with ,\! thousands, Minerva's normalised e-notation
                "\\text{east}", "\\frac{3}{4}", "11,\\! 111,\\! 111,\\! 100", "204", "4.5 \\times 10^{33}",
-               "1.325 \\times 10^{-27}"]
+               "1.325 \\times 10^{-27}",
+               # round three: a +- gold, a percent gold, a degree gold, a radian gold, a fraction with a terminating
+               # decimal, a list, a letter, a 4-digit integer, a decimal, a multiple of 1000, a proportion
+               "1 \\pm \\sqrt{19}", "5%", "120^\\circ", "8\\pi", "\\frac{1}{8}", "1,-2", "m", "1251", "4.5", "3000",
+               "0.2"]
 RIGHT_VARIANTS = [v for v in hunt.MATH_RIGHT]
 
 

@@ -112,6 +112,34 @@ def test_extract_code(text, code):
     assert dc.extract_code(text) == code
 
 
+ADD = "def add(a, b):\n    return a + b\n"
+# issue 36: right answers the extraction lost (the first seven scored 0 before), and the last block winning
+READER_CASES = {
+    "fence_line_with_trailing_text": "Here it is:\n```python  # solution\n" + ADD + "```\nDone.",
+    "crlf_line_endings": ("Sure.\n```python\n" + ADD + "```\n").replace("\n", "\r\n"),
+    "unclosed_final_fence": "Answer:\n```python\n" + ADD,
+    "prose_line_before_bare_code": "Here is the function.\n" + ADD,
+    "prose_line_after_bare_code": ADD + "This adds two numbers.",
+    "prose_around_bare_code": "Solution below:\n" + ADD + "\nHope this helps!",
+    "text_block": "```text\n" + ADD + "```",
+    "last_block_wins": "```python\ndef add(a, b):\n    return 0\n```\nFixed:\n```python\n" + ADD + "```",
+    "a_later_output_block_is_no_candidate": "```python\n" + ADD + "```\n```output\n5\n```",
+}
+
+
+@pytest.mark.parametrize("case", list(READER_CASES))
+def test_code_is_extracted_as_a_reader_reads_it(case):
+    assert dc.extract_code(READER_CASES[case]) == dc.extract_code(f"```python\n{ADD}```") == ADD
+
+
+def test_reader_cases_score_like_the_same_code_fenced_plainly():
+    item = {"tests": '[{"expr": "add(2, 3)", "expected": ["int", "5"]}, '
+                     '{"expr": "add(-1, 1)", "expected": ["int", "0"]}]', "setup": ""}
+    texts = [f"```python\n{ADD}```", *READER_CASES.values(), "Here is the function.\ndef add(a, b):\n    return a +"]
+    scores = dc.reward(["plan"] * len(texts), texts, batch_items=[item] * len(texts))
+    assert scores == [1.0] * (len(texts) - 1) + [0.0]  # prose is dropped only when what remains parses
+
+
 def test_reward_is_the_hidden_pass_rate_and_never_raises_on_model_output(mbpp):
     item = mbpp[0]
     good = f"```python\n{item['canonical']}\n```"

@@ -23,7 +23,10 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "math"
     ("\\boxed {x^{2}}", "x^{2}"),
     ("\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}", "\\left( 3, \\frac{\\pi}{2} \\right)"),
     ("\\boxed{5", None),
-    ("\\boxed{2} and \\boxed{3", "2"),
+    ("\\boxed{2} and \\boxed{3", None),  # the last box opener decides: an unclosed last box is no answer (issue 36)
+    ("\\boxed{2} then \\framebox{3}", "3"),
+    ("\\boxed{2} then \\colorbox{yellow}{3}", "3"),
+    ("\\boxed{2} then \\boxed 3", None),  # an unbraced last box: no answer, never the earlier one
     ("\\boxed{\\boxed{40} 12345}", "\\boxed{40} 12345"),  # the outer box (the screen refuses its content), never the inner one
     ("no box at all", None),
 ])
@@ -100,14 +103,14 @@ def test_right_forms_still_score_one(completion, gold):
     assert dm.score(completion, gold) == 1.0
 
 
-def test_the_screen_names_why_an_answer_is_refused():
-    from domains.math.integrity import screen
+def test_the_grammar_names_why_an_answer_is_refused():
+    from domains.math.grammar import read
 
-    assert screen("12345 = 40", "40").claims == ("12345", "40")  # every non-variable side must equal the gold
-    assert screen("x = 40", "40").claims == ("40",)
-    assert "command" in screen("40 \\approx 12345", "40").reason
-    assert screen("52_80", "52_8").reason.startswith("subscript")
-    assert screen("1800\\%", "18") == screen("1800", "18")  # percent dropped on both sides, never divided by 100
+    assert read("12345 = 40").items[0].sides[0].name is False  # a number is a claim, never a name
+    assert read("x = 40").items[0].sides[0].name is True
+    assert "after the answer" in read("40 \\text{ no}").reason
+    assert "base" in read("52_{80}").reason and read("52_80").reason  # 52_8 then a stray 0
+    assert read("1800\\%").items[0].sides[0].percent  # a percent is read, never dropped
 
 
 @pytest.mark.parametrize("garbage", [None, 42, b"\\boxed{1}", "\\boxed{" * 5000, "}" * 10000, "\x00\\boxed{\x00}",
