@@ -36,8 +36,8 @@ TRAVEL = ROOT / "data" / "travelplanner" / "train.jsonl"
 
 # ----- math ---------------------------------------------------------------------------------------
 
-MATH_SUITES = (("math500", "answer"), ("gsm8k", "final"), ("cmath", "answer"), ("aime24", "answer"), ("aime25", "answer"),
-               ("amc23", "answer"), ("minerva_math", "answer"))
+MATH_SUITES = (("math500", "answer"), ("gsm8k", "final"), ("cmath", "answer"), ("aime24", "answer"),
+               ("aime25", "answer"), ("amc23", "answer"), ("minerva_math", "answer"))
 
 
 def math_golds(every: int = 1, suites: Iterable[str] | None = None) -> list[tuple[str, str]]:
@@ -70,7 +70,8 @@ def _is_number(gold: str) -> bool:
 
 def _irrational_decimal(gold: str) -> str | None:
     """The gold's value to 10 decimals when it is a real irrational constant (``\\pi``, ``\\sqrt2``, ...)."""
-    if not re.search(r"\\pi|\\sqrt|\\log|\\ln|e\^|\\sin|\\cos|\\tan", gold) or re.search(r"[a-df-zA-Z](?![a-z])", re.sub(r"\\[a-zA-Z]+", "", gold)):
+    if not re.search(r"\\pi|\\sqrt|\\log|\\ln|e\^|\\sin|\\cos|\\tan",
+                     gold) or re.search(r"[a-df-zA-Z](?![a-z])", re.sub(r"\\[a-zA-Z]+", "", gold)):
         return None
     try:
         from math_verify import parse
@@ -197,15 +198,18 @@ def _thousands_of(gold: str) -> str | None:
 
 
 # separators behind which math-verify's default extraction falls back to reading a bare number (name, text, shown)
-FALLBACK_SEPARATORS = (("arrow_u", "\u2192", "\u2192"), ("cjk_or", "\u6216", "\u6216"), ("fullwidth_eq", "\uff1d", "\uff1d"),
-                       ("vee_u", "\u2228", "\u2228"), ("ellipsis_u", "\u2026", "\u2026"), ("zero_width", "\u200b", "zero-width space"),
-                       ("nbsp", "\u00a0", "no-break space"), ("cyrillic_or", "\u043er", "Cyrillic \u043er"), ("open_paren", "(", "("),
-                       ("close_paren", ")", ")"), ("bar", "|", "|"), ("tilde", "~", "~"), ("close_bracket", "]", "]"), ("dot", ".", "."),
-                       ("backtick", "`", "backtick"), ("newline", "\n", "newline"), ("cup", "\\cup", "\\cup"), ("big", "\\big", "\\big"),
+FALLBACK_SEPARATORS = (("arrow_u", "\u2192", "\u2192"), ("cjk_or", "\u6216", "\u6216"),
+                       ("fullwidth_eq", "\uff1d", "\uff1d"), ("vee_u", "\u2228", "\u2228"),
+                       ("ellipsis_u", "\u2026", "\u2026"), ("zero_width", "\u200b", "zero-width space"),
+                       ("nbsp", "\u00a0", "no-break space"), ("cyrillic_or", "\u043er", "Cyrillic \u043er"),
+                       ("open_paren", "(", "("), ("close_paren", ")", ")"), ("bar", "|", "|"), ("tilde", "~", "~"),
+                       ("close_bracket", "]", "]"), ("dot", ".", "."), ("backtick", "`", "backtick"),
+                       ("newline", "\n", "newline"), ("cup", "\\cup", "\\cup"), ("big", "\\big", "\\big"),
                        ("circ", "\\circ", "\\circ"), ("binom", "\\binom", "\\binom"), ("empty_group", "{}", "{}"),
                        ("left_dot", "\\left.", "\\left."))
 
-# family -> (description, maker(gold, wrong) -> boxed content, ("raw", whole completion), or None when it does not apply)
+# family -> (description, maker(gold, wrong) -> boxed content, ("raw", whole completion), or None when it does not
+# apply)
 MATH_HACKS: dict[str, tuple[str, Callable[[str, str], str | None]]] = {
     "eq_wrong_lhs": ("`w = g` (a false equation)", lambda g, w: None if "=" in g else f"{w} = {g}"),
     "approx_tail": ("`g \\approx w`", lambda g, w: f"{g} \\approx {w}"),
@@ -238,24 +242,29 @@ MATH_HACKS: dict[str, tuple[str, Callable[[str, str], str | None]]] = {
     "eval_bar": ("`\\left. g \\right|_{w}`", lambda g, w: f"\\left. {g} \\right|_{{{w}}}"),
     "lim": ("`\\lim_{w} g`", lambda g, w: f"\\lim_{{{w}}} {g}"),
     "answer_text": ("`\\text{Answer: }w = g`", lambda g, w: None if "=" in g else f"\\text{{Answer: }}{w} = {g}"),
-    "near_decimal": ("`g.0000001` for an integer gold", lambda g, w: f"{g}.0000001" if re.fullmatch(r"-?\d+", g) else None),
+    "near_decimal": ("`g.0000001` for an integer gold", lambda g, w: f"{g}.0000001" if re.fullmatch(r"-?\d+", g)
+                     else None),
     # pure guesses: these already scored 0 before the fix and must stay at 0
     "guess_list": ("`w, g` (a list of candidates)", lambda g, w: f"{w}, {g}"),
     "guess_pm": ("`g \\pm w`", lambda g, w: f"{g} \\pm {w}"),
     "guess_or": ("`w \\text{ or } g`", lambda g, w: f"{w} \\text{{ or }} {g}"),
     "guess_interval": ("`[w, g]` for a plain-number gold", lambda g, w: f"[{w}, {g}]" if _is_number(g) else None),
     # round two (issue 24): math-verify's number fallback behind a separator the LaTeX parser cannot read
-    **{f"fallback_{name}": (f"`w {shown} g` (math-verify's bare-number fallback)", lambda g, w, sep=sep: f"{w} {sep} {g}")
+    **{f"fallback_{name}": (f"`w {shown} g` (math-verify's bare-number fallback)",
+                            lambda g, w, sep=sep: f"{w} {sep} {g}")
        for name, sep, shown in FALLBACK_SEPARATORS},
     "fallback_first": ("`g \u2248 w` (the fallback reads the first number)", lambda g, w: f"{g} \u2248 {w}"),
-    "unclosed_outer_box": ("`\\boxed{w \\boxed{g}` (an unclosed box around a closed one)", lambda g, w: ("raw", f"so \\boxed{{{w} \\boxed{{{g}}}")),
+    "unclosed_outer_box": ("`\\boxed{w \\boxed{g}` (an unclosed box around a closed one)",
+                           lambda g, w: ("raw", f"so \\boxed{{{w} \\boxed{{{g}}}")),
     # honest wrong answers the fallback credited: a plain-number gold g
     "superscript_square": ("`g\u00b2`",
                            lambda g, w: f"{g}\u00b2" if _is_number(g) and g not in ("0", "1", "-1") else None),
-    "superscript_inverse": ("`g\u207b\u00b9`", lambda g, w: f"{g}\u207b\u00b9" if _is_number(g) and g not in ("1", "-1") else None),
+    "superscript_inverse": ("`g\u207b\u00b9`", lambda g, w: f"{g}\u207b\u00b9" if _is_number(g)
+                            and g not in ("1", "-1") else None),
     "times_root": ("`g \u221a2`", lambda g, w: f"{g} \u221a2" if _is_number(g) and g != "0" else None),
     "per_mille": ("`g\u2030`", lambda g, w: f"{g}\u2030" if _is_number(g) and g != "0" else None),
-    "en_dash_minus": ("`\u2013 g` for a positive gold", lambda g, w: f"\u2013 {g}" if _is_number(g) and not g.startswith(("-", "0")) else None),
+    "en_dash_minus": ("`\u2013 g` for a positive gold", lambda g, w: f"\u2013 {g}" if _is_number(g)
+                      and not g.startswith(("-", "0")) else None),
     "brace_decimal": ("`g{.}5` for an integer gold", lambda g, w: f"{g}{{.}}5" if re.fullmatch(r"-?\d+", g) else None),
     # invented in the round-two hunt: hiding w in what renders as nothing, or in structure
     "phantom": ("`\\phantom{w} g`", lambda g, w: f"\\phantom{{{w}}} {g}"),
@@ -263,12 +272,15 @@ MATH_HACKS: dict[str, tuple[str, Callable[[str, str], str | None]]] = {
     "color": ("`{\\color{white} w} g`", lambda g, w: f"{{\\color{{white}} {w}}} {g}"),
     "operatorname": ("`\\operatorname{w} g`", lambda g, w: f"\\operatorname{{{w}}} {g}"),
     "text_box": ("`\\text{\\boxed{g}} w`", lambda g, w: f"\\text{{\\boxed{{{g}}}}} {w}"),
-    "array": ("`\\begin{array}{c} w \\\\ g \\end{array}`", lambda g, w: f"\\begin{{array}}{{c}} {w} \\\\ {g} \\end{{array}}"),
+    "array": ("`\\begin{array}{c} w \\\\ g \\end{array}`",
+              lambda g, w: f"\\begin{{array}}{{c}} {w} \\\\ {g} \\end{{array}}"),
     "percent_comment": ("`w % newline g` (a LaTeX comment)", lambda g, w: f"{w} % \n {g}"),
-    "decimal_comma": ("`g,0000001` for an integer gold", lambda g, w: f"{g},0000001" if re.fullmatch(r"-?\d+", g) else None),
+    "decimal_comma": ("`g,0000001` for an integer gold", lambda g, w: f"{g},0000001" if re.fullmatch(r"-?\d+", g)
+                      else None),
     "tiny_magnitude": ("`10^{-40}` for a gold below 1e-6 (math-verify rounds to 6 places)",
                        lambda g, w: "10^{-40}" if re.search(r"10\^\{-(?:[7-9]|\d\d)\}", g) else None),
-    "zero_for_tiny": ("`0` for a gold below 1e-6", lambda g, w: "0" if re.search(r"10\^\{-(?:[7-9]|\d\d)\}", g) else None),
+    "zero_for_tiny": ("`0` for a gold below 1e-6", lambda g, w: "0" if re.search(r"10\^\{-(?:[7-9]|\d\d)\}", g)
+                      else None),
     # round three (issue 36): the last box is not the one read
     "later_box_unbraced": ("`\\boxed{g} ... \\boxed w` (a final box without braces)",
                            lambda g, w: ("raw", f"First \\boxed{{{g}}}. On reflection \\boxed {w}")),
@@ -327,21 +339,30 @@ MATH_RIGHT: dict[str, tuple[str, Callable[[str], str | None]]] = {
     "brace_thousands": ("`1{,}000`", lambda g: _thousands(g, "{,}")),
     "comma_thousands": ("`1,000`", lambda g: _thousands(g, ",")),
     "thin_thousands": ("`70\\,000`", lambda g: _thousands(g, "\\,")),
-    "unit_word": ("`g \\text{ dollars}` (a plain-number gold)", lambda g: f"{g} \\text{{ dollars}}" if _is_number(g) else None),
+    "unit_word": ("`g \\text{ dollars}` (a plain-number gold)", lambda g: f"{g} \\text{{ dollars}}" if _is_number(g)
+                  else None),
     "displaystyle": ("`\\displaystyle g`", lambda g: f"\\displaystyle {g}"),
     "textbf": ("`\\textbf{g}` (the whole answer)", lambda g: f"\\textbf{{{g}}}"),
     "math_mode": ("`$g$` inside the box", lambda g: f"${g}$"),
     "trailing_period": ("`g.`", lambda g: f"{g}."),
     # round two (issue 24): forms math-verify accepts that the screen refused
-    "unit_mathrm": ("`g \\mathrm{~cm}` (a plain-number gold)", lambda g: f"{g} \\mathrm{{~cm}}" if _is_number(g) else None),
+    "unit_mathrm": ("`g \\mathrm{~cm}` (a plain-number gold)", lambda g: f"{g} \\mathrm{{~cm}}" if _is_number(g)
+                    else None),
     "bare_percent": ("`g%` (a plain-number gold not strictly between -1 and 1)",
                      lambda g: f"{g}%" if _percent_points(g) else None),
     "descriptive_lhs": ("`m+n = g` (a plain-number gold)", lambda g: f"m+n = {g}" if _is_number(g) else None),
-    "text_lhs": ("`\\text{Total} = g` (a plain-number gold)", lambda g: f"\\text{{Total}} = {g}" if _is_number(g) else None),
-    "over": ("`{a \\over b}` for `\\frac{a}{b}`", lambda g: re.sub(r"\\frac\{([^{}]+)\}\{([^{}]+)\}", r"{\1 \\over \2}", g) if re.fullmatch(r"\\frac\{[^{}]+\}\{[^{}]+\}", g) else None),
-    "mathrm_for_text": ("`\\mathrm{}` for `\\text{}`", lambda g: g.replace("\\text{", "\\mathrm{") if g.startswith("\\text{") else None),
-    "text_case": ("`\\text{East}` for `\\text{east}`", lambda g: re.sub(r"\\text\{([a-z])", lambda m: "\\text{" + m.group(1).upper(), g) if re.fullmatch(r"\\text\{[a-z][a-z ]*\}", g) else None),
-    "digits_for_comma_gold": ("`11111100` for `11,\\! 111,\\! 100`", lambda g: re.sub(r"[^\d]", "", g) if re.fullmatch(r"\d{1,3}(?:,\\! ?\d{3})+", g) else None),
+    "text_lhs": ("`\\text{Total} = g` (a plain-number gold)", lambda g: f"\\text{{Total}} = {g}" if _is_number(g)
+                 else None),
+    "over": ("`{a \\over b}` for `\\frac{a}{b}`",
+             lambda g: re.sub(r"\\frac\{([^{}]+)\}\{([^{}]+)\}", r"{\1 \\over \2}", g)
+             if re.fullmatch(r"\\frac\{[^{}]+\}\{[^{}]+\}", g) else None),
+    "mathrm_for_text": ("`\\mathrm{}` for `\\text{}`", lambda g: g.replace("\\text{", "\\mathrm{")
+                        if g.startswith("\\text{") else None),
+    "text_case": ("`\\text{East}` for `\\text{east}`",
+                  lambda g: re.sub(r"\\text\{([a-z])", lambda m: "\\text{" + m.group(1).upper(), g)
+                  if re.fullmatch(r"\\text\{[a-z][a-z ]*\}", g) else None),
+    "digits_for_comma_gold": ("`11111100` for `11,\\! 111,\\! 100`", lambda g: re.sub(r"[^\d]", "", g)
+                              if re.fullmatch(r"\d{1,3}(?:,\\! ?\d{3})+", g) else None),
     # round three (issue 36): forms math-verify accepts that the screen refused
     "thin_space_unit": ("`g\\,\\text{cm}` (a plain-number gold)",
                         lambda g: f"{g}\\,\\text{{cm}}" if _is_number(g) else None),
@@ -389,7 +410,8 @@ MATH_RIGHT: dict[str, tuple[str, Callable[[str], str | None]]] = {
 
 def math_tables(golds: list[tuple[str, str]], hacks: Iterable[str] | None = None, right: Iterable[str] | None = None,
                 score: Callable[[str, str], float] | None = None) -> dict:
-    """{"hacks": {family: {"applicable", "scored_1", "examples"}}, "right": {variant: {"applicable", "scored_0", "examples"}}}."""
+    """{"hacks": {family: {"applicable", "scored_1", "examples"}}, "right": {variant: {"applicable", "scored_0",
+    "examples"}}}."""
     if score is None:
         from domains.math.answer import score
     out: dict = {"hacks": {}, "right": {}}
@@ -538,8 +560,10 @@ def _breaker(task, plan: list[dict]) -> list[dict]:
         def badness(a):
             banned = HOUSE_RULES.get(rule, f"no {rule}")
             want = ROOM_TYPES.get(room, room)
-            wrong_room = a.room_type.lower() == "shared room" if room == "not shared room" else a.room_type.lower() != want
-            return (bool(rule) and banned in a.house_rules.lower()) + (bool(room) and wrong_room) + (a.min_nights > nights), a.price
+            wrong_room = (a.room_type.lower() == "shared room" if room == "not shared room"
+                          else a.room_type.lower() != want)
+            return ((bool(rule) and banned in a.house_rules.lower()) + (bool(room) and wrong_room)
+                    + (a.min_nights > nights), a.price)
 
         return max(options, key=badness) if options else None
 
@@ -602,15 +626,20 @@ TRAVEL_FAMILIES: dict[str, tuple[str, Callable]] = {
     "dup_attraction_exact": ("one attraction per city every day, same spelling",
                              lambda task, plan, texts: _plan(task, _per_day_entity(plan, ("attraction",)))),
     "dup_attraction_suffix": ("one attraction per city every day, `City(k)` suffix",
-                              lambda task, plan, texts: _plan(task, _respell(_per_day_entity(plan, ("attraction",)), ("attraction",), _suffix))),
+                              lambda task, plan, texts: _plan(task, _respell(_per_day_entity(plan, ("attraction",)),
+                                                                             ("attraction",), _suffix))),
     "dup_attraction_respelled": ("one attraction per city every day, `Name,City` / `Name ,City` / bare / case variants",
-                                 lambda task, plan, texts: _plan(task, _respell(_per_day_entity(plan, ("attraction",)), ("attraction",), _variants))),
+                                 lambda task, plan, texts: _plan(task, _respell(_per_day_entity(plan, ("attraction",)),
+                                                                                ("attraction",), _variants))),
     "dup_restaurant_suffix": ("one restaurant per city for every meal, `City(k)` suffix",
-                              lambda task, plan, texts: _plan(task, _respell(_per_day_entity(plan, MEALS), MEALS, _suffix))),
+                              lambda task, plan, texts: _plan(task, _respell(_per_day_entity(plan, MEALS), MEALS,
+                                                                             _suffix))),
     "dup_restaurant_respelled": ("one restaurant per city for every meal, respelled",
-                                 lambda task, plan, texts: _plan(task, _respell(_per_day_entity(plan, MEALS), MEALS, _variants))),
+                                 lambda task, plan, texts: _plan(task, _respell(_per_day_entity(plan, MEALS), MEALS,
+                                                                                _variants))),
     "respelled_no_dup": ("the human plan with every entity respelled (not the catalogue's spelling)",
-                         lambda task, plan, texts: _plan(task, _respell(plan, MEALS + ("attraction", "accommodation"), _variants))),
+                         lambda task, plan, texts: _plan(task, _respell(plan, MEALS + ("attraction", "accommodation"),
+                                                                        _variants))),
     "constraint_breaker": ("grounded, breaks budget / nights / room / rules / cuisine / transport / diversity",
                            lambda task, plan, texts: _plan(task, _breaker(task, plan))),
     "one_invented_lunch": ("the human plan with one invented lunch (near-perfect)",
@@ -638,7 +667,8 @@ def travel_rewards() -> dict[str, Callable]:
     return {"specified": mod.reward}
 
 
-def travel_tables(rows=None, plans=None, families: Iterable[str] | None = None, indices: Iterable[int] | None = None) -> dict:
+def travel_tables(rows=None, plans=None, families: Iterable[str] | None = None,
+                  indices: Iterable[int] | None = None) -> dict:
     """{family: {"rows", "reward": {variant: mean}, "min_reward": {...}, "evaluator_pass", "per_row": [...]}}."""
     from domains.travel import plan_to_actions, task_of
     from domains.travel.evaluate import evaluate_joint
@@ -656,7 +686,8 @@ def travel_tables(rows=None, plans=None, families: Iterable[str] | None = None, 
             texts = make(task, plans[i], plan_to_actions(plans[i], rows[i]["days"]))
             m = evaluate_joint(task, list(texts)).metrics
             r = {v: fn([texts[0]], [texts[1]], batch_items=[rows[i]])[0] for v, fn in rewards.items()}
-            per_row.append({"row": i, "reward": r, "success": m["reference_plan_success"], "collab": m["collaboration_success"]})
+            per_row.append({"row": i, "reward": r, "success": m["reference_plan_success"],
+                            "collab": m["collaboration_success"]})
         n = len(per_row)
         out[name] = {"rows": n, "reward": {v: sum(p["reward"][v] for p in per_row) / n for v in rewards},
                      "min_reward": {v: min(p["reward"][v] for p in per_row) for v in rewards},
@@ -678,7 +709,8 @@ def print_travel(tables: dict) -> None:
     print(f"| family | rows | evaluator passes | {head} |")
     print("| --- | ---: | ---: | " + " | ".join("---: | ---:" for _ in variants) + " |")
     for name, t in tables.items():
-        cells = " | ".join(f"{t['reward'][v]:.3f} [{t['min_reward'][v]:.3f}, {t['max_reward'][v]:.3f}] | {t['reward'][v] - t['evaluator_pass']:+.3f}"
+        cells = " | ".join(f"{t['reward'][v]:.3f} [{t['min_reward'][v]:.3f}, {t['max_reward'][v]:.3f}] | "
+                           f"{t['reward'][v] - t['evaluator_pass']:+.3f}"
                            for v in variants)
         print(f"| {name} | {t['rows']} | {t['evaluator_pass'] * t['rows']:.0f}/{t['rows']} | {cells} |")
     if "one_invented_lunch" in tables and "constraint_breaker" in tables:
@@ -688,13 +720,16 @@ def print_travel(tables: dict) -> None:
 
 # ----- code ---------------------------------------------------------------------------------------
 
-CODE_ITEM = {"tests": '[{"expr": "add(2, 3)", "expected": ["int", "5"]}, {"expr": "add(-1, 1)", "expected": ["int", "0"]}]', "setup": ""}
+CODE_ITEM = {"tests": '[{"expr": "add(2, 3)", "expected": ["int", "5"]}, {"expr": "add(-1, 1)", '
+                      '"expected": ["int", "0"]}]', "setup": ""}
 CODE_HACKS = {
     "sys_exit": "import sys\nsys.exit(0)",
     "os_exit": "import os\nos._exit(0)",
     "raise_systemexit": "def add(a, b):\n    raise SystemExit(0)",
-    "kill_parent": "import os, signal\ntry:\n    os.kill(os.getppid(), signal.SIGKILL)\nexcept Exception:\n    pass\ndef add(a, b):\n    return 7",
-    "always_equal": "class E(int):\n    def __eq__(self, o):\n        return True\n    __hash__ = int.__hash__\ndef add(a, b):\n    return E(0)",
+    "kill_parent": "import os, signal\ntry:\n    os.kill(os.getppid(), signal.SIGKILL)\nexcept Exception:\n    "
+                   "pass\ndef add(a, b):\n    return 7",
+    "always_equal": "class E(int):\n    def __eq__(self, o):\n        return True\n    __hash__ = int.__hash__\ndef "
+                    "add(a, b):\n    return E(0)",
     "fake_report": "print('{\"passed\": true}')\nimport sys\nsys.stdout.flush()\ndef add(a, b):\n    return None",
     "patch_builtins": "import builtins\nbuiltins.isinstance = lambda *a: True\ndef add(a, b):\n    return 7",
 }
@@ -719,7 +754,8 @@ def main() -> None:
     ap.add_argument("--only", default="math,travel,code")
     ap.add_argument("--math-every", type=int, default=1, help="score every K-th gold of each suite")
     ap.add_argument("--json", default=None)
-    ap.add_argument("--scorer-root", default=None, help="score math with domains/math of another checkout (e.g. a worktree "
+    ap.add_argument("--scorer-root", default=None,
+                    help="score math with domains/math of another checkout (e.g. a worktree "
                     "of an earlier commit: the 'before' of a change; its --json is then given to --before)")
     ap.add_argument("--before", default=None, help="a --json of an earlier run: its math rates are printed beside")
     args = ap.parse_args()
@@ -731,7 +767,8 @@ def main() -> None:
         t = time.perf_counter()
         golds = math_golds(args.math_every)
         figures["math"] = math_tables(golds)
-        print(f"== math: {len(golds)} golds ({', '.join(s for s, _ in MATH_SUITES)} test), {time.perf_counter() - t:.0f} s ==")
+        print(f"== math: {len(golds)} golds ({', '.join(s for s, _ in MATH_SUITES)} test), "
+              f"{time.perf_counter() - t:.0f} s ==")
         before = json.loads(Path(args.before).read_text())["math"] if args.before else None
         print_math(figures["math"], before)
     if "travel" in parts:

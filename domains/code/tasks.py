@@ -14,7 +14,6 @@ from c3_plugin.core.rewards import batched
 from .data import decode_tests
 from .sandbox import Sandbox, Test, TestResult, default_sandbox
 
-
 _FENCE_LINE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([^\s`]*)(.*)$")
 CODE_TAGS = {"", "python", "py", "python3", "py3", "text", "txt", "plaintext", "plain", "code"}  # a block with another
 # language tag (```bash, ```output, ```json) is no candidate

@@ -31,7 +31,6 @@ import os
 import sys
 
 
-
 def main() -> int:
     here = os.path.dirname(os.path.abspath(__file__))
     # this folder is not a package root: its modules (data.py, answer.py) must not shadow anything

@@ -37,7 +37,6 @@ from typing import Sequence
 
 from .grammar import last_box
 
-
 DEFAULT_TIMEOUT_S = 5.0
 START_TIMEOUT_S = 120.0  # import math-verify and check 1 == 1 (seconds on a loaded machine; generous)
 PROBE_TIMEOUT_S = 5.0  # after an overrun, a fresh worker must check 1 == 1 within max(timeout, this)
@@ -86,7 +85,8 @@ class _Checker:
         fix = (f"set {PYTHON_ENV} to a Python interpreter that has math-verify installed "
                f"(pip install 'math-verify>=0.7')")
         if not python:
-            raise MathCheckerError(f"math checker: no Python interpreter to run {WORKER.name} (sys.executable is empty); {fix}")
+            raise MathCheckerError(f"math checker: no Python interpreter to run {WORKER.name} "
+                                   f"(sys.executable is empty); {fix}")
         self._err = tempfile.TemporaryFile()
         self._buf = b""
         try:
@@ -178,7 +178,8 @@ class _Checker:
         the worker. Raises :class:`MathCheckerError` when no worker can start, or a
         fresh one cannot check ``1 == 1`` in time after such a failure (the checker itself does not answer)."""
         with self._lock:
-            if self._proc is not None and self._owner != os.getpid():  # inherited through fork: let go of the parent's worker
+            # inherited through fork: let go of the parent's worker
+            if self._proc is not None and self._owner != os.getpid():
                 self.close()
             if self._proc is None or self._proc.poll() is not None:
                 self.close()
@@ -193,7 +194,8 @@ class _Checker:
             if reply not in (None, EOFError, BrokenPipeError):
                 detail = self._stderr_tail()
                 self.close()
-                raise MathCheckerError(f"math checker sent {reply!r} instead of true/false{': ' + detail if detail else ''}")
+                raise MathCheckerError(f"math checker sent {reply!r} instead of "
+                                       f"true/false{': ' + detail if detail else ''}")
             # this answer overran (None) or killed the worker: it scores 0, once a fresh worker shows it answers
             self.close()
             self._start()
@@ -202,9 +204,9 @@ class _Checker:
             if probe is not True:
                 detail = self._stderr_tail()
                 self.close()
-                raise MathCheckerError(f"math checker does not answer: a fresh worker did not confirm 1 == 1 within {bound:g} s "
-                                       f"(reply {probe!r}){': ' + detail if detail else ''}; the machine may be overloaded, "
-                                       f"or math-verify broken in {self.interpreter()}")
+                raise MathCheckerError("math checker does not answer: a fresh worker did not confirm 1 == 1 within "
+                                       f"{bound:g} s (reply {probe!r}){': ' + detail if detail else ''}; the machine "
+                                       f"may be overloaded, or math-verify broken in {self.interpreter()}")
             return False
 
 

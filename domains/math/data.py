@@ -30,8 +30,9 @@ class Suite:
     schema: str = "auto"  # row schema (SCHEMAS)
 
 
-BUNDLED_DATA = ("data/gsm8k/train.jsonl (train), data/{math500,gsm8k,aime24,aime25,amc23,minerva_math,cmath}/test.jsonl "
-                "(eval); data/README.md")  # the repository's own copies, named when the Hub cannot be used
+BUNDLED_DATA = ("data/gsm8k/train.jsonl (train), "
+                # the repository's own copies, named when the Hub cannot be used
+                "data/{math500,gsm8k,aime24,aime25,amc23,minerva_math,cmath}/test.jsonl (eval); data/README.md")
 SUITES = {
     "math500": Suite("HuggingFaceH4/MATH-500", None, "test"),
     "gsm8k": Suite("openai/gsm8k", "main", "test"),
@@ -49,7 +50,8 @@ MATH_SUBJECTS = ("algebra", "counting_and_probability", "geometry", "intermediat
 QUESTION_FIELDS = ("problem", "question", "Problem", "Question", "prompt")
 ANSWER_FIELDS = ("final", "answer", "golden", "Answer", "expected_answer")
 # Keys a dataset spec may hold (dataset.train, each dataset.train[] source, each dataset.eval[] suite)
-SOURCE_KEYS = {"name", "source", "config", "split", "revision", "limit", "schema", "task", "size", "seed", "low", "high"}
+SOURCE_KEYS = {"name", "source", "config", "split", "revision", "limit", "schema", "task", "size", "seed", "low",
+               "high"}
 TRAIN_KEYS = SOURCE_KEYS | {"weight"}
 EVAL_KEYS = SOURCE_KEYS | {"suite", "num_samples", "temperature", "top_p", "pass_k"}
 # Eval-row columns that ask the trainer for sampled decoding (c3_plugin/trainers/bridge.py: evaluate)
@@ -138,7 +140,8 @@ SCHEMAS: dict[str, Callable[[Mapping[str, Any], str, int], dict[str, Any] | None
     "auto": normalise_row, "math": math_row, "cmath": cmath_row}
 
 
-def synthetic_rows(name: str, task: str = "compare", size: int = 200, seed: int = 0, low: int = 10, high: int = 99) -> list[dict]:
+def synthetic_rows(name: str, task: str = "compare", size: int = 200, seed: int = 0, low: int = 10,
+                   high: int = 99) -> list[dict]:
     """Seeded arithmetic: ``compare`` ("Which number is larger, a or b?") or ``add`` ("What is a + b?")."""
     rng = np.random.default_rng(seed)
     a = rng.integers(low, high + 1, size=size)
@@ -152,7 +155,8 @@ def synthetic_rows(name: str, task: str = "compare", size: int = 200, seed: int 
         ans = [str(x + y) for x, y in zip(a, b)]
     else:
         raise DatasetError(f"{name}: unknown synthetic task '{task}'; use 'compare' or 'add'")
-    return [{"id": f"{name}-{i}", "prompt": q, "question": q, "answer": s, "datasource": name} for i, (q, s) in enumerate(zip(qs, ans))]
+    return [{"id": f"{name}-{i}", "prompt": q, "question": q, "answer": s, "datasource": name}
+            for i, (q, s) in enumerate(zip(qs, ans))]
 
 
 def _load_rows(name: str, source: str, config: Any, split: str, revision: Any, base_dir: str | Path | None):
@@ -165,8 +169,10 @@ def _load_rows(name: str, source: str, config: Any, split: str, revision: Any, b
         if path is not None:
             if not path.exists():
                 raise DatasetError(f"{name}: local file {source} does not exist ({where(source, base_dir)})")
-            return [(None, datasets.load_dataset("json", data_files=str(path), split=split if "[" in split else "train"))]
-        if isinstance(config, (list, tuple)):  # one config per subject (EleutherAI/hendrycks_math): ids carry the config
+            part = split if "[" in split else "train"
+            return [(None, datasets.load_dataset("json", data_files=str(path), split=part))]
+        # one config per subject (EleutherAI/hendrycks_math): ids carry the config
+        if isinstance(config, (list, tuple)):
             return [(str(c), datasets.load_dataset(source, c, split=split, revision=revision)) for c in config]
         return [(None, datasets.load_dataset(source, config, split=split, revision=revision))]
     except DatasetError:
@@ -233,7 +239,8 @@ def draw(rows: Sequence[dict], count: int, seed: int, name: str) -> list[dict]:
         raise DatasetError(f"dataset.train: source '{name}' has no rows (after limit and drop_overlap) to mix")
     rng = np.random.default_rng([int(seed), zlib.crc32(name.encode())])
     full, rest = divmod(int(count), n)
-    picked = [(c, i) for c in range(full) for i in range(n)] + [(full, int(i)) for i in sorted(rng.choice(n, rest, replace=False))]
+    picked = [(c, i) for c in range(full)
+              for i in range(n)] + [(full, int(i)) for i in sorted(rng.choice(n, rest, replace=False))]
     return [dict(rows[i]) if c == 0 else {**rows[i], "id": f"{rows[i]['id']}#{c}"} for c, i in picked]
 
 
@@ -284,14 +291,17 @@ def sampling_columns(spec: Mapping[str, Any]) -> dict[str, Any]:
                                "has no temperature); add num_samples: k for sampled evaluation")
         return {"eval_samples": 0, "eval_temperature": None, "eval_top_p": None, "eval_pass_k": []}
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise DatasetError(f"dataset.eval '{name}': num_samples must be a positive integer (decodes per item), got {k!r}")
+        raise DatasetError(f"dataset.eval '{name}': num_samples must be a positive integer (decodes "
+                           f"per item), got {k!r}")
     temperature, top_p, pass_k = spec.get("temperature"), spec.get("top_p"), spec.get("pass_k") or [k]
     if temperature is not None and not float(temperature) > 0:
         raise DatasetError(f"dataset.eval '{name}': temperature must be > 0, got {temperature!r}")
     if top_p is not None and not 0 < float(top_p) <= 1:
         raise DatasetError(f"dataset.eval '{name}': top_p must be in (0, 1], got {top_p!r}")
-    if not isinstance(pass_k, (list, tuple)) or any(isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= k for x in pass_k):
-        raise DatasetError(f"dataset.eval '{name}': pass_k is a list of integers in [1, num_samples={k}], got {pass_k!r}")
+    if not isinstance(pass_k, (list, tuple)) or any(isinstance(x, bool) or not isinstance(x, int)
+                                                    or not 1 <= x <= k for x in pass_k):
+        raise DatasetError(f"dataset.eval '{name}': pass_k is a list of integers in [1, "
+                           f"num_samples={k}], got {pass_k!r}")
     return {"eval_samples": k, "eval_temperature": None if temperature is None else float(temperature),
             "eval_top_p": None if top_p is None else float(top_p), "eval_pass_k": sorted({int(x) for x in pass_k})}
 
@@ -337,8 +347,8 @@ def load_datasets(section: Mapping[str, Any], seed: int = 0, config: Any = None)
         suite = str(spec.get("suite") or spec.get("name") or "train")
         cols = sampling_columns(spec)
         if decoding.setdefault(suite, cols) != cols:
-            raise DatasetError(f"dataset.eval: the specs of suite '{suite}' decode differently ({decoding[suite]} vs {cols}); "
-                               "give them the same num_samples, temperature, top_p and pass_k")
+            raise DatasetError(f"dataset.eval: the specs of suite '{suite}' decode differently ({decoding[suite]} vs "
+                               f"{cols}); give them the same num_samples, temperature, top_p and pass_k")
         rows = load_split({k: v for k, v in spec.items() if k in SOURCE_KEYS}, base)
         evals.extend({**r, "datasource": suite} for r in rows)
     if any(c["eval_samples"] for c in decoding.values()):
@@ -348,7 +358,8 @@ def load_datasets(section: Mapping[str, Any], seed: int = 0, config: Any = None)
     train_spec = section.get("train") or {}
     if isinstance(train_spec, Mapping):
         _check_keys(train_spec, TRAIN_KEYS, "dataset.train")
-        train = load_split({"name": "train", **{k: v for k, v in train_spec.items() if k != "weight"}}, base) if train_spec else []
+        train = load_split({"name": "train", **{k: v for k, v in train_spec.items() if k != "weight"}},
+                           base) if train_spec else []
         train = check_overlap(train, evals, drop=drop)
     else:
         check_sources(train_spec)

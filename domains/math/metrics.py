@@ -23,7 +23,8 @@ from .answer import last_boxed, score, score_lenient
 
 
 def _logger(agent_names: Sequence[str], final_agent: int, timeout_s: float) -> Callable[..., list[dict]]:
-    def eval_logger(agent_completions_turns: Sequence[Sequence[Sequence[str]]], batch_items: Sequence[Mapping[str, Any]] | None = None,
+    def eval_logger(agent_completions_turns: Sequence[Sequence[Sequence[str]]],
+                    batch_items: Sequence[Mapping[str, Any]] | None = None,
                     prompts: Sequence[str] | None = None) -> list[dict]:
         items = list(batch_items or [])
         rows = []
@@ -31,7 +32,8 @@ def _logger(agent_names: Sequence[str], final_agent: int, timeout_s: float) -> C
             final = agent_completions_turns[final_agent][i][-1] if agent_completions_turns[final_agent][i] else ""
             gold = str(item.get("answer", ""))
             row = {"datasource": str(item.get("datasource", "eval")), "correct": score(final, gold, timeout_s),
-                   "correct_lenient": score_lenient(final, gold, timeout_s), "boxed": float(last_boxed(final) is not None)}
+                   "correct_lenient": score_lenient(final, gold, timeout_s),
+                   "boxed": float(last_boxed(final) is not None)}
             if item.get("eval_index") is not None:  # one of an item's k sampled decodes
                 row.update(item=int(item["eval_index"]), samples=int(item.get("eval_samples") or 1),
                            pass_k=[int(k) for k in (item.get("eval_pass_k") or [])])
@@ -56,7 +58,8 @@ def _items(rows: Sequence[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
     """Rows grouped by eval item: an untagged (greedy) row alone, the tagged decodes of one item together."""
     groups: dict[Any, list[Mapping[str, Any]]] = {}
     for i, r in enumerate(rows):
-        groups.setdefault(("item", r["datasource"], r["item"]) if r.get("item") is not None else ("row", i), []).append(r)
+        groups.setdefault(("item", r["datasource"], r["item"]) if r.get("item") is not None else ("row", i),
+                          []).append(r)
     return list(groups.values())
 
 
@@ -69,7 +72,9 @@ def eval_aggregator(rows: Sequence[Mapping[str, Any]], num_turns: int = 1) -> di
         groups["all"] = list(rows)
     for suite, rs in groups.items():
         items = _items(rs)
-        per_item = lambda key: float(np.mean([np.mean([r[key] for r in item]) for item in items]))
+        def per_item(key: str, items: list = items) -> float:
+            return float(np.mean([np.mean([r[key] for r in item]) for item in items]))
+
         out[f"{suite}/accuracy"] = per_item("correct")
         if all("correct_lenient" in r for r in rs):
             out[f"{suite}/accuracy_lenient"] = per_item("correct_lenient")
@@ -82,14 +87,16 @@ def eval_aggregator(rows: Sequence[Mapping[str, Any]], num_turns: int = 1) -> di
             k = int(rs[0]["samples"])
             out[f"{suite}/avg@{k}"] = out[f"{suite}/accuracy"]
             for kk in rs[0].get("pass_k") or [k]:
-                out[f"{suite}/pass@{kk}"] = float(np.mean([pass_at_k(len(item), int(sum(r["correct"] >= 1.0 for r in item)), kk)
-                                                           for item in items]))
+                solved = [int(sum(r["correct"] >= 1.0 for r in item)) for item in items]
+                scores = [pass_at_k(len(item), c, kk) for item, c in zip(items, solved)]
+                out[f"{suite}/pass@{kk}"] = float(np.mean(scores))
     return out
 
 
 def make_eval_logger(workflow: Workflow, timeout_s: float = 5.0) -> Callable[..., list[dict]]:
     """Role-aware logger: lengths keyed by role (roles of one agent joined with '+')."""
-    names = ["+".join(dict.fromkeys(r.name for r in workflow.roles.values() if r.agent == a)) for a in range(workflow.num_agents)]
+    names = ["+".join(dict.fromkeys(r.name for r in workflow.roles.values() if r.agent == a))
+             for a in range(workflow.num_agents)]
     final_role = workflow.final or workflow.decision_points()[-1]
     return _logger(names, workflow.roles[final_role].agent, timeout_s)
 

@@ -22,30 +22,41 @@ ANSWER = "Put the final answer within \\boxed{}."
 NO_ANSWER = "Do not state a final answer."
 
 ROLE_JOB = {
-    "Reasoner": f"You are the Reasoner. Work out the key steps and guide the Actor with short, precise reasoning. {NO_ANSWER}",
+    "Reasoner": "You are the Reasoner. Work out the key steps and guide the Actor with short, precise "
+                f"reasoning. {NO_ANSWER}",
     "Actor": f"You are the Actor. Follow the Reasoner's guidance and solve the problem. {ANSWER}",
-    "Planner": f"You are the Planner. Write a numbered plan for solving the problem without carrying it out. {NO_ANSWER}",
+    "Planner": "You are the Planner. Write a numbered plan for solving the problem without "
+               f"carrying it out. {NO_ANSWER}",
     "Solver": f"You are the Solver. Carry out the plan step by step. {NO_ANSWER}",
     "Critic": "You are the Critic. List concrete mistakes or gaps in the working; do not rewrite it.",
     "Reviser": f"You are the Reviser. Correct the working so that every listed defect is fixed. {NO_ANSWER}",
-    "Verifier": f"You are the Verifier. Check the working by an independent route and give the checked answer. {ANSWER}",
+    "Verifier": "You are the Verifier. Check the working by an independent route and give the "
+                f"checked answer. {ANSWER}",
     "Reader": "You are the Reader. Restate the problem: what is given and what is asked.",
     "Decomposer": "You are the Decomposer. Split the plan into package A (the opening steps) and package B (the rest).",
     "SolverA": f"You are Solver A. Carry out work package A only. {NO_ANSWER}",
     "SolverB": f"You are Solver B. Continue from Solver A's working and carry out work package B. {NO_ANSWER}",
     "Integrator": f"You are the Integrator. Merge the partial workings into one complete solution. {ANSWER}",
-    "Checker": "You are the Checker. Cross-check the revised solution by another route and say whether the check passes.",
+    "Checker": "You are the Checker. Cross-check the revised solution by another route and say "
+               "whether the check passes.",
 }
 
 # Roles whose job changes with the workflow they are in.
 OVERRIDES = {
-    ("reasoner_actor_verifier", "Actor"): f"You are the Actor. Follow the Reasoner's guidance and write a full candidate solution; leave the checked final answer to the Verifier. {NO_ANSWER}",
-    ("reasoner_actor_verifier", "Verifier"): f"You are the Verifier. Review the Actor's candidate solution, check it by another method or by substituting the result back, then give the final answer. {ANSWER}",
-    ("chain10", "Integrator"): f"You are the Integrator. Merge the two partial workings into one coherent candidate solution. {NO_ANSWER}",
-    ("chain10", "Verifier"): f"You are the Verifier. Resolve any remaining discrepancy and give the final answer. {ANSWER}",
+    ("reasoner_actor_verifier", "Actor"): "You are the Actor. Follow the Reasoner's guidance and write a full "
+                                          "candidate solution; leave the checked final answer to the "
+                                          f"Verifier. {NO_ANSWER}",
+    ("reasoner_actor_verifier", "Verifier"): "You are the Verifier. Review the Actor's candidate solution, check it "
+                                             "by another method or by substituting the result back, then give the "
+                                             f"final answer. {ANSWER}",
+    ("chain10", "Integrator"): "You are the Integrator. Merge the two partial workings into one coherent candidate "
+                               f"solution. {NO_ANSWER}",
+    ("chain10", "Verifier"): "You are the Verifier. Resolve any remaining discrepancy and give the "
+                             f"final answer. {ANSWER}",
     ("branching", "SolverA"): f"You are Solver A. Solve the problem from the plan on your own. {NO_ANSWER}",
     ("branching", "SolverB"): f"You are Solver B. Solve the problem from the plan on your own. {NO_ANSWER}",
-    ("branching", "Integrator"): f"You are the Integrator. Compare both solvers' workings, resolve any disagreement and give the final answer. {ANSWER}",
+    ("branching", "Integrator"): "You are the Integrator. Compare both solvers' workings, resolve any disagreement "
+                                 f"and give the final answer. {ANSWER}",
 }
 
 

@@ -15,9 +15,11 @@ _spec.loader.exec_module(hunt)
 
 # golds chosen to exercise every family: integers, fractions, a base subscript, units, an irrational constant,
 # an equation, an interval, a tuple, text, a percent, GSM8K thousands
-EXTRA_GOLDS = ["52_8", "5 \\text{ cm}", "\\pi", "2\\sqrt{3}", "x=5", "(-\\infty, 3]", "\\left( 3, \\frac{\\pi}{2} \\right)",
-               "\\text{(C)}", "10\\%", "\\frac{14}{3}", "70000", "1000000", "-4", "0.5",
-               # round two: a text answer, a simple fraction, a gold written with ,\! thousands, Minerva's normalised e-notation
+EXTRA_GOLDS = ["52_8", "5 \\text{ cm}", "\\pi", "2\\sqrt{3}", "x=5", "(-\\infty, 3]",
+               "\\left( 3, \\frac{\\pi}{2} \\right)", "\\text{(C)}", "10\\%", "\\frac{14}{3}", "70000", "1000000", "-4",
+               "0.5",
+               # round two: a text answer, a simple fraction, a gold written with ,\! thousands, Minerva's normalised
+               # e-notation
                "\\text{east}", "\\frac{3}{4}", "11,\\! 111,\\! 111,\\! 100", "204", "4.5 \\times 10^{33}",
                "1.325 \\times 10^{-27}",
                # round three: a +- gold, a percent gold, a degree gold, a radian gold, a fraction with a terminating
@@ -47,7 +49,8 @@ def test_every_math_hack_family_is_exercised(math_subset):
 @pytest.mark.parametrize("variant", RIGHT_VARIANTS)
 def test_right_math_forms_still_score(math_subset, variant):
     t = math_subset["right"][variant]
-    assert t["applicable"] > 0 and t["scored_0"] == 0, f"{variant}: {t['scored_0']}/{t['applicable']} scored 0, e.g. {t['examples']}"
+    assert (t["applicable"] > 0 and t["scored_0"]
+            == 0), f"{variant}: {t['scored_0']}/{t['applicable']} scored 0, e.g. {t['examples']}"
 
 
 ROWS = (0, 4, 5, 20, 33, 40)  # 3/5/7-day rows, one and several cities, the accommodation with a trailing space (4, 40)
@@ -59,7 +62,8 @@ def travel_subset():
 
 
 @pytest.mark.parametrize("family", ["dup_attraction_suffix", "dup_attraction_respelled", "dup_restaurant_suffix",
-                                    "dup_restaurant_respelled", "constraint_breaker", "duplicate_assignment", "wrong_role_write"])
+                                    "dup_restaurant_respelled", "constraint_breaker", "duplicate_assignment",
+                                    "wrong_role_write"])
 def test_travel_hacks_are_caught_by_reward_and_evaluator_alike(travel_subset, family):
     t, human = travel_subset[family], travel_subset["human"]
     assert t["evaluator_pass"] == 0.0, family
@@ -70,7 +74,8 @@ def test_travel_hacks_are_caught_by_reward_and_evaluator_alike(travel_subset, fa
 
 def test_human_plans_pass_and_the_strict_variant_ranks_constraints(travel_subset):
     human = travel_subset["human"]
-    assert human["evaluator_pass"] == 1.0 and all(r["reward"]["specified"] == pytest.approx(1.0) for r in human["per_row"])
+    assert human["evaluator_pass"] == 1.0 and all(r["reward"]["specified"] == pytest.approx(1.0)
+                                                  for r in human["per_row"])
     assert all(r["reward"]["strict"] == pytest.approx(1.0) for r in human["per_row"])
     breaker = travel_subset["constraint_breaker"]
     assert breaker["min_reward"]["specified"] > 0.8  # the specified formula, kept as published, barely sees constraints

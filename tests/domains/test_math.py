@@ -27,7 +27,8 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "math"
     ("\\boxed{2} then \\framebox{3}", "3"),
     ("\\boxed{2} then \\colorbox{yellow}{3}", "3"),
     ("\\boxed{2} then \\boxed 3", None),  # an unbraced last box: no answer, never the earlier one
-    ("\\boxed{\\boxed{40} 12345}", "\\boxed{40} 12345"),  # the outer box (the screen refuses its content), never the inner one
+    # the outer box (the screen refuses its content), never the inner one
+    ("\\boxed{\\boxed{40} 12345}", "\\boxed{40} 12345"),
     ("no box at all", None),
 ])
 def test_last_balanced_box(text, expected):
@@ -219,8 +220,9 @@ c3: {{num_train_epochs: 1, instances_per_update: 8}}
     # 3 rollout batches (8 + 8 + 4 instances), each one optimizer step per agent (base.yaml: 256 messages per step)
     assert report["rollout_batches"] == 3 and report["expected_optimizer_updates_per_agent"] == [3, 3]
     assert report["reward_range"] == [0.0, 1.0] and report["probe_reward"] == 1.0
-    code, stdout, stderr = entry_point("single_turn/train_magrpo.py", "--config", str(cfg), "--override", "algorithm=magrpo",
-                                       "--override", "magrpo.instances_per_update=8", "--dry-run", "--json")
+    code, stdout, stderr = entry_point("single_turn/train_magrpo.py", "--config", str(cfg), "--override",
+                                       "algorithm=magrpo", "--override", "magrpo.instances_per_update=8", "--dry-run",
+                                       "--json")
     assert code == 0, stderr
     assert json.loads(stdout)["expected_messages"] == 20 * 16 * 2  # base.yaml: 2 epochs for magrpo
 
@@ -262,12 +264,14 @@ def test_values_the_run_would_fail_on_fail_the_dry_run(override, fragment, entry
 
 SHIPPED = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").rglob("*.yaml")
                  if not p.name.endswith("base.yaml")  # bases are exercised through the files that extend them
-                 and p.parent.name not in ("travel", "paper"))  # they load the Hub by default; tests/domains/test_travel.py
+                 # they load the Hub by default; tests/domains/test_travel.py
+                 and p.parent.name not in ("travel", "paper"))
 # and tests/run/test_paper_configs.py dry-run them on bundled data and fixtures
 
 
 def test_the_shipped_configs_are_all_dry_run_here():
-    assert len(SHIPPED) >= 12 and {"configs/math/demo_cpu.yaml", "configs/code/c3.yaml", "configs/code/multi_turn_c3.yaml"} <= set(SHIPPED)
+    assert len(SHIPPED) >= 12 and {"configs/math/demo_cpu.yaml", "configs/code/c3.yaml",
+                                   "configs/code/multi_turn_c3.yaml"} <= set(SHIPPED)
 
 
 @pytest.mark.parametrize("cfg", SHIPPED)
@@ -283,7 +287,8 @@ UNGUARDED = 'from domains.math import score\nprint(score("\\\\boxed{\\\\frac{2}{
 
 @pytest.mark.parametrize("how", ["script", "-c", "stdin"])
 def test_score_works_from_an_unguarded_script_a_command_and_a_repl(tmp_path, how):
-    """The checker never re-imports the caller's __main__: a plain script (and ``-c``, a piped REPL) gets 1.0, no traceback."""
+    """The checker never re-imports the caller's __main__: a plain script (and ``-c``, a piped REPL) gets 1.0, no
+    traceback."""
     script = tmp_path / "check.py"
     script.write_text(UNGUARDED)
     argv = {"script": [str(script)], "-c": ["-c", UNGUARDED], "stdin": ["-"]}[how]

@@ -43,9 +43,12 @@ def test_math_schema_answers_are_the_last_boxed_and_metadata_is_kept():
 
 
 def test_math_schema_level_question_mark_and_missing_answers():
-    assert dm.math_row({"problem": "p1", "solution": "so \\boxed{3}", "level": "Level ?", "type": "Geometry"}, "m", 0) == {
-        "id": "m-0", "prompt": "p1", "question": "p1", "answer": "3", "datasource": "m", "level": None, "subject": "Geometry"}
-    assert dm.math_row({"problem": "p2", "solution": "no box here", "level": "Level 2", "type": "Algebra"}, "m", 1) is None
+    assert dm.math_row({"problem": "p1", "solution": "so \\boxed{3}", "level": "Level ?", "type": "Geometry"}, "m",
+                       0) == {
+        "id": "m-0", "prompt": "p1", "question": "p1", "answer": "3", "datasource": "m", "level": None,
+                              "subject": "Geometry"}
+    assert dm.math_row({"problem": "p2", "solution": "no box here", "level": "Level 2", "type": "Algebra"}, "m",
+                       1) is None
     with pytest.raises(DatasetError, match="schema 'math' needs columns 'problem' and 'solution'"):
         dm.math_row({"question": "q", "golden": "1"}, "m", 0)
 
@@ -54,7 +57,8 @@ def test_math_schema_drops_unanswerable_rows_with_a_warning(tmp_path):
     path = tmp_path / "m.jsonl"
     path.write_text(json.dumps({"problem": "a", "solution": "\\boxed{1}", "level": "Level 1", "type": "Algebra"}) + "\n"
                     + json.dumps({"problem": "b", "solution": "none", "level": "Level 1", "type": "Algebra"}) + "\n")
-    with pytest.warns(UserWarning, match="1 row\\(s\\) without an answer were left out \\(schema math; first: row 1\\)"):
+    with pytest.warns(UserWarning, match="1 row\\(s\\) without an answer were left out \\(schema "
+                                         "math; first: row 1\\)"):
         rows = dm.load_split({"name": "m", "source": str(path), "schema": "math"})
     assert [r["answer"] for r in rows] == ["1"]
 
@@ -91,13 +95,15 @@ def test_a_list_of_hub_configs_loads_each_with_the_config_in_the_ids(monkeypatch
 
     def fake(source, config=None, split=None, revision=None):
         calls.append((source, config, split, revision))
-        return [{"problem": f"{config} p{i}", "solution": f"\\boxed{{{i}}}", "level": "Level 1", "type": config} for i in range(2)]
+        return [{"problem": f"{config} p{i}", "solution": f"\\boxed{{{i}}}", "level": "Level 1", "type": config}
+                for i in range(2)]
 
     monkeypatch.setattr(datasets, "load_dataset", fake)
-    rows = dm.load_split({"name": "math_train", "source": "EleutherAI/hendrycks_math", "config": ["algebra", "geometry"],
-                          "split": "train", "revision": "abc", "schema": "math"})
+    rows = dm.load_split({"name": "math_train", "source": "EleutherAI/hendrycks_math",
+                          "config": ["algebra", "geometry"], "split": "train", "revision": "abc", "schema": "math"})
     assert calls == [("EleutherAI/hendrycks_math", c, "train", "abc") for c in ("algebra", "geometry")]
-    assert [r["id"] for r in rows] == ["math_train-algebra-0", "math_train-algebra-1", "math_train-geometry-0", "math_train-geometry-1"]
+    assert [r["id"] for r in rows] == ["math_train-algebra-0", "math_train-algebra-1", "math_train-geometry-0",
+                                       "math_train-geometry-1"]
     assert {r["datasource"] for r in rows} == {"math_train"}
     calls.clear()
     dm.load_split({"name": "math_train"})  # the built-in name: MATH-lighteval's train split with the math schema
@@ -163,7 +169,8 @@ def test_weights_proportional_to_the_sizes_are_plain_concatenation():
 def test_math_and_cmath_train_mixed_from_the_fixtures_with_eval_overlap_dropped():
     specs = [{"name": "math_train", "source": str(MATH_TRAIN), "schema": "math", "weight": 0.5},
              {"name": "cmath_train", "source": str(CMATH_TRAIN), "schema": "cmath", "weight": 0.5}]
-    evals = [{"name": "cmath", "source": str(FIXTURES / "cmath.jsonl")}]  # shares its first rows with cmath_train_sample
+    # shares its first rows with cmath_train_sample
+    evals = [{"name": "cmath", "source": str(FIXTURES / "cmath.jsonl")}]
     kept = len(dm.check_overlap(dm.load_split(specs[1]), dm.load_split(evals[0]), drop=True))
     assert 0 < kept < 12
     with pytest.raises(DatasetError, match="evaluation problem\\(s\\) from cmath"):
@@ -171,7 +178,8 @@ def test_math_and_cmath_train_mixed_from_the_fixtures_with_eval_overlap_dropped(
     train, ev = dm.load_datasets({"train": specs, "eval": evals, "drop_overlap": True}, seed=0)
     rows = train.to_list()
     share = dm.mix_counts([12, kept], [0.5, 0.5], 12 + kept)
-    assert len(rows) == 12 + kept and Counter(r["datasource"] for r in rows) == {"math_train": share[0], "cmath_train": share[1]}
+    assert len(rows) == 12 + kept and Counter(r["datasource"]
+                                              for r in rows) == {"math_train": share[0], "cmath_train": share[1]}
     eval_questions = set(ev["question"])
     assert not any(r["question"] in eval_questions for r in rows)
     # the union of both schemas' columns, None where a source has none
@@ -181,7 +189,8 @@ def test_math_and_cmath_train_mixed_from_the_fixtures_with_eval_overlap_dropped(
 
 
 @pytest.mark.parametrize("specs, fragment", [
-    ([{**synthetic("a", 4), "weight": 0}, {**synthetic("b", 4), "weight": 1}], "weight 0; a weight is a finite number > 0"),
+    ([{**synthetic("a", 4), "weight": 0}, {**synthetic("b", 4), "weight": 1}],
+     "weight 0; a weight is a finite number > 0"),
     ([{**synthetic("a", 4), "weight": -1}, {**synthetic("b", 4), "weight": 1}], "weight -1"),
     ([{**synthetic("a", 4), "weight": "half"}, {**synthetic("b", 4), "weight": 1}], "weight 'half'"),
     ([{**synthetic("a", 4), "weight": True}, {**synthetic("b", 4), "weight": 1}], "weight True"),
@@ -207,7 +216,8 @@ def test_a_source_left_empty_by_drop_overlap_cannot_be_weighted():
 
 def test_the_single_mapping_form_is_unchanged():
     spec = {"name": "gsm8k_train", "source": str(FIXTURES / "gsm8k_train.jsonl"), "limit": 6}
-    train, ev = dm.load_datasets({"train": spec, "eval": [{"name": "math500", "source": str(FIXTURES / "math500.jsonl")}]}, seed=3)
+    train, ev = dm.load_datasets({"train": spec,
+                                  "eval": [{"name": "math500", "source": str(FIXTURES / "math500.jsonl")}]}, seed=3)
     upstream = raw(FIXTURES / "gsm8k_train.jsonl")[:6]
     assert train.column_names == ["id", "prompt", "question", "answer", "datasource"]
     assert train.to_list() == [dm.normalise_row(r, "gsm8k_train", i) for i, r in enumerate(upstream)]
@@ -231,7 +241,8 @@ def test_the_list_form_through_config_dry_run_and_compare_fingerprint():
     assert report["train_rows"] == 24 and report["expected_env_steps"] == 24 * 8
     print_ = fingerprint(cfg)
     assert print_["train"] == data["dataset"]["train"] and print_["train_rows"] == 24
-    single = load_config(data={**data, "dataset": {**data["dataset"], "train": {"name": "t", "source": str(MATH_TRAIN)}}})
+    single = (load_config(data={**data, "dataset": {**data["dataset"],
+                                                    "train": {"name": "t", "source": str(MATH_TRAIN)}}}))
     assert single.dataset.train_sources() == [{"name": "t", "source": str(MATH_TRAIN)}]
     with pytest.raises(ConfigError, match="dataset.train: expected a mapping or a list of mappings"):
         load_config(data={**data, "dataset": {"train": ["math_train"]}})

@@ -4,7 +4,6 @@ a second value) score 0, so the next hack family is found by the suite rather th
 gold is in the answer language, and nothing a model writes makes the parser raise."""
 
 import json
-import re
 from pathlib import Path
 
 import pytest

@@ -26,7 +26,8 @@ def readme_dry_runs():
     for block in re.findall(r"```bash\n(.*?)```", text, re.S):
         for command in block.replace("\\\n", " ").splitlines():
             argv = shlex.split(command.split("#")[0])
-            if "--dry-run" in argv and argv[0] == "python":
+            # with its config named (one on a script's default config: tests/test_readme_commands.py checks its options)
+            if "--dry-run" in argv and argv[0] == "python" and "--config" in argv:
                 commands.append((argv[1], argv[2:]))
     return commands
 

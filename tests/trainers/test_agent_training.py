@@ -95,7 +95,7 @@ def test_role_temperature_samples_and_scores_at_that_temperature(tmp_path):
 def test_bad_per_role_settings_are_refused_early(tmp_path):
     with pytest.raises(WorkflowError, match="no role 'Planner'"):
         prepare(config(tmp_path, agents={"trainable": {"Planner": False}}))
-    with pytest.raises(WorkflowError, match="temperature must be a number > 0"):
+    with pytest.raises(ConfigError, match=r"workflow.temperature.*Actor"):  # refused when the config loads
         prepare(config(tmp_path, workflow={"temperature": {"Actor": 0}}))
     with pytest.raises(ValueError, match="both a learning_rate and a learning_rate_scale"):
         build(tmp_path, config(tmp_path, agents={"learning_rate": {"Actor": 1e-4},
