@@ -274,6 +274,48 @@ def _traffic(cfg: Any, budget: Mapping[str, Any], layout: Mapping[str, Any], ds:
     return out
 
 
+def _rank_counts(cfg: Any, budget: Mapping[str, Any], train: Any, world: int,
+                 workflow_algo: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The cluster plan's ``per_rank`` and ``total`` counts: instances, env steps and messages per update and over
+    the run, the busiest rank's share (and each rank's), optimizer updates per agent."""
+    a = cfg.algo
+    steps_total, messages_total = budget.get("expected_env_steps"), budget.get("expected_messages")
+    total: dict[str, Any] = {}
+    per_rank: dict[str, Any] = {}
+    if workflow_algo:  # counts, so integers: instances_per_update is a multiple of the ranks (divisibility_errors)
+        ipu = int(a.instances_per_update)
+        leaves, messages = int(budget["leaves_per_instance"]), int(budget["messages_per_instance"])
+        total = {"instances_per_update": ipu, "env_steps_per_update": ipu * leaves,
+                 "messages_per_update": ipu * messages}
+        per_rank = {k: v // world for k, v in total.items()}
+        sizes = rollout_batch_sizes(cfg, train)
+        instances = instances_by_rank(sizes, world)  # an uneven batch's remainder goes to the lowest ranks
+        by_rank = {"instances_total": instances, "env_steps_total": [n * leaves for n in instances],
+                   "messages_total": [n * messages for n in instances]}
+        total["instances_total"] = sum(instances)
+        per_rank.update({k: max(v) for k, v in by_rank.items()})  # the busiest rank's (rank 0's): what a rank must run
+        per_rank["by_rank"] = by_rank
+        uneven = [s for s in sizes if s % world]
+        if uneven:
+            per_rank["note"] = (f"{len(uneven)} of the {len(sizes)} rollout batches "
+                                f"({', '.join(map(str, sorted(set(uneven))))} instances) do not split evenly over the "
+                                f"{world} ranks: the lowest ranks take one instance more of each, so the ranks' totals "
+                                "differ (by_rank; the totals here are the busiest rank's)")
+    else:  # one process (the other trainers do not run data-parallel): its share is the whole run
+        if steps_total is not None:
+            per_rank["env_steps_total"] = steps_total
+        if messages_total is not None:
+            per_rank["messages_total"] = messages_total
+    if steps_total is not None:
+        total["env_steps_total"] = steps_total
+    if messages_total is not None:
+        total["messages_total"] = messages_total
+    if "expected_optimizer_updates_per_agent" in budget:
+        total["optimizer_updates_per_agent"] = budget["expected_optimizer_updates_per_agent"]
+        total["rollout_batches"] = budget["rollout_batches"]
+    return per_rank, total
+
+
 def cluster_plan(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
     """The dry-run's plan of the cluster for ``cfg`` (see the module docstring); ``train`` is the training
     dataset or its row count. Raises :class:`~c3_plugin.core.errors.ConfigError` listing every rule the
@@ -322,40 +364,7 @@ def cluster_plan(cfg: Any, workflow: Any, train: Any) -> dict[str, Any]:
                                      f"({workflow_algorithm_names()}) only")
     mem = _memory(cfg, workflow, layout, ds)
     plan["generator"] = _generator(cfg, world, mem.get("generation_sequences_per_call_per_rank"))
-    steps_total, messages_total = budget.get("expected_env_steps"), budget.get("expected_messages")
-    total: dict[str, Any] = {}
-    per_rank: dict[str, Any] = {}
-    if workflow_algo:  # counts, so integers: instances_per_update is a multiple of the ranks (divisibility_errors)
-        ipu = int(a.instances_per_update)
-        leaves, messages = int(budget["leaves_per_instance"]), int(budget["messages_per_instance"])
-        total = {"instances_per_update": ipu, "env_steps_per_update": ipu * leaves,
-                 "messages_per_update": ipu * messages}
-        per_rank = {k: v // world for k, v in total.items()}
-        sizes = rollout_batch_sizes(cfg, train)
-        instances = instances_by_rank(sizes, world)  # an uneven batch's remainder goes to the lowest ranks
-        by_rank = {"instances_total": instances, "env_steps_total": [n * leaves for n in instances],
-                   "messages_total": [n * messages for n in instances]}
-        total["instances_total"] = sum(instances)
-        per_rank.update({k: max(v) for k, v in by_rank.items()})  # the busiest rank's (rank 0's): what a rank must run
-        per_rank["by_rank"] = by_rank
-        uneven = [s for s in sizes if s % world]
-        if uneven:
-            per_rank["note"] = (f"{len(uneven)} of the {len(sizes)} rollout batches "
-                                f"({', '.join(map(str, sorted(set(uneven))))} instances) do not split evenly over the "
-                                f"{world} ranks: the lowest ranks take one instance more of each, so the ranks' totals "
-                                "differ (by_rank; the totals here are the busiest rank's)")
-    else:  # one process (the other trainers do not run data-parallel): its share is the whole run
-        if steps_total is not None:
-            per_rank["env_steps_total"] = steps_total
-        if messages_total is not None:
-            per_rank["messages_total"] = messages_total
-    if steps_total is not None:
-        total["env_steps_total"] = steps_total
-    if messages_total is not None:
-        total["messages_total"] = messages_total
-    if "expected_optimizer_updates_per_agent" in budget:
-        total["optimizer_updates_per_agent"] = budget["expected_optimizer_updates_per_agent"]
-        total["rollout_batches"] = budget["rollout_batches"]
+    per_rank, total = _rank_counts(cfg, budget, train, world, workflow_algo)
     plan["per_rank"], plan["total"] = per_rank, total
     plan["weight_sync"] = _traffic(cfg, budget, layout, ds, mem, agents)
     plan["memory_per_gpu"] = mem

@@ -179,41 +179,11 @@ def _at_outcome_variance(diagnosis: Mapping[str, Any], draws: Sequence[Mapping[s
             "no_signal": False, "resamples": len(margins)}
 
 
-def advise(diagnosis: Mapping[str, Any], budget: int, lr_scale: Sequence[float] | None = None,
-           outcome_variance: float | None = None) -> dict[str, Any]:
-    """Every candidate plan of ``budget`` leaves scored for this team; the advised algorithm and plan, and how sure
-    that is.
-
-    **Uncertainty.** The margin (best C3 plan's score minus MAGRPO's) is recomputed on every bootstrap replicate of
-    the diagnosis (:func:`replicates`), giving a 95% interval; an interval that straddles 0 is *no clear winner*.
-    Without replicates the interval is n/a and the verdict is the point estimate's, said so. **Outcome variance.**
-    Where neither the diagnosis nor ``outcome_variance`` gives ``O`` (a diagnosis cannot split the last decision
-    point's reward variance into its signal and ``O`` at ``c = 1``), the advice is worked out at both ends of what
-    ``O`` can be, 0 (a deterministic reward) and the last point's whole reward variance; if the two disagree the
-    verdict is *no clear winner*, naming the crossing, never a silent choice of ``O``."""
-    if budget < 2:
-        raise ValueError(f"--budget {budget}: a group needs at least 2 reward calls")
-    k = len(diagnosis["decision_points"])
-    scale = [1.0] * k if not lr_scale else [float(x) for x in lr_scale]
-    if len(scale) != k or any(x < 0 for x in scale):
-        raise ValueError(f"--lr-scale {list(lr_scale or [])}: give one multiplier >= 0 per decision point ({k})")
-    if not any(scale):
-        raise ValueError("c3 advise: no learning decision point has any signal (lr-scale 0 everywhere)")
-    known = diagnosis.get("outcome_variance") is not None or outcome_variance is not None
-    first = team_variances(diagnosis, outcome_variance)
-    # unknown O: from none of the last reward's spread to all
-    o_values = [first["O"]] if known else [0.0, first["S"][-1]]
-    draws = replicates(diagnosis)
-    ends = [_at_outcome_variance(diagnosis, draws, budget, scale, o) for o in o_values]
-    main = next((e for e in ends if not e["no_signal"]), None)
-    if main is None:
-        last = first["S"][-1] + first["O"]
-        raise ValueError("c3 advise: no learning decision point has any signal at outcome variance O = "
-                         f"{o_values[0]:.4g}: the last decision point's reward variance is {last:.4g}, so an O at or "
-                         "above it leaves that point no signal of its own, and every other decision point with "
-                         f"lr-scale > 0 has S = 0; give an --outcome-variance below {last:.4g} (0 for a deterministic "
-                         "reward), or measure more groups")
+def _explain(main: Mapping[str, Any], ends: Sequence[Mapping[str, Any]], budget: int) -> tuple[str, str, float]:
+    """The advice's ``outcome`` (c3, magrpo or no clear winner), its ``verdict`` in words and the score ratio of the
+    best C3 plan to MAGRPO's, from the ranking at the main outcome variance and at every end worked out."""
     var, rows, weights = main["var"], main["rows"], main["weights"]
+    k = len(var["S"])
     best = rows[0]
     indep = next(r for r in rows if r["algorithm"] == "magrpo")
     best_tree = next(r for r in rows if r["algorithm"] == "c3")
@@ -255,6 +225,46 @@ def advise(diagnosis: Mapping[str, Any], budget: int, lr_scale: Sequence[float] 
         verdict = point + f"; margin {main['margin']:+.3f} {_interval(main)}"
         if len(ends) > 1:
             verdict += " at every outcome variance O from 0 to the last point's reward variance"
+    return outcome, verdict, ratio
+
+
+def advise(diagnosis: Mapping[str, Any], budget: int, lr_scale: Sequence[float] | None = None,
+           outcome_variance: float | None = None) -> dict[str, Any]:
+    """Every candidate plan of ``budget`` leaves scored for this team; the advised algorithm and plan, and how sure
+    that is.
+
+    **Uncertainty.** The margin (best C3 plan's score minus MAGRPO's) is recomputed on every bootstrap replicate of
+    the diagnosis (:func:`replicates`), giving a 95% interval; an interval that straddles 0 is *no clear winner*.
+    Without replicates the interval is n/a and the verdict is the point estimate's, said so. **Outcome variance.**
+    Where neither the diagnosis nor ``outcome_variance`` gives ``O`` (a diagnosis cannot split the last decision
+    point's reward variance into its signal and ``O`` at ``c = 1``), the advice is worked out at both ends of what
+    ``O`` can be, 0 (a deterministic reward) and the last point's whole reward variance; if the two disagree the
+    verdict is *no clear winner*, naming the crossing, never a silent choice of ``O``."""
+    if budget < 2:
+        raise ValueError(f"--budget {budget}: a group needs at least 2 reward calls")
+    k = len(diagnosis["decision_points"])
+    scale = [1.0] * k if not lr_scale else [float(x) for x in lr_scale]
+    if len(scale) != k or any(x < 0 for x in scale):
+        raise ValueError(f"--lr-scale {list(lr_scale or [])}: give one multiplier >= 0 per decision point ({k})")
+    if not any(scale):
+        raise ValueError("c3 advise: no learning decision point has any signal (lr-scale 0 everywhere)")
+    known = diagnosis.get("outcome_variance") is not None or outcome_variance is not None
+    first = team_variances(diagnosis, outcome_variance)
+    # unknown O: from none of the last reward's spread to all
+    o_values = [first["O"]] if known else [0.0, first["S"][-1]]
+    draws = replicates(diagnosis)
+    ends = [_at_outcome_variance(diagnosis, draws, budget, scale, o) for o in o_values]
+    main = next((e for e in ends if not e["no_signal"]), None)
+    if main is None:
+        last = first["S"][-1] + first["O"]
+        raise ValueError("c3 advise: no learning decision point has any signal at outcome variance O = "
+                         f"{o_values[0]:.4g}: the last decision point's reward variance is {last:.4g}, so an O at or "
+                         "above it leaves that point no signal of its own, and every other decision point with "
+                         f"lr-scale > 0 has S = 0; give an --outcome-variance below {last:.4g} (0 for a deterministic "
+                         "reward), or measure more groups")
+    var, rows, weights = main["var"], main["rows"], main["weights"]
+    best = rows[0]
+    outcome, verdict, ratio = _explain(main, ends, budget)
     points = [{"u": u, "role": r, "S": var["S"][u], "sigma2": var["sigma2"][u], "upstream_U": var["U"][u],
                "lr_scale": scale[u], "weight": weights[u]} for u, r in enumerate(var["roles"])]
     return {"workflow": diagnosis.get("workflow"), "budget": budget, "outcome_variance": var["O"], "T": var["T"],

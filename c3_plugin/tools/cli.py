@@ -8,6 +8,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from c3_plugin.core.config import ConfigError, load_config
 from c3_plugin.core.registry import workflow_algorithms
@@ -79,27 +80,30 @@ def main(argv: list[str] | None = None, algorithm: str | None = None, default_co
     return 0
 
 
-def console(argv: list[str] | None = None) -> int:
-    """``c3 <command>``: train, dry-run, compare, dashboard, diagnose, plan-budget, advise or audit."""
-    parser = Parser(prog="c3", description="comlrl-c3: train LLM teams with C3, MAGRPO, MAPPO and compare them.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="command")
+def _common(p: argparse.ArgumentParser) -> None:
+    """The options every run command takes: the config and its overrides."""
+    p.add_argument("--config", required=True, help="run config YAML (configs/<domain>/<algorithm>.yaml)")
+    p.add_argument("--override", action="append", default=[], metavar="a.b=value",
+                   help="override a config value (repeatable); true/false/none, Python literals, else strings")
 
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--config", required=True, help="run config YAML (configs/<domain>/<algorithm>.yaml)")
-        p.add_argument("--override", action="append", default=[], metavar="a.b=value",
-                       help="override a config value (repeatable); true/false/none, Python literals, else strings")
 
+def _add_run_commands(sub: Any) -> None:
+    """``c3 train`` and ``c3 dry-run``."""
     trn = (sub.add_parser("train", help="train one run (the algorithm named in the config); torchrun "
                                         "for several processes"))
-    common(trn)
+    _common(trn)
     trn.add_argument("--json", action="store_true", help="print an error as one JSON line instead of text")
     dry = (sub.add_parser("dry-run", help="check the config, data, budget, memory and cluster plan "
                                           "without loading a model"))
-    common(dry)
+    _common(dry)
     dry.add_argument("--json", action="store_true", help="print the whole report as JSON instead of its summary")
     dry.add_argument("--report", default=None, metavar="FILE", help="also write the whole report as JSON to FILE")
+
+
+def _add_compare(sub: Any) -> None:
+    """``c3 compare``."""
     cmp = sub.add_parser("compare", help="run every (algorithm, seed) from one config and compare them with statistics")
-    common(cmp)
+    _common(cmp)
     cmp.add_argument("--algorithms", nargs="+", required=True, help="algorithms to compare, e.g. c3 magrpo mappo")
     cmp.add_argument("--seeds", nargs="+", type=int, required=True, help="seeds, the same for every algorithm (paired)")
     cmp.add_argument("--out", default=None,
@@ -115,6 +119,10 @@ def console(argv: list[str] | None = None) -> int:
                      help="compare although settings other than the credit differ: the named keys (e.g. "
                           "agent_learning_rate), or every difference when given alone; the consent "
                           "goes into summary.json")
+
+
+def _add_dashboard(sub: Any) -> None:
+    """``c3 dashboard``."""
     dash = (sub.add_parser("dashboard", help="an HTML page for a comparison or run folder, or a W&B "
                                              "workspace for a comparison"))
     dash.add_argument("folder", nargs="?",
@@ -130,6 +138,10 @@ def console(argv: list[str] | None = None) -> int:
                       help="the compared algorithms (W&B job types; default: the registry's workflow trainers)")
     dash.add_argument("--online", action="store_true",
                       help="save the workspace to W&B (else write its specification to --out)")
+
+
+def _add_diagnose(sub: Any) -> None:
+    """``c3 diagnose``."""
     diag = (sub.add_parser("diagnose", help="reliability, noise law and influence at every decision "
                                             "point, without training"))
     diag.add_argument("--config", default=None, help="run config YAML (or --run: a trained run's own config)")
@@ -152,6 +164,10 @@ def console(argv: list[str] | None = None) -> int:
     diag.add_argument("--out", default=None,
                       help="output folder (default <run>/diagnose or runs/diagnose/<config name>); rerun to resume")
     diag.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _add_plan_and_advise(sub: Any) -> None:
+    """``c3 plan-budget`` and ``c3 advise``."""
     plan = sub.add_parser("plan-budget",
                           help="the (n, c) split of B reward calls per decision point that maximises reliability")
     plan.add_argument("--from", dest="source", required=True, help="a diagnose.json written by c3 diagnose")
@@ -172,6 +188,10 @@ def console(argv: list[str] | None = None) -> int:
                           "winner' when they disagree)")
     adv.add_argument("--out", default=None,
                      help="where the advice JSON goes (default advice.json beside diagnose.json)")
+
+
+def _add_audit(sub: Any) -> None:
+    """``c3 audit``."""
     aud = sub.add_parser("audit", help="credit every message of recorded runs by re-entering their decision points")
     aud.add_argument("--run", required=True, help="a run folder with traces.jsonl (trained with save_traces: true)")
     aud.add_argument("--override", action="append", default=[], metavar="a.b=value",
@@ -189,6 +209,20 @@ def console(argv: list[str] | None = None) -> int:
     aud.add_argument("--seed", type=int, default=0, help="sampling seed")
     aud.add_argument("--out", default=None, help="output folder (default <run>/audit): audit.json and audit.png")
     aud.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``c3`` parser: one subcommand per tool."""
+    parser = Parser(prog="c3", description="comlrl-c3: train LLM teams with C3, MAGRPO, MAPPO and compare them.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="command")
+    for add in (_add_run_commands, _add_compare, _add_dashboard, _add_diagnose, _add_plan_and_advise, _add_audit):
+        add(sub)
+    return parser
+
+
+def console(argv: list[str] | None = None) -> int:
+    """``c3 <command>``: train, dry-run, compare, dashboard, diagnose, plan-budget, advise or audit."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "dashboard":
         return dashboard(args, parser)

@@ -19,6 +19,7 @@ level); and the costs from each run's summary (env steps, messages, tokens, wall
 
 from __future__ import annotations
 
+import difflib
 import json
 import shlex
 import subprocess
@@ -30,6 +31,7 @@ from typing import Any, Sequence
 from tqdm import tqdm
 
 from c3_plugin.core.config import ConfigError, RunConfig, load_config
+from c3_plugin.core.registry import algorithms as registered_algorithms
 from c3_plugin.core.registry import resolve, section
 from c3_plugin.core.stats import area_under_curve, compare_table, holm, summarize
 from c3_plugin.run.budget import expected_budget
@@ -59,11 +61,7 @@ def run_overrides(algorithm: str, seed: int, out: Path, name: str, overrides: Se
 
 def check_algorithm_names(algorithms: Sequence[str]) -> None:
     """Refuse an algorithm name the registry does not know, naming the nearest one, before any config loads."""
-    import difflib
-
-    from c3_plugin.core.registry import algorithms as known
-
-    names = known()
+    names = registered_algorithms()
     for name in algorithms:
         if name not in names:
             near = difflib.get_close_matches(name, names, n=1, cutoff=0.4)

@@ -23,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from c3_plugin.core.stats import wilson_interval
 from c3_plugin.run.report import before_after, eval_metrics, summary_headline
-from c3_plugin.tools.compare import run_name
+from c3_plugin.tools.compare import aggregated_seeds, no_interval, run_name
 
 CREDIT_KEYS = ("within_group_variance", "split_half_reliability", "zero_signal_share", "influence", "noise_ratio")
 COST_KEYS = (("tokens", ("totals", "tokens_generated")), ("messages", ("totals", "messages")),
@@ -146,7 +147,6 @@ def cost_chart(runs: list[dict]) -> str | None:
 
 def results_table(comparison: dict) -> str:
     """The comparison's final metrics and paired tests as HTML tables."""
-    from c3_plugin.tools.compare import no_interval
 
     algos = comparison["algorithms"]
 
@@ -211,7 +211,6 @@ def _count(values: dict, metric: str) -> int | None:
 def _items(values: dict, metric: str) -> str:
     """`` (48 items, 95% CI [a, b])`` beside an accuracy over items scored 0/1 (Wilson), `` (n items)`` beside
     another metric with a count; nothing without one."""
-    from c3_plugin.core.stats import wilson_interval
 
     n, value = _count(values, metric), values.get(metric)
     if n is None:
@@ -287,7 +286,6 @@ padding:4px 8px;text-align:left}th{background:#f3f3f3}svg{max-width:100%;height:
 
 def comparison_title(folder: Path, comparison: dict) -> str:
     """The page's title: the algorithms, the seeds the results are over, and the unfinished runs left out of them."""
-    from c3_plugin.tools.compare import aggregated_seeds
 
     missing = comparison.get("missing_runs") or []
     left_out = f" (unfinished, left out of the results: {', '.join(missing)})" if missing else ""
