@@ -13,8 +13,12 @@ Usage: python bench/tokens_c3_vs_magrpo.py [--instances 8] [--reasoner 64] [--ac
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for bench.paired_timing
 
 from bench.paired_timing import describe, paired_ratio
 from c3_plugin.core.config import ModelSection

@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for bench.paired_timing
 
 from bench.paired_timing import describe, paired_ratio
 from c3_plugin.core.config import ModelSection
