@@ -16,10 +16,11 @@ from typing import Any, Mapping
 import yaml
 
 from c3_plugin.core.config_types import check_fields
-from c3_plugin.core.domain import check_domain_name, load_domain
+from c3_plugin.core.domain import check_domain_name, domain_names, load_domain
 from c3_plugin.core.errors import ConfigError
 from c3_plugin.core.estimator_rules import check
 from c3_plugin.core.hub import require_hub_data
+from c3_plugin.core.llm_collab import hub_hint, markers, translate
 from c3_plugin.core.model_paths import resolve_model_paths
 from c3_plugin.core.plan import PlanError, default_plan, parse_plan
 from c3_plugin.core.registry import algorithms, capabilities, resolve, section
@@ -202,8 +203,11 @@ class RunConfig:
     sections: dict[str, Any]  # section name -> dataclass instance
     algo: Any  # the algorithm's config dataclass
     domain_cfg: Any  # the domain's config dataclass (or a dict)
-    raw: dict[str, Any]  # the merged YAML after overrides
+    raw: dict[str, Any]  # the merged YAML after overrides (an LLM_Collab config: in this project's layout)
     source: Path | None = None
+    # an LLM_Collab config (core/llm_collab.py): the keys it has that mean nothing here, "key: why" each
+    unmapped: list[str] = field(default_factory=list)
+    layout: str = "comlrl-c3"  # the layout the config was written in: "comlrl-c3" or "llm_collab"
 
     def __getattr__(self, name: str) -> Any:
         sections = self.__dict__.get("sections", {})
@@ -339,6 +343,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     names = algorithms()
     if algorithm not in names:
         raise ConfigError(f"unknown algorithm '{algorithm}'{_nearest(algorithm, names)}")
+    translation = translate(raw, algorithm, resolve(algorithm)[0], domain_names()) if markers(raw) else None
+    if translation is not None:  # LLM_Collab's layout, read as its train scripts read it
+        raw = translation.data
     domain_name = raw.get("domain", SCALARS["domain"])
     try:
         check_domain_name(domain_name)  # before the keys: a mistyped domain is named as such, not as its section
@@ -346,7 +353,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         raise ConfigError(str(exc.args[0])) from exc
     check_keys(raw, names, domain_name)
     if hub_preflight:
-        require_hub_data(raw.get("dataset"))
+        try:
+            require_hub_data(raw.get("dataset"))
+        except ConfigError as exc:
+            raise ConfigError(f"{exc}{hub_hint(raw.get('dataset')) if translation else ''}") from exc
     try:
         domain = load_domain(domain_name)
     except KeyError as exc:
@@ -376,7 +386,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     if sections["wandb"].mode not in ("offline", "online", "disabled"):
         raise ConfigError(f"wandb.mode must be offline, online or disabled, got {sections['wandb'].mode!r}")
     rc = RunConfig(algorithm=algorithm, domain=domain_name, seed=seed, sections=sections, algo=algo,
-                   domain_cfg=domain_cfg, raw=raw, source=Path(path) if path else None)
+                   domain_cfg=domain_cfg, raw=raw, source=Path(path) if path else None,
+                   unmapped=translation.unmapped if translation else [],
+                   layout="llm_collab" if translation else "comlrl-c3")
     _default_plan(rc, domain, own)
     return rc
 

@@ -86,6 +86,11 @@ def probe_only(probe: Callable[[Any], dict[str, Any]]) -> Callable[[Any, Any, An
     return lambda cfg, train, evals: {"probe": probe(cfg.domain_cfg)}
 
 
+def domain_names() -> list[str]:
+    """The registered domains' names (entry points of ``c3_plugin.domains``)."""
+    return sorted({ep.name for ep in entry_points(group="c3_plugin.domains")})
+
+
 def check_domain_name(name: str) -> None:
     """A ``KeyError`` naming the registered domains when ``name`` is none of them (found, not imported)."""
     known = sorted({ep.name for ep in entry_points(group="c3_plugin.domains")})

@@ -177,7 +177,18 @@ def dry_run_report(cfg: RunConfig) -> dict[str, Any]:
     report["model_check"] = check_models(cfg)  # a local model folder holds weights and a tokenizer; a hub name: "hub"
     report.update(dry_run_entries(cfg.algo))  # the algorithm's own entries (the joint actor's CoMLRL API)
     report.update(checks)  # the domain's own checks (travel: split, catalog parse, the joint probe under a joint actor)
+    if cfg.layout == "llm_collab":  # an LLM_Collab config: the keys that mean nothing here, also in the summary
+        report["llm_collab"] = {"unmapped": list(cfg.unmapped)}
+        report["notes"] = list(report.get("notes", [])) + unmapped_lines(cfg)
     return settle_status(cfg, report)
+
+
+def unmapped_lines(cfg: RunConfig) -> list[str]:
+    """An LLM_Collab config's keys with no meaning under its algorithm, one line each after a heading (the dry-run's
+    notes; training prints them too)."""
+    head = (f"LLM_Collab layout, read as its train scripts read it: {len(cfg.unmapped)} key(s) mean nothing under "
+            f"{cfg.algorithm}{':' if cfg.unmapped else ''}")
+    return [head] + [f"  {line}" for line in cfg.unmapped]
 
 
 def memory_problems(cfg: RunConfig, report: Mapping[str, Any]) -> tuple[list[str], list[str]]:

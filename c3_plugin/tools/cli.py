@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None, algorithm: str | None = None, default_co
     args = parser.parse_args(argv)
     if not args.config:
         parser.error("--config is required")
-    from c3_plugin.run.dry_run import dry_run_report, summary
+    from c3_plugin.run.dry_run import dry_run_report, summary, unmapped_lines
     from c3_plugin.run.train import train, validate_or_exit
 
     cfg = validate_or_exit(lambda: load_config(args.config, args.override, default_algorithm=algorithm,
@@ -62,6 +62,8 @@ def main(argv: list[str] | None = None, algorithm: str | None = None, default_co
             Path(args.report).write_text(json.dumps(report, indent=2))
         print(json.dumps(report, indent=2) if args.json else summary(report, args.report))
         return 2 if report["status"] == "error" else 0
+    if cfg.layout == "llm_collab":
+        print("\n".join(f"note: {line}" for line in unmapped_lines(cfg)))
     try:
         train(cfg)
     except Exception as exc:  # failed before training started (bad model, data, ...): one line, like a config error
