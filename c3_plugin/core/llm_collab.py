@@ -11,8 +11,9 @@ layout, so that ``algorithm: c3`` is the only line a user adds, and says which k
 form, or a ``critic_model``, ``critics`` or ``tokenizer`` section, which this project's layout never has.
 
 A trainer-section key the algorithm's config class has keeps its name (C3Config and the other workflow configs
-keep CoMLRL's field names); a key the YAML leaves out gets the class's default, which is CoMLRL's and so the
-scripts' own wherever they pass none of their own (:func:`_trainer_section`). The task is the project's
+keep CoMLRL's field names); a key the YAML leaves out gets the default the repository's script passes
+(:data:`SCRIPT_DEFAULTS`, for the scripts read), else the class's default, which is CoMLRL's
+(:func:`_trainer_section`). The task is the project's
 ``domain:``: a ``dataset.type`` that names a registered domain picks it, any other (``tldr``, ``arxiv``,
 ``bfcl``) has no domain, and so no reward, here, and :func:`translate` says so unless ``domain:`` is given.
 """
@@ -47,6 +48,23 @@ MODEL_NOTES = {
     "max_length": "LLM_Collab's scripts never pass it on either; message lengths are max_new_tokens",
     "special_tokens": "comlrl-c3 adds no tokens to the tokenizer",
     "attn_implementation": "comlrl-c3 loads the model's default attention",
+}
+# The defaults LLM_Collab's train scripts pass to CoMLRL for a trainer-section key the YAML leaves out, by (trainer
+# section, dataset.type); read from LLM_Collab_Writing's train_magrpo.py (7e59995) and LLM_Collab_BFCL-v4's
+# native_parallel/train/train_magrpo.py (178b9dc). Any other pair gets the algorithm class's default (CoMLRL's).
+_WRITING_MAGRPO = {"num_train_epochs": 2, "agent_learning_rate": 5e-6, "logging_steps": 50, "num_generations": 4,
+                   "max_new_tokens": 256, "parallel_training": "none", "agent_devices": ["cuda:0"],
+                   "early_termination_threshold": -0.2, "rollout_buffer_size": 1, "train_batch_size": 1,
+                   "advantage_normalization": True, "eval_interval": 20, "eval_num_samples": 4, "eval_batch_size": 1}
+SCRIPT_DEFAULTS = {
+    ("magrpo", "tldr"): _WRITING_MAGRPO, ("magrpo", "arxiv"): _WRITING_MAGRPO,
+    ("magrpo", "bfcl"): {"num_agents": 2, "parallel_training": "mp", "agent_devices": ["cuda:0", "cuda:1"],
+                         "num_train_epochs": 2, "agent_learning_rate": 2e-5, "logging_steps": 20, "num_generations": 4,
+                         "max_new_tokens": 256, "discount": 1.0, "joint_mode": "cross",
+                         "early_termination_threshold": None, "rollout_buffer_size": 4, "train_batch_size": 4,
+                         "advantage_normalization": True, "advantage_mode": "mean", "eval_interval": 20,
+                         "eval_num_samples": 16, "eval_batch_size": 1, "reference_kl_enabled": False,
+                         "reference_kl_coef": 0.1, "reference_devices": None},
 }
 DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float32": "float32", "fp32": "float32"}
 
@@ -191,8 +209,9 @@ def _reward_processor(src: Mapping[str, Any], out: dict[str, Any], notes: list[s
 
 
 def _trainer_section(src: Mapping[str, Any], algo: str, algo_cls: type, notes: list[str]) -> tuple[str | None, dict]:
-    """The YAML's trainer section as the algorithm's: the fields the class has, with the class's defaults written
-    out for the ones the YAML leaves out (CoMLRL's, as the scripts would pass)."""
+    """The YAML's trainer section as the algorithm's: the fields the class has, over the script's defaults
+    (:data:`SCRIPT_DEFAULTS`), with the class's defaults written out for the rest of the fields a workflow
+    experiment's YAML would set otherwise (``WORKFLOW_EXPERIMENT_DEFAULTS``), so CoMLRL's stand."""
     present = [s for s in TRAINER_SECTIONS if isinstance(src.get(s), Mapping)]
     if algo in src and algo not in present and isinstance(src.get(algo), Mapping):
         present.insert(0, algo)
@@ -200,7 +219,8 @@ def _trainer_section(src: Mapping[str, Any], algo: str, algo_cls: type, notes: l
         raise ConfigError(f"the config has {len(present)} trainer sections ({', '.join(present)}); LLM_Collab's "
                           "scripts read one: keep the one to train")
     own = present[0] if present else None
-    section = dict(src.get(own) or {}) if own else {}
+    kind = (src.get("dataset") or {}).get("type") if isinstance(src.get("dataset"), Mapping) else None
+    section = {**SCRIPT_DEFAULTS.get((own, str(kind).lower()), {}), **(src.get(own) or {})} if own else {}
     valid = {f.name: f for f in fields(algo_cls) if not f.name.startswith("_")}
     values: dict[str, Any] = {}
     for key, value in section.items():
@@ -208,7 +228,7 @@ def _trainer_section(src: Mapping[str, Any], algo: str, algo_cls: type, notes: l
             values[key] = value
         elif key in TRAINER_NOTES:
             notes.append(f"{own}.{key}: {TRAINER_NOTES[key]}")
-        else:
+        elif key in (src.get(own) or {}):  # a key of the YAML's (not one of the script's defaults)
             notes.append(f"{own}.{key}: {algo} has no such setting")
     for name in ("num_turns", "temperature", "top_p", "top_k", "use_chat_template", "eval_greedy", "eval_interval",
                  "eval_num_samples", "num_generations"):
