@@ -145,6 +145,17 @@ def _critics(src: Mapping[str, Any], out: dict[str, Any], algo: str, algo_fields
             notes.append(f"tokenizer.{key}: comlrl-c3 pads as its generation backend needs (left for generation)")
 
 
+def _local_split(name: Any, split: str) -> tuple[Any, str]:
+    """``(source, split)`` of one split of ``dataset.name``: a local folder holding ``<split>.jsonl`` (any split
+    name, e.g. BFCL's ``eval``) reads that file, with the split's slice (``test[:1100]``: the file's first 1100 rows);
+    a hub name or any other path stays as it is."""
+    base, bracket, rest = split.partition("[")
+    folder = Path(str(name)).expanduser()
+    if name is not None and folder.is_dir() and (folder / f"{base}.jsonl").is_file():
+        return str((folder / f"{base}.jsonl").resolve()), "train" + bracket + rest
+    return name, split
+
+
 def _dataset(src: Mapping[str, Any], out: dict[str, Any], notes: list[str]) -> str | None:
     """``dataset.name`` with its splits as one train source and one eval suite; returns ``dataset.type``."""
     ds = dict(src.get("dataset") or {})
@@ -153,13 +164,14 @@ def _dataset(src: Mapping[str, Any], out: dict[str, Any], notes: list[str]) -> s
     if name is None and "train" not in ds:
         raise ConfigError("dataset.name is not set: LLM_Collab's layout names one dataset (a hub name or a local "
                           "folder) with dataset.train_split and dataset.eval_split")
-    train: dict[str, Any] = {"name": str(kind or "train"), "source": name,
-                             "split": str(ds.get("train_split") or "train")}
+    source, split = _local_split(name, str(ds.get("train_split") or "train"))
+    train: dict[str, Any] = {"name": str(kind or "train"), "source": source, "split": split}
     if ds.get("max_train_samples") is not None:
         train["limit"] = int(ds["max_train_samples"])
     section: dict[str, Any] = {"train": ds.pop("train", train)}
     if ds.get("eval_split") is not None or "eval" in ds:
-        suite = {"name": str(kind or "eval"), "source": name, "split": str(ds.get("eval_split"))}
+        source, split = _local_split(name, str(ds.get("eval_split")))
+        suite = {"name": str(kind or "eval"), "source": source, "split": split}
         if ds.get("max_eval_samples") is not None:
             suite["limit"] = int(ds["max_eval_samples"])
         section["eval"] = ds.pop("eval", [suite])
