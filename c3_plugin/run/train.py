@@ -12,7 +12,7 @@ from typing import Any
 
 from c3_plugin.core.config import ConfigError, RunConfig
 from c3_plugin.core.domain import Domain
-from c3_plugin.core.registry import capabilities, resolve, workflow_algorithms
+from c3_plugin.core.registry import capabilities, resolve, section, workflow_algorithms
 from c3_plugin.core.workflow import Workflow, WorkflowError
 from c3_plugin.run.dry_run import prepare
 from c3_plugin.run.folder import abandon_run_dir, claim_run_dir, latest_checkpoint, run_dir_for
@@ -95,6 +95,10 @@ def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool 
                 raise ConfigError("; ".join(errors))
             dp.use_deepspeed(cfg.deepspeed.enabled)
             ctx = dp.init(cfg.deepspeed.dist_backend, cfg.deepspeed.timeout_minutes)
+        missing = dp.missing_devices(cfg.algo, section(cfg.algorithm))
+        if missing:  # before any data or model is loaded; an LLM_Collab YAML has the keys in its trainer section
+            raise ConfigError("; ".join(missing) + (" (in the LLM_Collab YAML: its trainer section's key, e.g. "
+                                                    "magrpo.agent_devices)" if cfg.layout == "llm_collab" else ""))
         domain, workflow, train_ds, evals = prepare(cfg)
         settle(cfg, domain)
         run_dir = run_dir_for(cfg, workflow)

@@ -183,6 +183,28 @@ def placement_errors(algo_cfg: Any, world: int) -> list[str]:
     return errors + vllm_placement_errors(algo_cfg, world)
 
 
+def _cuda_index(device: Any) -> int | None:
+    """N of "cuda:N" (0 for "cuda"); None for any other device."""
+    name, _, index = str(device).partition(":")
+    return (int(index) if index.isdigit() else 0) if name == "cuda" else None
+
+
+def missing_devices(algo_cfg: Any, section: str) -> list[str]:
+    """The CUDA devices CoMLRL's placement keys (``agent_devices``, ``reference_devices``, ``critic_devices``) name
+    that this machine lacks: caught before any model is loaded (CoMLRL would fail moving the first agent)."""
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    errors = []
+    for key in ("agent_devices", "reference_devices", "critic_devices"):
+        devices = getattr(algo_cfg, key, None)
+        if not isinstance(devices, (list, tuple)):
+            continue
+        absent = [str(d) for d in devices if _cuda_index(d) is not None and _cuda_index(d) >= count]
+        if absent:
+            errors.append(f"{section}.{key}={list(devices)!r} names {', '.join(absent)}, but this machine has {count} "
+                          f"CUDA device(s): set {section}.{key} to devices it has (e.g. ['cpu']) or remove it")
+    return errors
+
+
 def vllm_placement_errors(algo_cfg: Any, world: int) -> list[str]:
     """What ``generation_backend: vllm`` cannot do with ``world > 1`` ranks (each rank runs its own engine)."""
     if world <= 1 or getattr(algo_cfg, "generation_backend", "hf") != "vllm":

@@ -34,10 +34,11 @@ def local(tmp_path_factory):
     return folder
 
 
-def overrides(local: Path, case: str, *, train: bool) -> list[str]:
+def overrides(local: Path, case: str, *, train: bool, cpu: bool = True) -> list[str]:
     args = ["domain=math", f"agent_model.name={local / 'model'}", f"dataset.name={local / case}"]
     if train:
-        args += [f"magrpo.agent_devices={CASES[case][2]}", "magrpo.max_new_tokens=8", "magrpo.num_train_epochs=1",
+        args += [f"magrpo.agent_devices={CASES[case][2]}"] if cpu else []
+        args += ["magrpo.max_new_tokens=8", "magrpo.num_train_epochs=1",
                  "wandb.enabled=false", f"output.base_dir={local / 'out'}", "output.plot=false"]
     return [a for o in args for a in ("--override", o)]
 
@@ -85,3 +86,14 @@ def test_the_yaml_trains(case, local, entry_point):
     assert summary["env_steps"] == 2 * 4  # 2 train rows x the YAML's num_generations (4 leaves of tree [2, 2])
     assert config["c3"]["temperature"] == 0.7 and config["c3"]["top_p"] == {"tldr": 0.9, "bfcl": 0.8}[case]
     assert f"eval/{case}/n" in summary["eval_after"]
+
+
+def test_cuda_devices_this_machine_lacks_are_one_line_before_training(local, entry_point, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the YAML's cuda:0 and cuda:1 on a CPU machine
+    code, out, _ = entry_point("single_turn/train_c3.py", "--config", str(local / "bfcl.yaml"),
+                               *overrides(local, "bfcl", train=True, cpu=False))
+    assert code != 0
+    assert "c3.agent_devices=['cuda:0', 'cuda:1'] names cuda:0, cuda:1, but this machine has 0 CUDA" in out
+    assert "magrpo.agent_devices" in out and "Traceback" not in out
