@@ -140,7 +140,11 @@ def render() -> str:
              "the comment where its",
              "default is defined. A YAML config's top-level keys are the sections below; an algorithm reads the",
              "section named in its heading. Defaults are the dataclass defaults; a YAML config's algorithm section",
-             "starts from `config.WORKFLOW_EXPERIMENT_DEFAULTS` (see the README).", ""]
+             "starts from `config.WORKFLOW_EXPERIMENT_DEFAULTS` (see the README).", "",
+             "An LLM_Collab repository's YAML (`agent_model`, `dataset.name`/`train_split`/`eval_split`, a `magrpo`/",
+             "`iac`/`maac` section, `reward_processor.scale_factor`, ...) is read in its own layout and mapped onto",
+             "these sections with its train script's defaults (`c3_plugin/core/llm_collab.py`; README, \"From an",
+             "LLM_Collab YAML\"); the keys with no meaning here are printed by the dry-run and before training.", ""]
     for title, cls in sections():
         lines += [f"## {title}", ""] + _table(cls) + [""]
     return "\n".join(lines)
