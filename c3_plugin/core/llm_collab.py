@@ -66,6 +66,9 @@ SCRIPT_DEFAULTS = {
                          "eval_num_samples": 16, "eval_batch_size": 1, "reference_kl_enabled": False,
                          "reference_kl_coef": 0.1, "reference_devices": None},
 }
+# keys of the sections both layouts share that only LLM_Collab's has
+SECTION_MARKERS = {"agent_model": (*SAMPLING_KEYS, "torch_dtype", *MODEL_NOTES),
+                   "reward_processor": ("enabled", "scale_factor"), "output": ("save_final_model", "save_path")}
 DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float32": "float32", "fp32": "float32"}
 
 
@@ -79,11 +82,14 @@ class Translation:
 
 
 def markers(raw: Mapping[str, Any]) -> list[str]:
-    """The keys that make ``raw`` an LLM_Collab config (none: this project's layout)."""
+    """The keys that make ``raw`` an LLM_Collab config (none: this project's layout, which has none of them)."""
     found = [k for k in LLM_COLLAB_ONLY if k in raw]
     dataset = raw.get("dataset")
     if isinstance(dataset, Mapping) and "train" not in dataset:
         found += [f"dataset.{k}" for k in DATASET_KEYS if k in dataset]
+    for section, keys in SECTION_MARKERS.items():
+        values = raw.get(section)
+        found += [f"{section}.{k}" for k in keys if isinstance(values, Mapping) and k in values]
     return found
 
 
@@ -200,11 +206,15 @@ def _output(src: Mapping[str, Any], out: dict[str, Any], notes: list[str]) -> No
     out["output"] = section
 
 
-def _wandb(src: Mapping[str, Any], out: dict[str, Any]) -> None:
-    # LLM_Collab's scripts log to W&B unless wandb.enabled is false; comlrl-c3 logs offline unless wandb.mode says
+def _wandb(src: Mapping[str, Any], out: dict[str, Any], notes: list[str]) -> None:
+    """LLM_Collab's scripts log to W&B unless ``wandb.enabled`` is false (``run_name`` is a name there too);
+    comlrl-c3 logs offline unless ``wandb.mode`` says otherwise, and says so."""
     section: dict[str, Any] = {"enabled": True}
     for key, value in dict(src.get("wandb") or {}).items():
         section["name" if key == "run_name" else key] = value
+    if section["enabled"] and "mode" not in section:
+        notes.append("wandb.enabled: logged offline, comlrl-c3's wandb.mode default (LLM_Collab's scripts log "
+                     "online): add wandb.mode: online to log online")
     out["wandb"] = section
 
 
@@ -280,7 +290,7 @@ def translate(raw: Mapping[str, Any], algorithm: str, algo_cls: type, domains: l
     _critics(src, out, algorithm, {f.name for f in fields(algo_cls)}, notes)
     kind = _dataset(src, out, notes)
     _output(src, out, notes)
-    _wandb(src, out)
+    _wandb(src, out, notes)
     _reward_processor(src, out, notes)
     domain = _domain(src, kind, domains, notes)
     if domain:

@@ -187,7 +187,7 @@ def unmapped_lines(cfg: RunConfig) -> list[str]:
     """An LLM_Collab config's keys with no meaning under its algorithm, one line each after a heading (the dry-run's
     notes; training prints them too)."""
     head = (f"LLM_Collab layout, read as its train scripts read it: {len(cfg.unmapped)} key(s) mean nothing under "
-            f"{cfg.algorithm}{':' if cfg.unmapped else ''}")
+            f"{cfg.algorithm} or act otherwise here{':' if cfg.unmapped else ''}")
     return [head] + [f"  {line}" for line in cfg.unmapped]
 
 

@@ -15,10 +15,10 @@ BFCL = FIXTURES / "native_parallel_magrpo_config.yaml"
 
 TLDR_UNMAPPED = [
     "agent_model.type", "agent_model.max_length", "agent_model.torch_dtype", "tokenizer.padding_side",
-    "output.save_path", "dataset.type"]
+    "output.save_path", "wandb.enabled", "dataset.type"]
 BFCL_UNMAPPED = [
-    "agent_model.type", "agent_model.attn_implementation", "dataset.version", "dataset.categories", "dataset.type",
-    "bfcl", "bfcl_reward"]
+    "agent_model.type", "agent_model.attn_implementation", "dataset.version", "dataset.categories", "wandb.enabled",
+    "dataset.type", "bfcl", "bfcl_reward"]
 
 
 def keys(cfg) -> list[str]:
@@ -89,5 +89,13 @@ def test_this_projects_layout_is_not_taken_for_llm_collab():
     root = Path(__file__).resolve().parents[2]
     for path in sorted((root / "configs").rglob("*.yaml")):
         assert markers(yaml.safe_load(path.read_text())) == [], path
-    assert markers(yaml.safe_load(TLDR.read_text())) == ["critic_model", "critics", "tokenizer", "dataset.name",
-                                                          "dataset.type", "dataset.train_split", "dataset.eval_split"]
+    assert markers(yaml.safe_load(TLDR.read_text()))[:7] == [
+        "critic_model", "critics", "tokenizer", "dataset.name", "dataset.type", "dataset.train_split",
+        "dataset.eval_split"]
+    # with dataset.train given (an override) and no LLM_Collab-only section, the shared sections' keys still tell it
+    bfcl = yaml.safe_load(BFCL.read_text())
+    bfcl["dataset"]["train"] = {"source": "x.jsonl"}
+    assert markers(bfcl) == ["agent_model.temperature", "agent_model.top_p", "agent_model.top_k",
+                             "agent_model.torch_dtype", "agent_model.type", "agent_model.special_tokens",
+                             "agent_model.attn_implementation",
+                             "reward_processor.enabled", "reward_processor.scale_factor", "output.save_final_model"]
