@@ -40,6 +40,9 @@ SHARED_TOP = ("seed", "algorithm", "domain", "workflow", "cluster", "deepspeed",
 TRAINER_NOTES = {
     "num_agents": "the workflow's roles give the number of agents",
 }
+# IAC's/MAAC's critic settings, which an algorithm that loads no critic_model accepts and never reads
+CRITIC_FIELDS = ("critic_learning_rate", "value_loss_coef", "value_clip_range", "use_separate_critic", "critic_type",
+                 "critic_value_head_hidden_dim", "value_head_hidden_dim", "critic_devices")
 # the algorithm fields LLM_Collab's scripts set from agent_model (sampling is the model's there)
 SAMPLING_KEYS = ("temperature", "top_p", "top_k")
 # what each other agent_model key becomes, or why it has none
@@ -246,7 +249,10 @@ def _trainer_section(src: Mapping[str, Any], algo: str, algo_cls: type, notes: l
     valid = {f.name: f for f in fields(algo_cls) if not f.name.startswith("_")}
     values: dict[str, Any] = {}
     for key, value in section.items():
-        if key in valid:
+        if key in CRITIC_FIELDS and "critic_model" not in valid:
+            if key in (src.get(own) or {}):
+                notes.append(f"{own}.{key}: an actor-critic's critic setting; {algo} learns no critic")
+        elif key in valid:
             values[key] = value
         elif key in TRAINER_NOTES:
             notes.append(f"{own}.{key}: {TRAINER_NOTES[key]}")

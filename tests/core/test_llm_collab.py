@@ -41,7 +41,7 @@ def test_the_writing_yaml_maps_as_its_script_reads_it():
     assert cfg.output.base_dir == "output_magrpo_tldr" and cfg.output.save_model and not cfg.output.verbose
     # the script logs to W&B whenever it runs (no wandb.enabled key)
     assert cfg.wandb.enabled and (cfg.wandb.project, cfg.wandb.name) == ("comlrl", "magrpo_tldr")
-    assert "raw" not in cfg.raw and "magrpo" not in cfg.raw and "c3" in cfg.raw  # the trainer section became c3's
+    assert "magrpo" not in cfg.raw and "c3" in cfg.raw  # the trainer section became c3's
 
 
 def test_the_bfcl_yaml_maps_with_its_null_shift_and_disabled_processor():
@@ -99,3 +99,17 @@ def test_this_projects_layout_is_not_taken_for_llm_collab():
                              "agent_model.torch_dtype", "agent_model.type", "agent_model.special_tokens",
                              "agent_model.attn_implementation",
                              "reward_processor.enabled", "reward_processor.scale_factor", "output.save_final_model"]
+
+
+def test_an_iac_yamls_critic_settings_are_named_as_unread_under_c3():
+    data = yaml.safe_load(TLDR.read_text())
+    data["iac"] = {**data.pop("magrpo"), "critic_learning_rate": 5e-6, "value_loss_coef": 0.6,
+                   "use_separate_critic": True}
+    data["critic_model"] = {"name": "Qwen/Qwen3-1.7B", "torch_dtype": "auto"}
+    cfg = load_config(data={**data, "domain": "math"}, default_algorithm="c3")
+    assert keys(cfg)[:3] == ["iac.critic_learning_rate", "iac.value_loss_coef", "iac.use_separate_critic"]
+    assert "critic_model: c3 learns no critic" in cfg.unmapped
+    assert cfg.algo.num_train_epochs == 2 and "critic_learning_rate" not in cfg.raw["c3"]  # the section became c3's
+    data["magrpo"] = {"num_generations": 4}
+    with pytest.raises(ConfigError, match=r"2 trainer sections \(magrpo, iac\).*keep the one to train"):
+        load_config(data={**data, "domain": "math"}, default_algorithm="c3")
