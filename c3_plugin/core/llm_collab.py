@@ -72,6 +72,8 @@ SCRIPT_DEFAULTS = {
 # keys of the sections both layouts share that only LLM_Collab's has
 SECTION_MARKERS = {"agent_model": (*SAMPLING_KEYS, "torch_dtype", *MODEL_NOTES),
                    "reward_processor": ("enabled", "scale_factor"), "output": ("save_final_model", "save_path")}
+# reward_processor.enabled when the YAML leaves it out: LLM_Collab_Writing's scripts' true, LLM_Collab_BFCL-v4's false
+REWARD_PROCESSOR_ON = {"bfcl": False}
 DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float32": "float32", "fp32": "float32"}
 
 
@@ -144,7 +146,8 @@ def _critics(src: Mapping[str, Any], out: dict[str, Any], algo: str, algo_fields
     critic = src.get("critic_model")
     if isinstance(critic, Mapping) and critic.get("name") and "critic_model" in algo_fields:
         _set(out, algo, "critic_model", critic["name"])
-        notes += [f"critic_model.{k}: comlrl-c3 loads the critic in its own precision" for k in critic if k != "name"]
+        notes += [f"critic_model.{k}: comlrl-c3 reads only critic_model.name" for k in critic
+                  if k != "name" and _meaningful(critic[k])]
     elif _meaningful(critic):
         notes.append(f"critic_model: {algo} learns no critic")
     if _meaningful(src.get("critics")):
@@ -178,7 +181,7 @@ def _dataset(src: Mapping[str, Any], out: dict[str, Any], notes: list[str]) -> s
     if ds.get("max_train_samples") is not None:
         train["limit"] = int(ds["max_train_samples"])
     section: dict[str, Any] = {"train": ds.pop("train", train)}
-    if ds.get("eval_split") is not None or "eval" in ds:
+    if (name is not None and ds.get("eval_split") is not None) or "eval" in ds:
         source, split = _local_split(name, str(ds.get("eval_split")))
         suite = {"name": str(kind or "eval"), "source": source, "split": split}
         if ds.get("max_eval_samples") is not None:
@@ -225,7 +228,8 @@ def _reward_processor(src: Mapping[str, Any], out: dict[str, Any], notes: list[s
     """CoMLRL's ``RewardProcessors.scale`` then ``shift`` when enabled (a null shift: none); off: the reward as is."""
     rp = dict(src.get("reward_processor") or {})
     section = {"scale": 1.0, "shift": 0.0}
-    if rp.get("enabled", True):
+    kind = str((src.get("dataset") or {}).get("type") or "").lower() if isinstance(src.get("dataset"), Mapping) else ""
+    if rp.get("enabled", REWARD_PROCESSOR_ON.get(kind, True)):
         section["scale"] = float(rp.get("scale_factor") if rp.get("scale_factor") is not None else 1.0)
         section["shift"] = float(rp.get("shift") if rp.get("shift") is not None else 0.0)
     notes += [f"reward_processor.{k}: not one of LLM_Collab's reward processor keys (enabled, scale_factor, shift)"

@@ -113,3 +113,11 @@ def test_an_iac_yamls_critic_settings_are_named_as_unread_under_c3():
     data["magrpo"] = {"num_generations": 4}
     with pytest.raises(ConfigError, match=r"2 trainer sections \(magrpo, iac\).*keep the one to train"):
         load_config(data={**data, "domain": "math"}, default_algorithm="c3")
+
+
+def test_a_reward_processor_left_out_is_the_scripts_own_default():
+    for path, scale in ((TLDR, 3.0), (BFCL, 1.0)):  # Writing's scripts scale by default, BFCL's do not
+        data = yaml.safe_load(path.read_text())
+        data["reward_processor"] = {"scale_factor": 3.0}
+        cfg = load_config(data={**data, "domain": "math"}, default_algorithm="c3")
+        assert cfg.reward_processor.scale == scale, path.name
