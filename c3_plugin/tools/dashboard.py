@@ -25,7 +25,7 @@ import numpy as np
 
 from c3_plugin.core.stats import wilson_interval
 from c3_plugin.run.report import before_after, eval_metrics, summary_headline
-from c3_plugin.tools.compare import aggregated_seeds, no_interval, run_name
+from c3_plugin.tools.compare import aggregated_seeds, in_effect, no_interval, run_name
 
 CREDIT_KEYS = ("within_group_variance", "split_half_reliability", "zero_signal_share", "influence", "noise_ratio")
 COST_KEYS = (("tokens", ("totals", "tokens_generated")), ("messages", ("totals", "messages")),
@@ -179,15 +179,26 @@ def results_table(comparison: dict) -> str:
 
 
 def differences_section(record: dict) -> str:
-    """The comparison's settings that differ (``summary.json``'s ``controlled_comparison``) as an HTML table: setting,
-    kind (credit, derived, allowed) and value per algorithm, as summary.md lists them."""
+    """The comparison's settings that differ (``summary.json``'s ``controlled_comparison``), as summary.md lists them:
+    a table of those that differ in effect (setting, kind: credit, derived, allowed, and value per algorithm), then,
+    apart, those that differ but are inert under the arms' settings, each with why."""
     algos, kinds = record.get("algorithms") or [], record.get("kind") or {}
+    differences, inert = record.get("differences") or {}, record.get("inert") or {}
     out = ["<table class='differences'><tr><th>setting</th><th>kind</th>" +
            "".join(f"<th>{html.escape(a)}</th>" for a in algos) + "</tr>"]
-    for key, per in (record.get("differences") or {}).items():
+    for key in in_effect({"differences": differences, "inert": inert}):
+        per = differences[key]
         out.append(f"<tr><td>{html.escape(key)}</td><td>{html.escape(str(kinds.get(key, 'refused')))}</td>" +
                    "".join(f"<td>{html.escape(str(per.get(a, '(absent)')))}</td>" for a in algos) + "</tr>")
-    out.append(f"</table><p><small>credit: the algorithm's own estimator (and the plan it needs); derived: follows "
+    out.append("</table>")
+    if inert:
+        out.append("<h3>Inert under these settings</h3><p><small>They differ, but the training does not read them "
+                   "under the arms' settings (the algorithms' declared inert fields).</small></p><ul class='inert'>")
+        out += [f"<li><code>{html.escape(key)}</code> ("
+                + ", ".join(f"{html.escape(a)}: {html.escape(str(differences[key].get(a, '(absent)')))}" for a in algos)
+                + f"): {html.escape(why)}</li>" for key, why in inert.items()]
+        out.append("</ul>")
+    out.append(f"<p><small>credit: the algorithm's own estimator (and the plan it needs); derived: follows "
                f"from those; allowed: compared with consent (--allow-differences: "
                f"{html.escape(str(record.get('consent', 'none')))}).</small></p>")
     return "\n".join(out)

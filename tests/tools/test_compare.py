@@ -320,6 +320,78 @@ def test_one_seed_has_no_interval_and_an_arm_without_runs_is_reported_as_missing
     assert "| eval/echo/accuracy | 0.625 +- 0.177 [-0.963, 2.213] | - |" in two
 
 
+def synthetic_comparison(base_config, folder):
+    """A comparison folder without training: two finished runs per arm (seeds 0 and 1) and the controlled-comparison
+    record ``c3 compare`` plans for ``base_config`` (plan ``tree [2, 4]`` against ``independent 8``, C3 under
+    ``credit: loo``)."""
+    for seed, (c3, magrpo) in enumerate(((0.5, 0.25), (0.75, 0.5))):
+        finished_run(folder / f"c3-s{seed}", c3)
+        finished_run(folder / f"magrpo-s{seed}", magrpo)
+    result = aggregate(folder, ["c3", "magrpo"], [0, 1])
+    result["controlled_comparison"] = controlled(plan(base_config, ["c3", "magrpo"], [0], folder))
+    (folder / "summary.json").write_text(json.dumps(result, default=str))
+    return result
+
+
+def test_summary_shows_the_differences_in_effect_first_and_the_inert_ones_apart(base_config, tmp_path):
+    """Under credit: loo the C3-only q_critic_* settings (and the consent, the diagnostics switch, and the sharing of
+    parallel samples in a workflow without parallel roles) differ but change nothing: summary.md's differences table
+    holds what differs in effect (the plan, the credit and the estimator it names), and the inert ones are listed
+    apart, each with why; under credit: value_assisted the q_critic_* settings are in effect."""
+    from c3_plugin.tools.compare import in_effect
+
+    result = synthetic_comparison(base_config, tmp_path / "h2h")
+    record = result["controlled_comparison"]
+    assert set(in_effect(record)) == {"plan", "credit", "estimator"}
+    assert {"q_critic_alpha", "q_critic_model", "allow_estimator_change", "credit_diagnostics",
+            "share_parallel_samples"} <= set(record["inert"])
+    assert "read only under credit: value_assisted" in record["inert"]["q_critic_alpha"]
+    text = markdown(result)
+    section = text[text.index("## Settings that differ"):text.index("## Costs per run")]
+    table = section[section.index("In effect:"):section.index("Inert under these settings")]
+    assert "| plan | credit | tree [2, 4] | independent 8 |" in table and "q_critic" not in table
+    inert = section[section.index("Inert under these settings"):]
+    assert "- q_critic_alpha (c3: 1.0, magrpo: (absent)): c3: read only under credit: value_assisted" in inert
+    assert "| q_critic" not in inert  # a list apart, not table rows
+    assisted = controlled(plan(base_config, ["c3", "magrpo"], [0], tmp_path / "va",
+                               ["c3.credit=value_assisted", "c3.allow_estimator_change=true"]))
+    assert {"q_critic_alpha", "q_critic_model", "allow_estimator_change"} <= set(in_effect(assisted))
+    assert "q_critic_alpha" not in assisted["inert"] and "credit_diagnostics" in assisted["inert"]
+
+
+def test_comparison_dashboard_lists_the_settings_that_differ_in_effect_and_the_inert_ones_apart(base_config, tmp_path):
+    from c3_plugin.tools.dashboard import write_dashboard
+
+    synthetic_comparison(base_config, tmp_path / "h2h")
+    page = write_dashboard(tmp_path / "h2h").read_text()
+    section = page[page.index("<h2>Settings that differ</h2>"):page.index("<h2>Evaluation</h2>")]
+    table = section[:section.index("<h3>Inert under these settings</h3>")]
+    assert "<tr><td>plan</td><td>credit</td><td>tree [2, 4]</td><td>independent 8</td></tr>" in table
+    assert "q_critic" not in table
+    assert ("<li><code>q_critic_alpha</code> (c3: 1.0, magrpo: (absent)): c3: read only under credit: value_assisted"
+            in section)
+
+
+@pytest.mark.browser
+def test_comparison_dashboard_shows_intervals_and_the_differences_in_headless_chromium(base_config, tmp_path):
+    """Chromium's document of a two-seed comparison's page: the title's seeds, the 95% intervals over seeds and of the
+    paired difference, and the settings that differ (in effect in the table, the inert ones listed apart)."""
+    from c3_plugin.tools.dashboard import write_dashboard
+
+    synthetic_comparison(base_config, tmp_path / "h2h")
+    proc = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                           write_dashboard(tmp_path / "h2h").resolve().as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    dom = proc.stdout
+    assert "<h1>Comparison h2h: c3, magrpo, seeds [0, 1]</h1>" in dom
+    assert "<td>0.625 ± 0.177 <small>[-0.963, 2.213]</small></td>" in dom  # c3's final accuracy over two seeds
+    assert "<td>+0.250 <small>[+0.250, +0.250]</small></td>" in dom  # the paired difference, equal in both seeds
+    assert "<h2>Settings that differ</h2>" in dom
+    assert "<tr><td>plan</td><td>credit</td><td>tree [2, 4]</td><td>independent 8</td></tr>" in dom
+    assert "<h3>Inert under these settings</h3>" in dom and "<code>q_critic_alpha</code>" in dom
+
+
 def test_aggregate_without_finished_runs_names_the_fix(tmp_path):
     with pytest.raises(ConfigError, match="no finished run"):
         aggregate(tmp_path, ["c3", "magrpo"], [0])
