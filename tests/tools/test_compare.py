@@ -189,6 +189,52 @@ def test_single_run_dashboard_names_its_eval_sets_and_warns_of_an_agent_without_
     assert "class='warning'" not in write_dashboard(run).read_text()
 
 
+EXAMPLE = {"update_step": 1, "env_step": 32, "instance": "p0", "task": "What is 2 + 3?", "branching": [2, 4],
+           "leaf": 0, "return": 1.0,
+           "messages": [{"step": 0, "kind": "decision", "role": "Reasoner", "agent": 0, "decision": 0,
+                         "alternative": 0, "message": "Add 2 and 3 <b>", "truncated": False, "advantage": 0.375},
+                        {"step": 1, "kind": "decision", "role": "Actor", "agent": 1, "decision": 1,
+                         "alternative": 0, "message": "\\boxed{5}", "truncated": False, "advantage": -0.125}]}
+
+
+def test_single_run_dashboard_defines_its_credit_charts_and_shows_an_example_trace_and_peak_memory(one_run):
+    """Each credit chart has its definition under it; the run's example_trace.json is a table of the path's messages
+    with each one's credit (escaped), then its return; the results table has the run's peak memory."""
+    from c3_plugin.tools.dashboard import write_dashboard
+
+    run, _ = run_without_signal(one_run)
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "peak_rss_gib": 3.5, "peak_gpu_gib": 12.25}))
+    (run / "example_trace.json").write_text(json.dumps(EXAMPLE))
+    page = write_dashboard(run).read_text()
+    assert "<b>zero_signal_share</b> (Actor's messages at decision point 1): share of groups whose alternatives" in page
+    assert "<b>zero_signal_share</b> (Reasoner's messages at decision point 0)" in page
+    section = page[page.index("<h2>Example trace with per-message credit</h2>"):page.index("<h2>Runs</h2>")]
+    assert "<b>task</b>: <code>What is 2 + 3?</code>" in section
+    assert ("<tr><td>0</td><td>Reasoner</td><td>0</td><td><code>Add 2 and 3 &lt;b&gt;</code></td><td>+0.3750</td></tr>"
+            in section)
+    assert "<td><code>\\boxed{5}</code></td><td>-0.1250</td></tr>" in section
+    assert "return (the leaf's reward): 1.0000" in section
+    assert "<tr><td>peak memory (RSS) GiB</td><td>3.50</td></tr>" in page
+    assert "<tr><td>peak GPU memory GiB</td><td>12.25</td></tr>" in page
+    (run / "example_trace.json").unlink()
+    assert "Example trace" not in write_dashboard(run).read_text()
+
+
+def test_a_chart_of_one_logged_step_gets_axes_from_zero_and_its_value_written(one_run):
+    """A run evaluated once during training: its eval chart's axes start at 0 and the point carries its value (not
+    autoscaled around the point); a chart of several steps is autoscaled without labels."""
+    from c3_plugin.tools.dashboard import write_dashboard
+
+    run, _ = one_run
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    kept = [r for r in rows if "eval/compare/accuracy" not in r or r["env_step"] == 64]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    page = write_dashboard(run).read_text()
+    assert 'id="single-point:eval/compare/accuracy"' in page and "0.312 at 64 env steps" in page
+    assert 'id="single-point:train/reward_mean"' not in page  # four batches: a curve
+
+
 def chromium():
     """Chromium from Debian's packages, installed here when missing (with apt and root)."""
     import os
@@ -229,12 +275,15 @@ def test_single_run_dashboard_shows_item_counts_and_the_no_signal_warning_in_hea
     from c3_plugin.tools.dashboard import write_dashboard
 
     run, _ = run_without_signal(one_run)
+    (run / "example_trace.json").write_text(json.dumps(EXAMPLE))
     proc = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
                            write_dashboard(run).resolve().as_uri()], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     dom = proc.stdout
     assert "<td>0.5625 <small>(48 items, 95% CI [0.423, 0.693])</small></td>" in dom and "on 16 eval items" in dom
     assert '<p class="warning"><b>Warning</b>: no learning signal for Actor_u1' in dom
+    assert "<b>zero_signal_share</b> (Actor's messages at decision point 1)" in dom  # the credit chart's definition
+    assert "<td><code>Add 2 and 3 &lt;b&gt;</code></td><td>+0.3750</td>" in dom  # the example trace's credit
 
 
 @ONE_WORKER
