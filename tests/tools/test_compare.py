@@ -93,6 +93,14 @@ def test_dashboard_is_one_self_contained_page(comparison):
     assert "<script" not in page and "http://" not in page.replace("http://www.w3.org", "")  # nothing to fetch or run
     one_run = write_dashboard(out / "c3-s0").read_text()  # a single run folder (make demo writes the demo run's)
     assert "<svg" in one_run and "<h2>Results</h2>" in one_run and "Comparison" not in one_run
+    # what training wrote: its example trace (each message's credit), its peak memory, the credit charts' definitions
+    example = json.loads((out / "c3-s0" / "example_trace.json").read_text())
+    trace = one_run[one_run.index("<h2>Example trace with per-message credit</h2>"):]
+    for m in example["messages"]:
+        if m["advantage"] is not None:
+            assert f"<td>{m['advantage']:+.4f}</td></tr>" in trace, m
+    assert "<td>peak memory (RSS) GiB</td>" in one_run and "<b>zero_signal_share</b> (" in one_run
+    assert "Inert under these settings" in page and "<td>q_critic_alpha</td>" not in page
     for cell in before_after_cells(json.loads((out / "c3-s0" / "summary.json").read_text())):
         assert cell in one_run, cell
 
