@@ -287,19 +287,29 @@ def no_signal_warnings(runs: list[dict]) -> list[str]:
     return out
 
 
+def peak(run: dict, key: str) -> float | None:
+    """A run's peak memory ``key`` (``peak_rss_gib``, ``peak_gpu_gib``): its ``summary.json``'s, else the largest
+    ``memory/<key>`` its batches logged; None when neither has it."""
+    value = run["summary"].get(key)
+    logged = [r[f"memory/{key}"] for r in run["rows"] if isinstance(r.get(f"memory/{key}"), (int, float))]
+    return value if value is not None else max(logged) if logged else None
+
+
 def run_results(run: dict) -> str:
     """A single run's results as HTML: its headline, the final metrics (every ``eval/*/accuracy``, else
     ``eval/reward_mean``, after training) with what the run spent, and the before/after table training printed
     (the same rows: :func:`c3_plugin.run.report.before_after`)."""
     summary = run["summary"]
     if not summary:
+        so_far = [f"{label} so far: {_cell(v, 2)}" for label, path in MEMORY_KEYS
+                  if (v := peak(run, path[0])) is not None]
         return ("<p>No summary.json: the run has not finished, so it has no final metrics yet (the curves are "
-                "what it logged).</p>")
+                "what it logged).</p>" + (f"<p>{'; '.join(so_far)}</p>" if so_far else ""))
     after = summary.get("eval_after", {})
     final = [(html.escape(k), _cell(after.get(k)) + _items(after, k)) for k in eval_metrics(after)]
     spent = [(label, _cell(_lookup(summary, path), 1))
              for label, path in COST_KEYS] + [("updates", _cell(summary.get("updates")))]
-    spent += [(label, _cell(v, 2)) for label, path in MEMORY_KEYS if (v := _lookup(summary, path)) is not None]
+    spent += [(label, _cell(v, 2)) for label, path in MEMORY_KEYS if (v := peak(run, path[0])) is not None]
     out = [f"<p>{html.escape(summary_headline(summary))}</p>",
            "<table class='final'><tr><th>final metric</th><th>value</th></tr>"]
     out += [f"<tr><td>{k}</td><td>{v}</td></tr>" for k, v in final + spent]
@@ -385,7 +395,8 @@ def write_dashboard(folder: str | Path, out: str | Path | None = None) -> Path:
         parts += ["<h2>Results</h2>", run_results(runs[0])]
     charts = [c + eval_caption(runs, k) for k in eval_keys if (c := curves_chart(runs, k, k))]
     parts += ["<h2>Evaluation</h2><div class='grid'>" + "".join(f"<div>{c}</div>" for c in charts) + "</div>"]
-    train = [c for k in ("train/reward_mean", "budget/total_tokens_generated") if (c := curves_chart(runs, k, k))]
+    train = [c for k in ("train/reward_mean", "budget/total_tokens_generated", "memory/peak_rss_gib",
+                         "memory/peak_gpu_gib") if (c := curves_chart(runs, k, k))]
     parts += ["<h2>Training</h2><div class='grid'>" + "".join(f"<div>{c}</div>" for c in train) + "</div>"]
     costs = cost_chart(runs)
     if costs:

@@ -41,6 +41,7 @@ from c3_plugin.core.rollout import Rollout, credited_path
 from c3_plugin.core.trace import write_jsonl
 from c3_plugin.core.workflow import Workflow
 from c3_plugin.scale.distributed import gathered, shard
+from c3_plugin.scale.peak_memory import peak_memory
 from c3_plugin.trainers import kl_reward, progress, ranks, setup
 from c3_plugin.trainers.bridge import WorkflowBridge, comlrl_constructor
 from c3_plugin.trainers.checkpoints import WorkflowCheckpoints
@@ -477,7 +478,8 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
         rewards, adv = ranks.concatenated(task_rewards), ranks.concatenated(advantages)
         metrics = {"env_step": float(self.env_step), "train/update_step": float(self.update_step),
                    "train/reward_mean": float(rewards.mean()), "train/reward_std": float(rewards.std()),
-                   **{f"budget/total_{k}": float(v) for k, v in self.totals.items()}, **update}
+                   **{f"budget/total_{k}": float(v) for k, v in self.totals.items()}, **update,
+                   **{f"memory/{k}": v for k, v in peak_memory().items()}}
         if len(adv):
             metrics.update({"train/advantage_mean": float(adv.mean()), "train/advantage_std": float(adv.std()),
                             "train/advantage_abs_mean": float(np.abs(adv).mean())})

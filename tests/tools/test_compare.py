@@ -227,6 +227,15 @@ def test_single_run_dashboard_defines_its_credit_charts_and_shows_an_example_tra
     assert "<tr><td>peak GPU memory GiB</td><td>12.25</td></tr>" in page
     (run / "example_trace.json").unlink()
     assert "Example trace" not in write_dashboard(run).read_text()
+    # unfinished: the largest peak its batches logged (memory/peak_rss_gib), and its chart over env steps
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    batches = [r for r in rows if "train/update_step" in r]
+    for r, gib in zip(batches, (1.5, 2.0, 2.75, 2.75)):
+        r["memory/peak_rss_gib"] = gib
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "summary.json").unlink()
+    page = write_dashboard(run).read_text()
+    assert "peak memory (RSS) GiB so far: 2.75" in page and '<g id="curve:memory/peak_rss_gib:c3">' in page
 
 
 def test_a_chart_of_one_logged_step_gets_axes_from_zero_and_its_value_written(one_run):

@@ -109,6 +109,8 @@ def test_each_algorithm_trains_through_the_run_path(tmp_path, algorithm):
     history = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     train_rows = [h for h in history if "train/update_step" in h]
     assert len(train_rows) == budget["rollout_batches"] == 2
+    peaks = [h["memory/peak_rss_gib"] for h in train_rows]  # the process's peak so far: positive, never falling
+    assert peaks[0] > 0 and peaks == sorted(peaks) and summary["peak_rss_gib"] >= peaks[-1]
     steps = [sum(h.get(f"train/agent{a}/optimizer_steps") or 0 for h in train_rows) for a in range(2)]
     assert steps == budget["expected_optimizer_updates_per_agent"]
     assert any(not torch.equal(a, b) for a, b in zip(before, models[1].parameters())) == (steps[1] > 0)
@@ -397,3 +399,12 @@ def test_training_bar_shows_the_phase_env_steps_reward_and_loss(capsys):
     assert tr._training_bar() is None
     tr._show_progress(phase="update")
     assert capsys.readouterr().err == ""
+
+
+def test_rank_rows_merge_counts_by_sum_peaks_by_max_and_the_rest_by_mean():
+    from c3_plugin.trainers.ranks import merge_rank_rows
+
+    rows = [{"budget/messages": 10.0, "memory/peak_rss_gib": 3.0, "train/reward_mean": 0.2},
+            {"budget/messages": 6.0, "memory/peak_rss_gib": 5.0, "train/reward_mean": 0.4}]
+    assert merge_rank_rows(rows) == pytest.approx({"budget/messages": 16.0, "memory/peak_rss_gib": 5.0,
+                                                   "train/reward_mean": 0.3})
