@@ -57,20 +57,26 @@ def summary_table(summary: Mapping[str, Any]) -> str:
 BOUNDED = ("accuracy", "share", "reliability", "rate")  # metrics whose values lie in [0, 1] (a reliability: in [-1, 1])
 
 
-def frame_single_points(ax: Any, series: Sequence[tuple[Sequence[float], Sequence[float]]], bounded: bool) -> bool:
-    """Axes for a chart whose every series has one logged step (one evaluation, one batch), where autoscaling would
-    zoom into a meaningless sliver around the point: the x axis from 0 past the step, the y axis from 0 (to 1 when
-    ``bounded``) past the values, each point labelled with its value and step. Returns whether it applied."""
+def frame_axes(ax: Any, series: Sequence[tuple[Sequence[float], Sequence[float]]], bounded: bool) -> bool:
+    """Axes that say where the values are, where autoscaling would zoom into a meaningless sliver: the y axis over
+    [0, 1] at least for a ``bounded`` metric (an accuracy, a share, a rate) and from 0 for a flat series; and where
+    every series has one logged step (one evaluation, one batch), the x axis from 0 past the step and each point
+    labelled with its value and step. Returns whether the single-step framing applied."""
     points = [(x, y) for xs, ys in series for x, y in zip(xs, ys)]
-    if not points or any(len(set(xs)) > 1 for xs, _ in series):
+    if not points:
+        return False
+    ys = [y for _, y in points]
+    single = all(len(set(xs)) <= 1 for xs, _ in series)
+    if bounded or single or max(ys) == min(ys):
+        low, high = min(0.0, *ys), max(0.0, *ys)
+        if bounded:
+            high = max(high, 1.0)
+        pad = 0.05 * (high - low or 1.0)
+        ax.set_ylim(low - pad, high + pad)
+    if not single:
         return False
     top_x = max(x for x, _ in points)
     ax.set_xlim(0, 1.25 * top_x if top_x > 0 else 1)
-    low, high = min(0.0, *(y for _, y in points)), max(0.0, *(y for _, y in points))
-    if bounded:
-        low, high = min(low, 0.0), max(high, 1.0)
-    pad = 0.1 * (high - low or 1.0)
-    ax.set_ylim(low - pad, high + pad)
     for x, y in points:
         ax.annotate(f"{y:.3g} at {x:g} env steps", (x, y), textcoords="offset points", xytext=(6, 6), fontsize=8)
     return True
@@ -79,7 +85,7 @@ def frame_single_points(ax: Any, series: Sequence[tuple[Sequence[float], Sequenc
 def history_figure(history: Sequence[Mapping[str, Any]], title: str = "") -> Any:
     """The learning curve's figure: training reward per rollout batch and every ``eval/*/accuracy`` key (else
     ``eval/reward_mean``) against env steps. Every legend entry draws something (a series of one point gets a
-    marker), and a chart whose series have one step each gets :func:`frame_single_points`'s axes."""
+    marker), and its axes are :func:`frame_axes`'s (from 0 for one logged step or a flat curve)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -98,7 +104,7 @@ def history_figure(history: Sequence[Mapping[str, Any]], title: str = "") -> Any
         if pts:
             ax.plot(*zip(*pts), marker="o", label=k)
             series.append(tuple(zip(*pts)))
-    frame_single_points(ax, series, bounded=bool(keys) and all(k.endswith(BOUNDED) for k in keys))
+    frame_axes(ax, series, bounded=bool(keys) and all(k.endswith(BOUNDED) for k in keys))
     ax.set_xlabel("env steps (terminal reward calls)")
     ax.set_ylabel("reward / accuracy" if any(k.endswith("accuracy") for k in keys) else "reward")
     ax.set_title(title)

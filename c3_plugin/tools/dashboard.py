@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from c3_plugin.core.stats import wilson_interval
-from c3_plugin.run.report import BOUNDED, before_after, eval_metrics, frame_single_points, summary_headline
+from c3_plugin.run.report import BOUNDED, before_after, eval_metrics, frame_axes, summary_headline
 from c3_plugin.tools.compare import aggregated_seeds, in_effect, no_interval, run_name
 
 CREDIT_KEYS = ("within_group_variance", "split_half_reliability", "zero_signal_share", "influence", "noise_ratio")
@@ -97,9 +97,9 @@ def _svg(fig: Any) -> str:
 
 
 def curves_chart(runs: list[dict], key: str, title: str) -> str | None:
-    """Per algorithm: the mean over seeds at each env step all its seeds logged, and the min-max band; where every
-    algorithm logged one step, sensible axes and the value written beside the point
-    (:func:`c3_plugin.run.report.frame_single_points`)."""
+    """Per algorithm: the mean over seeds at each env step all its seeds logged, and the min-max band; axes from
+    :func:`c3_plugin.run.report.frame_axes` ([0, 1] at least for an accuracy, share or rate; from 0 for a flat curve;
+    where every algorithm logged one step, from 0 past it, with the value written beside the point)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -124,7 +124,7 @@ def curves_chart(runs: list[dict], key: str, title: str) -> str | None:
     if not series:
         plt.close(fig)
         return None
-    if frame_single_points(ax, series, key.endswith(BOUNDED)):
+    if frame_axes(ax, series, key.endswith(BOUNDED)):
         ax.set_gid(f"single-point:{key}")
     ax.set(title=title, xlabel="env steps")
     ax.grid(alpha=0.3)
@@ -364,7 +364,8 @@ STYLE = """body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-widt
 h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}.grid{display:flex;flex-wrap:wrap;gap:12px}
 .grid>div{flex:0 0 auto}table{border-collapse:collapse;margin:10px 0;font-size:13px}td,th{border:1px solid #ccc;
 padding:4px 8px;text-align:left}th{background:#f3f3f3}svg{max-width:100%;height:auto}
-.warning{background:#fff3cd;border:1px solid #e0b000;padding:6px 10px}"""
+.warning{background:#fff3cd;border:1px solid #e0b000;padding:6px 10px}
+.caption{max-width:520px}"""
 
 
 def comparison_title(folder: Path, comparison: dict) -> str:

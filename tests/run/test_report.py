@@ -39,3 +39,18 @@ def test_a_single_evaluation_gets_axes_from_zero_and_its_value_written_beside_it
     assert sorted(t.get_text() for t in ax.texts) == ["0.312 at 64 env steps", "0.5 at 64 env steps"]
     assert all(visible(line) for line in ax.get_lines())
     plt.close(fig)
+
+
+def test_a_flat_share_is_drawn_on_its_whole_range():
+    """A zero-signal share of 1.0 in every batch: autoscaling would show 0.96..1.04; the axis holds [0, 1]."""
+    from c3_plugin.run.report import frame_axes
+
+    fig, ax = plt.subplots()
+    ax.plot([32, 64, 96], [1.0, 1.0, 1.0])
+    assert frame_axes(ax, [([32, 64, 96], [1.0, 1.0, 1.0])], bounded=True) is False  # several steps: no labels
+    low, high = ax.get_ylim()
+    assert low < 0 and high > 1 and not ax.texts
+    ax.plot([32, 64], [3.5, 3.5])
+    frame_axes(ax, [([32, 64], [3.5, 3.5])], bounded=False)  # a flat unbounded curve: from 0
+    assert ax.get_ylim()[0] < 0 < 3.5 < ax.get_ylim()[1]
+    plt.close(fig)
