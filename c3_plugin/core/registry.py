@@ -22,6 +22,8 @@ here; no module outside an algorithm's own file names it or tests its class:
   counted, whether it runs data-parallel, whether it is a workflow trainer and which run keywords its trainer takes;
 * ``credit_fields`` (a class attribute, globs allowed): the fields that are its credit, which a head-to-head may differ
   in (:func:`c3_plugin.core.estimator_rules.credit_fields`);
+* ``inert_fields`` (a class attribute: :class:`Inert` declarations): fields its update does not read under some of its
+  settings (C3's ``q_critic_*`` under ``credit: loo``), which a comparison lists apart (:func:`inert_fields`);
 * ``estimator_description`` (a class attribute, formatted with the config's fields): its estimator in words, the
   dry-run's ``estimator`` row (:func:`estimator_description`);
 * ``learned_critic`` (a property): the :class:`Critic` it trains beside its policies, or None, which the memory and
@@ -33,6 +35,7 @@ here; no module outside an algorithm's own file names it or tests its class:
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 from dataclasses import dataclass
 from importlib import import_module
 from importlib.metadata import entry_points
@@ -80,6 +83,34 @@ class Critic:
     max_tokens: int  # each read is left-truncated to this many tokens
     epochs: int  # its passes (fits) over each rollout batch
     policy_warmup_updates: int = 0  # first rollout batches that train only the critic: no policy update in them
+
+
+@dataclass(frozen=True)
+class Inert:
+    """Fields of an algorithm's config that its training does not read under some settings (one entry of its config
+    class's ``inert_fields``): a difference in them changes nothing under those settings, so ``c3 compare`` lists it
+    apart from the differences in effect."""
+
+    fields: tuple[str, ...]  # the config's field names (globs allowed)
+    # (config instance, workflow or None) -> True where the fields are not read; None: the workflow is not known
+    when: Callable[[Any, Any], bool]
+    reason: str  # why they change nothing there, formatted with the config's fields
+
+
+def inert_fields(config: Any, workflow: Any = None) -> dict[str, str]:
+    """The fields of a config instance that its training does not read under its own settings (its class's
+    ``inert_fields``, globs expanded), each with the reason: ``{field: reason}``; none for a class that declares
+    none."""
+    names = [f.name for f in dataclasses.fields(config)] if dataclasses.is_dataclass(config) else []
+    values = {n: getattr(config, n) for n in names}
+    out: dict[str, str] = {}
+    for entry in getattr(type(config), "inert_fields", ()) or ():
+        if not entry.when(config, workflow):
+            continue
+        for name in names:
+            if name not in out and any(fnmatch.fnmatchcase(name, p) for p in entry.fields):
+                out[name] = entry.reason.format(**values)
+    return out
 
 
 def capabilities(config: Any) -> Capabilities:

@@ -324,3 +324,38 @@ def _expand_feedback(workflow: Workflow, step: Step, items: Sequence[Mapping[str
         next_node[f.item] += 1
         new_frontier.append(f._replace(entry=len(entries) - 1, outputs=f.outputs + (text,)))
     return new_frontier
+
+
+EXAMPLE_MESSAGE_CHARS = 600  # an example trace's message is cut to this many characters (the trace keeps it whole)
+
+
+def credited_path(rollout: Rollout, credited: Sequence[tuple[np.ndarray, np.ndarray]], instance: int = 0,
+                  leaf: int = 0) -> dict[str, Any]:
+    """One root-to-leaf path of a credited rollout, as the run folder's ``example_trace.json`` holds it: the task
+    (the root's context), every message and feedback on the path with its credit (``credited``: per decision point
+    the entry indices and their advantages, as ``compute_advantages`` returns them; a shared copy takes its
+    original's; a per-token advantage is shown as its mean; None: not credited) and the leaf's return."""
+    credit: dict[int, float] = {}
+    for indices, advantages in credited:
+        for k, a in zip(np.asarray(indices).tolist(), advantages):
+            credit[int(k)] = float(np.mean(a))
+    index = {(e.instance, e.node): k for k, e in enumerate(rollout.entries)}
+    width = math.prod(rollout.branching)
+    k = int(rollout.depth_nodes[-1][instance * width + leaf])
+    path = []
+    while k >= 0:
+        path.append(k)
+        e = rollout.entries[k]
+        k = index.get((e.instance, e.parent), -1)
+    path.reverse()
+    root, last = rollout.entries[path[0]], rollout.entries[path[-1]]
+    messages = []
+    for k in path[1:]:
+        e = rollout.entries[k]
+        adv = credit.get(k, credit.get(int(rollout.owner[k])))
+        messages.append({"step": e.step, "kind": e.kind, "role": e.role, "agent": e.agent, "decision": e.decision,
+                         "alternative": e.alternative, "message": e.message[:EXAMPLE_MESSAGE_CHARS],
+                         "truncated": len(e.message) > EXAMPLE_MESSAGE_CHARS, "advantage": adv})
+    reward = last.reward if last.reward is not None else float(rollout.rewards[instance].flat[leaf])
+    return {"instance": root.instance, "task": root.context[:EXAMPLE_MESSAGE_CHARS],
+            "branching": list(rollout.branching), "leaf": leaf, "return": reward, "messages": messages}

@@ -19,6 +19,7 @@ from c3_plugin.core.registry import (
     dry_run_entries,
     estimator_description,
     head_to_head,
+    inert_fields,
     preflight,
     section,
     workflow_algorithms,
@@ -57,14 +58,16 @@ def optimisation_settings(cfg: RunConfig, workflow: Workflow, train: Any, algori
     ``credit_fields``: per algorithm, the fields that are its credit
     (:func:`c3_plugin.core.estimator_rules.credit_fields`). ``uncontrolled``: per differing key, the algorithm pairs
     that differ in it although it is the credit of neither of the two (what ``c3 compare`` refuses without
-    ``--allow-differences``)."""
+    ``--allow-differences``). ``inert``: per algorithm, the fields its training does not read under its settings, with
+    the reason (:func:`c3_plugin.core.registry.inert_fields`)."""
     # preference and centralized trainers: CoMLRL's own loops, another workflow
     if capabilities(cfg.algo).budget != "plan":
         return {"settings": {}, "differ": [], "credit_fields": {}, "uncontrolled": {}, "ignored": [],
-                "steps_beside_warmup": {}}
+                "steps_beside_warmup": {}, "inert": {}}
     names = list(algorithms) if algorithms else head_to_head(cfg.algorithm, cfg.raw)
     table: dict[str, dict[str, Any]] = {}
     credit: dict[str, set[str]] = {}
+    inert: dict[str, dict[str, str]] = {}
     beside_warmup: dict[str, Any] = {}  # the optimizer steps per agent had no batch been a critic's warm-up
     for name in names:
         other = cfg if name == cfg.algorithm else load_config(data={**cfg.raw, "algorithm": name})
@@ -83,6 +86,7 @@ def optimisation_settings(cfg: RunConfig, workflow: Workflow, train: Any, algori
             beside_warmup[section(name)] = budget.get(f"{STEPS}_beside_warmup", row[STEPS])
         table[section(name)] = row
         credit[section(name)] = credit_fields(type(a))
+        inert[section(name)] = inert_fields(a, workflow)
     keys = sorted({k for row in table.values() for k in row})
 
     def value(algo: str, key: str) -> str:
@@ -99,7 +103,8 @@ def optimisation_settings(cfg: RunConfig, workflow: Workflow, train: Any, algori
         if pairs:
             uncontrolled[key] = pairs
     return {"settings": table, "differ": differ, "credit_fields": {a: sorted(c & set(keys)) for a, c in credit.items()},
-            "uncontrolled": uncontrolled, "ignored": sorted(NOT_OPTIMISATION), "steps_beside_warmup": beside_warmup}
+            "uncontrolled": uncontrolled, "ignored": sorted(NOT_OPTIMISATION), "steps_beside_warmup": beside_warmup,
+            "inert": inert}
 
 
 def prepare(cfg: RunConfig, dry_run: bool = False):

@@ -18,6 +18,7 @@ from c3_plugin.run.dry_run import prepare
 from c3_plugin.run.folder import abandon_run_dir, claim_run_dir, latest_checkpoint, run_dir_for
 from c3_plugin.run.report import plot_history, summary_table
 from c3_plugin.scale import distributed as dp
+from c3_plugin.scale.peak_memory import peak_memory
 from c3_plugin.scale.policies import load_policies
 
 
@@ -138,7 +139,7 @@ def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool 
     summary = {"run_dir": str(run_dir), "algorithm": cfg.algorithm, "workflow": workflow.name,
                "env_steps": trainer.env_step, "totals": dict(trainer.totals), "updates": trainer.update_step,
                "eval_before": before, "eval_after": after, "world_size": ctx.world,
-               "wall_s": time.perf_counter() - started, **_peak_memory()}
+               "wall_s": time.perf_counter() - started, **peak_memory()}
     if not ctx.is_main:  # rank 0 writes the summary, plots and the final model (ZeRO-3 gathers on every rank)
         if cfg.output.save_model:
             trainer.save_model(str(run_dir / "final"))
@@ -155,18 +156,6 @@ def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool 
         wandb.finish()
     print(summary_table(summary))
     return summary
-
-
-def _peak_memory() -> dict[str, float]:
-    """This process's peak resident memory and, with CUDA, its peak allocated GPU memory, in GiB."""
-    import resource
-
-    import torch
-
-    out = {"peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}  # ru_maxrss is in KiB on Linux
-    if torch.cuda.is_available():
-        out["peak_gpu_gib"] = torch.cuda.max_memory_allocated() / 2**30
-    return out
 
 
 def validate_or_exit(load: Any, as_json: bool = False) -> Any:

@@ -1,4 +1,5 @@
-"""Models on devices: loading policies, checking model paths, precision rules and data-parallel splits."""
+"""Models on devices: loading policies, checking model paths, precision rules, data-parallel splits and the
+process's peak memory."""
 
 import logging
 

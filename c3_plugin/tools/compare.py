@@ -156,7 +156,8 @@ def controlled(configs: dict[tuple[str, int], RunConfig], allow: bool | Sequence
     (its config class's ``credit_fields``), or that follows from such settings (updates per agent), are
     listed and allowed; any other is refused (:class:`ConfigError` naming the keys, the table and both flags) unless
     ``allow`` is True (``--allow-differences``: all) or names it (``--allow-differences KEY ...``). Returns the
-    record that goes into ``summary.json``: the differences per algorithm, each one's kind, and the consent."""
+    record that goes into ``summary.json``: the differences per algorithm, each one's kind, the consent, and which
+    differences are inert (:func:`inert_differences`)."""
     from difflib import get_close_matches
 
     algorithms = list(dict.fromkeys(a for a, _ in configs))
@@ -183,7 +184,8 @@ def controlled(configs: dict[tuple[str, int], RunConfig], allow: bool | Sequence
               "allowed": allowed, "consent": "all" if allow is True else "named" if named else "none",
               "credit_fields": listing["credit_fields"], "ignored": listing["ignored"],
               "optimizer_steps": {a: table[a].get(STEPS) for a in table},
-              "optimizer_steps_beside_warmup": listing.get("steps_beside_warmup") or {}}
+              "optimizer_steps_beside_warmup": listing.get("steps_beside_warmup") or {},
+              "inert": inert_differences(differences, listing.get("inert") or {})}
     if refused:
         credit = "; ".join(f"{a}: " + ", ".join(c) for a, c in listing["credit_fields"].items())
         named_pairs = ", ".join(f"{k} (" + ", ".join(uncontrolled[k]) + ")" for k in refused)
@@ -195,6 +197,42 @@ def controlled(configs: dict[tuple[str, int], RunConfig], allow: bool | Sequence
             f"--allow-differences {' '.join(refused)} (these) or a bare --allow-differences (every difference); "
             "the consent is recorded in summary.json and summary.md")
     return record
+
+
+def inert_differences(differences: dict[str, dict[str, Any]], inert: dict[str, dict[str, str]]) -> dict[str, str]:
+    """The differing settings that change nothing under the arms' own settings: each arm either lacks the field or
+    does not read it (``inert``: per arm, its config class's declared inert fields and why,
+    :func:`c3_plugin.core.registry.inert_fields`), and at least one arm declares it so. ``{setting: why}``."""
+    out = {}
+    for key, per in differences.items():
+        arms = {a: inert.get(a, {}).get(key) for a, v in per.items() if v != "(absent)"}
+        if arms and all(arms.values()):
+            absent = [a for a, v in per.items() if v == "(absent)"]
+            out[key] = "; ".join([f"{a}: {why}" for a, why in arms.items()]
+                                 + ([f"{', '.join(absent)}: no such setting"] if absent else []))
+    return out
+
+
+def in_effect(record: dict[str, Any]) -> list[str]:
+    """The differing settings that are not inert (:func:`inert_differences`), in the record's order."""
+    inert = record.get("inert") or {}
+    return [k for k in record["differences"] if k not in inert]
+
+
+def differences_report(record: dict[str, Any]) -> str:
+    """The settings that differ in effect (a table: :func:`differences_table`), then, apart, the ones that differ but
+    change nothing under the arms' settings, each with why."""
+    inert = record.get("inert") or {}
+    text = "In effect:\n\n" + differences_table(record, in_effect(record))
+    if inert:
+        lines = []
+        for key, why in inert.items():
+            per = record["differences"][key]
+            values = ", ".join(f"{a}: {_cell(per.get(a, '(absent)'))}" for a in record["algorithms"])
+            lines.append(f"- {key} ({values}): {why}")
+        text += ("\n\nInert under these settings (they differ, but the training does not read them):\n\n"
+                 + "\n".join(lines))
+    return text
 
 
 def record_steps_line(record: dict[str, Any]) -> str:
@@ -372,7 +410,7 @@ def markdown(result: dict) -> str:
         lines += ["", "## Settings that differ", "",
                   "credit: the algorithm's own estimator (and the plan it needs); derived: follows from those; "
                   f"allowed: another difference, compared with consent (--allow-differences: {record['consent']}).", "",
-                  differences_table(record), "", record_steps_line(record)]
+                  differences_report(record), "", record_steps_line(record)]
     lines += ["", "## Costs per run (mean +- std [95% CI])", "", "| cost | " + " | ".join(algos) + " |",
               "| --- |" + " --- |" * len(algos)]
     for name, per in result["costs"].items():
@@ -390,7 +428,7 @@ def compare(cfg_path: str | Path, algorithms: Sequence[str], seeds: Sequence[int
     configs = plan(cfg_path, algorithms, seeds, out, overrides)
     record = controlled(configs, allow_differences)
     log("[compare] effective settings that differ (credit: the algorithm's own estimator; derived: follows from it):\n"
-        + differences_table(record) + f"\n[compare] {record_steps_line(record)}"
+        + differences_report(record) + f"\n[compare] {record_steps_line(record)}"
         + f"\n[compare] consent to other differences: {record['consent']}"
         + (f" ({', '.join(record['allowed'])})" if record["allowed"] else ""))
     out.mkdir(parents=True, exist_ok=True)

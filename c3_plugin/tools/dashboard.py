@@ -10,7 +10,10 @@ for a single run its final metrics and costs and the before/after table training
 min-max whiskers), the credit diagnostics over training, and a link to each run's folder. A comparison's page also
 lists the settings that differ; an interval that cannot be computed reads "n/a (1 seed)"; final accuracies carry
 their item count, each eval curve says which eval set it shows, and an agent whose zero-signal share was 1.0 in every
-batch gets a warning at the top. Charts are inline SVG drawn by matplotlib.
+batch gets a warning at the top. A single run's page also has its peak memory, each credit chart's definition
+(:data:`CREDIT_DEFINITIONS`) and its ``example_trace.json`` (one path's messages with each one's credit). A chart of
+one logged step gets axes from 0 and the value written beside the point. Charts are inline SVG drawn by matplotlib,
+their text as text.
 """
 
 from __future__ import annotations
@@ -24,12 +27,29 @@ from typing import Any
 import numpy as np
 
 from c3_plugin.core.stats import wilson_interval
-from c3_plugin.run.report import before_after, eval_metrics, summary_headline
-from c3_plugin.tools.compare import aggregated_seeds, no_interval, run_name
+from c3_plugin.run.report import BOUNDED, before_after, eval_metrics, frame_axes, summary_headline
+from c3_plugin.tools.compare import aggregated_seeds, in_effect, no_interval, run_name
 
 CREDIT_KEYS = ("within_group_variance", "split_half_reliability", "zero_signal_share", "influence", "noise_ratio")
 COST_KEYS = (("tokens", ("totals", "tokens_generated")), ("messages", ("totals", "messages")),
              ("env steps", ("env_steps",)), ("wall s", ("wall_s",)))
+# the finishing process's peaks, from summary.json (run.train: ru_maxrss; torch.cuda.max_memory_allocated with CUDA)
+MEMORY_KEYS = (("peak memory (RSS) GiB", ("peak_rss_gib",)), ("peak GPU memory GiB", ("peak_gpu_gib",)))
+# what each credit chart plots (docs/metrics.md, "Credit diagnostics", defines them in full); a group is the
+# alternatives sampled from one context at decision point u, their returns the rewards of the leaves below each
+CREDIT_DEFINITIONS = {
+    "within_group_variance": "mean over groups of the variance of the credit (the advantages) across a group's "
+                             "alternatives: signal and rollout noise together",
+    "split_half_reliability": "mean over groups of the Spearman correlation between the advantages computed from the "
+                              "even- and from the odd-numbered continuations: near 1 the credit ranks the "
+                              "alternatives alike on two independent halves of the rollouts, near 0 it is noise",
+    "zero_signal_share": "share of groups whose alternatives all got the same mean return: every advantage in the "
+                         "group is 0, so it gives no learning signal (1.0: the agent learns nothing from the batch)",
+    "influence": "mean over groups of the mutual information (nats) between which alternative was taken and the "
+                 "outcome of its continuations: near 0 when the outcome does not depend on this decision",
+    "noise_ratio": "observed rollout noise on one advantage over the noise law's prediction "
+                   "sigma^2 n^2 / (B_u (n - 1)): near 1 when the law holds",
+}
 
 
 def load_runs(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
@@ -63,26 +83,30 @@ def _curve(rows: list[dict], key: str) -> dict[float, float]:
 
 
 def _svg(fig: Any) -> str:
+    import matplotlib
     import matplotlib.pyplot as plt
 
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight",
-                # no RDF block (no outside URIs)
-                metadata={"Creator": None, "Date": None, "Format": None, "Type": None})
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text as <text>: the page's words are searchable
+        fig.savefig(buf, format="svg", bbox_inches="tight",
+                    # no RDF block (no outside URIs)
+                    metadata={"Creator": None, "Date": None, "Format": None, "Type": None})
     plt.close(fig)
     text = buf.getvalue()
     return text[text.index("<svg"):]
 
 
 def curves_chart(runs: list[dict], key: str, title: str) -> str | None:
-    """Per algorithm: the mean over seeds at each env step all its seeds logged, and the min-max band."""
+    """Per algorithm: the mean over seeds at each env step all its seeds logged, and the min-max band; axes from
+    :func:`c3_plugin.run.report.frame_axes` ([0, 1] at least for an accuracy, share or rate; from 0 for a flat curve;
+    where every algorithm logged one step, from 0 past it, with the value written beside the point)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5.2, 3.2))
-    drawn = False
+    series = []
     for algorithm in dict.fromkeys(r["algorithm"] for r in runs):
         curves = [_curve(r["rows"], key) for r in runs if r["algorithm"] == algorithm]
         curves = [c for c in curves if c]
@@ -96,10 +120,12 @@ def curves_chart(runs: list[dict], key: str, title: str) -> str | None:
         line.set_gid(f"curve:{key}:{algorithm}")  # the SVG group of the line and its points, one per logged step
         if len(curves) > 1:
             ax.fill_between(steps, values.min(0), values.max(0), color=line.get_color(), alpha=0.2)
-        drawn = True
-    if not drawn:
+        series.append((steps, values.mean(0).tolist()))
+    if not series:
         plt.close(fig)
         return None
+    if frame_axes(ax, series, key.endswith(BOUNDED)):
+        ax.set_gid(f"single-point:{key}")
     ax.set(title=title, xlabel="env steps")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
@@ -179,15 +205,26 @@ def results_table(comparison: dict) -> str:
 
 
 def differences_section(record: dict) -> str:
-    """The comparison's settings that differ (``summary.json``'s ``controlled_comparison``) as an HTML table: setting,
-    kind (credit, derived, allowed) and value per algorithm, as summary.md lists them."""
+    """The comparison's settings that differ (``summary.json``'s ``controlled_comparison``), as summary.md lists them:
+    a table of those that differ in effect (setting, kind: credit, derived, allowed, and value per algorithm), then,
+    apart, those that differ but are inert under the arms' settings, each with why."""
     algos, kinds = record.get("algorithms") or [], record.get("kind") or {}
+    differences, inert = record.get("differences") or {}, record.get("inert") or {}
     out = ["<table class='differences'><tr><th>setting</th><th>kind</th>" +
            "".join(f"<th>{html.escape(a)}</th>" for a in algos) + "</tr>"]
-    for key, per in (record.get("differences") or {}).items():
+    for key in in_effect({"differences": differences, "inert": inert}):
+        per = differences[key]
         out.append(f"<tr><td>{html.escape(key)}</td><td>{html.escape(str(kinds.get(key, 'refused')))}</td>" +
                    "".join(f"<td>{html.escape(str(per.get(a, '(absent)')))}</td>" for a in algos) + "</tr>")
-    out.append(f"</table><p><small>credit: the algorithm's own estimator (and the plan it needs); derived: follows "
+    out.append("</table>")
+    if inert:
+        out.append("<h3>Inert under these settings</h3><p><small>They differ, but the training does not read them "
+                   "under the arms' settings (the algorithms' declared inert fields).</small></p><ul class='inert'>")
+        out += [f"<li><code>{html.escape(key)}</code> ("
+                + ", ".join(f"{html.escape(a)}: {html.escape(str(differences[key].get(a, '(absent)')))}" for a in algos)
+                + f"): {html.escape(why)}</li>" for key, why in inert.items()]
+        out.append("</ul>")
+    out.append(f"<p><small>credit: the algorithm's own estimator (and the plan it needs); derived: follows "
                f"from those; allowed: compared with consent (--allow-differences: "
                f"{html.escape(str(record.get('consent', 'none')))}).</small></p>")
     return "\n".join(out)
@@ -250,18 +287,29 @@ def no_signal_warnings(runs: list[dict]) -> list[str]:
     return out
 
 
+def peak(run: dict, key: str) -> float | None:
+    """A run's peak memory ``key`` (``peak_rss_gib``, ``peak_gpu_gib``): its ``summary.json``'s, else the largest
+    ``memory/<key>`` its batches logged; None when neither has it."""
+    value = run["summary"].get(key)
+    logged = [r[f"memory/{key}"] for r in run["rows"] if isinstance(r.get(f"memory/{key}"), (int, float))]
+    return value if value is not None else max(logged) if logged else None
+
+
 def run_results(run: dict) -> str:
     """A single run's results as HTML: its headline, the final metrics (every ``eval/*/accuracy``, else
     ``eval/reward_mean``, after training) with what the run spent, and the before/after table training printed
     (the same rows: :func:`c3_plugin.run.report.before_after`)."""
     summary = run["summary"]
     if not summary:
+        so_far = [f"{label} so far: {_cell(v, 2)}" for label, path in MEMORY_KEYS
+                  if (v := peak(run, path[0])) is not None]
         return ("<p>No summary.json: the run has not finished, so it has no final metrics yet (the curves are "
-                "what it logged).</p>")
+                "what it logged).</p>" + (f"<p>{'; '.join(so_far)}</p>" if so_far else ""))
     after = summary.get("eval_after", {})
     final = [(html.escape(k), _cell(after.get(k)) + _items(after, k)) for k in eval_metrics(after)]
     spent = [(label, _cell(_lookup(summary, path), 1))
              for label, path in COST_KEYS] + [("updates", _cell(summary.get("updates")))]
+    spent += [(label, _cell(v, 2)) for label, path in MEMORY_KEYS if (v := peak(run, path[0])) is not None]
     out = [f"<p>{html.escape(summary_headline(summary))}</p>",
            "<table class='final'><tr><th>final metric</th><th>value</th></tr>"]
     out += [f"<tr><td>{k}</td><td>{v}</td></tr>" for k, v in final + spent]
@@ -277,11 +325,47 @@ def run_results(run: dict) -> str:
     return "\n".join(out)
 
 
+def credit_caption(key: str) -> str:
+    """Under a credit chart (``credit/<role>_u<u>/<quantity>``): what it plots, for which agent and decision point."""
+    _, point, quantity = key.split("/", 2)
+    role, _, u = point.rpartition("_u")
+    where = f"{role}'s messages at decision point {u}" if role and u.isdigit() else point
+    text = CREDIT_DEFINITIONS.get(quantity, "see docs/metrics.md")
+    return (f"<p class='caption'><small><b>{html.escape(quantity)}</b> ({html.escape(where, quote=False)}): "
+            f"{html.escape(text)}.</small></p>")
+
+
+def example_trace_section(run: dict) -> str | None:
+    """The run's ``example_trace.json`` (written at its first batch, :func:`c3_plugin.core.rollout.credited_path`) as
+    HTML: the task, then each message on one root-to-leaf path with its credit, then the leaf's return; None when the
+    run folder has none."""
+    path = Path(run["path"]) / "example_trace.json"
+    if not path.exists():
+        return None
+    ex = json.loads(path.read_text(encoding="utf-8"))
+    out = [f"<p><small>Batch {ex.get('update_step')}, instance {html.escape(str(ex.get('instance')))}, leaf "
+           f"{ex.get('leaf')} of the plan's {html.escape(str(ex.get('branching')))}: each message with its credit "
+           "(the advantage the algorithm's estimator gave it, before advantage_scaling; &ndash;: not credited, e.g. "
+           "feedback).</small></p>",
+           f"<p><b>task</b>: <code>{html.escape(str(ex.get('task', '')))}</code></p>",
+           "<table class='example-trace'><tr><th>step</th><th>role</th><th>agent</th><th>message</th>"
+           "<th>credit (advantage)</th></tr>"]
+    for m in ex.get("messages", []):
+        credit = "&ndash;" if m.get("advantage") is None else f"{m['advantage']:+.4f}"
+        text = html.escape(str(m.get("message", ""))) + (" &hellip;" if m.get("truncated") else "")
+        agent = "&ndash;" if m.get("agent") is None else m["agent"]
+        out.append(f"<tr><td>{m.get('step')}</td><td>{html.escape(str(m.get('role')))}</td><td>{agent}</td>"
+                   f"<td><code>{text}</code></td><td>{credit}</td></tr>")
+    out.append(f"</table><p>return (the leaf's reward): {_cell(ex.get('return'))}</p>")
+    return "\n".join(out)
+
+
 STYLE = """body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}h1{font-size:22px}
 h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}.grid{display:flex;flex-wrap:wrap;gap:12px}
 .grid>div{flex:0 0 auto}table{border-collapse:collapse;margin:10px 0;font-size:13px}td,th{border:1px solid #ccc;
 padding:4px 8px;text-align:left}th{background:#f3f3f3}svg{max-width:100%;height:auto}
-.warning{background:#fff3cd;border:1px solid #e0b000;padding:6px 10px}"""
+.warning{background:#fff3cd;border:1px solid #e0b000;padding:6px 10px}
+.caption{max-width:520px}"""
 
 
 def comparison_title(folder: Path, comparison: dict) -> str:
@@ -312,15 +396,19 @@ def write_dashboard(folder: str | Path, out: str | Path | None = None) -> Path:
         parts += ["<h2>Results</h2>", run_results(runs[0])]
     charts = [c + eval_caption(runs, k) for k in eval_keys if (c := curves_chart(runs, k, k))]
     parts += ["<h2>Evaluation</h2><div class='grid'>" + "".join(f"<div>{c}</div>" for c in charts) + "</div>"]
-    train = [c for k in ("train/reward_mean", "budget/total_tokens_generated") if (c := curves_chart(runs, k, k))]
+    train = [c for k in ("train/reward_mean", "budget/total_tokens_generated", "memory/peak_rss_gib",
+                         "memory/peak_gpu_gib") if (c := curves_chart(runs, k, k))]
     parts += ["<h2>Training</h2><div class='grid'>" + "".join(f"<div>{c}</div>" for c in train) + "</div>"]
     costs = cost_chart(runs)
     if costs:
         parts += ["<h2>Costs per run</h2>", costs]
-    credit_charts = [c for k in credit if (c := curves_chart(runs, k, k))]
+    credit_charts = [c + credit_caption(k) for k in credit if (c := curves_chart(runs, k, k))]
     if credit_charts:
         parts += ["<h2>Credit diagnostics</h2><div class='grid'>" + "".join(f"<div>{c}</div>" for c in credit_charts)
                   + "</div>"]
+    example = example_trace_section(runs[0]) if not comparison else None
+    if example:
+        parts += ["<h2>Example trace with per-message credit</h2>", example]
     target = Path(out) if out else folder / "dashboard.html"
     links = "".join(f"<li><a href='{html.escape(_relative(r['path'], target.parent))}'>{html.escape(r['algorithm'])} "
                     f"seed {r['seed']}</a></li>" for r in runs)

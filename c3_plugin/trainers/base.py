@@ -22,6 +22,7 @@ checkpoints (:mod:`.checkpoints`).
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,10 +37,11 @@ from c3_plugin.core.credit_diagnostics import rollout_diagnostics
 from c3_plugin.core.curriculum import check_rows, parse_curriculum, phase_at
 from c3_plugin.core.plan import parse_plan
 from c3_plugin.core.registry import WORKFLOW
-from c3_plugin.core.rollout import Rollout
+from c3_plugin.core.rollout import Rollout, credited_path
 from c3_plugin.core.trace import write_jsonl
 from c3_plugin.core.workflow import Workflow
 from c3_plugin.scale.distributed import gathered, shard
+from c3_plugin.scale.peak_memory import peak_memory
 from c3_plugin.trainers import kl_reward, progress, ranks, setup
 from c3_plugin.trainers.bridge import WorkflowBridge, comlrl_constructor
 from c3_plugin.trainers.checkpoints import WorkflowCheckpoints
@@ -418,6 +420,8 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
                                       {**stats, **kl_metrics, "time/rollout_s": t1 - t0, "time/update_s": t2 - t1})
         if self.args.save_traces and self.run_dir is not None and rollout is not None:
             self._append_trace(rollout)
+        if self.update_step == 1 and self.run_dir is not None and rollout is not None and self.dist.is_main:
+            self._write_example_trace(rollout, credited)
         combined = ranks.combine_ranks(metrics, self.dist)
         self.log_metrics(combined)
         self._show_progress(phase=f"queue 0/{int(self.args.instances_per_update)}", env_step=self.env_step,
@@ -474,7 +478,8 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
         rewards, adv = ranks.concatenated(task_rewards), ranks.concatenated(advantages)
         metrics = {"env_step": float(self.env_step), "train/update_step": float(self.update_step),
                    "train/reward_mean": float(rewards.mean()), "train/reward_std": float(rewards.std()),
-                   **{f"budget/total_{k}": float(v) for k, v in self.totals.items()}, **update}
+                   **{f"budget/total_{k}": float(v) for k, v in self.totals.items()}, **update,
+                   **{f"memory/{k}": v for k, v in peak_memory().items()}}
         if len(adv):
             metrics.update({"train/advantage_mean": float(adv.mean()), "train/advantage_std": float(adv.std()),
                             "train/advantage_abs_mean": float(np.abs(adv).mean())})
@@ -490,6 +495,12 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
 
     def rollout_metrics(self, rollout: Rollout) -> dict[str, float]:
         return rollout_diagnostics(rollout, outcome=self.outcome)
+
+    def _write_example_trace(self, rollout: Rollout, credited: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        """``example_trace.json``: the first batch's first root-to-leaf path with each message's credit
+        (:func:`c3_plugin.core.rollout.credited_path`), which the dashboard shows."""
+        example = {"update_step": self.update_step, "env_step": self.env_step, **credited_path(rollout, credited)}
+        (self.run_dir / "example_trace.json").write_text(json.dumps(example, indent=2, default=str), encoding="utf-8")
 
     def _append_trace(self, rollout: Rollout) -> None:
         """Append the batch's trace to ``traces.jsonl`` (``traces.rank<r>.jsonl`` per rank under data parallelism)."""

@@ -41,7 +41,7 @@ import numpy as np
 from c3_plugin.core.credit import CREDITS, masked_spearman, tree_advantages, value_assisted_advantages
 from c3_plugin.core.estimator_rules import check
 from c3_plugin.core.plan import parse_plan
-from c3_plugin.core.registry import Critic
+from c3_plugin.core.registry import Critic, Inert
 from c3_plugin.core.rollout import Rollout
 from c3_plugin.trainers.actor_critic_fields import ActorCriticFields, actor_critic_constructor
 from c3_plugin.trainers.base import WorkflowConfig, WorkflowTrainer
@@ -62,6 +62,20 @@ class C3Config(ActorCriticFields, WorkflowConfig):
     # samples, the credit diagnostics and the consent to another estimator
     credit_fields: ClassVar[tuple[str, ...]] = ("plan", "credit", "q_critic_*", "share_parallel_samples",
                                                 "credit_diagnostics", "allow_estimator_change")
+    # fields its training does not read under some settings (registry.Inert): c3 compare lists a difference in them
+    # apart, as changing nothing
+    inert_fields: ClassVar[tuple[Inert, ...]] = (
+        Inert(("q_critic_*",), lambda c, w: c.credit != "value_assisted",
+              "read only under credit: value_assisted (this run: credit: {credit}, no Q critic)"),
+        Inert(("allow_estimator_change",),
+              lambda c, w: c.credit != "value_assisted" and c.advantage_scaling != "group_zscore",
+              "consents to credit: value_assisted or advantage_scaling: group_zscore, and this run sets neither"),
+        Inert(("credit_diagnostics",), lambda c, w: True, "chooses whether credit/* diagnostics are logged; the "
+              "update is the same either way"),
+        Inert(("share_parallel_samples",),
+              lambda c, w: w is not None and all(len(stage) == 1 for stage in w.parallel_stages()),
+              "the workflow has no parallel roles whose samples could be shared"),
+    )
     estimator_description: ClassVar[str] = "leave-one-out over counterfactual continuations (credit: {credit})"
     estimator_rules: ClassVar[tuple[str, ...]] = ("advantage_mode_unread", "clip_high_equals_clip", "no_group",
                                                   "group_zscore_changes_estimator",

@@ -14,6 +14,7 @@ from c3_plugin.scale.distributed import DistContext, all_sum, gather
 
 RANK_COUNTS = ("/groups", "/split_half_groups", "/split_half_excluded")  # per-rank diagnostic counts, summed over ranks
 SUMMED = ("budget/env_steps", "budget/messages", "budget/tokens_generated")  # this batch's per-rank counts
+MAXED = ("memory/peak_",)  # per-rank peaks: the job's is the largest rank's
 
 
 def global_batch_scaling(adv: np.ndarray, mode: str, eps: float = 1e-6) -> np.ndarray:
@@ -54,10 +55,16 @@ def combine_ranks(metrics: dict[str, Any], dist: DistContext) -> dict[str, Any]:
         return metrics
     numeric = {k: float(v) for k, v in metrics.items()
                if isinstance(v, (int, float, np.number)) and np.isfinite(float(v))}
+    media = {k: v for k, v in metrics.items() if k not in numeric and dist.is_main}
+    return {**merge_rank_rows(gather(numeric)), **media}
+
+
+def merge_rank_rows(rows: list[dict[str, float]]) -> dict[str, float]:
+    """One row from every rank's numeric metrics: the per-rank counts summed, the peaks (``memory/peak_*``) their
+    maximum, every other key its mean over the ranks that report it."""
     merged: dict[str, list[float]] = {}
-    for row in gather(numeric):
+    for row in rows:
         for k, v in row.items():
             merged.setdefault(k, []).append(v)
-    media = {k: v for k, v in metrics.items() if k not in numeric and dist.is_main}
-    out = {k: float(np.sum(v) if k in SUMMED or k.endswith(RANK_COUNTS) else np.mean(v)) for k, v in merged.items()}
-    return {**out, **media}
+    return {k: float(np.sum(v) if k in SUMMED or k.endswith(RANK_COUNTS) else np.max(v) if k.startswith(MAXED)
+                     else np.mean(v)) for k, v in merged.items()}

@@ -48,3 +48,32 @@ def test_no_module_dispatches_on_a_config_s_fields():
     found = [f"{p.relative_to(ROOT)}:{i}" for p in (ROOT / "c3_plugin").rglob("*.py")
              for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert found == [], found
+
+
+def test_inert_fields_are_read_from_the_config_class_declaration():
+    """registry.inert_fields evaluates a config class's own Inert declarations (globs, a condition on the config and
+    the workflow, the reason formatted with its fields): no list of names outside the class."""
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from c3_plugin.core.registry import Inert, inert_fields
+    from c3_plugin.trainers.c3 import C3Config
+
+    @dataclass
+    class Toy:
+        inert_fields: ClassVar[tuple] = (Inert(("extra_*",), lambda c, w: c.mode != "extra", "unread under {mode}"),)
+        mode: str = "plain"
+        extra_weight: float = 1.0
+        extra_steps: int = 2
+        lr: float = 0.1
+
+    assert inert_fields(Toy()) == {"extra_weight": "unread under plain", "extra_steps": "unread under plain"}
+    assert inert_fields(Toy(mode="extra")) == {}
+    loo = inert_fields(C3Config(plan="tree [2, 4]"))
+    assert {k for k in loo if k.startswith("q_critic_")} == {"q_critic_model", "q_critic_alpha",
+                                                             "q_critic_learning_rate", "q_critic_epochs",
+                                                             "q_critic_max_tokens", "q_critic_warmup_updates"}
+    assert "allow_estimator_change" in loo and "credit" not in loo and "plan" not in loo
+    assert "share_parallel_samples" not in loo  # the workflow is not known: it may have parallel roles
+    assigned = inert_fields(C3Config(plan="tree [2, 4]", credit="value_assisted", allow_estimator_change=True))
+    assert not any(k.startswith("q_critic_") or k == "allow_estimator_change" for k in assigned)

@@ -93,6 +93,14 @@ def test_dashboard_is_one_self_contained_page(comparison):
     assert "<script" not in page and "http://" not in page.replace("http://www.w3.org", "")  # nothing to fetch or run
     one_run = write_dashboard(out / "c3-s0").read_text()  # a single run folder (make demo writes the demo run's)
     assert "<svg" in one_run and "<h2>Results</h2>" in one_run and "Comparison" not in one_run
+    # what training wrote: its example trace (each message's credit), its peak memory, the credit charts' definitions
+    example = json.loads((out / "c3-s0" / "example_trace.json").read_text())
+    trace = one_run[one_run.index("<h2>Example trace with per-message credit</h2>"):]
+    for m in example["messages"]:
+        if m["advantage"] is not None:
+            assert f"<td>{m['advantage']:+.4f}</td></tr>" in trace, m
+    assert "<td>peak memory (RSS) GiB</td>" in one_run and "<b>zero_signal_share</b> (" in one_run
+    assert "Inert under these settings" in page and "<td>q_critic_alpha</td>" not in page
     for cell in before_after_cells(json.loads((out / "c3-s0" / "summary.json").read_text())):
         assert cell in one_run, cell
 
@@ -189,6 +197,61 @@ def test_single_run_dashboard_names_its_eval_sets_and_warns_of_an_agent_without_
     assert "class='warning'" not in write_dashboard(run).read_text()
 
 
+EXAMPLE = {"update_step": 1, "env_step": 32, "instance": "p0", "task": "What is 2 + 3?", "branching": [2, 4],
+           "leaf": 0, "return": 1.0,
+           "messages": [{"step": 0, "kind": "decision", "role": "Reasoner", "agent": 0, "decision": 0,
+                         "alternative": 0, "message": "Add 2 and 3 <b>", "truncated": False, "advantage": 0.375},
+                        {"step": 1, "kind": "decision", "role": "Actor", "agent": 1, "decision": 1,
+                         "alternative": 0, "message": "\\boxed{5}", "truncated": False, "advantage": -0.125}]}
+
+
+def test_single_run_dashboard_defines_its_credit_charts_and_shows_an_example_trace_and_peak_memory(one_run):
+    """Each credit chart has its definition under it; the run's example_trace.json is a table of the path's messages
+    with each one's credit (escaped), then its return; the results table has the run's peak memory."""
+    from c3_plugin.tools.dashboard import write_dashboard
+
+    run, _ = run_without_signal(one_run)
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "peak_rss_gib": 3.5, "peak_gpu_gib": 12.25}))
+    (run / "example_trace.json").write_text(json.dumps(EXAMPLE))
+    page = write_dashboard(run).read_text()
+    assert "<b>zero_signal_share</b> (Actor's messages at decision point 1): share of groups whose alternatives" in page
+    assert "<b>zero_signal_share</b> (Reasoner's messages at decision point 0)" in page
+    section = page[page.index("<h2>Example trace with per-message credit</h2>"):page.index("<h2>Runs</h2>")]
+    assert "<b>task</b>: <code>What is 2 + 3?</code>" in section
+    assert ("<tr><td>0</td><td>Reasoner</td><td>0</td><td><code>Add 2 and 3 &lt;b&gt;</code></td><td>+0.3750</td></tr>"
+            in section)
+    assert "<td><code>\\boxed{5}</code></td><td>-0.1250</td></tr>" in section
+    assert "return (the leaf's reward): 1.0000" in section
+    assert "<tr><td>peak memory (RSS) GiB</td><td>3.50</td></tr>" in page
+    assert "<tr><td>peak GPU memory GiB</td><td>12.25</td></tr>" in page
+    (run / "example_trace.json").unlink()
+    assert "Example trace" not in write_dashboard(run).read_text()
+    # unfinished: the largest peak its batches logged (memory/peak_rss_gib), and its chart over env steps
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    batches = [r for r in rows if "train/update_step" in r]
+    for r, gib in zip(batches, (1.5, 2.0, 2.75, 2.75)):
+        r["memory/peak_rss_gib"] = gib
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "summary.json").unlink()
+    page = write_dashboard(run).read_text()
+    assert "peak memory (RSS) GiB so far: 2.75" in page and '<g id="curve:memory/peak_rss_gib:c3">' in page
+
+
+def test_a_chart_of_one_logged_step_gets_axes_from_zero_and_its_value_written(one_run):
+    """A run evaluated once during training: its eval chart's axes start at 0 and the point carries its value (not
+    autoscaled around the point); a chart of several steps is autoscaled without labels."""
+    from c3_plugin.tools.dashboard import write_dashboard
+
+    run, _ = one_run
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    kept = [r for r in rows if "eval/compare/accuracy" not in r or r["env_step"] == 64]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    page = write_dashboard(run).read_text()
+    assert 'id="single-point:eval/compare/accuracy"' in page and "0.312 at 64 env steps" in page
+    assert 'id="single-point:train/reward_mean"' not in page  # four batches: a curve
+
+
 def chromium():
     """Chromium from Debian's packages, installed here when missing (with apt and root)."""
     import os
@@ -229,12 +292,15 @@ def test_single_run_dashboard_shows_item_counts_and_the_no_signal_warning_in_hea
     from c3_plugin.tools.dashboard import write_dashboard
 
     run, _ = run_without_signal(one_run)
+    (run / "example_trace.json").write_text(json.dumps(EXAMPLE))
     proc = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
                            write_dashboard(run).resolve().as_uri()], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     dom = proc.stdout
     assert "<td>0.5625 <small>(48 items, 95% CI [0.423, 0.693])</small></td>" in dom and "on 16 eval items" in dom
     assert '<p class="warning"><b>Warning</b>: no learning signal for Actor_u1' in dom
+    assert "<b>zero_signal_share</b> (Actor's messages at decision point 1)" in dom  # the credit chart's definition
+    assert "<td><code>Add 2 and 3 &lt;b&gt;</code></td><td>+0.3750</td>" in dom  # the example trace's credit
 
 
 @ONE_WORKER
@@ -318,6 +384,78 @@ def test_one_seed_has_no_interval_and_an_arm_without_runs_is_reported_as_missing
     finished_run(out / "c3-s1", 0.75)  # two seeds: an interval
     two = markdown(aggregate(out, ["c3", "magrpo"], [0, 1]))
     assert "| eval/echo/accuracy | 0.625 +- 0.177 [-0.963, 2.213] | - |" in two
+
+
+def synthetic_comparison(base_config, folder):
+    """A comparison folder without training: two finished runs per arm (seeds 0 and 1) and the controlled-comparison
+    record ``c3 compare`` plans for ``base_config`` (plan ``tree [2, 4]`` against ``independent 8``, C3 under
+    ``credit: loo``)."""
+    for seed, (c3, magrpo) in enumerate(((0.5, 0.25), (0.75, 0.5))):
+        finished_run(folder / f"c3-s{seed}", c3)
+        finished_run(folder / f"magrpo-s{seed}", magrpo)
+    result = aggregate(folder, ["c3", "magrpo"], [0, 1])
+    result["controlled_comparison"] = controlled(plan(base_config, ["c3", "magrpo"], [0], folder))
+    (folder / "summary.json").write_text(json.dumps(result, default=str))
+    return result
+
+
+def test_summary_shows_the_differences_in_effect_first_and_the_inert_ones_apart(base_config, tmp_path):
+    """Under credit: loo the C3-only q_critic_* settings (and the consent, the diagnostics switch, and the sharing of
+    parallel samples in a workflow without parallel roles) differ but change nothing: summary.md's differences table
+    holds what differs in effect (the plan, the credit and the estimator it names), and the inert ones are listed
+    apart, each with why; under credit: value_assisted the q_critic_* settings are in effect."""
+    from c3_plugin.tools.compare import in_effect
+
+    result = synthetic_comparison(base_config, tmp_path / "h2h")
+    record = result["controlled_comparison"]
+    assert set(in_effect(record)) == {"plan", "credit", "estimator"}
+    assert {"q_critic_alpha", "q_critic_model", "allow_estimator_change", "credit_diagnostics",
+            "share_parallel_samples"} <= set(record["inert"])
+    assert "read only under credit: value_assisted" in record["inert"]["q_critic_alpha"]
+    text = markdown(result)
+    section = text[text.index("## Settings that differ"):text.index("## Costs per run")]
+    table = section[section.index("In effect:"):section.index("Inert under these settings")]
+    assert "| plan | credit | tree [2, 4] | independent 8 |" in table and "q_critic" not in table
+    inert = section[section.index("Inert under these settings"):]
+    assert "- q_critic_alpha (c3: 1.0, magrpo: (absent)): c3: read only under credit: value_assisted" in inert
+    assert "| q_critic" not in inert  # a list apart, not table rows
+    assisted = controlled(plan(base_config, ["c3", "magrpo"], [0], tmp_path / "va",
+                               ["c3.credit=value_assisted", "c3.allow_estimator_change=true"]))
+    assert {"q_critic_alpha", "q_critic_model", "allow_estimator_change"} <= set(in_effect(assisted))
+    assert "q_critic_alpha" not in assisted["inert"] and "credit_diagnostics" in assisted["inert"]
+
+
+def test_comparison_dashboard_lists_the_settings_that_differ_in_effect_and_the_inert_ones_apart(base_config, tmp_path):
+    from c3_plugin.tools.dashboard import write_dashboard
+
+    synthetic_comparison(base_config, tmp_path / "h2h")
+    page = write_dashboard(tmp_path / "h2h").read_text()
+    section = page[page.index("<h2>Settings that differ</h2>"):page.index("<h2>Evaluation</h2>")]
+    table = section[:section.index("<h3>Inert under these settings</h3>")]
+    assert "<tr><td>plan</td><td>credit</td><td>tree [2, 4]</td><td>independent 8</td></tr>" in table
+    assert "q_critic" not in table
+    assert ("<li><code>q_critic_alpha</code> (c3: 1.0, magrpo: (absent)): c3: read only under credit: value_assisted"
+            in section)
+
+
+@pytest.mark.browser
+def test_comparison_dashboard_shows_intervals_and_the_differences_in_headless_chromium(base_config, tmp_path):
+    """Chromium's document of a two-seed comparison's page: the title's seeds, the 95% intervals over seeds and of the
+    paired difference, and the settings that differ (in effect in the table, the inert ones listed apart)."""
+    from c3_plugin.tools.dashboard import write_dashboard
+
+    synthetic_comparison(base_config, tmp_path / "h2h")
+    proc = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                           write_dashboard(tmp_path / "h2h").resolve().as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    dom = proc.stdout
+    assert "<h1>Comparison h2h: c3, magrpo, seeds [0, 1]</h1>" in dom
+    assert "<td>0.625 ± 0.177 <small>[-0.963, 2.213]</small></td>" in dom  # c3's final accuracy over two seeds
+    assert "<td>+0.250 <small>[+0.250, +0.250]</small></td>" in dom  # the paired difference, equal in both seeds
+    assert "<h2>Settings that differ</h2>" in dom
+    assert "<tr><td>plan</td><td>credit</td><td>tree [2, 4]</td><td>independent 8</td></tr>" in dom
+    assert "<h3>Inert under these settings</h3>" in dom and "<code>q_critic_alpha</code>" in dom
 
 
 def test_aggregate_without_finished_runs_names_the_fix(tmp_path):

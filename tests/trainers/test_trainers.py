@@ -109,6 +109,8 @@ def test_each_algorithm_trains_through_the_run_path(tmp_path, algorithm):
     history = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     train_rows = [h for h in history if "train/update_step" in h]
     assert len(train_rows) == budget["rollout_batches"] == 2
+    peaks = [h["memory/peak_rss_gib"] for h in train_rows]  # the process's peak so far: positive, never falling
+    assert peaks[0] > 0 and peaks == sorted(peaks) and summary["peak_rss_gib"] >= peaks[-1]
     steps = [sum(h.get(f"train/agent{a}/optimizer_steps") or 0 for h in train_rows) for a in range(2)]
     assert steps == budget["expected_optimizer_updates_per_agent"]
     assert any(not torch.equal(a, b) for a, b in zip(before, models[1].parameters())) == (steps[1] > 0)
@@ -117,9 +119,18 @@ def test_each_algorithm_trains_through_the_run_path(tmp_path, algorithm):
     for f in ("config.json", "summary.json", "learning_curve.png", "traces.jsonl", "final/agent_0/config.json"):
         assert (run / f).exists(), f
     assert (run / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
+    example = json.loads((run / "example_trace.json").read_text())  # the first batch's first path, with its credit
+    decisions = [m for m in example["messages"] if m["kind"] == "decision"]
+    assert example["update_step"] == 1 and [m["role"] for m in decisions] == ["Reasoner", "Actor"]
+    assert example["task"] and isinstance(example["return"], float)
+    assert all(isinstance(m["advantage"], float) for m in decisions if m["agent"] in trained_agents(steps))
     recorded = json.loads((run / "config.json").read_text())[algorithm]  # the settled config is what ran
     assert (recorded == json.loads(json.dumps(dataclasses.asdict(cfg.algo), default=str))
             and recorded["agent_devices"] == "cpu")
+
+
+def trained_agents(steps):
+    return {a for a, n in enumerate(steps) if n}
 
 
 def make_trainer(cls, plan=None, workflow="reasoner_actor", **cfg):
@@ -144,6 +155,25 @@ def test_c3_credits_each_decision_point_with_leave_one_out():
         assert all(ro.entries[i].decision == u for i in idx)
     samples, _ = tr.build_samples(ro, credited)
     assert len(samples[0]) == 4 * 2 and len(samples[1]) == 4 * 8
+
+
+@pytest.mark.parametrize("cls", [C3Trainer, WorkflowMAGRPOTrainer])
+def test_the_example_trace_is_one_path_with_each_messages_credit(cls):
+    """credited_path: the first instance's first leaf, root to leaf: the task, each message with the advantage
+    compute_advantages gave its entry (the first alternative at each decision point), and the leaf's return."""
+    from c3_plugin.core.rollout import credited_path
+
+    tr, ds = make_trainer(cls)
+    ro = tr.collect([dict(r) for r in ds])
+    credited = tr.compute_advantages(ro)
+    example = credited_path(ro, credited)
+    decisions = [m for m in example["messages"] if m["kind"] == "decision"]
+    assert [m["decision"] for m in decisions] == [0, 1] and [m["alternative"] for m in decisions] == [0, 0]
+    assert [m["advantage"] for m in decisions] == pytest.approx([float(adv[0]) for _, adv in credited])
+    assert example["return"] == pytest.approx(float(ro.rewards[0].flat[0])) and example["task"] == ro.entries[0].context
+    leaf = credited_path(ro, credited, instance=1, leaf=7)  # instance 1's last leaf: under the last alternatives
+    assert leaf["instance"] == ro.entries[ro.depth_nodes[-1][8 + 7]].instance
+    assert leaf["return"] == pytest.approx(float(ro.rewards[1].flat[7]))
 
 
 def test_magrpo_broadcasts_one_run_score_to_every_decision():
@@ -369,3 +399,12 @@ def test_training_bar_shows_the_phase_env_steps_reward_and_loss(capsys):
     assert tr._training_bar() is None
     tr._show_progress(phase="update")
     assert capsys.readouterr().err == ""
+
+
+def test_rank_rows_merge_counts_by_sum_peaks_by_max_and_the_rest_by_mean():
+    from c3_plugin.trainers.ranks import merge_rank_rows
+
+    rows = [{"budget/messages": 10.0, "memory/peak_rss_gib": 3.0, "train/reward_mean": 0.2},
+            {"budget/messages": 6.0, "memory/peak_rss_gib": 5.0, "train/reward_mean": 0.4}]
+    assert merge_rank_rows(rows) == pytest.approx({"budget/messages": 16.0, "memory/peak_rss_gib": 5.0,
+                                                   "train/reward_mean": 0.3})
