@@ -94,6 +94,12 @@ def stepping(bars: Sequence[tqdm], amount: float, parts: int) -> Iterator[Callab
     move(amount)
 
 
+def item_means(rows: Sequence[Mapping[str, float]], prefix: str) -> dict[str, float]:
+    """``prefix + key``: the mean of ``key`` over the rows that have it (IACTrainer's eval metrics of its callback)."""
+    keys = dict.fromkeys(k for row in rows for k in row)
+    return {f"{prefix}{k}": float(np.mean([row[k] for row in rows if k in row])) for k in keys}
+
+
 class TickingBackend:
     """A generation backend that calls ``tick()`` after each ``generate`` (one decision step of a rollout: every prompt
     of the step at once), so a progress bar moves during a rollout; every other attribute reads through to
@@ -419,6 +425,7 @@ class WorkflowBridge:
         # batch is generated; output.verbose: false (or TQDM_DISABLE=1) hides it
         quiet = not (getattr(self, "verbose", True) and mine and dist.is_main)
         done: list[tuple[int, list[float], list[list[str]], list[list[float]]]] = []
+        extra: list[dict[str, float]] = []  # per decoded item, eval_rollout_metrics (an IAC script's metrics_callback)
         # items of a suite without num_samples: greedy, or CoMLRL's one sampled run
         greedy = bool(getattr(self.args, "eval_greedy", True))
         # ZeRO-3: whole weights for generate, gathered once (ranks decode different numbers of batches)
@@ -435,6 +442,7 @@ class WorkflowBridge:
                                                **self._ticking(tick)) if k
                                   else self.collect([items[i] for i in idx], plan=plan, greedy=greedy,
                                                     **self._ticking(tick)))
+                        extra.extend(self.eval_rollout_metrics(ro))
                         per_item = ro.rewards.reshape(len(idx), -1).tolist()
                         paths = self._path_outputs(ro)
                         runs = len(paths) // len(idx)
@@ -446,9 +454,11 @@ class WorkflowBridge:
             rewards.append(reward)
             outputs.append(out)
             per_turn.append(turn_row)
+        extra = [m for part in gather(extra) for m in part]
         if not dist.is_main:
             return {**broadcast(None), "_outputs": (rewards, outputs, per_turn)}
-        metrics = {"eval/reward_mean": float(np.mean([np.mean(r) for r in rewards])) if rewards else float("nan")}
+        metrics = {"eval/reward_mean": float(np.mean([np.mean(r) for r in rewards])) if rewards else float("nan"),
+                   **item_means(extra, "eval/")}
         if self.eval_logger is not None and self.eval_aggregator is not None and items:
             rows = [(it if len(outs) == 1 and not it.get("eval_samples") else {**it, "eval_index": i, "eval_sample": j},
                      o)
@@ -465,6 +475,12 @@ class WorkflowBridge:
         broadcast(metrics)
         metrics["_outputs"] = (rewards, outputs, per_turn)
         return metrics
+
+    def eval_rollout_metrics(self, rollout: Rollout) -> list[dict[str, float]]:
+        """Metrics of each item of an eval rollout, logged as ``eval/<key>`` (mean over the items that give the
+        key); none here: an IAC script's ``metrics_callback`` sets them
+        (:func:`.actor_critic_fields.honour_metrics_callback`), as IACTrainer's evaluation calls it per item."""
+        return []
 
     def _ticking(self, tick: Any) -> dict[str, Any]:
         """``{"tick": tick}`` when this trainer's :meth:`collect` takes it (a subclass may override ``collect`` with
