@@ -54,7 +54,8 @@ def comlrl_differences(name: str, args: Any) -> list[str]:
     """What the run does differently from CoMLRL 1.4.3 with the same fields (each printed as a warning when the
     trainer is built): ``early_termination_threshold`` with several turns (a path ends on its own turn reward, a
     CoMLRL node on its joint actions' mean, so the reward calls can differ), and ``top_k=None`` (no top-k cut
-    here; CoMLRL then passes no top_k and the model's generation config, 50 by default, applies)."""
+    here; CoMLRL then passes no top_k and the model's generation config, 50 by default, applies), except under the
+    full softmax (temperature and top_p 1: the YAML configs' sampling, chosen for exact behaviour log-probs)."""
     out = []
     threshold = getattr(args, "early_termination_threshold", None)
     if int(args.num_turns) > 1 and threshold is not None:
@@ -63,7 +64,8 @@ def comlrl_differences(name: str, args: Any) -> list[str]:
                    "node when the mean reward of its num_generations joint actions exceeds it, so the two can spend "
                    "different env steps (reward calls) and train on different turns; set "
                    "early_termination_threshold=None to run every turn in both")
-    if getattr(args, "top_k", 0) is None:
+    full_softmax = float(args.temperature) == 1.0 and float(args.top_p) == 1.0  # a YAML config's exact log-probs
+    if getattr(args, "top_k", 0) is None and not full_softmax:
         out.append(f"top_k=None: {name} samples from the whole vocabulary (no top-k cut); CoMLRL 1.4.3 passes no "
                    "top_k to generate, so the model's generation config applies (transformers' default: top_k=50); "
                    "set top_k explicitly (e.g. 50) for the same sampling in both")
