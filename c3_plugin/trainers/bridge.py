@@ -100,6 +100,24 @@ def item_means(rows: Sequence[Mapping[str, float]], prefix: str) -> dict[str, fl
     return {f"{prefix}{k}": float(np.mean([row[k] for row in rows if k in row])) for k in keys}
 
 
+def wandb_row_split(published: Mapping[str, Any], rows: Sequence[tuple[int, int]] | None,
+                    step: int) -> list[tuple[int, dict[str, Any]]]:
+    """``published`` as W&B rows ``(step, metrics)``: one at ``step`` when ``rows`` is None; else one per distinct
+    step of ``rows`` (CoMLRL's (step, turn) log entries), holding the ``turn_<t+1>/*`` keys of the turns logged
+    there, the last also every other key."""
+    if rows is None:
+        return [(step, dict(published))]
+    steps = sorted({s for s, _ in rows})
+    out = []
+    for s in steps:
+        prefixes = tuple(f"turn_{t + 1}/" for at, t in rows if at == s)
+        row = {k: v for k, v in published.items() if k.startswith(prefixes)}
+        if s == steps[-1]:
+            row = {**{k: v for k, v in published.items() if not k.startswith("turn_")}, **row}
+        out.append((s, row))
+    return out
+
+
 class TickingBackend:
     """A generation backend that calls ``tick()`` after each ``generate`` (one decision step of a rollout: every prompt
     of the step at once), so a progress bar moves during a rollout; every other attribute reads through to
@@ -516,25 +534,30 @@ class WorkflowBridge:
             for prefix in self.metric_prefixes:
                 wandb.define_metric(prefix, step_metric="env_step")
 
-    def log_metrics(self, metrics: Mapping[str, Any]) -> None:
-        """Append ``metrics`` to ``history`` and ``<run_dir>/metrics.jsonl``; publish the ``wandb_keys`` ones.
-        Non-numeric values (W&B media such as distribution plots) go to W&B only."""
+    def log_metrics(self, metrics: Mapping[str, Any], wandb_rows: Sequence[tuple[int, int]] | None = None,
+                    record: bool = True) -> None:
+        """Append ``metrics`` to ``history`` and ``<run_dir>/metrics.jsonl`` (unless ``record`` is False); publish
+        the ``wandb_keys`` ones. Non-numeric values (W&B media such as distribution plots) go to W&B only.
+        ``wandb_rows`` (CoMLRL's training log entries, (step, turn), :mod:`.cadence`): ``turn_<t+1>/*`` at each
+        entry's step and every other key at the last one, nothing when empty; None: one row at ``env_step``."""
         # under data parallelism rank 0 logs (metrics already combined)
         if not getattr(self, "dist", context()).is_main:
             return
         media = {k: v for k, v in metrics.items() if v is not None and not isinstance(v, (int, float, np.number))}
         clean = {k: (float(v) if v is not None and math.isfinite(float(v)) else None) for k, v in metrics.items()
                  if k not in media}
-        self.history.append(dict(clean))
-        if self.run_dir is not None:
+        if record:
+            self.history.append(dict(clean))
+        if record and self.run_dir is not None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             with (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps(clean) + "\n")
         if self.wandb_initialized and wandb.run is not None:
             published = {k: v for k, v in {**clean, **media}.items() if v is not None and self._published(k)}
-            if any(k != "env_step" for k in published):
-                # CoMLRL's W&B step
-                wandb.log(published, step=int(clean.get("env_step") or getattr(self, "env_step", 0)))
+            step = int(clean.get("env_step") or getattr(self, "env_step", 0))  # CoMLRL's W&B step
+            for at, row in wandb_row_split(published, wandb_rows, step):
+                if any(k != "env_step" for k in row):
+                    wandb.log({**row, "env_step": float(at)}, step=at)
 
     def _published(self, key: str) -> bool:
         """Whether ``key`` goes to W&B (``wandb_keys`` globs; ``env_step`` always rides along as the x-axis)."""

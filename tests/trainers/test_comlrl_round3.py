@@ -145,3 +145,48 @@ def test_early_termination_and_top_k_none_are_printed():
         warnings.simplefilter("always")
         _script("c3", num_turns=1, num_generations=4, early_termination_threshold=0.3)
     assert not [w for w in caught if "early_termination" in str(w.message) or "top_k" in str(w.message)]
+
+
+# ----- 4. the same W&B steps -------------------------------------------------------------------------------------
+def _wandb_rows(monkeypatch, key, **config):
+    """The (step, keys) of every W&B log call of a script's training (the real Run.log, its step recorded)."""
+    rows = []
+    real = Run.log
+
+    def spy(run, data, *args, step=None, **kwargs):
+        rows.append((step, {k for k in data if k != "env_step"}))
+        return real(run, data, *args, step=step, **kwargs)
+
+    monkeypatch.setattr(Run, "log", spy)
+    tr, _ = _script(key, eval_items=2, wandb_config={"project": "p", "name": key}, **config)
+    tr.train()
+    wandb.finish()
+    monkeypatch.setattr(Run, "log", real)
+    return tr, rows
+
+
+def _steps_by_key(rows):
+    out = {}
+    for step, keys in rows:
+        for k in keys:
+            out.setdefault(k, set()).add(step)
+    return out
+
+
+@pytest.mark.parametrize("script", ["writing", "code_completion"])
+def test_every_key_magrpo_logs_is_logged_at_the_same_wandb_steps(script, monkeypatch):
+    """LLM_Collab_Writing (one turn, logging_steps above a batch's env steps) and Code_Completion (two turns, CoMLRL
+    draining its buffer of 2 node samples mid-prompt): C3's W&B rows land on MAGRPO's steps, key by key."""
+    config = (dict(num_turns=1, num_generations=2, logging_steps=8) if script == "writing" else
+              dict(num_turns=2, num_generations=2, logging_steps=1, early_termination_threshold=None,
+                   external_transition=_transition))
+    runs = {key: _wandb_rows(monkeypatch, key, eval_interval=2, eval_num_samples=2, **config) for key in PAIRS}
+    (magrpo, theirs), (c3, ours) = runs["comlrl"], runs["c3"]
+    assert c3.env_step == magrpo.env_step
+    assert sorted({s for s, _ in ours}) == sorted({s for s, _ in theirs})
+    mine = _steps_by_key(ours)
+    for key, steps in _steps_by_key(theirs).items():
+        assert mine.get(key) == steps, key
+    # metrics.jsonl (history) keeps every rollout batch, W&B or not
+    assert [r["train/update_step"] for r in c3.history if "train/update_step" in r] == list(range(1, 3))
+    assert "train/loss" in mine and mine["train/loss"] <= {s for s, _ in theirs}
