@@ -56,7 +56,8 @@ IAC/MAAC field                     under C3
 ``eval_interval``                  honoured: evaluate every eval_interval training items
 ``eval_num_samples``               honoured: eval items per evaluation
 ``eval_batch_size``                honoured: eval items per generate call
-``logging_steps``                  honoured: ``turn_<t>/*`` train metrics every logging_steps updates
+``logging_steps``                  honoured as MAGRPO's: W&B training rows at the env steps MAGRPOTrainer
+                                   logs at (``wandb_cadence``; IAC gates its rows on the same env-step gap)
 ``reference_kl_enabled``           honoured: a KL to a frozen reference copy (in C3's PPO loss per token; IAC
                                    subtracts it from the reward, which C3's ``kl_reward_coef`` does)
 ``reference_kl_coef``              honoured: that KL's coefficient

@@ -27,7 +27,9 @@ from typing import Any
 MAGRPO_FIELDS: dict[str, str] = {
     "num_train_epochs": "honoured: CoMLRL's epoch loop",
     "agent_learning_rate": "honoured: every policy optimizer's learning rate (agents.learning_rate overrides per role)",
-    "logging_steps": "honoured: turn_<t>/* train metrics every logging_steps updates (and the first)",
+    "logging_steps": "honoured: the workflow trainers' W&B training rows go at the env steps CoMLRL's MAGRPOTrainer "
+                     "logs at, logging_steps env steps apart or more (wandb_cadence: comlrl; cadence.py); "
+                     "metrics.jsonl keeps every batch",
     "num_agents": "honoured: the size of the default team (checked against agents and the workflow)",
     "parallel_training": "honoured: CoMLRL's agent placement ('mp': agents on agent_devices)",
     "agent_devices": "honoured: CoMLRL's agent placement",
@@ -37,7 +39,7 @@ MAGRPO_FIELDS: dict[str, str] = {
     "temperature": "honoured: sampling temperature (the PPO ratio is taken at it)",
     "top_p": "honoured: nucleus sampling",
     "top_k": "honoured: top-k sampling; None is no cut, where CoMLRL passes no top_k and the model's generation "
-             "default (50) applies: a warning says so",
+             "default (50) applies: the workflow trainers warn",
     "num_turns": "honoured: > 1 runs CoMLRL's team for num_turns turns with its external_transition "
                  "as steps of the trace",
     "discount": "honoured: multi-turn returns are sum_t discount^(t-1) r_t (CoMLRL 1.4.3's MAGRPOTrainer sums "
@@ -47,8 +49,8 @@ MAGRPO_FIELDS: dict[str, str] = {
                   "draw aligned joint runs",
     "early_termination_threshold": "honoured: in training a multi-turn episode ends after a turn whose reward exceeds "
                                    "it (per path: a counterfactual continuation depends on its own trace only; CoMLRL "
-                                   "stops a node on its K siblings' mean: a warning says so); evaluation runs every "
-                                   "turn, as CoMLRL's; no effect with one turn, as in CoMLRL",
+                                   "stops a node on its K siblings' mean: the workflow trainers warn); evaluation runs "
+                                   "every turn, as CoMLRL's; no effect with one turn, as in CoMLRL",
     "external_prompt_passthrough": "honoured: multi-turn prompts are the transition's text as is (True) or through the "
                                    "agent's formatter (False), as CoMLRL; no effect with one turn, as in CoMLRL",
     "eval_interval": "honoured: evaluate every eval_interval training items (CoMLRL's loop)",
