@@ -391,7 +391,8 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
         drained: ``wandb_cadence: comlrl``, the last batch's ``turn_<t>/*`` at their steps)."""
         if self._pending:
             self._flush(final=True)
-        elif self.history and self.wandb_rows(self.env_step, 0, final=True):
+        elif (self.args.wandb_cadence == "comlrl" and getattr(self, "_last_train_row", None) is not None
+              and self.wandb_rows(self.env_step, 0, final=True)):
             last = self._last_train_row
             self.log_metrics({k: v for k, v in last.items() if k.startswith("turn_")}, wandb_rows=self._rows,
                              record=False)
