@@ -413,7 +413,11 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
         return bool(self._rows)
 
     def evaluate(self, num_eval_samples: int | None = None) -> dict[str, float]:
-        """The bridge's evaluation, with ``phase=eval`` on the training bar while it runs."""
+        """The bridge's evaluation, with ``phase=eval`` on the training bar while it runs. Items still queued (an
+        ``eval_interval`` that is no multiple of ``instances_per_update``) are trained on first, in a short batch:
+        the evaluation then sees the policy after every item before it, at their env steps, as CoMLRL's does."""
+        if self._pending:
+            self._flush()
         self._show_progress(phase="eval")
         return super().evaluate(num_eval_samples)
 

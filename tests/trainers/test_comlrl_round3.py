@@ -173,13 +173,20 @@ def _steps_by_key(rows):
     return out
 
 
-@pytest.mark.parametrize("script", ["writing", "code_completion"])
+SCRIPTS = {  # LLM_Collab_Writing: one turn, logging_steps above a batch's env steps; Code_Completion: two turns,
+    # CoMLRL draining its buffer of 2 node samples mid-prompt; with a buffer of 3: the epoch ends on a short batch
+    "writing": dict(num_turns=1, num_generations=2, logging_steps=8),
+    "code_completion": dict(num_turns=2, num_generations=2, logging_steps=1, early_termination_threshold=None),
+    "code_completion_buffer_3": dict(num_turns=2, num_generations=2, logging_steps=4, early_termination_threshold=None,
+                                     rollout_buffer_size=3),
+}
+
+
+@pytest.mark.parametrize("script", list(SCRIPTS))
 def test_every_key_magrpo_logs_is_logged_at_the_same_wandb_steps(script, monkeypatch):
-    """LLM_Collab_Writing (one turn, logging_steps above a batch's env steps) and Code_Completion (two turns, CoMLRL
-    draining its buffer of 2 node samples mid-prompt): C3's W&B rows land on MAGRPO's steps, key by key."""
-    config = (dict(num_turns=1, num_generations=2, logging_steps=8) if script == "writing" else
-              dict(num_turns=2, num_generations=2, logging_steps=1, early_termination_threshold=None,
-                   external_transition=_transition))
+    """C3's W&B rows land on MAGRPO's steps, key by key (and metrics.jsonl keeps every batch)."""
+    config = dict(SCRIPTS[script], **({"external_transition": _transition} if SCRIPTS[script]["num_turns"] > 1
+                                      else {}))
     runs = {key: _wandb_rows(monkeypatch, key, eval_interval=2, eval_num_samples=2, **config) for key in PAIRS}
     (magrpo, theirs), (c3, ours) = runs["comlrl"], runs["c3"]
     assert c3.env_step == magrpo.env_step
@@ -189,4 +196,9 @@ def test_every_key_magrpo_logs_is_logged_at_the_same_wandb_steps(script, monkeyp
         assert mine.get(key) == steps, key
     # metrics.jsonl (history) keeps every rollout batch, W&B or not
     assert [r["train/update_step"] for r in c3.history if "train/update_step" in r] == list(range(1, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, batch = _wandb_rows(monkeypatch, "c3", eval_interval=2, eval_num_samples=2, wandb_cadence="batch", **config)
+    assert sorted({s for s, keys in batch if "train/loss" in keys}) == [r["env_step"] for r in c3.history
+                                                                         if "train/loss" in r]
     assert "train/loss" in mine and mine["train/loss"] <= {s for s, _ in theirs}
