@@ -53,7 +53,8 @@ MAGRPO_FIELDS: dict[str, str] = {
                                    "every turn, as CoMLRL's; no effect with one turn, as in CoMLRL",
     "external_prompt_passthrough": "honoured: multi-turn prompts are the transition's text as is (True) or through the "
                                    "agent's formatter (False), as CoMLRL; no effect with one turn, as in CoMLRL",
-    "eval_interval": "honoured: evaluate every eval_interval training items (CoMLRL's loop)",
+    "eval_interval": "honoured: evaluate every eval_interval training items (CoMLRL's loop; items still queued for "
+                     "a rollout batch are trained on first, so the evaluation sees every item before it, as CoMLRL's)",
     "eval_num_samples": "honoured: eval items per evaluation",
     "eval_batch_size": "honoured: eval items per generate call",
     "rollout_buffer_size": "honoured: prompts per rollout batch and update (instances_per_update, "
