@@ -39,10 +39,10 @@ from c3_plugin.core.registry import WORKFLOW
 from c3_plugin.core.rollout import Rollout
 from c3_plugin.core.trace import write_jsonl
 from c3_plugin.core.workflow import Workflow
-from c3_plugin.scale.distributed import gathered, shard
+from c3_plugin.scale.distributed import gather, gathered, shard
 from c3_plugin.trainers import kl_reward, progress, ranks, setup
 from c3_plugin.trainers.bridge import WorkflowBridge, comlrl_constructor
-from c3_plugin.trainers.cadence import ComlrlCadence, turn_joint_actions
+from c3_plugin.trainers.cadence import ComlrlCadence, realized_nodes, turn_joint_actions
 from c3_plugin.trainers.checkpoints import WorkflowCheckpoints
 from c3_plugin.trainers.comlrl_compat import resolve_comlrl_fields
 from c3_plugin.trainers.optim import KL_ESTIMATORS, SCHEDULES
@@ -398,10 +398,10 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
                              record=False)
         super()._drain_ready_buffers(ready_agents)
 
-    def wandb_rows(self, start: int, items: int, final: bool = False) -> bool:
+    def wandb_rows(self, start: int, items: int, final: bool = False, rollout: Rollout | None = None) -> bool:
         """The W&B rows of a batch of ``items`` instances from env step ``start`` under ``wandb_cadence``, kept in
-        ``self._rows`` (:func:`.cadence.ComlrlCadence.batch`'s entries; None: one row at the batch's env step);
-        whether there is any."""
+        ``self._rows`` (:func:`.cadence.ComlrlCadence.batch`'s entries over the ``rollout``'s nodes, every rank's;
+        None: one row at the batch's env step); whether there is any."""
         if self.args.wandb_cadence != "comlrl":
             self._rows = None
             return True
@@ -409,7 +409,14 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
             turns = self.turns.turns if self.turns else [self.workflow.num_decisions]
             self._cadence = ComlrlCadence(self.num_agents, turn_joint_actions(self.branching, turns),
                                           int(self.args.rollout_buffer_size), int(self.args.logging_steps))
-        self._rows = self._cadence.batch(start, items, end=int(self.env_step), final=final)
+        mine = []
+        if rollout is not None:  # each instance's turn nodes (its leaves' per-turn rewards, in tree order)
+            per_turn = rollout.turn_rewards if self.turns is not None else rollout.rewards.reshape(-1, 1)
+            rows = np.asarray(per_turn, dtype=float).reshape(len(rollout.items), -1, len(self._cadence.joint))
+            mine = [realized_nodes(r, self._cadence.joint) for r in rows]
+        nodes = [n for part in gather(mine) for n in part] if items else []
+        self._rows = self._cadence.batch(start, items, end=int(self.env_step), final=final,
+                                         nodes=nodes if len(nodes) == items else None)
         return bool(self._rows)
 
     def evaluate(self, num_eval_samples: int | None = None) -> dict[str, float]:
@@ -454,7 +461,7 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
         if self.args.save_traces and self.run_dir is not None and rollout is not None:
             self._append_trace(rollout)
         combined = ranks.combine_ranks(metrics, self.dist)
-        self.wandb_rows(before, len(items), final)
+        self.wandb_rows(before, len(items), final, rollout)
         self._last_train_row = combined
         self.log_metrics(combined, wandb_rows=self._rows)
         self._show_progress(phase=f"queue 0/{int(self.args.instances_per_update)}", env_step=self.env_step,

@@ -11,8 +11,10 @@ it is ``logging_steps`` env steps or more after the last one logged (always the 
 ``logging_steps <= 1``). At each epoch's end every non-empty buffer is drained. A workflow trainer's batch of P
 instances is P such prompts, J_t the product of turn t's branching factors (CoMLRL's J for the default plan).
 
-Under ``early_termination_threshold`` a workflow path ends on its own reward where CoMLRL ends a node on its mean,
-so the replayed steps (of the full tree) are capped at the env steps the batch really spent.
+The nodes replayed are the batch's own (:func:`realized_nodes`): a turn node for every context of a turn whose
+joint actions were scored, with as many reward calls as were scored, so the replay counts the env steps the batch
+really spent. Under ``early_termination_threshold`` a workflow path ends on its own reward where CoMLRL ends a node
+on its joint actions' mean (a warning says so), so there the two runs' trees, and steps, can differ.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Sequence
+
+import numpy as np
 
 Entry = tuple[int, int]  # (W&B step, turn index from 0) of one training log entry
 
@@ -34,21 +38,44 @@ def turn_joint_actions(branching: Sequence[int], turns: Sequence[int]) -> list[i
     return out
 
 
-def prompt_nodes(joint: Sequence[int], start: int) -> list[Entry]:
-    """A prompt's turn nodes in CoMLRL's depth-first build order, as (node step, turn): the counter from ``start``
-    moves on by J_t at each node of turn t, and each of its J_t joint actions opens a node of turn t + 1."""
+def prompt_nodes(joint: Sequence[int], start: int, steps: bool = True) -> list[Entry]:
+    """A prompt's full tree of turn nodes in CoMLRL's depth-first build order, as (node step, turn): the counter
+    from ``start`` moves on by J_t at each node of turn t, and each of its J_t joint actions opens a node of turn
+    t + 1 (``steps`` False: (J_t, turn) instead of the step)."""
     out: list[Entry] = []
     counter = start
 
     def build(turn: int) -> None:
         nonlocal counter
         counter += int(joint[turn])
-        out.append((counter, turn))
+        out.append((counter if steps else int(joint[turn]), turn))
         if turn + 1 < len(joint):
             for _ in range(int(joint[turn])):
                 build(turn + 1)
 
     build(0)
+    return out
+
+
+def realized_nodes(per_turn: np.ndarray, joint: Sequence[int]) -> list[Entry]:
+    """One instance's turn nodes in CoMLRL's depth-first order, as (joint actions scored, turn), from its leaves'
+    per-turn rewards (``[leaves, T]`` in tree order, NaN after a path ended; one turn: ``[leaves, 1]``). A joint
+    action of turn t lies on ``prod(J_t+1 ...)`` leaves; a node none of whose joint actions was scored is absent."""
+    per_turn = np.asarray(per_turn, dtype=float).reshape(-1, len(joint))
+    tails = [math.prod(joint[t + 1:]) for t in range(len(joint))]
+    out: list[Entry] = []
+
+    def visit(turn: int, lo: int) -> None:
+        block = per_turn[lo:lo + int(joint[turn]) * tails[turn], turn]
+        scored = int(round(np.sum(~np.isnan(block)) / tails[turn]))
+        if scored == 0:
+            return
+        out.append((scored, turn))
+        if turn + 1 < len(joint):
+            for j in range(int(joint[turn])):
+                visit(turn + 1, lo + j * tails[turn])
+
+    visit(0, 0)
     return out
 
 
@@ -71,12 +98,19 @@ class ComlrlCadence:
         """Env steps of one prompt: J_1 + J_1 J_2 + ..."""
         return sum(math.prod(self.joint[:t + 1]) for t in range(len(self.joint)))
 
-    def batch(self, start: int, prompts: int, end: int | None = None, final: bool = False) -> list[Entry]:
+    def batch(self, start: int, prompts: int, end: int | None = None, final: bool = False,
+              nodes: Sequence[Sequence[Entry]] | None = None) -> list[Entry]:
         """The entries CoMLRL logs over ``prompts`` prompts from env step ``start`` (and at the epoch's end when
-        ``final``), steps capped at ``end`` (the env steps the batch really reached)."""
+        ``final``): each prompt's ``nodes`` ((reward calls, turn) in build order, :func:`realized_nodes`; None: the
+        full tree), steps capped at ``end`` (the env steps the batch reached)."""
         logged: list[Entry] = []
+        counter = start
         for p in range(int(prompts)):
-            for step, turn in prompt_nodes(self.joint, start + p * self.per_prompt):
+            built = []
+            for calls, turn in (nodes[p] if nodes is not None else prompt_nodes(self.joint, 0, steps=False)):
+                counter += int(calls)
+                built.append((counter, turn))
+            for step, turn in built:
                 ready = []
                 for agent, buffer in enumerate(self.buffers):
                     buffer.append((step, turn))

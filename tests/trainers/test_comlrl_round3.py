@@ -5,6 +5,7 @@ behaviour change printed."""
 
 import warnings
 
+import numpy as np
 import pytest
 import torch
 import wandb
@@ -15,6 +16,7 @@ from wandb.sdk.wandb_run import Run
 
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
 from c3_plugin.trainers import C3Config, C3Trainer
+from c3_plugin.trainers.cadence import ComlrlCadence, realized_nodes
 
 PAIRS = {"comlrl": (MAGRPOConfig, MAGRPOTrainer), "c3": (C3Config, C3Trainer)}
 IAC_PAIRS = {"comlrl": (IACConfig, IACTrainer), "c3": (C3Config, C3Trainer)}
@@ -202,3 +204,14 @@ def test_every_key_magrpo_logs_is_logged_at_the_same_wandb_steps(script, monkeyp
     assert sorted({s for s, keys in batch if "train/loss" in keys}) == [r["env_step"] for r in c3.history
                                                                          if "train/loss" in r]
     assert "train/loss" in mine and mine["train/loss"] <= {s for s, _ in theirs}
+
+
+def test_the_replay_counts_the_nodes_a_batch_really_played():
+    """A 2-turn instance at J = 2 per turn: leaves [4, 2] in tree order; the second turn-1 joint action ended (NaN at
+    turn 2), so its turn-2 node is absent and the prompt spends 2 + 2 env steps, not 6."""
+    nan = float("nan")
+    per_turn = np.array([[1.0, 0.5], [1.0, 0.0], [0.9, nan], [0.9, nan]])
+    assert realized_nodes(per_turn, [2, 2]) == [(2, 0), (2, 1)]
+    assert realized_nodes(np.ones((4, 2)), [2, 2]) == [(2, 0), (2, 1), (2, 1)]
+    cadence = ComlrlCadence(num_agents=2, joint=[2, 2], buffer_size=2, logging_steps=1)
+    assert cadence.batch(0, 1, nodes=[realized_nodes(per_turn, [2, 2])]) == [(2, 0), (2, 0), (4, 1), (4, 1)]
