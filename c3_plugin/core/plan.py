@@ -187,7 +187,16 @@ def default_plan(cfg: Any, turns: Sequence[int], num_agents: int) -> str:
     j = joint_actions_per_node(cfg, num_agents)
     if cfg.default_plan_kind == "independent":
         return f"independent {j}"
-    return "tree " + str([b for d in turns for b in split_budget(j, d)])
+    return "tree " + str([b for t, d in enumerate(turns) for b in rotate_split(split_budget(j, d), t)])
+
+
+def rotate_split(split: Sequence[int], turn: int) -> list[int]:
+    """Turn ``turn``'s (0-based) split of J over its decision points, rotated right by the branching points of the
+    earlier turns, so the agents a turn leaves without a group branch at the next one ([2, 1] then [1, 2]: at two
+    turns each of two agents gets groups, at the same env steps)."""
+    m = sum(1 for b in split if b > 1)
+    k = (m * turn) % len(split) if split else 0
+    return list(split[len(split) - k:]) + list(split[:len(split) - k])
 
 
 def plan_env_steps(branching: Sequence[int], turns: Sequence[int]) -> int:

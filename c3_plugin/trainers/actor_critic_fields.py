@@ -31,12 +31,13 @@ IAC/MAAC field                     under C3
 ``top_p``                          honoured: nucleus sampling
 ``top_k``                          honoured: top-k sampling
 ``num_generations``                honoured as MAGRPO's: joint actions per prompt (IAC's and MAAC's are aligned
-                                   joint samples too), the default plan's budget; refused below 2 (IAC's
-                                   default 1, required by its multi-turn mode): one joint action gives C3 no
-                                   alternatives to compare (fix in the message)
+                                   joint samples too), the default plan's budget; below 2 (IAC's default 1,
+                                   required by its multi-turn mode), which gives C3 no alternatives to compare,
+                                   C3 runs 2 (the smallest plan with alternatives) and a warning prints its
+                                   env steps against the script's
 ``num_turns``                      honoured as MAGRPO's: > 1 runs CoMLRL's multi-turn team with its
                                    ``external_transition`` (IAC's multi-turn needs ``num_generations=1``,
-                                   which C3 refuses: give C3 >= 2)
+                                   which C3 raises to 2, with the warning above)
 ``rollout_buffer_size``            mapped: prompts per update (``instances_per_update``), as MAGRPO's; IAC and
                                    MAAC count samples per agent, prompts x ``num_generations``, so their
                                    cadence at ``num_generations=K`` is ``instances_per_update=buffer/K``
@@ -55,7 +56,8 @@ IAC/MAAC field                     under C3
 ``eval_interval``                  honoured: evaluate every eval_interval training items
 ``eval_num_samples``               honoured: eval items per evaluation
 ``eval_batch_size``                honoured: eval items per generate call
-``logging_steps``                  honoured: ``turn_<t>/*`` train metrics every logging_steps updates
+``logging_steps``                  honoured as MAGRPO's: W&B training rows at the env steps MAGRPOTrainer
+                                   logs at (``wandb_cadence``; IAC gates its rows on the same env-step gap)
 ``reference_kl_enabled``           honoured: a KL to a frozen reference copy (in C3's PPO loss per token; IAC
                                    subtracts it from the reward, which C3's ``kl_reward_coef`` does)
 ``reference_kl_coef``              honoured: that KL's coefficient
@@ -65,7 +67,7 @@ IAC/MAAC field                     under C3
 Constructor keywords of ``IACTrainer``/``MAACTrainer`` that ``WorkflowTrainer`` lacks: ``critic_model`` and
 ``critics`` are accepted and named in the warning (as is a value head on an ``agents`` entry, a
 ``CausalLMWithValueHead``, whose base model C3 trains, and a ``model_config`` critic key); ``metrics_callback``
-is honoured on the training rollouts (:func:`honour_metrics_callback`). The other keywords are MAGRPOTrainer's.
+is honoured on the training and eval rollouts (:func:`honour_metrics_callback`). The other keywords are MAGRPOTrainer's.
 :func:`actor_critic_constructor` makes ``C3Trainer``'s constructor of ``WorkflowTrainer``'s with these keywords.
 Positional arguments follow ``WorkflowTrainer``'s order (``IACTrainer``'s second is ``critic_model``), so a
 swapped script passes them by name, as CoMLRL's examples do.
@@ -73,6 +75,7 @@ swapped script passes them by name, as CoMLRL's examples do.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import inspect
@@ -84,6 +87,7 @@ import numpy as np
 import torch
 from comlrl.models.actor_critic import CausalLMWithValueHead
 
+from c3_plugin.core.plan import comlrl_env_steps
 from c3_plugin.core.trace import path_to
 
 # IAC/MAAC field -> what it sets in CoMLRL (all the critic's: no meaning under C3)
@@ -123,14 +127,21 @@ class ActorCriticFields:
 
     def __post_init__(self) -> None:
         gens = getattr(self, "num_generations", 2)
-        if isinstance(gens, int) and gens < 2:
-            raise ValueError(f"num_generations={gens} (IAC's and MAAC's default: one joint action per prompt) gives C3 "
-                             "no alternatives to compare: its credit is the leave-one-out among the joint actions "
-                             "sampled from a context; set num_generations >= 2 (e.g. 8, the paper's tree "
-                             "[2, 4] over two agents)")
+        script = None
+        if isinstance(gens, int) and not isinstance(gens, bool) and gens < 2 and getattr(self, "plan", None) is None:
+            # IAC's default, one joint action per prompt, gives C3 no alternatives: the smallest budget that does
+            script, self.num_generations = copy.copy(self), 2
         parent = getattr(super(), "__post_init__", None)
         if parent is not None:
             parent()
+        if script is not None:
+            agents = int(getattr(self, "num_agents", 2) or 2)
+            warnings.warn(f"num_generations={gens} (IAC's and MAAC's default: one joint action per prompt) gives C3 no "
+                          "alternatives to compare (its credit is the leave-one-out among the joint actions sampled "
+                          "from a context); C3 runs num_generations=2 instead, the smallest plan with alternatives: "
+                          f"{comlrl_env_steps(self, agents)} env steps (reward calls) per prompt against the "
+                          f"script's {comlrl_env_steps(script, agents)}; set num_generations >= 2 (or a plan) to "
+                          "choose the budget", UserWarning, stacklevel=3)
 
 
 def critic_settings(args: Any) -> list[str]:
@@ -208,7 +219,8 @@ def callback_samples(rollout: Any) -> list[CallbackSample]:
 def honour_metrics_callback(trainer: Any, callback: Callable[[list[Any]], Mapping[str, Any]] | None) -> None:
     """After ``WorkflowTrainer.__init__``: IAC's ``metrics_callback(rollouts) -> {name: value}`` is called on every
     training rollout batch (:func:`callback_samples`) and its numeric values are logged under their own names
-    with the batch's ``train/*`` metrics, as IAC logs them."""
+    with the batch's ``train/*`` metrics, as IAC logs them; in evaluation it is called on each eval item's samples
+    and the means over the items are logged as ``eval/<key>``, as IAC's ``evaluate`` logs them."""
     trainer.metrics_callback = callback
     if callback is None:
         return
@@ -219,15 +231,31 @@ def honour_metrics_callback(trainer: Any, callback: Callable[[list[Any]], Mappin
 
     def rollout_metrics(rollout: Any) -> dict[str, float]:
         metrics = dict(inner(rollout))
-        extra = callback(callback_samples(rollout))
-        for key, value in (extra.items() if isinstance(extra, Mapping) else ()):
-            try:
-                metrics.setdefault(str(key), float(value))
-            except (TypeError, ValueError):
-                continue  # IAC skips what is not a number too
+        for key, value in numeric(callback(callback_samples(rollout))).items():
+            metrics.setdefault(key, value)
         return metrics
 
     trainer.rollout_metrics = rollout_metrics
+
+    def eval_rollout_metrics(rollout: Any) -> list[dict[str, float]]:
+        """IAC's evaluation: the callback on each eval item's samples, its numbers kept (logged as ``eval/<key>``)."""
+        by_item: dict[Any, list[CallbackSample]] = {}
+        for sample in callback_samples(rollout):
+            by_item.setdefault(str((sample.metadata.get("batch_item") or {}).get("id")), []).append(sample)
+        return [numeric(callback(samples)) for samples in by_item.values()]
+
+    trainer.eval_rollout_metrics = eval_rollout_metrics
+
+
+def numeric(extra: Any) -> dict[str, float]:
+    """The numbers of a metrics_callback's answer, by name (IAC skips what is not a number too)."""
+    out: dict[str, float] = {}
+    for key, value in (extra.items() if isinstance(extra, Mapping) else ()):
+        try:
+            out[str(key)] = float(value)
+        except (TypeError, ValueError):
+            continue
+    return out
 
 
 ACTOR_CRITIC_KEYWORDS = ("critic_model", "critics", "metrics_callback")  # IACTrainer's/MAACTrainer's, not MAGRPO's

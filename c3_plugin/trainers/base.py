@@ -40,10 +40,11 @@ from c3_plugin.core.registry import WORKFLOW
 from c3_plugin.core.rollout import Rollout, credited_path
 from c3_plugin.core.trace import write_jsonl
 from c3_plugin.core.workflow import Workflow
-from c3_plugin.scale.distributed import gathered, shard
+from c3_plugin.scale.distributed import gather, gathered, shard
 from c3_plugin.scale.peak_memory import peak_memory
 from c3_plugin.trainers import kl_reward, progress, ranks, setup
 from c3_plugin.trainers.bridge import WorkflowBridge, comlrl_constructor
+from c3_plugin.trainers.cadence import ComlrlCadence, realized_nodes, turn_joint_actions
 from c3_plugin.trainers.checkpoints import WorkflowCheckpoints
 from c3_plugin.trainers.comlrl_compat import resolve_comlrl_fields
 from c3_plugin.trainers.optim import KL_ESTIMATORS, SCHEDULES
@@ -121,6 +122,11 @@ class WorkflowConfig(MAGRPOConfig):
     curriculum: list[dict[str, Any]] | None = None
     # glob patterns of the metric keys published to W&B (None: all); metrics.jsonl keeps everything
     wandb_keys: list[str] | None = None
+    # W&B steps of the training rows: "comlrl" (the steps CoMLRL's MAGRPOTrainer logs at for the same items,
+    # rollout_buffer_size and logging_steps: turn_<t>/* where it logs turn t, every other key at the batch's last such
+    # step, none when it logs nothing; c3_plugin/trainers/cadence.py) or "batch" (every rollout batch, all keys, at its
+    # env step); metrics.jsonl keeps every batch either way
+    wandb_cadence: str = "comlrl"
     json_stop: bool = False  # stop free-text generation once the message is one complete JSON object
     # "hf" (transformers generate) or "vllm" (a colocated vLLM engine, weights pushed after every update; needs the vLLM
     # environment, make setup-vllm)
@@ -208,6 +214,9 @@ class WorkflowConfig(MAGRPOConfig):
             raise ValueError("importance_sampling_cap needs generation_backend: vllm, logprob_mismatch: true and a cap "
                              f">= 1, got backend {self.generation_backend!r}, logprob_mismatch "
                              f"{self.logprob_mismatch}, cap {self.importance_sampling_cap}")
+        if self.wandb_cadence not in ("comlrl", "batch"):
+            raise ValueError(f"wandb_cadence must be 'comlrl' (CoMLRL's W&B steps) or 'batch' (every rollout batch), "
+                             f"got {self.wandb_cadence!r}")
         if self.vllm_server_url is not None and self.generation_backend != "vllm":
             raise ValueError("vllm_server_url needs generation_backend: vllm (it names the vLLM "
                              "server to sample through)")
@@ -380,19 +389,52 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
             self._show_progress(phase=f"queue {len(self._pending)}/{int(self.args.instances_per_update)}")
 
     def _drain_ready_buffers(self, ready_agents: list[int]) -> None:
+        """At an epoch's end: the queued items' batch, and CoMLRL's last log entries of the epoch (its buffers
+        drained: ``wandb_cadence: comlrl``, the last batch's ``turn_<t>/*`` at their steps)."""
         if self._pending:
-            self._flush()
+            self._flush(final=True)
+        elif (self.args.wandb_cadence == "comlrl" and getattr(self, "_last_train_row", None) is not None
+              and self.wandb_rows(self.env_step, 0, final=True)):
+            last = self._last_train_row
+            self.log_metrics({k: v for k, v in last.items() if k.startswith("turn_")}, wandb_rows=self._rows,
+                             record=False)
         super()._drain_ready_buffers(ready_agents)
 
+    def wandb_rows(self, start: int, items: int, final: bool = False, rollout: Rollout | None = None) -> bool:
+        """The W&B rows of a batch of ``items`` instances from env step ``start`` under ``wandb_cadence``, kept in
+        ``self._rows`` (:func:`.cadence.ComlrlCadence.batch`'s entries over the ``rollout``'s nodes, every rank's;
+        None: one row at the batch's env step); whether there is any."""
+        if self.args.wandb_cadence != "comlrl":
+            self._rows = None
+            return True
+        if getattr(self, "_cadence", None) is None:
+            turns = self.turns.turns if self.turns else [self.workflow.num_decisions]
+            self._cadence = ComlrlCadence(self.num_agents, turn_joint_actions(self.branching, turns),
+                                          int(self.args.rollout_buffer_size), int(self.args.logging_steps))
+        mine = []
+        if rollout is not None:  # each instance's turn nodes (its leaves' per-turn rewards, in tree order)
+            per_turn = rollout.turn_rewards if self.turns is not None else rollout.rewards.reshape(-1, 1)
+            rows = np.asarray(per_turn, dtype=float).reshape(len(rollout.items), -1, len(self._cadence.joint))
+            mine = [realized_nodes(r, self._cadence.joint) for r in rows]
+        nodes = [n for part in gather(mine) for n in part] if items else []
+        self._rows = self._cadence.batch(start, items, end=int(self.env_step), final=final,
+                                         nodes=nodes if len(nodes) == items else None)
+        return bool(self._rows)
+
     def evaluate(self, num_eval_samples: int | None = None) -> dict[str, float]:
-        """The bridge's evaluation, with ``phase=eval`` on the training bar while it runs."""
+        """The bridge's evaluation, with ``phase=eval`` on the training bar while it runs. Items still queued (an
+        ``eval_interval`` that is no multiple of ``instances_per_update``) are trained on first, in a short batch:
+        the evaluation then sees the policy after every item before it, at their env steps, as CoMLRL's does."""
+        if self._pending:
+            self._flush()
         self._show_progress(phase="eval")
         return super().evaluate(num_eval_samples)
 
     # ----- one rollout batch -------------------------------------------------------------------------
-    def _flush(self) -> None:
+    def _flush(self, final: bool = False) -> None:
         """One rollout batch of the queued instances, every rank in step (each on its share of them; all of
-        them on one process): collect -> KL -> advantages -> samples -> update -> log."""
+        them on one process): collect -> KL -> advantages -> samples -> update -> log (``final``: the epoch's
+        last, after which CoMLRL drains its buffers)."""
         items = [{**it, "id": str(it.get("id", f"item{k}"))} for k, it in enumerate(self._pending)]
         self._pending, before, t0 = [], self.env_step, time.perf_counter()
         with gathered(list(self.ds_engines().values()), self.zero3):  # ZeRO-3: whole weights, no per-layer collectives
@@ -423,7 +465,9 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
         if self.update_step == 1 and self.run_dir is not None and rollout is not None and self.dist.is_main:
             self._write_example_trace(rollout, credited)
         combined = ranks.combine_ranks(metrics, self.dist)
-        self.log_metrics(combined)
+        self.wandb_rows(before, len(items), final, rollout)
+        self._last_train_row = combined
+        self.log_metrics(combined, wandb_rows=self._rows)
         self._show_progress(phase=f"queue 0/{int(self.args.instances_per_update)}", env_step=self.env_step,
                             reward=combined.get("train/reward_mean"), loss=combined.get("train/loss"))
         every = getattr(getattr(self, "_phase", None), "eval_every", 0)
@@ -473,8 +517,8 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
     def _batch_metrics(self, rollout: Rollout | None, task_rewards: np.ndarray | None, advantages: np.ndarray,
                        n_items: int, update: dict[str, float]) -> dict[str, Any]:
         """The batch's metrics on this rank: rewards and advantages over every rank, the budget totals, the
-        ``update``'s (its stats, the KL reward's and the times), the rollout's diagnostics, and every
-        ``logging_steps`` updates CoMLRL's ``turn_<t>/*``."""
+        ``update``'s (its stats, the KL reward's and the times), the rollout's diagnostics, and CoMLRL's ``turn_<t>/*``
+        (published to W&B at CoMLRL's steps: :meth:`wandb_rows`)."""
         rewards, adv = ranks.concatenated(task_rewards), ranks.concatenated(advantages)
         metrics = {"env_step": float(self.env_step), "train/update_step": float(self.update_step),
                    "train/reward_mean": float(rewards.mean()), "train/reward_std": float(rewards.std()),
@@ -485,12 +529,11 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
                             "train/advantage_abs_mean": float(np.abs(adv).mean())})
         if rollout is not None:
             metrics.update({k: v for k, v in self.rollout_metrics(rollout).items() if k not in metrics})
-        if self.update_step % max(1, int(self.args.logging_steps)) == 0 or self.update_step == 1:
-            if self.turns is not None and rollout is not None:
-                metrics.update(turn_metrics(rollout.turn_rewards))
-            else:
-                metrics.update({"turn_1/reward_mean": float(rewards.mean()),
-                                "turn_1/expected_return": float(rewards.reshape(n_items, -1).mean(1).mean())})
+        if self.turns is not None and rollout is not None:
+            metrics.update(turn_metrics(rollout.turn_rewards))
+        else:
+            metrics.update({"turn_1/reward_mean": float(rewards.mean()),
+                            "turn_1/expected_return": float(rewards.reshape(n_items, -1).mean(1).mean())})
         return metrics
 
     def rollout_metrics(self, rollout: Rollout) -> dict[str, float]:

@@ -94,6 +94,30 @@ def stepping(bars: Sequence[tqdm], amount: float, parts: int) -> Iterator[Callab
     move(amount)
 
 
+def item_means(rows: Sequence[Mapping[str, float]], prefix: str) -> dict[str, float]:
+    """``prefix + key``: the mean of ``key`` over the rows that have it (IACTrainer's eval metrics of its callback)."""
+    keys = dict.fromkeys(k for row in rows for k in row)
+    return {f"{prefix}{k}": float(np.mean([row[k] for row in rows if k in row])) for k in keys}
+
+
+def wandb_row_split(published: Mapping[str, Any], rows: Sequence[tuple[int, int]] | None,
+                    step: int) -> list[tuple[int, dict[str, Any]]]:
+    """``published`` as W&B rows ``(step, metrics)``: one at ``step`` when ``rows`` is None; else one per distinct
+    step of ``rows`` (CoMLRL's (step, turn) log entries), holding the ``turn_<t+1>/*`` keys of the turns logged
+    there, the last also every other key."""
+    if rows is None:
+        return [(step, dict(published))]
+    steps = sorted({s for s, _ in rows})
+    out = []
+    for s in steps:
+        prefixes = tuple(f"turn_{t + 1}/" for at, t in rows if at == s)
+        row = {k: v for k, v in published.items() if k.startswith(prefixes)}
+        if s == steps[-1]:
+            row = {**{k: v for k, v in published.items() if not k.startswith("turn_")}, **row}
+        out.append((s, row))
+    return out
+
+
 class TickingBackend:
     """A generation backend that calls ``tick()`` after each ``generate`` (one decision step of a rollout: every prompt
     of the step at once), so a progress bar moves during a rollout; every other attribute reads through to
@@ -419,6 +443,7 @@ class WorkflowBridge:
         # batch is generated; output.verbose: false (or TQDM_DISABLE=1) hides it
         quiet = not (getattr(self, "verbose", True) and mine and dist.is_main)
         done: list[tuple[int, list[float], list[list[str]], list[list[float]]]] = []
+        extra: list[dict[str, float]] = []  # per decoded item, eval_rollout_metrics (an IAC script's metrics_callback)
         # items of a suite without num_samples: greedy, or CoMLRL's one sampled run
         greedy = bool(getattr(self.args, "eval_greedy", True))
         # ZeRO-3: whole weights for generate, gathered once (ranks decode different numbers of batches)
@@ -435,6 +460,7 @@ class WorkflowBridge:
                                                **self._ticking(tick)) if k
                                   else self.collect([items[i] for i in idx], plan=plan, greedy=greedy,
                                                     **self._ticking(tick)))
+                        extra.extend(self.eval_rollout_metrics(ro))
                         per_item = ro.rewards.reshape(len(idx), -1).tolist()
                         paths = self._path_outputs(ro)
                         runs = len(paths) // len(idx)
@@ -446,9 +472,11 @@ class WorkflowBridge:
             rewards.append(reward)
             outputs.append(out)
             per_turn.append(turn_row)
+        extra = [m for part in gather(extra) for m in part]
         if not dist.is_main:
             return {**broadcast(None), "_outputs": (rewards, outputs, per_turn)}
-        metrics = {"eval/reward_mean": float(np.mean([np.mean(r) for r in rewards])) if rewards else float("nan")}
+        metrics = {"eval/reward_mean": float(np.mean([np.mean(r) for r in rewards])) if rewards else float("nan"),
+                   **item_means(extra, "eval/")}
         if self.eval_logger is not None and self.eval_aggregator is not None and items:
             rows = [(it if len(outs) == 1 and not it.get("eval_samples") else {**it, "eval_index": i, "eval_sample": j},
                      o)
@@ -465,6 +493,12 @@ class WorkflowBridge:
         broadcast(metrics)
         metrics["_outputs"] = (rewards, outputs, per_turn)
         return metrics
+
+    def eval_rollout_metrics(self, rollout: Rollout) -> list[dict[str, float]]:
+        """Metrics of each item of an eval rollout, logged as ``eval/<key>`` (mean over the items that give the
+        key); none here: an IAC script's ``metrics_callback`` sets them
+        (:func:`.actor_critic_fields.honour_metrics_callback`), as IACTrainer's evaluation calls it per item."""
+        return []
 
     def _ticking(self, tick: Any) -> dict[str, Any]:
         """``{"tick": tick}`` when this trainer's :meth:`collect` takes it (a subclass may override ``collect`` with
@@ -500,25 +534,30 @@ class WorkflowBridge:
             for prefix in self.metric_prefixes:
                 wandb.define_metric(prefix, step_metric="env_step")
 
-    def log_metrics(self, metrics: Mapping[str, Any]) -> None:
-        """Append ``metrics`` to ``history`` and ``<run_dir>/metrics.jsonl``; publish the ``wandb_keys`` ones.
-        Non-numeric values (W&B media such as distribution plots) go to W&B only."""
+    def log_metrics(self, metrics: Mapping[str, Any], wandb_rows: Sequence[tuple[int, int]] | None = None,
+                    record: bool = True) -> None:
+        """Append ``metrics`` to ``history`` and ``<run_dir>/metrics.jsonl`` (unless ``record`` is False); publish
+        the ``wandb_keys`` ones. Non-numeric values (W&B media such as distribution plots) go to W&B only.
+        ``wandb_rows`` (CoMLRL's training log entries, (step, turn), :mod:`.cadence`): ``turn_<t+1>/*`` at each
+        entry's step and every other key at the last one, nothing when empty; None: one row at ``env_step``."""
         # under data parallelism rank 0 logs (metrics already combined)
         if not getattr(self, "dist", context()).is_main:
             return
         media = {k: v for k, v in metrics.items() if v is not None and not isinstance(v, (int, float, np.number))}
         clean = {k: (float(v) if v is not None and math.isfinite(float(v)) else None) for k, v in metrics.items()
                  if k not in media}
-        self.history.append(dict(clean))
-        if self.run_dir is not None:
+        if record:
+            self.history.append(dict(clean))
+        if record and self.run_dir is not None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             with (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps(clean) + "\n")
         if self.wandb_initialized and wandb.run is not None:
             published = {k: v for k, v in {**clean, **media}.items() if v is not None and self._published(k)}
-            if any(k != "env_step" for k in published):
-                # CoMLRL's W&B step
-                wandb.log(published, step=int(clean.get("env_step") or getattr(self, "env_step", 0)))
+            step = int(clean.get("env_step") or getattr(self, "env_step", 0))  # CoMLRL's W&B step
+            for at, row in wandb_row_split(published, wandb_rows, step):
+                if any(k != "env_step" for k in row):
+                    wandb.log({**row, "env_step": float(at)}, step=at)
 
     def _published(self, key: str) -> bool:
         """Whether ``key`` goes to W&B (``wandb_keys`` globs; ``env_step`` always rides along as the x-axis)."""

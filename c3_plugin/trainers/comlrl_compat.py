@@ -11,8 +11,12 @@ J joint actions (``joint_mode: aligned``: J = K; ``cross``: J = K^N for N agents
 turn t < T opens a child node, so a prompt costs ``J + J^2 + ... + J^T`` reward calls (env steps). The
 default plan gives each turn's decision points a tree whose product is J, so C3 scores J^t joint actions at
 turn t: the same env steps. J is split over the turn's decision points as evenly as its prime factors allow,
-in schedule order (8 over two agents: [2, 4], the paper's tree; 2 over two: [2, 1], where the second decision
-gets no group and the trainer warns that it gets no gradient). MAGRPO and MAPPO default to ``independent J``.
+in schedule order (8 over two agents: [2, 4], the paper's tree; 2 over two: [2, 1]), and each later turn's split
+is rotated by the earlier turns' branching points (:func:`~c3_plugin.core.plan.rotate_split`: [2, 1] then [1, 2]),
+so at two turns or more every agent of a 2-agent team gets groups at CoMLRL's env steps. Where the plan still
+leaves an agent without a group (one turn, J = 2 over two agents: no plan of J leaves does better), the trainer
+warns before it trains (:func:`c3_plugin.trainers.setup.untrained_warning`). MAGRPO and MAPPO default to
+``independent J``.
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ from typing import Any
 MAGRPO_FIELDS: dict[str, str] = {
     "num_train_epochs": "honoured: CoMLRL's epoch loop",
     "agent_learning_rate": "honoured: every policy optimizer's learning rate (agents.learning_rate overrides per role)",
-    "logging_steps": "honoured: turn_<t>/* train metrics every logging_steps updates (and the first)",
+    "logging_steps": "honoured: the workflow trainers' W&B training rows go at the env steps CoMLRL's MAGRPOTrainer "
+                     "logs at, logging_steps env steps apart or more (wandb_cadence: comlrl; cadence.py); "
+                     "metrics.jsonl keeps every batch",
     "num_agents": "honoured: the size of the default team (checked against agents and the workflow)",
     "parallel_training": "honoured: CoMLRL's agent placement ('mp': agents on agent_devices)",
     "agent_devices": "honoured: CoMLRL's agent placement",
@@ -32,7 +38,8 @@ MAGRPO_FIELDS: dict[str, str] = {
     "max_new_tokens": "honoured: the generation cap of every role without its own",
     "temperature": "honoured: sampling temperature (the PPO ratio is taken at it)",
     "top_p": "honoured: nucleus sampling",
-    "top_k": "honoured: top-k sampling",
+    "top_k": "honoured: top-k sampling; None is no cut, where CoMLRL passes no top_k and the model's generation "
+             "default (50) applies: the workflow trainers warn",
     "num_turns": "honoured: > 1 runs CoMLRL's team for num_turns turns with its external_transition "
                  "as steps of the trace",
     "discount": "honoured: multi-turn returns are sum_t discount^(t-1) r_t (CoMLRL 1.4.3's MAGRPOTrainer sums "
@@ -42,11 +49,12 @@ MAGRPO_FIELDS: dict[str, str] = {
                   "draw aligned joint runs",
     "early_termination_threshold": "honoured: in training a multi-turn episode ends after a turn whose reward exceeds "
                                    "it (per path: a counterfactual continuation depends on its own trace only; CoMLRL "
-                                   "stops a node on its K siblings' mean); evaluation runs every turn, as CoMLRL's; no "
-                                   "effect with one turn, as in CoMLRL",
+                                   "stops a node on its K siblings' mean: the workflow trainers warn); evaluation runs "
+                                   "every turn, as CoMLRL's; no effect with one turn, as in CoMLRL",
     "external_prompt_passthrough": "honoured: multi-turn prompts are the transition's text as is (True) or through the "
                                    "agent's formatter (False), as CoMLRL; no effect with one turn, as in CoMLRL",
-    "eval_interval": "honoured: evaluate every eval_interval training items (CoMLRL's loop)",
+    "eval_interval": "honoured: evaluate every eval_interval training items (CoMLRL's loop; items still queued for "
+                     "a rollout batch are trained on first, so the evaluation sees every item before it, as CoMLRL's)",
     "eval_num_samples": "honoured: eval items per evaluation",
     "eval_batch_size": "honoured: eval items per generate call",
     "rollout_buffer_size": "honoured: prompts per rollout batch and update (instances_per_update, "

@@ -46,6 +46,30 @@ def refuse_unused(name: str, args: Any, workflow: Any, formatters: Any, external
     if turns > 1 and float(args.discount) != 1.0:
         warnings.warn(f"discount={args.discount} discounts the turn rewards of {name}'s returns; CoMLRL "
                       "1.4.3's MAGRPOTrainer does not read discount (its returns are undiscounted sums)", stacklevel=3)
+    for message in comlrl_differences(name, args):
+        warnings.warn(message, stacklevel=3)
+
+
+def comlrl_differences(name: str, args: Any) -> list[str]:
+    """What the run does differently from CoMLRL 1.4.3 with the same fields (each printed as a warning when the
+    trainer is built): ``early_termination_threshold`` with several turns (a path ends on its own turn reward, a
+    CoMLRL node on its joint actions' mean, so the reward calls can differ), and ``top_k=None`` (no top-k cut
+    here; CoMLRL then passes no top_k and the model's generation config, 50 by default, applies), except under the
+    full softmax (temperature and top_p 1: the YAML configs' sampling, chosen for exact behaviour log-probs)."""
+    out = []
+    threshold = getattr(args, "early_termination_threshold", None)
+    if int(args.num_turns) > 1 and threshold is not None:
+        out.append(f"early_termination_threshold={threshold}: {name} ends each path after a turn whose own reward "
+                   "exceeds it (a counterfactual continuation depends on its own trace only); CoMLRL 1.4.3 ends a "
+                   "node when the mean reward of its num_generations joint actions exceeds it, so the two can spend "
+                   "different env steps (reward calls) and train on different turns; set "
+                   "early_termination_threshold=None to run every turn in both")
+    full_softmax = float(args.temperature) == 1.0 and float(args.top_p) == 1.0  # a YAML config's exact log-probs
+    if getattr(args, "top_k", 0) is None and not full_softmax:
+        out.append(f"top_k=None: {name} samples from the whole vocabulary (no top-k cut); CoMLRL 1.4.3 passes no "
+                   "top_k to generate, so the model's generation config applies (transformers' default: top_k=50); "
+                   "set top_k explicitly (e.g. 50) for the same sampling in both")
+    return out
 
 
 def agent_training(wf: Workflow, args: Any, n: int, learning_rates: Mapping[Any, float] | None,
@@ -88,6 +112,9 @@ def resolve_plan(args: Any, plan: Any, wf: Workflow, turns: list[int], name: str
     branching = parsed.branching(wf.num_decisions)
     if explicit:
         note_budget(args, branching, turns, wf.num_agents, name)
+    message = untrained_warning(name, args, parsed, wf, explicit)
+    if message:
+        warnings.warn(message, stacklevel=3)
     if args.joint_mode == "cross" and wf.num_agents > 1 and not (
             parsed.kind == "tree" and getattr(args, "share_parallel_samples", False)):
         raise ValueError(f"joint_mode: cross scores every combination of the agents' samples; {name} with "
@@ -95,6 +122,34 @@ def resolve_plan(args: Any, plan: Any, wf: Workflow, turns: list[int], name: str
                          "over parallel agents with share_parallel_samples: true is the cross product; else use "
                          "joint_mode: aligned")
     return parsed, branching
+
+
+def untrained_warning(name: str, args: Any, plan: Plan, wf: Workflow, explicit: bool) -> str | None:
+    """The warning for decision points a tree (or diagnostic) plan leaves without a group, so without a gradient
+    (None when every one is credited, or each such one is listed in ``untrained_decisions``): the agents that get
+    no update at all are named, and for the default plan why no plan of CoMLRL's budget does better. An
+    independent plan (MAGRPO, MAPPO) trains every decision."""
+    if plan.kind == "independent":
+        return None
+    names = [f"{s.name}_u{u}" for u, s in enumerate(wf.decision_steps)]
+    credited = set(plan.credit_points(wf.num_decisions))
+    acknowledged = set(getattr(args, "untrained_decisions", None) or [])
+    unexplained = [names[u] for u in range(len(names)) if u not in credited and names[u] not in acknowledged]
+    if not unexplained:
+        return None
+    trained = {wf.roles[wf.decision_steps[u].name].agent for u in credited}
+    idle = [a for a in range(wf.num_agents) if a not in trained]
+    text = (f"{name} with plan '{plan.describe()}': no gradient for {', '.join(unexplained)} (one alternative per "
+            "context, so no group)")
+    if idle:
+        text += f"; agent(s) {idle} get no update at all (no train/agent<a>/* metrics), where MAGRPO trains every agent"
+    if not explicit and idle:
+        text += (f". At CoMLRL's budget (num_generations={args.num_generations}, num_turns={args.num_turns}: "
+                 f"{plan.leaves(wf.num_decisions)} joint actions per prompt) no plan gives every agent a group: the "
+                 "budget's factors cover fewer decision points than there are agents (each later turn rotates them "
+                 "to the next agents); raise num_generations (e.g. 2 per agent: 4 for two agents) or num_turns")
+    return text + ("; list a decision under untrained_decisions to leave it untrained on purpose, or give it 2 or "
+                   "more alternatives in the plan")
 
 
 def policy_groups(agents: Sequence[Any], lora_adapters: bool, wf: Workflow, agent_lrs: Sequence[float],

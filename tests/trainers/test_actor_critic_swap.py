@@ -205,7 +205,7 @@ def test_every_iac_and_maac_keyword_is_a_c3_keyword():
 
 def test_value_head_agents_and_defaults(tmp_path, monkeypatch):
     """A value-head agent trains its base model and its head is named; CoMLRL's defaults warn nothing; IAC's
-    num_generations=1 is refused with the fix."""
+    num_generations=1 runs at 2, with a warning."""
     monkeypatch.chdir(tmp_path)
     tok = tiny_tokenizer()
     ds = Dataset.from_dict({"prompt": PROMPTS[:2]})
@@ -222,8 +222,8 @@ def test_value_head_agents_and_defaults(tmp_path, monkeypatch):
                   reward_func=length_balance_reward, train_dataset=ds,
                   args=C3Config(num_turns=1, max_new_tokens=3, agent_devices="cpu", critic_learning_rate=5e-6))
     assert not [w for w in caught if WARNING in str(w.message)]  # CoMLRL's default value is no setting
-    with pytest.raises(ValueError, match=r"num_generations=1 .* no alternatives to compare.*set num_generations >= 2"):
-        C3Config(num_turns=1, num_generations=1)
+    with pytest.warns(UserWarning, match=r"num_generations=1 .* no alternatives to compare.*C3 runs num_generations=2"):
+        assert C3Config(num_turns=1, num_generations=1).num_generations == 2
     with pytest.raises(ValueError, match="metrics_callback must be callable"):
         C3Trainer(agents=[tiny_model(tok, seed=0), tiny_model(tok, seed=1)], tokenizer=tok,
                   reward_func=length_balance_reward, train_dataset=ds,
