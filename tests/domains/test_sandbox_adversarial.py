@@ -34,13 +34,13 @@ TIMEOUT = 3.0
 SIGSYS = "terminated by signal 31 (SIGSYS)"  # a refused system call (the runner's seccomp filter)
 
 
-def attack(code, tests, timeout_s=TIMEOUT):
+def attack(code, tests, timeout_s=TIMEOUT, setup=""):
     """The results of a hostile candidate on ``tests``; None where this host refuses to run it (asserted)."""
     if REFUSES:
         with pytest.raises(SandboxError, match="refusing"):
-            dc.execute(code, tests, timeout_s=timeout_s)
+            dc.execute(code, tests, setup, timeout_s=timeout_s)
         return None
-    return dc.execute(code, tests, timeout_s=timeout_s)
+    return dc.execute(code, tests, setup, timeout_s=timeout_s)
 
 
 def pool(**kwargs):
@@ -1218,3 +1218,196 @@ def test_system_v_objects_do_not_carry_anything_to_the_candidate_s_next_test():
         made = json.loads(results[0].reason[4:])
         assert all(x >= 0 for x in made), made  # the first test made all three
         assert results[1].passed, results[1].reason
+
+
+# --- Issue 39: nothing derived from the answer inside, no core ever, the host's judging bounded ----------------
+
+LENGTH_ORACLE = '''
+import ctypes, json, os, sys
+def _leaks():
+    """Every number the candidate's process can find that the host derived from the expected value or the
+    reference: payload caps and time limits in the frames above, and their text anywhere in raw memory."""
+    found = {}
+    frame = sys._getframe()
+    while frame is not None:
+        for value in list(frame.f_locals.values()):
+            for d in ([value] if isinstance(value, dict) else []) + (value if isinstance(value, list) else []):
+                if isinstance(d, dict):
+                    for key in ("max_bytes", "timeout_s", "candidate_timeout_s"):
+                        if key in d:
+                            found.setdefault(key, d[key])
+        frame = frame.f_back
+    return found
+def _raw(needle):
+    """Whether ``needle`` is in this process's memory near its heap (write(2) from an unmapped page fails with
+    EFAULT instead of crashing the scanner)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    r, w = os.pipe()
+    base = id(sys.modules) & ~0xFFFF
+    try:
+        for page in range(-2048, 2048):
+            n = libc.write(w, ctypes.c_void_p(base + page * 65536), 65536)
+            if n > 0 and needle in os.read(r, n):
+                return True
+    finally:
+        os.close(r)
+        os.close(w)
+    return False
+def truth():
+    cap = _leaks().get("max_bytes")
+    if cap is None:
+        return None
+    # a value test's cap is 8 x len(json of the expected value) + 4096: 14 bytes for True, 15 for False
+    return {len(json.dumps(["bool", True])): True, len(json.dumps(["bool", False])): False}.get((cap - 4096) // 8)
+def seen():
+    return [sorted(_leaks()), _raw(b"2.71828"), _raw(b"max_bytes")]
+'''
+
+
+def test_nothing_derived_from_the_expected_value_or_the_reference_is_inside_the_sandbox():
+    """Issue 39, 1: a value test's payload carried its cap (8 x the expected value's encoding + 4 KiB) and its time
+    limit; a candidate walking its frames read True/False off the cap (8 of 50 MBPP+ bool tasks passed). The runner
+    now gets the inputs only: no frame, no byte of its memory holds a cap or a time limit."""
+    tests = [Test(expected=True, expr="truth()", timeout_s=2.71828), Test(expected=False, expr="truth()"),
+             Test(expected=[[], False, False], expr="seen()", timeout_s=2.71828)]
+    results = attack(LENGTH_ORACLE, tests)
+    if results is not None:
+        assert not results[0].passed and not results[1].passed, (results[0].reason, results[1].reason)
+        assert results[2].passed, results[2].reason
+
+
+SETUP_COMPARAND = '''
+def f(x):
+    globals()["expected"] = 3
+    return 3
+'''
+
+
+def test_a_comparand_defined_in_the_setup_cannot_be_changed_by_the_candidate():
+    """Issue 39, 1: ``assert f(1) == expected`` with ``expected`` from the setup: ``f`` rebinding the name made the
+    probe agree with it. The setup's own values are evaluated without candidate code, once, on loading."""
+    results = attack(SETUP_COMPARAND, ["assert f(1) == expected", "assert f(1) + 1 == expected + 1"],
+                     setup="expected = 5") if not REFUSES else None
+    if REFUSES:
+        with pytest.raises(SandboxError):
+            dc.execute(SETUP_COMPARAND, ["assert f(1) == expected"], setup="expected = 5")
+        return
+    assert [r.passed for r in results] == [False, False], [r.reason for r in results]
+    honest = dc.execute("def f(x):\n    return 5", ["assert f(1) == expected", "assert f(1) + 1 == expected + 1"],
+                        setup="expected = 5")
+    assert all(r.passed for r in honest), [r.reason for r in honest]
+
+
+CRASHES = '''
+import ctypes, os, resource, signal, subprocess, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def keyctl():
+    libc.syscall({"x86_64": 250, "aarch64": 219}.get(os.uname().machine, 250), 0, 0)
+    return 1
+def segv():
+    ctypes.string_at(0)
+    return 1
+def abort():
+    os.abort()
+def dumpable_again():
+    libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
+    os.abort()
+def core_limit_lowered():
+    for soft in (0, resource.RLIM_INFINITY):
+        try:
+            resource.setrlimit(resource.RLIMIT_CORE, (soft, soft))
+        except (OSError, ValueError):
+            pass
+    os.abort()
+def exec_and_crash():
+    """An exec'd image is dumpable again (the kernel resets it on exec): it crashes in a fresh process."""
+    subprocess.run(["/bin/sh", "-c", "ulimit -c 0; kill -SEGV $$"])
+    subprocess.run([sys.executable, "-c", "import os; os.abort()"])
+    return 1
+'''
+CORE_CALLS = ["keyctl()", "segv()", "abort()", "dumpable_again()", "core_limit_lowered()", "exec_and_crash()"]
+
+
+@pytest.fixture
+def core_helper(tmp_path):
+    """As root: the host's ``core_pattern`` pointed at a stand-in helper that records every run (restored afterwards,
+    whatever happens); yields the folder it records into, or None where ``core_pattern`` cannot be written."""
+    pattern = Path("/proc/sys/kernel/core_pattern")
+    if not ROOT:
+        yield None
+        return
+    old = pattern.read_text().rstrip("\n")
+    out = tmp_path / "cores"
+    out.mkdir(mode=0o777)
+    helper = tmp_path / "helper.sh"
+    helper.write_text(f"#!/bin/sh\necho \"$1 $2 $3\" > {out}/ran.$1\ncat > /dev/null\n")
+    helper.chmod(0o755)
+    try:
+        pattern.write_text(f"|{helper} %p %e %s\n")
+    except OSError:
+        yield None
+        return
+    try:
+        yield out
+    finally:
+        pattern.write_text(old + "\n")
+
+
+def test_no_candidate_ever_dumps_core_or_starts_the_host_s_core_helper(core_helper):
+    """Issue 39, 2: test children were dumpable (to write their OOM score) and the filter kills with SIGSYS, a
+    core-dumping signal; RLIMIT_CORE=0 does not stop a pipe ``core_pattern``, so a candidate calling ``keyctl`` made
+    the host run its core helper as root. Test children are not dumpable now (and cannot become so), and what they
+    exec has RLIMIT_CORE 1 (the kernel's "no pipe" value, under any file core's minimum) that it cannot lower: with a
+    stand-in helper as the host's ``core_pattern``, no crash of any kind runs it."""
+    results = attack(CRASHES, [Test(expected=0, expr=c) for c in CORE_CALLS])
+    if core_helper is not None:
+        time.sleep(0.5)  # a helper started by the kernel has long written its line by now
+        assert sorted(os.listdir(core_helper)) == [], [p.read_text() for p in core_helper.iterdir()]
+    if results is not None:
+        assert not any(r.passed for r in results), [r.reason for r in results]
+        assert results[0].reason == SIGSYS
+    probe = attack("import ctypes, resource\ndef f():\n    return [ctypes.CDLL(None).prctl(3, 0, 0, 0, 0), "
+                   "list(resource.getrlimit(resource.RLIMIT_CORE))]", [Test(expected=[0, [1, 1]], expr="f()")])
+    if probe is not None:
+        assert probe[0].passed, probe[0].reason  # PR_GET_DUMPABLE is 0, the core limit 1 (soft and hard)
+    assert_host_alive()
+
+
+HOST_WORK = '''
+def flood(n):
+    m = (1 << 61) - 1
+    return [7 + k * m for k in range(n)]
+def wide():
+    return "%300000000d"
+def lists(n):
+    return [[k] for k in range(n)]
+'''
+
+
+def _host_cost(run):
+    """(host CPU seconds, host peak resident MiB above the baseline) of ``run()`` in this process."""
+    import resource
+
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+    rss = lambda key: int(next(x for x in Path("/proc/self/status").read_text().splitlines()  # noqa: E731
+                               if x.startswith(key + ":")).split()[1]) / 1024
+    base, me = rss("VmRSS"), resource.getrusage(resource.RUSAGE_SELF)
+    out = run()
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    return out, after.ru_utime + after.ru_stime - me.ru_utime - me.ru_stime, rss("VmHWM") - base
+
+
+def test_the_host_s_own_work_on_a_candidate_s_output_is_bounded():
+    """Issue 39, 3: the host's check built a set from a decoded list of 20,000 colliding ints (12.3 s of host CPU,
+    the GIL held) and formatted ``'%300000000d' % 2`` (+286 MiB). Checks run in a judge process with a time and a
+    memory limit, and refuse hash-flooding containers and huge format widths outright."""
+    tests = ["assert set(flood(40000)) == set((4, 5))", "assert frozenset(flood(40000)) == frozenset()",
+             "assert wide() % 2 == 1"]
+    results, cpu, peak = _host_cost(lambda: attack(HOST_WORK, tests, timeout_s=10.0))
+    if results is not None:
+        assert [r.passed for r in results[:3]] == [False] * 3, [r.reason for r in results]
+    assert cpu < 2.0 and peak < 100, (cpu, peak)
+    assert_host_alive()
