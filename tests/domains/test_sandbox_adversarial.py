@@ -1238,17 +1238,27 @@ def _leaks():
                             found.setdefault(key, d[key])
         frame = frame.f_back
     return found
-def _raw(needle):
-    """Whether ``needle`` is in this process's memory near its heap (write(2) from an unmapped page fails with
-    EFAULT instead of crashing the scanner)."""
+def _raw(codes):
+    """Whether the text of ``codes`` (character codes: the needle is never in this source, nor built through a
+    temporary text) is anywhere in this process's memory near its heaps (Python's, malloc's, mmap'd) but in the
+    needle itself (write(2) from an
+    unmapped page fails with EFAULT instead of crashing the scanner)."""
+    needle = bytes(codes)
+    own = (id(needle), id(needle) + sys.getsizeof(needle))
     libc = ctypes.CDLL(None, use_errno=True)
+    libc.malloc.restype = ctypes.c_void_p
     r, w = os.pipe()
-    base = id(sys.modules) & ~0xFFFF
+    anchors = {(a & ~0xFFFF) + page * 65536 for a in (id(sys.modules), libc.malloc(64), libc.malloc(1 << 20))
+               for page in range(-1024, 1024)}
     try:
-        for page in range(-2048, 2048):
-            n = libc.write(w, ctypes.c_void_p(base + page * 65536), 65536)
-            if n > 0 and needle in os.read(r, n):
-                return True
+        for start in sorted(anchors):
+            n = libc.write(w, ctypes.c_void_p(start), 65536)
+            data = os.read(r, n) if n > 0 else b""
+            at = data.find(needle)
+            while at >= 0:
+                if not own[0] <= start + at < own[1]:
+                    return True
+                at = data.find(needle, at + 1)
     finally:
         os.close(r)
         os.close(w)
@@ -1260,14 +1270,15 @@ def truth():
     # a value test's cap is 8 x len(json of the expected value) + 4096: 14 bytes for True, 15 for False
     return {len(json.dumps(["bool", True])): True, len(json.dumps(["bool", False])): False}.get((cap - 4096) // 8)
 def seen():
-    return [sorted(_leaks()), _raw(b"2.71828"), _raw(b"max_bytes")]
+    return [sorted(_leaks()), _raw([50, 46, 55, 49, 56, 50, 56]), _raw([34, 109, 97, 120, 95, 98, 121, 116, 101, 115, 34, 58, 32])]
 '''
 
 
 def test_nothing_derived_from_the_expected_value_or_the_reference_is_inside_the_sandbox():
     """Issue 39, 1: a value test's payload carried its cap (8 x the expected value's encoding + 4 KiB) and its time
     limit; a candidate walking its frames read True/False off the cap (8 of 50 MBPP+ bool tasks passed). The runner
-    now gets the inputs only: no frame, no byte of its memory holds a cap or a time limit."""
+    now gets the inputs only: no frame, no byte of its memory holds a cap or a time limit (2.71828 s, the JSON
+    key ``"max_bytes": ``: both were in the job the runner parsed before it forked the test)."""
     tests = [Test(expected=True, expr="truth()", timeout_s=2.71828), Test(expected=False, expr="truth()"),
              Test(expected=[[], False, False], expr="seen()", timeout_s=2.71828)]
     results = attack(LENGTH_ORACLE, tests)
