@@ -1272,6 +1272,9 @@ def truth():
     return {len(json.dumps(["bool", True])): True, len(json.dumps(["bool", False])): False}.get((cap - 4096) // 8)
 def seen():
     return [sorted(_leaks()), _raw([50, 46, 55, 49, 56, 50, 56]), _raw([34, 109, 97, 120, 95, 98, 121, 116, 101, 115, 34, 58, 32])]
+def cpu():
+    import resource
+    return resource.getrlimit(resource.RLIMIT_CPU)[0]  # was the test's time limit + 2 s
 '''
 
 
@@ -1281,32 +1284,36 @@ def test_nothing_derived_from_the_expected_value_or_the_reference_is_inside_the_
     now gets the inputs only: no frame, no byte of its memory holds a cap or a time limit (2.71828 s, the JSON
     key ``"max_bytes": ``: both were in the job the runner parsed before it forked the test)."""
     tests = [Test(expected=True, expr="truth()", timeout_s=2.71828), Test(expected=False, expr="truth()"),
-             Test(expected=[[], False, False], expr="seen()", timeout_s=2.71828)]
+             Test(expected=[[], False, False], expr="seen()", timeout_s=2.71828),
+             Test(expected=None, expr="cpu()", timeout_s=2.0), Test(expected=None, expr="cpu()", timeout_s=9.0)]
     results = attack(LENGTH_ORACLE, tests)
     if results is not None:
         assert not results[0].passed and not results[1].passed, (results[0].reason, results[1].reason)
         assert results[2].passed, results[2].reason
+        assert results[3].reason == results[4].reason, (results[3].reason, results[4].reason)  # one CPU ceiling
 
 
 SETUP_COMPARAND = '''
 def f(x):
     globals()["expected"] = 3
     return 3
+def g(x):
+    x.append(9)  # the setup's own list, changed in place through the argument
+    return x
 '''
 
 
 def test_a_comparand_defined_in_the_setup_cannot_be_changed_by_the_candidate():
     """Issue 39, 1: ``assert f(1) == expected`` with ``expected`` from the setup: ``f`` rebinding the name made the
     probe agree with it. The setup's own values are evaluated without candidate code, once, on loading."""
-    results = attack(SETUP_COMPARAND, ["assert f(1) == expected", "assert f(1) + 1 == expected + 1"],
-                     setup="expected = 5") if not REFUSES else None
+    asserts = ["assert f(1) == expected", "assert f(1) + 1 == expected + 1", "assert g(listed) == listed"]
+    results = attack(SETUP_COMPARAND, asserts, setup="expected = 5\nlisted = [1]") if not REFUSES else None
     if REFUSES:
         with pytest.raises(SandboxError):
             dc.execute(SETUP_COMPARAND, ["assert f(1) == expected"], setup="expected = 5")
         return
-    assert [r.passed for r in results] == [False, False], [r.reason for r in results]
-    honest = dc.execute("def f(x):\n    return 5", ["assert f(1) == expected", "assert f(1) + 1 == expected + 1"],
-                        setup="expected = 5")
+    assert [r.passed for r in results] == [False, False, False], [r.reason for r in results]
+    honest = dc.execute("def f(x):\n    return 5\ndef g(x):\n    return x", asserts, setup="expected = 5\nlisted = [1]")
     assert all(r.passed for r in honest), [r.reason for r in honest]
 
 
@@ -1393,6 +1400,8 @@ def wide():
     return "%300000000d"
 def lists(n):
     return [[k] for k in range(n)]
+def width():
+    return 300000000
 '''
 
 
@@ -1412,14 +1421,20 @@ def _host_cost(run):
     return out, after.ru_utime + after.ru_stime - me.ru_utime - me.ru_stime, rss("VmHWM") - base
 
 
-def test_the_host_s_own_work_on_a_candidate_s_output_is_bounded():
+def test_the_host_s_own_work_on_a_candidate_s_output_is_bounded(monkeypatch):
     """Issue 39, 3: the host's check built a set from a decoded list of 20,000 colliding ints (12.3 s of host CPU,
     the GIL held) and formatted ``'%300000000d' % 2`` (+286 MiB). Checks run in a judge process with a time and a
     memory limit, and refuse hash-flooding containers and huge format widths outright."""
+    from domains.code import judge
+
+    monkeypatch.setattr(judge, "JUDGE_TEST_S", 1.0)
     tests = ["assert set(flood(40000)) == set((4, 5))", "assert frozenset(flood(40000)) == frozenset()",
-             "assert wide() % 2 == 1"]
+             "assert wide() % 2 == 1", "assert '%*d' % (width(), 1) == ''",
+             "assert sum(lists(49000), []) == []"]  # quadratic: no guard of its own, the judge's time limit ends it
     results, cpu, peak = _host_cost(lambda: attack(HOST_WORK, tests, timeout_s=10.0))
     if results is not None:
-        assert [r.passed for r in results[:3]] == [False] * 3, [r.reason for r in results]
+        assert [r.passed for r in results] == [False] * 5, [r.reason for r in results]
+        assert all("collide" in r.reason for r in results[:2]) and "format width" in results[2].reason
+        assert "format width" in results[3].reason and "longer than 1.0s" in results[4].reason, results[4].reason
     assert cpu < 2.0 and peak < 100, (cpu, peak)
     assert_host_alive()
