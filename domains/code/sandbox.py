@@ -19,9 +19,11 @@ candidate runs under ``runner.py`` (started isolated, fed its job on stdin):
 
 Tests pass only when the host, from plain builtin data the runner returned (decoded with
 bounds, :func:`values.decode`), finds the test's assertion true (``assertions.py``): the sandbox
-computes values, never verdicts, and never sees an expected value; any decoding or evaluation
-error fails that test. A failure of the machinery itself (the
-sandbox never became ready) raises :class:`SandboxError`: an infrastructure error, never the
+computes values, never verdicts, and never sees an expected value, nor anything computed from one or
+from the reference (each test's time limit and value cap stay here: :class:`_Conversation` times the
+tests and tells the runner when to kill one); every verdict is reached in a judge process with a time
+and a memory limit (``judge.py``); any decoding or evaluation error fails that test. A failure of
+the machinery itself (the sandbox never became ready) raises :class:`SandboxError`: an infrastructure error, never the
 model's failure.
 """
 

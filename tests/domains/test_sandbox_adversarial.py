@@ -1064,7 +1064,7 @@ def test_resource_counters_are_the_box_s_own_and_charged_to_its_own_user():
     owners = set()
     inside = _sandboxed_processes()
     assert inside, "no sandboxed process found"
-    for inner, pid in inside.items():
+    for pid in inside.values():
         try:
             owners.add(_namespace_owner(pid))
         except OSError:  # not dumpable (the runner, and the test children: issue 39): on an unprivileged host, the
@@ -1278,7 +1278,8 @@ def truth():
     # a value test's cap is 8 x len(json of the expected value) + 4096: 14 bytes for True, 15 for False
     return {len(json.dumps(["bool", True])): True, len(json.dumps(["bool", False])): False}.get((cap - 4096) // 8)
 def seen():
-    return [sorted(_leaks()), _raw([50, 46, 55, 49, 56, 50, 56]), _raw([34, 109, 97, 120, 95, 98, 121, 116, 101, 115, 34, 58, 32])]
+    limit, cap = [50, 46, 55, 49, 56, 50, 56], [34, 109, 97, 120, 95, 98, 121, 116, 101, 115, 34, 58, 32]
+    return [sorted(_leaks()), _raw(limit), _raw(cap)]
 def cpu():
     import resource
     return resource.getrlimit(resource.RLIMIT_CPU)[0]  # was the test's time limit + 2 s
