@@ -104,6 +104,7 @@ def serve() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the host's Ctrl-C is the host's
+    os.write(1, b"R")  # started: no verdict's time is spent on starting the interpreter
     while True:
         try:
             (size,) = _HEADER.unpack(_read_exact(0, _HEADER.size))
@@ -137,11 +138,18 @@ class JudgeError(RuntimeError):
     """A verdict that ran past its time or the candidate's budget, or a judge process that died: the test fails."""
 
 
+START_S = 120.0  # a judge process that has not started by then is an infrastructure error (OSError)
+
+
 class _Process:
     def __init__(self) -> None:
         self.proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _BOOT % str(Path(__file__).parent)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      cwd="/", close_fds=True, start_new_session=True)
+        out = self.proc.stdout.fileno()
+        if not select.select([out], [], [], START_S)[0] or os.read(out, 1) != b"R":
+            self.close()
+            raise OSError(f"the judge process did not start within {START_S:.0f}s")
 
     def ask(self, payload: bytes, limit_s: float) -> list:
         out = self.proc.stdout.fileno()

@@ -151,8 +151,9 @@ class Test:
     def value_cap(self) -> int | None:
         """A value test's cap on the candidate's encoded value: 8 x its expected value's encoding + 4 KiB (a value
         equal to it, floats within tolerance included, encodes to at most about twice as many bytes), so a wrong
-        answer of any size costs the host no more than a right one. None for assertion tests (their probes'
-        honest sizes are not known here: the report's whole cap bounds them)."""
+        answer of any size is never decoded or judged. Checked by the host (:meth:`Sandbox._judge`): the sandbox
+        never learns it. None for assertion tests (their probes' honest sizes are not known here: the report's
+        whole cap bounds them)."""
         if self.assertion is not None:
             return None
         if self._cap is None:
@@ -585,6 +586,8 @@ class Sandbox:
                 test, text, budget if budget is not None else [JUDGE_CANDIDATE_S])
         except JudgeError as exc:
             return TestResult(False, "error", str(exc), **common)
+        except OSError as exc:  # no judge process could be started: the machinery, not the candidate
+            raise SandboxError(f"the judge process did not start: {exc}") from exc
         return TestResult(ok, status, reason, **common)
 
 
@@ -592,6 +595,8 @@ def _judged(judge, test: Test, r: Any) -> TestResult:
     """``judge(test, r)``; any error while decoding or comparing a candidate's result fails that test."""
     try:
         return judge(test, r)
+    except SandboxError:
+        raise
     except Exception as exc:  # noqa: BLE001 - a hostile result must never make a reward call fail
         return TestResult(False, "error", f"result could not be judged: {type(exc).__name__}: {str(exc)[:200]}")
 
