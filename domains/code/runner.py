@@ -35,8 +35,9 @@ Building the sandbox (``isolation: namespaces``), before any candidate code runs
 
 Each test runs in a forked child that gets a fresh ``/sandbox``, keeps only stdin (``/dev/null``),
 its output (stdout and stderr: an anonymous memory file, size-capped by ``RLIMIT_FSIZE``) and
-its result pipe (fd 3), sets ``no_new_privs``, drops every capability (bounding, ambient,
-inheritable, permitted, effective), applies its resource limits, loads the system-call filter
+its result pipe (fd 3), is not dumpable (no core, whatever the host's ``core_pattern``), sets
+``no_new_privs``, drops every capability (bounding, ambient, inheritable, permitted, effective),
+applies its resource limits (``RLIMIT_CORE`` 1 for what it execs), loads the system-call filter
 (:func:`syscall_filter`, libseccomp) and only then executes the candidate code. It sends back the *value*, encoded as
 plain builtin data: only builtin types encode (exact type checks, so a subclass or an object with a rigged ``__eq__`` is
 rejected); the expected values never enter the sandbox and the comparison happens in the host. A child
