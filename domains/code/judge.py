@@ -108,15 +108,16 @@ def serve() -> None:
     while True:
         try:
             (size,) = _HEADER.unpack(_read_exact(0, _HEADER.size))
-            spec, text = pickle.loads(_read_exact(0, size))  # the host's own data: trusted
+            batch = pickle.loads(_read_exact(0, size))  # the host's own data: trusted
         except EOFError:
             return
-        try:
-            answer = _verdict(spec, text)
-        except MemoryError:
-            answer = [False, "error", "the host's check ran out of memory"]
-        data = json.dumps(answer).encode()
-        os.write(1, _HEADER.pack(len(data)) + data)
+        for spec, text in batch:  # one answer per verdict, as each is reached
+            try:
+                answer = _verdict(spec, text)
+            except MemoryError:
+                answer = [False, "error", "the host's check ran out of memory"]
+            data = json.dumps(answer).encode()
+            os.write(1, _HEADER.pack(len(data)) + data)
 
 
 # ------------------------------------------------------------------------------ the host's side
@@ -151,13 +152,16 @@ class _Process:
             self.close()
             raise OSError(f"the judge process did not start within {START_S:.0f}s")
 
-    def ask(self, payload: bytes, limit_s: float) -> list:
-        out = self.proc.stdout.fileno()
+    def send(self, payload: bytes) -> None:
         try:
             self.proc.stdin.write(_HEADER.pack(len(payload)) + payload)
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError) as exc:
             raise JudgeError(f"the judge process died ({type(exc).__name__})") from None
+
+    def answer(self, limit_s: float) -> list:
+        """The next verdict, within ``limit_s`` (raises JudgeError)."""
+        out = self.proc.stdout.fileno()
         end = time.monotonic() + limit_s
         data = b""
         want = _HEADER.size
@@ -201,30 +205,50 @@ class JudgePool:
         self._closed = False
 
     def verdict(self, test: Any, value: Any, budget: list[float]) -> tuple[bool, str, str]:
-        """(passed, status, reason) of ``test`` on the runner's encoded ``value``; ``budget``: the candidate's
-        seconds of judging left (spent here). Raises JudgeError when the verdict is not reached in time."""
-        if budget[0] <= 0:
-            raise JudgeError("the candidate's judging budget is spent")
-        payload = pickle.dumps((spec_of(test), value if isinstance(value, str) else json.dumps(value)), protocol=5)
-        limit = min(JUDGE_TEST_S, budget[0])
+        """(passed, status, reason) of ``test`` on the runner's encoded ``value`` (JSON text or parsed); ``budget``:
+        the candidate's seconds of judging left (spent here). Raises JudgeError when it is not reached in time."""
+        answer = self.verdicts([(test, value)], budget)[0]
+        if isinstance(answer, JudgeError):
+            raise answer
+        return answer
+
+    def verdicts(self, items: list, budget: list[float]) -> list:
+        """:meth:`verdict` of each ``(test, value)``, sent to one judge process at once (one round trip per
+        candidate, not per test), each within ``JUDGE_TEST_S`` of the one before; a verdict past its time is a
+        JudgeError in its place, its judge is killed and the rest go to a fresh one."""
+        todo = [(spec_of(t), v if isinstance(v, str) else json.dumps(v)) for t, v in items]
+        out: list = []
         with self._slots:
-            with self._lock:
-                proc = self._idle.pop() if self._idle else None
-            proc = proc or _Process()
-            start = time.monotonic()
-            try:
-                passed, status, reason = proc.ask(payload, limit)
-            except BaseException:
-                proc.close()  # past its time or dead: never reused
-                raise
-            finally:
-                budget[0] -= time.monotonic() - start
-            with self._lock:
-                if self._closed:
+            while len(out) < len(todo):
+                if budget[0] <= 0:
+                    out += [JudgeError("the candidate's judging budget is spent")] * (len(todo) - len(out))
+                    break
+                with self._lock:
+                    proc = self._idle.pop() if self._idle else None
+                proc = proc or _Process()
+                batch = todo[len(out):]
+                try:
+                    proc.send(pickle.dumps(batch, protocol=5))
+                    for _ in batch:
+                        start = time.monotonic()
+                        try:
+                            passed, status, reason = proc.answer(min(JUDGE_TEST_S, budget[0]))
+                        finally:
+                            budget[0] -= time.monotonic() - start
+                        out.append((bool(passed), str(status), str(reason)))
+                except JudgeError as exc:
+                    proc.close()  # past its time or dead: never reused
+                    out.append(exc)
+                    continue
+                except BaseException:
                     proc.close()
-                else:
-                    self._idle.append(proc)
-        return bool(passed), str(status), str(reason)
+                    raise
+                with self._lock:
+                    if self._closed:
+                        proc.close()
+                    else:
+                        self._idle.append(proc)
+        return out
 
     def close(self) -> None:
         with self._lock:

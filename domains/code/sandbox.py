@@ -495,8 +495,7 @@ class Sandbox:
             raw = "sandbox runner sent a malformed report"  # one result per test, or none counts
         if isinstance(raw, str):
             return [TestResult(False, "timeout" if "budget" in raw else "error", raw) for _ in tests]
-        budget = [JUDGE_CANDIDATE_S]  # all of this candidate's verdicts together
-        return [_judged(lambda t_, r_: self._judge(t_, r_, self._judges, budget), t, r) for t, r in zip(tests, raw)]
+        return _judge_all(tests, raw, self._judges)
 
     def raw(self, code: str, payloads: Sequence[dict], setup: str = "", timeout_s: float = 5.0) -> list[dict] | str:
         """The runner's unjudged results (encoded values) for test payloads, one per payload, or a reason
@@ -567,20 +566,10 @@ class Sandbox:
         """A test's result from the runner's report. Anything the candidate sent that is not plain data
         of the right shape, over its test's value cap, or on which the assertion cannot be evaluated (in the judge
         process, within its time and memory: ``judge.py``), fails the test; nothing raises."""
-        try:
-            common = {"seconds": float(r.get("seconds", 0.0)), "output": str(r.get("output", ""))}
-            if r.get("status") != "value":
-                return TestResult(False, "timeout" if r.get("status") == "timeout" else "error",
-                                  str(r.get("reason", "")), **common)
-        except Exception as exc:  # noqa: BLE001 - a malformed report is a failed test
-            return TestResult(False, "error", f"malformed result: {type(exc).__name__}")
-        try:
-            text = json.dumps(r["value"])
-        except Exception as exc:  # noqa: BLE001
-            return TestResult(False, "error", f"undecodable result: {type(exc).__name__}", **common)
-        cap = test.value_cap()
-        if cap is not None and len(text) > cap:  # checked here: the sandbox never knows an expected value's size
-            return TestResult(False, "error", f"result larger than {cap} bytes", **common)
+        first = _prejudge(test, r)
+        if isinstance(first, TestResult):
+            return first
+        text, common = first
         try:
             ok, status, reason = (judges or _default_judges()).verdict(
                 test, text, budget if budget is not None else [JUDGE_CANDIDATE_S])
@@ -591,14 +580,50 @@ class Sandbox:
         return TestResult(ok, status, reason, **common)
 
 
-def _judged(judge, test: Test, r: Any) -> TestResult:
-    """``judge(test, r)``; any error while decoding or comparing a candidate's result fails that test."""
+def _judge_all(tests: Sequence[Test], raw: Sequence[dict], judges: JudgePool) -> list[TestResult]:
+    """Every test's result, the verdicts of one candidate asked of one judge process at once (one round trip)."""
+    firsts = []
+    for t, r in zip(tests, raw):
+        try:
+            firsts.append(_prejudge(t, r))
+        except Exception as exc:  # noqa: BLE001 - a hostile result must never make a reward call fail
+            firsts.append(TestResult(False, "error", f"result could not be judged: {type(exc).__name__}"))
+    asked = [(t, f[0]) for t, f in zip(tests, firsts) if not isinstance(f, TestResult)]
     try:
-        return judge(test, r)
-    except SandboxError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a hostile result must never make a reward call fail
-        return TestResult(False, "error", f"result could not be judged: {type(exc).__name__}: {str(exc)[:200]}")
+        answers = iter(judges.verdicts(asked, [JUDGE_CANDIDATE_S]) if asked else [])
+    except OSError as exc:
+        raise SandboxError(f"the judge process did not start: {exc}") from exc
+    out = []
+    for f in firsts:
+        if isinstance(f, TestResult):
+            out.append(f)
+            continue
+        answer = next(answers)
+        if isinstance(answer, JudgeError):
+            out.append(TestResult(False, "error", str(answer), **f[1]))
+        else:
+            out.append(TestResult(answer[0], answer[1], answer[2], **f[1]))
+    return out
+
+
+def _prejudge(test: Test, r: dict) -> "TestResult | tuple[str, dict]":
+    """What the host decides before a verdict: a failed TestResult (no value, a malformed report, a value over its
+    test's cap), or the value's JSON text for the judge and the result's common fields."""
+    try:
+        common = {"seconds": float(r.get("seconds", 0.0)), "output": str(r.get("output", ""))}
+        if r.get("status") != "value":
+            return TestResult(False, "timeout" if r.get("status") == "timeout" else "error",
+                              str(r.get("reason", "")), **common)
+    except Exception as exc:  # noqa: BLE001 - a malformed report is a failed test
+        return TestResult(False, "error", f"malformed result: {type(exc).__name__}")
+    try:
+        text = json.dumps(r["value"])
+    except Exception as exc:  # noqa: BLE001
+        return TestResult(False, "error", f"undecodable result: {type(exc).__name__}", **common)
+    cap = test.value_cap()
+    if cap is not None and len(text) > cap:  # checked here: the sandbox never knows an expected value's size
+        return TestResult(False, "error", f"result larger than {cap} bytes", **common)
+    return text, common
 
 
 _JUDGES: list[JudgePool] = []
