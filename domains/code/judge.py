@@ -12,9 +12,10 @@ construction, and the evaluator's own guards (``assertions.py``) refuse the know
 anything. The host process itself parses the runner's report (capped at ``max_report_bytes``) and checks a
 value test's value against its cap before sending it (issue 39).
 
-Protocol: the host writes a 4-byte length and a pickled ``(spec, value)``: ``spec`` is the test's own data
-(trusted: made by the host, see :func:`spec_of`), ``value`` the candidate's encoded value as JSON text (the judge
-decodes it). The judge answers with a 4-byte length and JSON ``[passed, status, reason]``.
+Protocol: the host writes a 4-byte length and a pickled list of ``(spec, value)``, one per test of a candidate:
+``spec`` is the test's own data (trusted: made by the host, see :func:`spec_of`), ``value`` the candidate's encoded
+value as JSON text (the judge decodes it). The judge answers each in turn, as it is reached, with a 4-byte length
+and JSON ``[passed, status, reason]``; the host gives each answer ``JUDGE_TEST_S`` from the one before.
 """
 
 from __future__ import annotations
