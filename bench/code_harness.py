@@ -14,7 +14,9 @@
 Usage: python bench/code_harness.py [--data data] [--workers 2] [--limit N] [--costs-only] [--against REF]
 (``--data``: a folder with ``mbpp/full.jsonl``, ``mbpp/sanitized.jsonl`` and ``mbppplus/test.jsonl``;
 default: the bundled ``data/``. The first run times the canonical solutions and computes the MBPP+
-expected outputs, cached under ``$C3_CACHE``; ``--limit`` keeps the first N tasks of each file.)
+expected outputs, cached under ``$C3_CACHE``; ``--limit`` keeps the first N tasks of each file. ``--against``
+swaps in another revision's runner under this host, so REF must speak the same protocol: the length-prefixed
+job and the host's timing lines of issue 39; to compare across that change, run each revision's tree whole.)
 """
 
 from __future__ import annotations

@@ -66,7 +66,8 @@ def _as_tests(tests: Sequence[Any], setup: str, sandbox: Sandbox) -> list[Test]:
     assert the host cannot judge."""
     out: list[Test] = []
     for t in tests:
-        out.append(t if isinstance(t, Test) else Test(assertion=compile_assertion(str(t), defined_names(setup))))
+        names = defined_names(setup)
+        out.append(t if isinstance(t, Test) else Test(assertion=compile_assertion(str(t), names, setup, names)))
     fresh = [t.assertion for t, given in zip(out, tests) if not isinstance(given, Test)]
     evaluate_constants(sandbox, fresh, ["test"] * len(fresh))
     return out

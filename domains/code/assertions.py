@@ -36,13 +36,15 @@ import ast
 import builtins
 import math
 import operator
+import re
 import sys
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Iterable, Sequence
 
-from .values import equal
+from .values import MAX_SAME_HASH, equal
 
 MODES = ("value", "truth", "iter", "callable", "present")
 
@@ -104,6 +106,9 @@ class Assertion:
     # sources of the constants still to evaluate (in a sandbox, no candidate code)
     pending: list[str] = field(default_factory=list)
     modules: list[str] = field(default_factory=list)  # standard-library modules those constants use
+    # the test setup, run before the constants when one of them uses a name it defines (a comparand such as
+    # ``expected``: evaluated without candidate code, so the candidate cannot rebind it; issue 39)
+    setup: str = ""
 
     def to_json(self, encode) -> dict:
         if self.pending:
@@ -167,17 +172,26 @@ def defined_names(source: str) -> set[str]:
     return out
 
 
-def compile_assertion(source: str, defined: Iterable[str] = ()) -> Assertion:
+def compile_assertion(source: str, defined: Iterable[str] = (), setup: str = "",
+                      setup_names: Iterable[str] = ()) -> Assertion:
     """Split ``assert <test>`` into host check and sandbox probes. ``defined``: names the reference
     solution or the setup defines (they belong to the sandbox even where they shadow a builtin or a
-    standard-library module). Raises AssertionFormError for forms the host cannot judge."""
+    standard-library module). ``setup_names``: those the test ``setup`` defines and the candidate's code is not
+    meant to: a sub-expression of them only (``expected`` in ``assert f(1) == expected``) is a constant,
+    evaluated with the setup and without candidate code when the test is loaded. Raises AssertionFormError for
+    forms the host cannot judge."""
     test = parse_assert(source)
-    return _Splitter(set(defined), str(source).strip()).run(test)
+    splitter = _Splitter(set(defined), str(source).strip(), set(setup_names))
+    assertion = splitter.run(test)
+    if splitter.uses_setup:
+        assertion.setup = setup
+    return assertion
 
 
 class _Splitter:
-    def __init__(self, defined: set[str], source: str):
-        self.defined, self.source = defined, source
+    def __init__(self, defined: set[str], source: str, setup_names: set[str] = frozenset()):
+        self.defined, self.source, self.setup_names = defined, source, setup_names
+        self.uses_setup = False
         self.probes: list[Probe] = []
         self.pending: list[str] = []
         self.modules: set[str] = set()
@@ -194,9 +208,9 @@ class _Splitter:
     def _module(self, name: str) -> bool:
         return name in STDLIB_MODULES and name not in self.defined
 
-    def candidate_free(self, node: ast.AST) -> bool:
+    def candidate_free(self, node: ast.AST, allowed: set[str] = frozenset()) -> bool:
         """No name in ``node`` refers to the candidate's namespace (only host builtins, standard-library
-        modules used as ``module.attr`` and names the expression binds itself)."""
+        modules used as ``module.attr``, names the expression binds itself and ``allowed``)."""
         bound = {a.arg for n in ast.walk(node) if isinstance(n, ast.Lambda) for a in _all_args(n.args)}
         bound |= {t.id for n in ast.walk(node) if isinstance(n, ast.comprehension) for t in ast.walk(n.target)
                   if isinstance(t, ast.Name)}
@@ -205,7 +219,7 @@ class _Splitter:
         module_bases = {id(n.value) for n in ast.walk(node) if isinstance(n, ast.Attribute)
                         and isinstance(n.value, ast.Name)}
         for n in ast.walk(node):
-            if (isinstance(n, ast.Name) and n.id not in bound
+            if (isinstance(n, ast.Name) and n.id not in bound and n.id not in allowed
                 and not (n.id in BUILTIN_NAMES and n.id not in self.defined)):
                 if not (id(n) in module_bases and self._module(n.id)):
                     return False
@@ -215,6 +229,9 @@ class _Splitter:
     def split(self, node: ast.expr, ctx: str) -> ast.expr:
         if self.candidate_free(node):
             return self.constant(node)
+        if (self.setup_names and any(isinstance(n, ast.Name) and n.id in self.setup_names for n in ast.walk(node))
+                and self.candidate_free(node, self.setup_names)):
+            return self.setup_constant(node)
         if isinstance(node, ast.Compare):
             return ast.Compare(self.split(node.left, "value"), node.ops,
                                [self.split(c, "value") for c in node.comparators])
@@ -280,6 +297,15 @@ class _Splitter:
         self.modules |= {n.value.id for n in ast.walk(node) if isinstance(n, ast.Attribute)
                          and isinstance(n.value, ast.Name)
                          and self._module(n.value.id)}
+        self.pending.append(ast.unparse(node))
+        return ast.Name(f"_c{len(self.pending) - 1}", ast.Load())
+
+    def setup_constant(self, node: ast.expr) -> ast.expr:
+        """A sub-expression of the setup's names only (a comparand the setup defines): evaluated once, with the
+        setup and without candidate code, as a constant ``_c<j>``."""
+        self.uses_setup = True
+        self.modules |= {n.value.id for n in ast.walk(node) if isinstance(n, ast.Attribute)
+                         and isinstance(n.value, ast.Name) and self._module(n.value.id)}
         self.pending.append(ast.unparse(node))
         return ast.Name(f"_c{len(self.pending) - 1}", ast.Load())
 
@@ -391,8 +417,44 @@ def _guard_lshift(a: Any, b: Any) -> Any:
     return operator.lshift(a, b)
 
 
+_FORMAT_SPEC = re.compile(rb"%(?:\([^)]*\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
+
+
+def _guard_mod(a: Any, b: Any) -> Any:
+    """``a % b``; a format string (the candidate's, or the check's with the candidate's arguments) may not ask for a
+    field wider or more precise than :data:`MAX_ITEMS` (``'%300000000d' % 2`` would cost 300 MB)."""
+    if isinstance(a, (str, bytes)):
+        text = a.encode("utf-8", "surrogatepass") if isinstance(a, str) else a
+        args = b if isinstance(b, tuple) else (b,)
+        for spec in _FORMAT_SPEC.finditer(text):
+            for part in spec.groups():
+                if part == b"*":
+                    if any(isinstance(x, int) and abs(x) > MAX_ITEMS for x in args):
+                        raise CheckError("format width too large")
+                elif part is not None and int(part) > MAX_ITEMS:
+                    raise CheckError("format width too large")
+    return operator.mod(a, b)
+
+
+def _guard_hashed(fn: Any, args: list) -> None:
+    """``set``, ``frozenset`` and ``dict`` of a sequence whose members flood one hash (a set of 40,000 colliding
+    ints costs the host a minute of hashing): refused, as ``values.decode`` refuses such a set."""
+    if fn not in (set, frozenset, dict) or len(args) != 1 or type(args[0]) not in (list, tuple, set, frozenset, dict):
+        return
+    items = args[0]
+    if fn is dict and type(items) in (list, tuple):
+        items = [x[0] for x in items if type(x) in (list, tuple) and len(x) == 2]
+    if len(items) > MAX_SAME_HASH:
+        try:
+            counts = Counter(map(hash, items))
+        except TypeError:
+            return  # unhashable members: the call itself raises
+        if max(counts.values()) > MAX_SAME_HASH:
+            raise CheckError("its members collide on one hash")
+
+
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: _guard_mult, ast.Div: operator.truediv,
-           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: _guard_pow, ast.LShift: _guard_lshift,
+           ast.FloorDiv: operator.floordiv, ast.Mod: _guard_mod, ast.Pow: _guard_pow, ast.LShift: _guard_lshift,
            ast.RShift: operator.rshift, ast.BitAnd: operator.and_, ast.BitOr: operator.or_, ast.BitXor: operator.xor}
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert}
 _COMPARE = {ast.Eq: lambda a, b: equal(a, b), ast.NotEq: lambda a, b: not equal(a, b), ast.Lt: operator.lt,
@@ -477,6 +539,7 @@ def _eval(node: ast.expr, env: dict[str, Any]) -> Any:
                 raise CheckError("type() takes one argument on the host")
             if fn is round and len(args) > 1 and isinstance(args[1], int) and abs(args[1]) > 10000:
                 raise CheckError("round to too many digits")
+            _guard_hashed(fn, args)
             return fn(*args, **kwargs)
     raise _Unsupported(f"{type(node).__name__} is not evaluated on the host")
 

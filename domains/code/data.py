@@ -115,7 +115,7 @@ def evaluate_constants(sandbox: Sandbox, assertions: Sequence[Assertion], labels
     todo = [(a, label) for a, label in zip(assertions, labels) if a.pending]
     jobs = [("\n".join(f"import {m}" for m in a.modules),
              [{"index": i, "probes": [{"expr": src, "mode": "value"}], "timeout_s": CONSTANT_TIMEOUT_S}
-              for i, src in enumerate(a.pending)], "")
+              for i, src in enumerate(a.pending)], a.setup)  # the setup: only for constants that use its names
             for a, _ in todo]
     for (a, label), results in zip(todo, _raw_results(sandbox, jobs) if jobs else []):
         values = [_first_value(r) for r in results]
@@ -166,7 +166,8 @@ def mbpp_rows(rows: Sequence[Mapping[str, Any]], name: str, sandbox: Sandbox | N
         code = r.get("code") or ""
         setup = "\n".join(list(r.get("test_imports") or []) + [r.get("test_setup_code") or ""]).strip()
         try:
-            compiled = [compile_assertion(a, defined_names(code) | defined_names(setup)) for a in asserts]
+            compiled = [compile_assertion(a, defined_names(code) | defined_names(setup), setup,
+                                          defined_names(setup) - defined_names(code)) for a in asserts]
         except AssertionFormError as exc:
             raise CodeDatasetError(f"{name}: task {r['task_id']}: refused: {exc}") from None
         entry_point = _entry_point(code, compiled)

@@ -3,11 +3,19 @@
 The host starts it as ``python -P -s -S -B -c <this file's source>`` with an environment it
 writes from scratch (no folder the candidate can write is ever on ``sys.path``; ``-I`` is not
 used because it would also ignore ``PYTHONHASHSEED``, which keeps set and dict orders equal
-between reference and candidate), writes one JSON job to its stdin and reads its stdout:
-``READY`` once the sandbox is built, before any candidate code runs, then one JSON line with
+between reference and candidate), writes one JSON job to its stdin (a line with its length in bytes,
+then the job) and reads its stdout: ``READY`` once the sandbox is built, before any candidate code
+runs, ``S <i>`` before test ``i`` starts and ``E <i>`` when it has ended, then one JSON line with
 one result per test payload, in order: ``{"status": "value", "value": <encoded>}`` or
-``{"status": "error" | "timeout", "reason": ...}``, each with ``seconds`` and ``output``.
+``{"status": "error" | "timeout", "reason": ...}``, each with ``output``.
 A job with ``"probe": true`` builds the sandbox and reports what it could build instead.
+
+The job holds the candidate's inputs and limits that are the same for every test, nothing computed
+from an expected value or a reference solution: the host keeps each test's time limit and value cap
+(issue 39). It times each test from the ``S``/``E`` lines and, at a test's limit, writes ``K <i>`` on
+the runner's stdin (kill test ``i``: a timeout), or ``B`` when the candidate's whole budget is spent
+(kill it, skip the rest); a value over its test's cap is refused by the host, before decoding. What
+the runner never holds, no test child (a fork of it) can find in its memory.
 
 Building the sandbox (``isolation: namespaces``), before any candidate code runs:
 
@@ -27,8 +35,9 @@ Building the sandbox (``isolation: namespaces``), before any candidate code runs
 
 Each test runs in a forked child that gets a fresh ``/sandbox``, keeps only stdin (``/dev/null``),
 its output (stdout and stderr: an anonymous memory file, size-capped by ``RLIMIT_FSIZE``) and
-its result pipe (fd 3), sets ``no_new_privs``, drops every capability (bounding, ambient,
-inheritable, permitted, effective), applies its resource limits, loads the system-call filter
+its result pipe (fd 3), is not dumpable (no core, whatever the host's ``core_pattern``), sets
+``no_new_privs``, drops every capability (bounding, ambient, inheritable, permitted, effective),
+applies its resource limits (``RLIMIT_CORE`` 1 for what it execs), loads the system-call filter
 (:func:`syscall_filter`, libseccomp) and only then executes the candidate code. It sends back the *value*, encoded as
 plain builtin data: only builtin types encode (exact type checks, so a subclass or an object with a rigged ``__eq__`` is
 rejected); the expected values never enter the sandbox and the comparison happens in the host. A child
@@ -174,8 +183,9 @@ def probe_values(probes, env, trusted):
 
 def evaluate(job, test):
     """Run the candidate code (then the setup) and evaluate one test payload: the message to send.
-    The payload holds the candidate's inputs only (expected values never enter the sandbox); the
-    other tests' payloads are dropped from this child before any candidate code runs."""
+    The payload holds the candidate's inputs only (expected values, their sizes and the test's time limit
+    never enter the sandbox); the other tests' payloads are dropped from this child before any candidate
+    code runs."""
     tests = job.get("tests")
     if isinstance(tests, list):
         tests.clear()
@@ -251,8 +261,10 @@ def umount(target):
 SCMP_ACT_ALLOW = 0x7FFF0000
 SCMP_ACT_KILL_PROCESS = 0x80000000
 SCMP_ACT_ERRNO_ENOSYS = 0x00050000 | 38
-SCMP_CMP_NE, SCMP_CMP_MASKED_EQ = 1, 7
+SCMP_ACT_ERRNO_EPERM = 0x00050000 | 1
+SCMP_CMP_NE, SCMP_CMP_EQ, SCMP_CMP_MASKED_EQ = 1, 4, 7
 AF_UNIX = 1
+RLIMIT_CORE_NUMBER = 4  # RLIMIT_CORE on every Linux architecture the runner knows
 # killed on use: the keyring calls (shared with the host kernel), namespaces and mounts, kernel modules, BPF,
 # perf, kexec, handle-based opens, userfaultfd and io_uring (no honest test needs them)
 KILLED_SYSCALLS = ("keyctl", "add_key", "request_key", "unshare", "setns", "mount", "umount2", "pivot_root", "chroot",
@@ -311,6 +323,11 @@ def syscall_filter():
     for flag in CLONE_NEW_FLAGS:
         rule(SCMP_ACT_KILL_PROCESS, "clone", (0, SCMP_CMP_MASKED_EQ, flag, flag))
     rule(SCMP_ACT_ERRNO_ENOSYS, "clone3")
+    # no core, ever (issue 39): a test child is not dumpable and may not become so again; what it execs (dumpable
+    # again by the kernel's rule) keeps RLIMIT_CORE 1, which it may not change (glibc's setrlimit is prlimit64)
+    rule(SCMP_ACT_ERRNO_EPERM, "prctl", (0, SCMP_CMP_EQ, PR_SET_DUMPABLE, 0), (1, SCMP_CMP_NE, 0, 0))
+    rule(SCMP_ACT_ERRNO_EPERM, "setrlimit", (0, SCMP_CMP_EQ, RLIMIT_CORE_NUMBER, 0))
+    rule(SCMP_ACT_ERRNO_EPERM, "prlimit64", (1, SCMP_CMP_EQ, RLIMIT_CORE_NUMBER, 0), (2, SCMP_CMP_NE, 0, 0))
     return lib, ctx
 
 
@@ -652,12 +669,14 @@ def drop_to_lease(job):
 def limit_runner(job):
     """The runner's own limits (children may only lower theirs further)."""
     child = job["limits"]
-    for name, value in (("RLIMIT_CORE", 0), ("RLIMIT_AS", max(int(child.get("RLIMIT_AS", 0)), 1 << 30)),
-                        ("RLIMIT_CPU", int(job["candidate_timeout_s"]) + 30)):
+    cpu = (len(job["tests"]) + 1) * (int(child.get("RLIMIT_CPU", 0)) + 2) + 30  # never what a test is allowed
+    for name, value in (("RLIMIT_CORE", (0, 1)), ("RLIMIT_AS", max(int(child.get("RLIMIT_AS", 0)), 1 << 30)),
+                        ("RLIMIT_CPU", cpu)):
         res = getattr(resource, name)
         hard = resource.getrlimit(res)[1]
+        soft, value = value if type(value) is tuple else (value, value)
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-        resource.setrlimit(res, (value, value))
+        resource.setrlimit(res, (min(soft, value), value))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -732,14 +751,19 @@ def parse_message(data):
 
 
 def raise_oom_score():
-    """This test child first when the sandbox runs out of memory. Its /proc files are its own only when it is
-    dumpable (the runner is not, so a child starts with files owned by host root, which it cannot write); it
-    stays dumpable (no core: RLIMIT_CORE is 0; nothing inside can trace it: ptrace is filtered)."""
+    """This test child first when the sandbox runs out of memory. Its /proc files are its own only while it is
+    dumpable (the runner is not, so a child starts with files owned by host root, which it cannot write): it is
+    dumpable for the write only, before any candidate code, and not dumpable again after it, so the kernel makes
+    no core of it whatever the host's ``core_pattern`` (a pipe helper included); the system-call filter keeps it
+    so (issue 39)."""
     prctl(PR_SET_DUMPABLE, 1)
-    if _PROC:
-        write_proc("self/oom_score_adj", "1000")
-    else:
-        write_file("/proc/self/oom_score_adj", "1000")
+    try:
+        if _PROC:
+            write_proc("self/oom_score_adj", "1000")
+        else:
+            write_file("/proc/self/oom_score_adj", "1000")
+    finally:
+        prctl(PR_SET_DUMPABLE, 0)
 
 
 def send(msg):
@@ -774,9 +798,9 @@ def child(job, test, out, result_fd, box):
             send({"status": "error", "reason": refused})
             return
         os.chdir(box)
-        cpu = max(int(job["limits"].get("RLIMIT_CPU", 0)), int(float(test.get("timeout_s", job["timeout_s"]))) + 2)
-        # CPU time: never below the test's own wall-clock limit
-        limit(dict(job["limits"], RLIMIT_CORE=0, RLIMIT_CPU=cpu))
+        # RLIMIT_CPU: the host's ceiling for every test (the test's own limit is the host's, outside); RLIMIT_CORE 1:
+        # the kernel's "no pipe helper" value, and less than any core file, for what this child may exec
+        limit(dict(job["limits"], RLIMIT_CORE=1))
         drop_privileges()
         # last: no call of the candidate's runs unfiltered (a failure ends the test: fail closed)
         load_filter(SECCOMP[0])
@@ -791,10 +815,33 @@ def child(job, test, out, result_fd, box):
         os._exit(0)
 
 
-def wait_result(read_fd, pid, deadline, cap, reaped):
-    """Read the child's message until it ends (EOF or the child's exit), the deadline or the size cap.
-    Returns (bytes, status) with status None, "timeout" or "result_too_large". Without pidfds (Linux
-    before 5.3) the child is polled, and its wait status, once reaped, goes into ``reaped``."""
+CONTROL = {"buffer": b"", "kill": set(), "budget": False}  # what the host said on stdin (see the module docstring)
+
+
+def read_control():
+    """Read what the host wrote on stdin: ``K <i>`` (test ``i`` ran out of time), ``B`` (the candidate's budget is
+    spent). End of file (the host is gone) counts as ``B``."""
+    try:
+        chunk = os.read(0, 4096)
+    except BlockingIOError:
+        return
+    if not chunk:
+        CONTROL["budget"] = True
+        return
+    CONTROL["buffer"] += chunk
+    *lines, CONTROL["buffer"] = CONTROL["buffer"].split(b"\n")
+    for line in lines:
+        if line == b"B":
+            CONTROL["budget"] = True
+        elif line.startswith(b"K "):
+            CONTROL["kill"].add(int(line[2:]))
+
+
+def wait_result(read_fd, pid, index, cap, reaped):
+    """Read the child's message until it ends (EOF or the child's exit), the host says it is out of time (its
+    limit is the host's: the runner never knows it), or the size cap. Returns (bytes, status) with status None,
+    "timeout", "budget" or "result_too_large". Without pidfds (Linux before 5.3) the child is polled, and its
+    wait status, once reaped, goes into ``reaped``."""
     try:
         pidfd = os.pidfd_open(pid)
     except (AttributeError, OSError):
@@ -802,12 +849,14 @@ def wait_result(read_fd, pid, deadline, cap, reaped):
     chunks, size, status = [], 0, None
     try:
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                status = "timeout"
+            if CONTROL["budget"] or index in CONTROL["kill"]:
+                status = "budget" if CONTROL["budget"] else "timeout"
                 break
-            watch = [read_fd] + ([pidfd] if pidfd is not None else [])
-            ready = select.select(watch, [], [], left if pidfd is not None else min(left, 0.02))[0]
+            watch = [read_fd, 0] + ([pidfd] if pidfd is not None else [])
+            ready = select.select(watch, [], [], None if pidfd is not None else 0.02)[0]
+            if 0 in ready:
+                read_control()
+                continue
             if pidfd is not None:
                 exited = pidfd in ready
             else:
@@ -923,38 +972,42 @@ def describe_death(wstatus):
     return "ended without reporting a result"
 
 
-def run_test(job, test, isolated, leased, box):
-    """Fork one test child; return its result dict."""
-    timeout = float(test.get("timeout_s", job["timeout_s"]))
+def say(line):
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def run_test(job, test, index, isolated, leased, box):
+    """Fork one test child; return its result dict (the host adds its time)."""
     if isolated:
         fresh_box(job)
     out = os.memfd_create("output", os.MFD_CLOEXEC)
     read_fd, write_fd = os.pipe()
-    sys.stdout.flush()
-    start = time.monotonic()
+    say("S %d" % index)  # the host starts this test's clock
     pid = os.fork()
     if pid == 0:
         os.close(read_fd)
         child(job, test, out, write_fd, box)
     os.close(write_fd)
     reaped = []
+    cap = int(job["max_result_bytes"])  # the same for every test: a value test's own cap is checked by the host
     try:
-        cap = min(int(job["max_result_bytes"]), int(test.get("max_bytes", job["max_result_bytes"])))
-        data, status = wait_result(read_fd, pid, start + timeout, cap, reaped)
+        data, status = wait_result(read_fd, pid, index, cap, reaped)
     finally:
+        say("E %d" % index)  # the host stops this test's clock
         wstatus = end_test(pid, isolated, leased, reaped)
         os.close(read_fd)
         if isolated:
             clear_ipc()
-    seconds = time.monotonic() - start
     try:
         output = os.pread(out, int(job["max_output_bytes"]), 0).decode("utf-8", "replace")
     except OSError:
         output = ""
     os.close(out)
-    common = {"seconds": seconds, "output": output}
-    if status == "timeout":
-        return dict(common, status="timeout", reason="exceeded %.1fs wall clock" % timeout)
+    common = {"output": output}
+    if status in ("timeout", "budget"):
+        return dict(common, status="timeout", reason="exceeded its wall-clock limit" if status == "timeout"
+                    else "candidate wall-clock budget exhausted")
     if status == "result_too_large":
         return dict(common, status="error", reason="result larger than %d bytes" % cap)
     msg = parse_message(data) if data else None
@@ -968,18 +1021,16 @@ def run_tests(job, isolated, leased, box):
     """Every test's result; the values forwarded to the host are capped together (``max_report_bytes``), so a
     candidate's whole report costs the host at most that much to read, whatever each test returns."""
     results = []
-    deadline = time.monotonic() + job["candidate_timeout_s"]
     left = int(job.get("max_report_bytes", job["max_result_bytes"]))
-    for test in job["tests"]:
-        if time.monotonic() > deadline:
-            results.append({"status": "timeout", "reason": "candidate wall-clock budget exhausted", "seconds": 0.0,
-                            "output": ""})
+    for index, test in enumerate(job["tests"]):
+        if CONTROL["budget"]:
+            results.append({"status": "timeout", "reason": "candidate wall-clock budget exhausted", "output": ""})
             continue
         try:
-            result = run_test(job, test, isolated, leased, box)
+            result = run_test(job, test, index, isolated, leased, box)
         except Exception as exc:  # noqa: BLE001 - a test that breaks the runner's bookkeeping fails alone
             result = {"status": "error", "reason": "runner: %s: %s" % (type(exc).__name__, str(exc)[:200]),
-                      "seconds": 0.0, "output": ""}
+                      "output": ""}
         if result.get("status") == "value":
             size = len(json.dumps(result["value"]))
             if size > left:
@@ -992,10 +1043,29 @@ def run_tests(job, isolated, leased, box):
     return results
 
 
+def read_job():
+    """The job from stdin: a line with its length, then that many bytes (read unbuffered: what follows on stdin is
+    the host's control lines, read by :func:`read_control`)."""
+    head = b""
+    while not head.endswith(b"\n"):
+        byte = os.read(0, 1)
+        if not byte or len(head) > 20:
+            raise SetupError("no job on stdin")
+        head += byte
+    size, chunks = int(head), []
+    while size:
+        chunk = os.read(0, min(size, 1 << 20))
+        if not chunk:
+            raise SetupError("the job on stdin is cut short")
+        chunks.append(chunk)
+        size -= len(chunk)
+    return json.loads(b"".join(chunks).decode("utf-8"))
+
+
 def main():
     # as the PID namespace's init: no handler, so nothing inside can signal it
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    job = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+    job = read_job()
     isolated = job.get("isolation") == "namespaces"
     leased = job.get("uid") is not None
     try:

@@ -19,9 +19,11 @@ candidate runs under ``runner.py`` (started isolated, fed its job on stdin):
 
 Tests pass only when the host, from plain builtin data the runner returned (decoded with
 bounds, :func:`values.decode`), finds the test's assertion true (``assertions.py``): the sandbox
-computes values, never verdicts, and never sees an expected value; any decoding or evaluation
-error fails that test. A failure of the machinery itself (the
-sandbox never became ready) raises :class:`SandboxError`: an infrastructure error, never the
+computes values, never verdicts, and never sees an expected value, nor anything computed from one or
+from the reference (each test's time limit and value cap stay here: :class:`_Conversation` times the
+tests and tells the runner when to kill one); every verdict is reached in a judge process with a time
+and a memory limit (``judge.py``); any decoding or evaluation error fails that test. A failure of
+the machinery itself (the sandbox never became ready) raises :class:`SandboxError`: an infrastructure error, never the
 model's failure.
 """
 
@@ -29,12 +31,15 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
+import select
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -43,10 +48,14 @@ from typing import Any, Sequence
 
 from . import cgroups, uids
 from .assertions import Assertion, CheckError, compile_assertion
+from .judge import JUDGE_CANDIDATE_S, JudgeError, JudgePool
 from .runner import MAX_REASON, encode
-from .values import decode, equal
+from .values import equal
 
 RUNNER = Path(__file__).with_name("runner.py")
+# what a test's payload may hold (the candidate's inputs): a test's time limit and value cap stay in the host
+PAYLOAD_KEYS = ("index", "probes", "expr", "entry_point", "args")
+CPU_CEILING_S = 32  # every test process's RLIMIT_CPU, at least (data.TIME_CAP_S + 2; a test's own limit is the host's)
 ISOLATIONS = ("namespaces", "none")
 LOG = logging.getLogger(__name__)
 UNSAFE = ("isolation: none: model-written code runs WITHOUT namespaces, with resource limits only; it can read "
@@ -134,20 +143,17 @@ class Test:
         return [{"call": self.entry_point, "args": encode(list(self.args), 0, [1 << 22]), "mode": self.mode}]
 
     def payload(self, index: int, timeout_s: float = 5.0, judged: bool = True) -> dict:
-        """What the sandbox gets: the probes (the candidate's inputs), this test's time limit and, for a value
-        test, the size of the largest value it can pass (:meth:`value_cap`). ``judged=False``: a reference run
-        that computes the expected value (no cap of its own)."""
-        out = {"index": index, "probes": self.probes(), "timeout_s": float(self.timeout_s or timeout_s)}
-        cap = self.value_cap() if judged else None
-        if cap is not None:
-            out["max_bytes"] = cap
-        return out
+        """The probes (the candidate's inputs, all the sandbox gets: :data:`PAYLOAD_KEYS`) and this test's time limit
+        (``timeout_s``, kept and enforced by the host; a value test's cap, :meth:`value_cap`, is checked by the host
+        too). ``judged``: kept for callers; a reference run has no cap, since only :meth:`Sandbox.run` judges."""
+        return {"index": index, "probes": self.probes(), "timeout_s": float(self.timeout_s or timeout_s)}
 
     def value_cap(self) -> int | None:
         """A value test's cap on the candidate's encoded value: 8 x its expected value's encoding + 4 KiB (a value
         equal to it, floats within tolerance included, encodes to at most about twice as many bytes), so a wrong
-        answer of any size costs the host no more than a right one. None for assertion tests (their probes'
-        honest sizes are not known here: the report's whole cap bounds them)."""
+        answer of any size is never decoded or judged. Checked by the host (:meth:`Sandbox._judge`): the sandbox
+        never learns it. None for assertion tests (their probes' honest sizes are not known here: the report's
+        whole cap bounds them)."""
         if self.assertion is not None:
             return None
         if self._cap is None:
@@ -186,9 +192,9 @@ def isolation_probe() -> dict:
             report = {"namespaces": False, "reason": "", "proc": False,
                       "box_limits": cgroups.available() or "rlimits only"}
             job = {"probe": True, "isolation": "namespaces", "prefix": os.path.realpath(sys.base_prefix),
-                   "tests": [], "timeout_s": 1.0, "candidate_timeout_s": 1.0, "limits": {}}
+                   "tests": [], "limits": {}}
             try:
-                out, err, rc = _launch(os.path.realpath(sys.executable), job, 20.0)
+                out, err, rc, _ = _launch(os.path.realpath(sys.executable), job, 20.0)
                 lines = out.split(b"\n")
                 if lines[0] == b"READY":
                     report.update(namespaces=True, proc=bool(json.loads(lines[1]).get("proc")))
@@ -206,9 +212,12 @@ def namespaces_available() -> bool:
 
 
 def _launch(python: str, job: dict, timeout_s: float, cgroup: "cgroups.BoxCgroup | None" = None,
-            env: dict | None = None) -> tuple[bytes, bytes, int | None]:
-    """Start a runner (a root host: with a uid leased for it), give it ``job``, wait for it:
-    (stdout, stderr, exit code); exit code None when it ran out of time and was killed."""
+            env: dict | None = None, limits: Sequence[float] = (),
+            budget_s: float | None = None) -> tuple[bytes, bytes, int | None, dict[int, float]]:
+    """Start a runner (a root host: with a uid leased for it), give it ``job``, keep its tests' time: (stdout,
+    stderr, exit code, {test index: seconds}); exit code None when it ran out of ``timeout_s`` and was killed.
+    ``limits``: each test's wall-clock limit, ``budget_s``: the candidate's, both enforced here (the runner is told
+    when to kill, never how long a test may take: issue 39)."""
     lease = proc = None
     try:
         lease = uids.lease_uid() if os.geteuid() == 0 else None
@@ -219,13 +228,16 @@ def _launch(python: str, job: dict, timeout_s: float, cgroup: "cgroups.BoxCgroup
                                 start_new_session=True)
         if cgroup is not None:
             cgroup.add(proc.pid)  # before the runner has its job, so before it starts anything
-        try:
-            out, err = proc.communicate(json.dumps(job).encode(), timeout=timeout_s)
-            return out, err, proc.returncode
-        except subprocess.TimeoutExpired:
+        talk = _Conversation(proc, list(limits), budget_s, time.monotonic() + timeout_s)
+        data = json.dumps(job).encode()
+        if not talk.send(b"%d\n" % len(data) + data):
+            talk.closed = True
+        out, err, done = talk.run()
+        if not done:
             _kill(proc, cgroup, lease)
-            out, err = proc.communicate()
-            return out, err, None
+            proc.wait()
+            return out, err, None, talk.seconds
+        return out, err, proc.wait(), talk.seconds
     finally:
         if proc is not None and proc.poll() is None:
             _kill(proc, cgroup, lease)
@@ -234,6 +246,106 @@ def _launch(python: str, job: dict, timeout_s: float, cgroup: "cgroups.BoxCgroup
             cgroup.remove()
         if lease is not None:
             lease.release()
+
+
+class _Conversation:
+    """The host's side of a runner's run: reads its stdout (``READY``, ``S <i>``, ``E <i>``, the report) and stderr,
+    times each test and tells the runner on its stdin when a test (``K <i>``) or the candidate (``B``) is out of
+    time."""
+
+    def __init__(self, proc: subprocess.Popen, limits: list[float], budget_s: float | None, give_up: float):
+        self.proc, self.limits, self.budget_s, self.give_up = proc, limits, budget_s, give_up
+        self.lines: list[bytes] = []
+        self.partial, self.err = bytearray(), bytearray()
+        self.seconds: dict[int, float] = {}
+        self.current: tuple[int, float] | None = None  # (index, start) of the running test
+        self.budget_end: float | None = None
+        self.told: set = set()
+        self.closed = False
+
+    def send(self, data: bytes) -> bool:
+        try:
+            self.proc.stdin.write(data)
+            self.proc.stdin.flush()
+            return True
+        except (BrokenPipeError, OSError, ValueError):
+            return False
+
+    def tell(self, what: bytes) -> None:
+        if what not in self.told and not self.closed:
+            self.told.add(what)
+            self.send(what + b"\n")
+
+    def line(self, line: bytes) -> None:
+        now = time.monotonic()
+        if line == b"READY" and self.budget_s is not None:
+            self.budget_end = now + self.budget_s
+        if line[:2] == b"S " and line[2:].isdigit():
+            self.current = (int(line[2:]), now)
+            return
+        if line[:2] == b"E " and line[2:].isdigit():
+            if self.current is not None and self.current[0] == int(line[2:]):
+                self.seconds[self.current[0]] = now - self.current[1]
+            self.current = None
+            return
+        self.lines.append(line)
+
+    def deadline(self) -> float:
+        """The next moment something must be said (or the runner given up on)."""
+        ends = [self.give_up]
+        if self.current is not None:
+            index, start = self.current
+            if index < len(self.limits) and b"K %d" % index not in self.told:
+                ends.append(start + self.limits[index])
+            if self.budget_end is not None and b"B" not in self.told:
+                ends.append(self.budget_end)
+        return min(ends)
+
+    def act(self) -> None:
+        now = time.monotonic()
+        if self.current is None:
+            return
+        index, start = self.current
+        if self.budget_end is not None and now >= self.budget_end:
+            self.tell(b"B")
+        elif index < len(self.limits) and now >= start + self.limits[index]:
+            self.tell(b"K %d" % index)
+
+    def run(self) -> tuple[bytes, bytes, bool]:
+        """Until the runner closes its output: (stdout's lines but the timing ones, stderr, whether it finished)."""
+        streams = {self.proc.stdout.fileno(): "out", self.proc.stderr.fileno(): "err"}
+        while streams:
+            left = self.deadline() - time.monotonic()
+            if left <= 0:
+                self.act()
+                if time.monotonic() >= self.give_up:
+                    return b"\n".join(self.lines), bytes(self.err), False
+                left = max(0.0, self.deadline() - time.monotonic())
+            ready = select.select(list(streams), [], [], max(left, 0.001))[0]
+            for fd in ready:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    del streams[fd]
+                    continue
+                if streams[fd] == "err":
+                    self.err += chunk
+                    del self.err[:-65536]
+                    continue
+                start = len(self.partial)
+                self.partial += chunk
+                cut = self.partial.find(b"\n", start)
+                while cut >= 0:
+                    self.line(bytes(self.partial[:cut]))
+                    del self.partial[:cut + 1]
+                    cut = self.partial.find(b"\n")
+        if self.partial:
+            self.lines.append(bytes(self.partial))
+        self.closed = True
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        return b"\n".join(self.lines), bytes(self.err), True
 
 
 def _kill(proc: subprocess.Popen, cgroup: "cgroups.BoxCgroup | None", lease: "uids.UidLease | None") -> None:
@@ -361,11 +473,13 @@ class Sandbox:
         self.box_limits = probe["box_limits"]  # "cgroup v1", "cgroup v2" or "rlimits only"
         self._slots = threading.BoundedSemaphore(self.workers)
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="sandbox")
+        self._judges = JudgePool(self.workers)  # the host's verdicts, each bounded in time and memory (judge.py)
         self.python = os.path.realpath(sys.executable)
         self.prefix = os.path.realpath(sys.base_prefix)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+        self._judges.close()
 
     def run_many(self, jobs: Sequence[tuple[str, Sequence[Test], str]],
                  timeout_s: float = 5.0) -> list[list[TestResult]]:
@@ -381,7 +495,7 @@ class Sandbox:
             raw = "sandbox runner sent a malformed report"  # one result per test, or none counts
         if isinstance(raw, str):
             return [TestResult(False, "timeout" if "budget" in raw else "error", raw) for _ in tests]
-        return [_judged(self._judge, t, r) for t, r in zip(tests, raw)]
+        return _judge_all(tests, raw, self._judges)
 
     def raw(self, code: str, payloads: Sequence[dict], setup: str = "", timeout_s: float = 5.0) -> list[dict] | str:
         """The runner's unjudged results (encoded values) for test payloads, one per payload, or a reason
@@ -394,12 +508,16 @@ class Sandbox:
 
     def _run(self, code: str, payloads: Sequence[dict], setup: str, timeout_s: float) -> list[dict] | str:
         lim = self.limits
-        budget = sum(float(p.get("timeout_s", timeout_s)) for p in payloads) + 2.0
-        job = {"code": str(code), "setup": setup or "", "tests": list(payloads), "isolation": self.isolation,
-               "timeout_s": float(timeout_s), "candidate_timeout_s": budget, "prefix": self.prefix,
+        limits = [float(p.get("timeout_s", timeout_s)) for p in payloads]  # kept here: the runner never sees them
+        budget = sum(limits) + 2.0
+        # every test's CPU limit: one ceiling, whatever the test (a longer one only for limits beyond any dataset's)
+        cpu = max(lim.cpu_s, math.ceil(max([float(timeout_s), CPU_CEILING_S - 2] + limits)) + 2)
+        job = {"code": str(code), "setup": setup or "", "tests": [{k: p[k] for k in PAYLOAD_KEYS if k in p}
+                                                                  for p in payloads],
+               "isolation": self.isolation, "prefix": self.prefix,
                "disk_mb": lim.disk_mb, "max_output_bytes": lim.max_output_bytes,
                "max_result_bytes": lim.max_result_bytes, "max_report_bytes": lim.max_report_bytes,
-               "limits": {"RLIMIT_CPU": lim.cpu_s, "RLIMIT_AS": lim.memory_mb << 20, "RLIMIT_FSIZE": lim.file_mb << 20,
+               "limits": {"RLIMIT_CPU": cpu, "RLIMIT_AS": lim.memory_mb << 20, "RLIMIT_FSIZE": lim.file_mb << 20,
                           "RLIMIT_NOFILE": lim.open_files, "RLIMIT_NPROC": lim.processes}}
         outer = None
         try:
@@ -416,7 +534,7 @@ class Sandbox:
                    "PYTHONHASHSEED": "0"}
             try:
                 cgroup = cgroups.BoxCgroup.create(lim.box_memory_mb << 20, lim.box_processes)
-                out, err, rc = _launch(self.python, job, budget + 10.0, cgroup, env)
+                out, err, rc, seconds = _launch(self.python, job, budget + 10.0, cgroup, env, limits, budget)
             except (OSError, subprocess.SubprocessError, uids.LeaseError) as exc:
                 raise SandboxError(f"sandbox did not start: {type(exc).__name__}: {exc}") from exc
             if rc is None:
@@ -434,55 +552,88 @@ class Sandbox:
                 return "sandbox runner sent a malformed report"
             if type(results) is not list or len(results) != len(payloads) or any(type(r) is not dict for r in results):
                 return "sandbox runner sent a malformed report"
+            for i, r in enumerate(results):
+                r["seconds"] = seconds.get(i, 0.0)  # timed here, from the runner's S/E lines
+                if r.get("status") == "timeout" and "wall-clock limit" in str(r.get("reason", "")):
+                    r["reason"] = f"exceeded {limits[i]:.1f}s wall clock"
             return results
         finally:
             if outer is not None:
                 remove_tree(outer)
 
     @staticmethod
-    def _judge(test: Test, r: dict) -> TestResult:
+    def _judge(test: Test, r: dict, judges: JudgePool | None = None, budget: list[float] | None = None) -> TestResult:
         """A test's result from the runner's report. Anything the candidate sent that is not plain data
-        of the right shape, or on which the assertion cannot be evaluated, fails the test; nothing raises."""
+        of the right shape, over its test's value cap, or on which the assertion cannot be evaluated (in the judge
+        process, within its time and memory: ``judge.py``), fails the test; nothing raises."""
+        first = _prejudge(test, r)
+        if isinstance(first, TestResult):
+            return first
+        text, common = first
         try:
-            common = {"seconds": float(r.get("seconds", 0.0)), "output": str(r.get("output", ""))}
-            if r.get("status") != "value":
-                return TestResult(False, "timeout" if r.get("status") == "timeout" else "error",
-                                  str(r.get("reason", "")), **common)
-        except Exception as exc:  # noqa: BLE001 - a malformed report is a failed test
-            return TestResult(False, "error", f"malformed result: {type(exc).__name__}")
+            ok, status, reason = (judges or _default_judges()).verdict(
+                test, text, budget if budget is not None else [JUDGE_CANDIDATE_S])
+        except JudgeError as exc:
+            return TestResult(False, "error", str(exc), **common)
+        except OSError as exc:  # no judge process could be started: the machinery, not the candidate
+            raise SandboxError(f"the judge process did not start: {exc}") from exc
+        return TestResult(ok, status, reason, **common)
+
+
+def _judge_all(tests: Sequence[Test], raw: Sequence[dict], judges: JudgePool) -> list[TestResult]:
+    """Every test's result, the verdicts of one candidate asked of one judge process at once (one round trip)."""
+    firsts = []
+    for t, r in zip(tests, raw):
         try:
-            values = decode(r["value"])
-            if type(values) is not tuple:
-                raise ValueError("not a tuple of probe values")
-        except Exception as exc:  # noqa: BLE001 - values.decode's ResultError and anything else a hostile result causes
-            return TestResult(False, "error", f"undecodable result: {str(exc)[:200]}", **common)
-        try:
-            ok = test.judge(values)
-        except CheckError as exc:
-            return TestResult(False, "error", f"the assertion raised {exc}", **common)
-        except Exception as exc:  # noqa: BLE001 - the host evaluator on unusual plain data: the assert did not hold
-            return TestResult(False, "error", f"the assertion raised {type(exc).__name__}: {str(exc)[:200]}", **common)
-        return TestResult(ok, "passed" if ok else "failed", "" if ok else _got(test, values), **common)
-
-
-def _got(test: Test, values: Sequence[Any]) -> str:
-    sources = ([p.source for p in test.assertion.probes] if test.assertion is not None
-               else [test.expr or test.entry_point or "value"])
-    return "got " + ", ".join(f"{s} = {_short(v)}" if len(values) > 1 or test.assertion is not None else _short(v)
-                              for s, v in zip(sources, values))
-
-
-def _judged(judge, test: Test, r: Any) -> TestResult:
-    """``judge(test, r)``; any error while decoding or comparing a candidate's result fails that test."""
+            firsts.append(_prejudge(t, r))
+        except Exception as exc:  # noqa: BLE001 - a hostile result must never make a reward call fail
+            firsts.append(TestResult(False, "error", f"result could not be judged: {type(exc).__name__}"))
+    asked = [(t, f[0]) for t, f in zip(tests, firsts) if not isinstance(f, TestResult)]
     try:
-        return judge(test, r)
-    except Exception as exc:  # noqa: BLE001 - a hostile result must never make a reward call fail
-        return TestResult(False, "error", f"result could not be judged: {type(exc).__name__}: {str(exc)[:200]}")
+        answers = iter(judges.verdicts(asked, [JUDGE_CANDIDATE_S]) if asked else [])
+    except OSError as exc:
+        raise SandboxError(f"the judge process did not start: {exc}") from exc
+    out = []
+    for f in firsts:
+        if isinstance(f, TestResult):
+            out.append(f)
+            continue
+        answer = next(answers)
+        if isinstance(answer, JudgeError):
+            out.append(TestResult(False, "error", str(answer), **f[1]))
+        else:
+            out.append(TestResult(answer[0], answer[1], answer[2], **f[1]))
+    return out
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) < 120 else text[:117] + "..."
+def _prejudge(test: Test, r: dict) -> "TestResult | tuple[str, dict]":
+    """What the host decides before a verdict: a failed TestResult (no value, a malformed report, a value over its
+    test's cap), or the value's JSON text for the judge and the result's common fields."""
+    try:
+        common = {"seconds": float(r.get("seconds", 0.0)), "output": str(r.get("output", ""))}
+        if r.get("status") != "value":
+            return TestResult(False, "timeout" if r.get("status") == "timeout" else "error",
+                              str(r.get("reason", "")), **common)
+    except Exception as exc:  # noqa: BLE001 - a malformed report is a failed test
+        return TestResult(False, "error", f"malformed result: {type(exc).__name__}")
+    try:
+        text = json.dumps(r["value"])
+    except Exception as exc:  # noqa: BLE001
+        return TestResult(False, "error", f"undecodable result: {type(exc).__name__}", **common)
+    cap = test.value_cap()
+    if cap is not None and len(text) > cap:  # checked here: the sandbox never knows an expected value's size
+        return TestResult(False, "error", f"result larger than {cap} bytes", **common)
+    return text, common
+
+
+_JUDGES: list[JudgePool] = []
+
+
+def _default_judges() -> JudgePool:
+    with _LOCK:
+        if not _JUDGES:
+            _JUDGES.append(JudgePool(1))
+        return _JUDGES[0]
 
 
 _DEFAULT: Sandbox | None = None

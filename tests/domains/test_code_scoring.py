@@ -256,6 +256,37 @@ def test_hostile_results_fail_the_test_and_never_raise(report):
         assert isinstance(result, sandbox.TestResult) and not result.passed
 
 
+def test_verdicts_run_in_a_judge_process_bounded_in_time_and_memory(monkeypatch):
+    """Issue 39, 3: what a value makes the check cost is spent in a judge process, never in the host: a gigabyte of
+    ``%``-formatting ends in the judge's memory limit, a quadratic ``sum`` in its time limit (the judge is then
+    replaced), and the next verdict is reached as usual."""
+    import resource
+    import time
+
+    from domains.code import judge
+    from domains.code.runner import encode
+
+    monkeypatch.setattr(judge, "JUDGE_TEST_S", 3.0)
+    pool = judge.JudgePool(1)
+    value = lambda *v: {"status": "value", "value": encode(tuple(v))}  # noqa: E731
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    start = time.perf_counter()
+    memory = Sandbox._judge(Test.from_assert("assert f(1) % {'a': f(2)} == ''"),
+                            value("%(a)s" * 500_000, "y" * 2000), pool, [30.0])
+    slow = Sandbox._judge(Test.from_assert("assert sum(f(1), []) == []"), value([[k] for k in range(49_000)]), pool,
+                          [30.0])
+    spent = Sandbox._judge(Test.from_assert("assert f(1) == 2"), value(2), pool, [0.0])
+    honest = Sandbox._judge(Test.from_assert("assert f(1) == 2"), value(2), pool, [30.0])
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    pool.close()
+    assert not memory.passed and "memory" in memory.reason.lower(), memory.reason
+    assert not slow.passed and "longer than 3.0s" in slow.reason, slow.reason
+    assert not spent.passed and "budget" in spent.reason, spent.reason
+    assert honest.passed, honest.reason
+    assert after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime < 1.0
+    assert time.perf_counter() - start < 20
+
+
 # ----------------------------------------------------------------- honest scoring of correct code
 
 

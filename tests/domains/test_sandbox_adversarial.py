@@ -34,13 +34,13 @@ TIMEOUT = 3.0
 SIGSYS = "terminated by signal 31 (SIGSYS)"  # a refused system call (the runner's seccomp filter)
 
 
-def attack(code, tests, timeout_s=TIMEOUT):
+def attack(code, tests, timeout_s=TIMEOUT, setup=""):
     """The results of a hostile candidate on ``tests``; None where this host refuses to run it (asserted)."""
     if REFUSES:
         with pytest.raises(SandboxError, match="refusing"):
-            dc.execute(code, tests, timeout_s=timeout_s)
+            dc.execute(code, tests, setup, timeout_s=timeout_s)
         return None
-    return dc.execute(code, tests, timeout_s=timeout_s)
+    return dc.execute(code, tests, setup, timeout_s=timeout_s)
 
 
 def pool(**kwargs):
@@ -591,7 +591,8 @@ def test_the_runner_has_limits_of_its_own():
     if limits is None:
         return
     rows = {line[:26].strip(): line[26:].split()[:2] for line in limits.splitlines()[1:]}
-    assert rows["Max core file size"] == ["0", "0"] and rows["Max address space"][1] != "unlimited", rows
+    # soft 0 (and not dumpable: no core at all); hard 1, so a test child can be given RLIMIT_CORE 1 (issue 39)
+    assert rows["Max core file size"] == ["0", "1"] and rows["Max address space"][1] != "unlimited", rows
 
 
 def test_huge_results_are_cut_off_in_the_sandbox():
@@ -1061,11 +1062,18 @@ def test_resource_counters_are_the_box_s_own_and_charged_to_its_own_user():
     run.start()
     time.sleep(1.5)  # the candidate holds its instances now
     owners = set()
-    for inner, pid in _sandboxed_processes().items():
+    inside = _sandboxed_processes()
+    assert inside, "no sandboxed process found"
+    for pid in inside.values():
         try:
             owners.add(_namespace_owner(pid))
-        except OSError:  # the runner (not dumpable: an unprivileged host may not open its namespace)
-            assert inner == "1"
+        except OSError:  # not dumpable (the runner, and the test children: issue 39): on an unprivileged host, the
+            assert not ROOT  # namespace is read from the runner's parent outside the PID namespace, inside it
+            parent = int(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[1])
+            while parent > 1 and parent in inside.values():
+                parent = int(Path(f"/proc/{parent}/stat").read_bytes().rsplit(b")", 1)[1].split()[1])
+            if os.stat(f"/proc/{parent}/ns/user").st_ino != os.stat("/proc/self/ns/user").st_ino:
+                owners.add(_namespace_owner(parent))
     libc = __import__("ctypes").CDLL(None, use_errno=True)
     host = [libc.inotify_init1(0) for _ in range(8)]
     run.join()
@@ -1164,16 +1172,16 @@ def forged():
 
 def test_the_host_reads_a_bounded_report_whatever_the_candidate_sends(monkeypatch):
     """A forged 4 MiB report of 1.3 M empty lists is refused inside the sandbox (the host never parses it), a wrong
-    answer far larger than the expected value is cut there too, and a whole candidate's values are capped together:
-    right-looking results of 100,000 items each reach the host only up to ``max_report_bytes``; the tests over it fail
-    with the reason."""
+    answer far larger than the expected value is refused by the host before it is decoded (the sandbox never knows
+    the expected value's size: issue 39), and a whole candidate's values are capped together: right-looking results
+    of 100,000 items each reach the host only up to ``max_report_bytes``; the tests over it fail with the reason."""
     sizes = []
     launch = sbx._launch
 
     def spy(*args, **kwargs):
-        out, err, rc = launch(*args, **kwargs)
+        out, err, rc, seconds = launch(*args, **kwargs)
         sizes.append(len(out))
-        return out, err, rc
+        return out, err, rc, seconds
 
     monkeypatch.setattr(sbx, "_launch", spy)
     sb = pool(workers=1, limits=Limits(max_report_bytes=4 << 20))
@@ -1184,10 +1192,10 @@ def test_the_host_reads_a_bounded_report_whatever_the_candidate_sends(monkeypatc
     assert not forged.passed and forged.reason == "malformed result message", forged.reason
     assert sizes[-1] < 64 << 10  # the host read a short report, not the 4 MiB
     wrong = sb.run(REPORT, [Test(expected=[[1]], expr="many(49990)") for _ in range(3)])
-    assert all(r.reason == "result larger than "
-                           f"{8 * len(json.dumps(['list', [['list', [['int', '1']]]]])) + 4096} bytes"
-               for r in wrong), wrong[0].reason  # a value test's own cap: 8 x its expected value's size + 4 KiB
-    assert sizes[-1] < 64 << 10
+    cap = f"result larger than {8 * len(json.dumps(['list', [['list', [['int', '1']]]]])) + 4096} bytes"
+    assert [r.reason for r in wrong[:2]] == [cap] * 2, wrong[0].reason  # its own cap: 8 x the expected size + 4 KiB
+    assert "together are larger than" in wrong[2].reason, wrong[2].reason  # the third is over the report's cap
+    assert sizes[-1] <= sbx._report_cap(sb.limits, 3)
     expected = [[i] for i in range(49_990)]
     start = time.perf_counter()
     results = sb.run(REPORT, [Test(expected=expected, expr="many(49990)") for _ in range(6)], timeout_s=10)
@@ -1218,3 +1226,223 @@ def test_system_v_objects_do_not_carry_anything_to_the_candidate_s_next_test():
         made = json.loads(results[0].reason[4:])
         assert all(x >= 0 for x in made), made  # the first test made all three
         assert results[1].passed, results[1].reason
+
+
+# --- Issue 39: nothing derived from the answer inside, no core ever, the host's judging bounded ----------------
+
+LENGTH_ORACLE = '''
+import ctypes, json, os, sys
+def _leaks():
+    """Every number the candidate's process can find that the host derived from the expected value or the
+    reference: payload caps and time limits in the frames above, and their text anywhere in raw memory."""
+    found = {}
+    frame = sys._getframe()
+    while frame is not None:
+        for value in list(frame.f_locals.values()):
+            for d in ([value] if isinstance(value, dict) else []) + (value if isinstance(value, list) else []):
+                if isinstance(d, dict):
+                    for key in ("max_bytes", "timeout_s", "candidate_timeout_s"):
+                        if key in d:
+                            found.setdefault(key, d[key])
+        frame = frame.f_back
+    return found
+def _raw(codes):
+    """Whether the text of ``codes`` (character codes: the needle is never in this source, nor built through a
+    temporary text) is anywhere in this process's memory near its heaps (Python's, malloc's, mmap'd) but in the
+    needle itself (write(2) from an
+    unmapped page fails with EFAULT instead of crashing the scanner)."""
+    needle = bytes(codes)
+    own = (id(needle), id(needle) + sys.getsizeof(needle))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.malloc.restype = ctypes.c_void_p
+    r, w = os.pipe()
+    anchors = {(a & ~0xFFFF) + page * 65536 for a in (id(sys.modules), libc.malloc(64), libc.malloc(1 << 20))
+               for page in range(-1024, 1024)}
+    try:
+        for start in sorted(anchors):
+            n = libc.write(w, ctypes.c_void_p(start), 65536)
+            data = os.read(r, n) if n > 0 else b""
+            at = data.find(needle)
+            while at >= 0:
+                if not own[0] <= start + at < own[1]:
+                    return True
+                at = data.find(needle, at + 1)
+    finally:
+        os.close(r)
+        os.close(w)
+    return False
+def truth():
+    cap = _leaks().get("max_bytes")
+    if cap is None:
+        return None
+    # a value test's cap is 8 x len(json of the expected value) + 4096: 14 bytes for True, 15 for False
+    return {len(json.dumps(["bool", True])): True, len(json.dumps(["bool", False])): False}.get((cap - 4096) // 8)
+def seen():
+    limit, cap = [50, 46, 55, 49, 56, 50, 56], [34, 109, 97, 120, 95, 98, 121, 116, 101, 115, 34, 58, 32]
+    return [sorted(_leaks()), _raw(limit), _raw(cap)]
+def cpu():
+    import resource
+    return resource.getrlimit(resource.RLIMIT_CPU)[0]  # was the test's time limit + 2 s
+'''
+
+
+def test_nothing_derived_from_the_expected_value_or_the_reference_is_inside_the_sandbox():
+    """Issue 39, 1: a value test's payload carried its cap (8 x the expected value's encoding + 4 KiB) and its time
+    limit; a candidate walking its frames read True/False off the cap (8 of 50 MBPP+ bool tasks passed). The runner
+    now gets the inputs only: no frame, no byte of its memory holds a cap or a time limit (2.71828 s, the JSON
+    key ``"max_bytes": ``: both were in the job the runner parsed before it forked the test)."""
+    tests = [Test(expected=True, expr="truth()", timeout_s=2.71828), Test(expected=False, expr="truth()"),
+             Test(expected=[[], False, False], expr="seen()", timeout_s=2.71828),
+             Test(expected=None, expr="cpu()", timeout_s=2.0), Test(expected=None, expr="cpu()", timeout_s=9.0)]
+    results = attack(LENGTH_ORACLE, tests)
+    if results is not None:
+        assert not results[0].passed and not results[1].passed, (results[0].reason, results[1].reason)
+        assert results[2].passed, results[2].reason
+        assert results[3].reason == results[4].reason, (results[3].reason, results[4].reason)  # one CPU ceiling
+
+
+SETUP_COMPARAND = '''
+def f(x):
+    globals()["expected"] = 3
+    return 3
+def g(x):
+    x.append(9)  # the setup's own list, changed in place through the argument
+    return x
+'''
+
+
+def test_a_comparand_defined_in_the_setup_cannot_be_changed_by_the_candidate():
+    """Issue 39, 1: ``assert f(1) == expected`` with ``expected`` from the setup: ``f`` rebinding the name made the
+    probe agree with it. The setup's own values are evaluated without candidate code, once, on loading."""
+    asserts = ["assert f(1) == expected", "assert f(1) + 1 == expected + 1", "assert g(listed) == listed"]
+    results = attack(SETUP_COMPARAND, asserts, setup="expected = 5\nlisted = [1]") if not REFUSES else None
+    if REFUSES:
+        with pytest.raises(SandboxError):
+            dc.execute(SETUP_COMPARAND, ["assert f(1) == expected"], setup="expected = 5")
+        return
+    assert [r.passed for r in results] == [False, False, False], [r.reason for r in results]
+    honest = dc.execute("def f(x):\n    return 5\ndef g(x):\n    return x", asserts, setup="expected = 5\nlisted = [1]")
+    assert all(r.passed for r in honest), [r.reason for r in honest]
+
+
+CRASHES = '''
+import ctypes, os, resource, signal, subprocess, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def keyctl():
+    libc.syscall({"x86_64": 250, "aarch64": 219}.get(os.uname().machine, 250), 0, 0)
+    return 1
+def segv():
+    ctypes.string_at(0)
+    return 1
+def abort():
+    os.abort()
+def dumpable_again():
+    libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
+    os.abort()
+def core_limit_lowered():
+    for soft in (0, resource.RLIM_INFINITY):
+        try:
+            resource.setrlimit(resource.RLIMIT_CORE, (soft, soft))
+        except (OSError, ValueError):
+            pass
+    os.abort()
+def exec_and_crash():
+    """An exec'd image is dumpable again (the kernel resets it on exec): it crashes in a fresh process."""
+    subprocess.run(["/bin/sh", "-c", "ulimit -c 0; kill -SEGV $$"])
+    subprocess.run([sys.executable, "-c", "import os; os.abort()"])
+    return 1
+'''
+CORE_CALLS = ["keyctl()", "segv()", "abort()", "dumpable_again()", "core_limit_lowered()", "exec_and_crash()"]
+
+
+@pytest.fixture
+def core_helper(tmp_path):
+    """As root: the host's ``core_pattern`` pointed at a stand-in helper that records every run (restored afterwards,
+    whatever happens); yields the folder it records into, or None where ``core_pattern`` cannot be written."""
+    pattern = Path("/proc/sys/kernel/core_pattern")
+    if not ROOT:
+        yield None
+        return
+    old = pattern.read_text().rstrip("\n")
+    out = tmp_path / "cores"
+    out.mkdir(mode=0o777)
+    helper = tmp_path / "helper.sh"
+    helper.write_text(f"#!/bin/sh\necho \"$1 $2 $3\" > {out}/ran.$1\ncat > /dev/null\n")
+    helper.chmod(0o755)
+    try:
+        pattern.write_text(f"|{helper} %p %e %s\n")
+    except OSError:
+        yield None
+        return
+    try:
+        yield out
+    finally:
+        pattern.write_text(old + "\n")
+
+
+def test_no_candidate_ever_dumps_core_or_starts_the_host_s_core_helper(core_helper):
+    """Issue 39, 2: test children were dumpable (to write their OOM score) and the filter kills with SIGSYS, a
+    core-dumping signal; RLIMIT_CORE=0 does not stop a pipe ``core_pattern``, so a candidate calling ``keyctl`` made
+    the host run its core helper as root. Test children are not dumpable now (and cannot become so), and what they
+    exec has RLIMIT_CORE 1 (the kernel's "no pipe" value, under any file core's minimum) that it cannot lower: with a
+    stand-in helper as the host's ``core_pattern``, no crash of any kind runs it."""
+    results = attack(CRASHES, [Test(expected=0, expr=c) for c in CORE_CALLS])
+    if core_helper is not None:
+        time.sleep(0.5)  # a helper started by the kernel has long written its line by now
+        assert sorted(os.listdir(core_helper)) == [], [p.read_text() for p in core_helper.iterdir()]
+    if results is not None:
+        assert not any(r.passed for r in results), [r.reason for r in results]
+        assert results[0].reason == SIGSYS
+    probe = attack("import ctypes, resource\ndef f():\n    return [ctypes.CDLL(None).prctl(3, 0, 0, 0, 0), "
+                   "list(resource.getrlimit(resource.RLIMIT_CORE))]", [Test(expected=[0, [1, 1]], expr="f()")])
+    if probe is not None:
+        assert probe[0].passed, probe[0].reason  # PR_GET_DUMPABLE is 0, the core limit 1 (soft and hard)
+    assert_host_alive()
+
+
+HOST_WORK = '''
+def flood(n):
+    m = (1 << 61) - 1
+    return [7 + k * m for k in range(n)]
+def wide():
+    return "%300000000d"
+def lists(n):
+    return [[k] for k in range(n)]
+def width():
+    return 300000000
+'''
+
+
+def _host_cost(run):
+    """(host CPU seconds, host peak resident MiB above the baseline) of ``run()`` in this process."""
+    import resource
+
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+    rss = lambda key: int(next(x for x in Path("/proc/self/status").read_text().splitlines()  # noqa: E731
+                               if x.startswith(key + ":")).split()[1]) / 1024
+    base, me = rss("VmRSS"), resource.getrusage(resource.RUSAGE_SELF)
+    out = run()
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    return out, after.ru_utime + after.ru_stime - me.ru_utime - me.ru_stime, rss("VmHWM") - base
+
+
+def test_the_host_s_own_work_on_a_candidate_s_output_is_bounded(monkeypatch):
+    """Issue 39, 3: the host's check built a set from a decoded list of 20,000 colliding ints (12.3 s of host CPU,
+    the GIL held) and formatted ``'%300000000d' % 2`` (+286 MiB). Checks run in a judge process with a time and a
+    memory limit, and refuse hash-flooding containers and huge format widths outright."""
+    from domains.code import judge
+
+    monkeypatch.setattr(judge, "JUDGE_TEST_S", 1.0)
+    tests = ["assert set(flood(40000)) == set((4, 5))", "assert frozenset(flood(40000)) == frozenset()",
+             "assert wide() % 2 == 1", "assert '%*d' % (width(), 1) == ''",
+             "assert sum(lists(49000), []) == []"]  # quadratic: no guard of its own, the judge's time limit ends it
+    results, cpu, peak = _host_cost(lambda: attack(HOST_WORK, tests, timeout_s=10.0))
+    if results is not None:
+        assert [r.passed for r in results] == [False] * 5, [r.reason for r in results]
+        assert all("collide" in r.reason for r in results[:2]) and "format width" in results[2].reason
+        assert "format width" in results[3].reason and "longer than 1.0s" in results[4].reason, results[4].reason
+    assert cpu < 2.0 and peak < 100, (cpu, peak)
+    assert_host_alive()
