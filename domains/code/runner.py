@@ -215,10 +215,16 @@ DEVICES = ("null", "zero", "full", "random", "urandom")
 # namespace's total; the sysctls are the namespace's own counters (written from its init). No honest test
 # needs a message queue, locked memory, fanotify or more than a few inotify instances.
 BOX_RLIMITS = (("RLIMIT_MSGQUEUE", 0), ("RLIMIT_MEMLOCK", 0), ("RLIMIT_SIGPENDING", 256))
-BOX_SYSCTLS = (("user/max_inotify_instances", 8), ("user/max_inotify_watches", 1024),
+# No inotify either: a watch is kernel state a candidate could read another's activity through.
+BOX_SYSCTLS = (("user/max_inotify_instances", 0), ("user/max_inotify_watches", 0),
                ("user/max_fanotify_groups", 0), ("user/max_fanotify_marks", 0))
+# The namespaces the runner itself makes after set-up (a PID and an IPC namespace per test, so pid and System V id
+# counters restart), room for the ones still being freed; none of any other kind, and the candidate makes none
+# (the system-call filter kills unshare, setns and clone with a namespace flag).
+RUNNER_NAMESPACES = {"pid": 8, "ipc": 64}
 NAMESPACE_KINDS = ("user", "mnt", "pid", "net", "ipc", "uts", "cgroup", "time")
 _LIBC = []
+_PIDNS = []  # the runner's own PID namespace (a descriptor: each test gets a fresh child of it)
 _PROC = []  # the runner's own /proc (a directory descriptor; candidates have no /proc at all)
 
 
@@ -522,17 +528,10 @@ def bind_readonly(source, target, extra):
 
 def open_sources(job):
     """Every bind source, opened (``O_PATH``) while the runner still has the file access it was started
-    with (a root host: before becoming the leased uid) and before any mount could hide a source."""
-    sources = {}
-    for d in SYSTEM_DIRS:
-        if os.path.islink(d):
-            sources[d] = ("link", os.readlink(d))
-        elif os.path.isdir(d):
-            sources[d] = ("dir", os.open(d, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
-    prefix = os.path.realpath(job["prefix"])
-    covered = any(prefix == d or prefix.startswith(d + "/") for d in sources if sources[d][0] == "dir")
-    if not covered and prefix != "/":
-        sources[prefix] = ("dir", os.open(prefix, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+    with (a root host: before becoming the leased uid) and before any mount could hide a source: the pool's
+    image (``image.py``: the box's own copy of the Python installation and the system files it needs) and the
+    device nodes."""
+    sources = {"image": ("image", os.open(job["image"], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))}
     for name in DEVICES:
         if os.path.exists("/dev/" + name):
             sources["/dev/" + name] = ("device", os.open("/dev/" + name, os.O_PATH | os.O_CLOEXEC))
@@ -540,27 +539,30 @@ def open_sources(job):
 
 
 def build_root(job, sources):
-    """The new root (see the module docstring) from the opened ``sources``; ends with this process in it, at ``/``."""
+    """The new root (see the module docstring) from the opened ``sources``; ends with this process in it, at ``/``.
+    The root is an overlay of this box alone (its own superblock, inodes and dentries) over two read-only layers:
+    a small tmpfs with the mount points, and the pool's image (a tmpfs copy of the Python installation). Nothing
+    of the host's file systems is reachable but the five device nodes."""
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     new = "/tmp" if os.path.isdir("/tmp") and not os.path.islink("/tmp") else "/mnt"
     mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=4096,mode=0755")
     os.chdir(new)
-    os.mkdir("dev", 0o755)
-    for path, (kind, what) in sorted(sources.items()):
-        rel = path.lstrip("/")
-        if kind == "link":
-            os.symlink(what, rel)
-        elif kind == "dir":
-            os.makedirs(rel, 0o755, exist_ok=True)
-            bind_readonly("/proc/self/fd/%d" % what, rel, MS_NOSUID | MS_NODEV)
-        else:  # a device node: a mount point file of our own, the host's node bound read-only over it
-            os.close(os.open(rel, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o666))
-            bind_readonly("/proc/self/fd/%d" % what, rel, MS_NOSUID | MS_NOEXEC)
-        if kind != "link":
-            os.close(what)
-    os.symlink("/sandbox", "dev/shm")
-    for d in ("proc", "sandbox", "tmp"):
+    for d in ("top", "root", "top/dev", "top/proc", "top/sandbox", "top/tmp"):
         os.mkdir(d, 0o755)
+    os.symlink("/sandbox", "top/dev/shm")
+    for path, (kind, _) in sources.items():
+        if kind == "device":  # a mount point file of our own, the host's node bound read-only over it
+            os.close(os.open("top" + path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o666))
+    image = sources.pop("image")[1]
+    try:
+        mount("overlay", "root", "overlay", MS_RDONLY | MS_NOSUID | MS_NODEV,
+              "lowerdir=%s/top:/proc/self/fd/%d" % (new, image))
+    finally:
+        os.close(image)
+    os.chdir("root")
+    for path, (kind, what) in sorted(sources.items()):
+        bind_readonly("/proc/self/fd/%d" % what, path.lstrip("/"), MS_NOSUID | MS_NOEXEC)
+        os.close(what)
     proc = True
     try:
         mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -569,14 +571,16 @@ def build_root(job, sources):
         proc = False  # the runner only (its "self" is still the reader: a test child sets its own OOM score there)
         own = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     _PROC[:] = [own]
+    _PIDNS[:] = [os.open("self/ns/pid", os.O_RDONLY | os.O_CLOEXEC, dir_fd=own) if proc else
+                 os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)]
     pivot_root(".", ".")
     umount(".")  # the host's tree, stacked on top by pivot_root, goes away
     os.chdir("/")
     if proc:
         for kind in NAMESPACE_KINDS:
-            try:  # no namespace of any kind can be made inside (the system-call filter refuses them too)
-                write_proc("sys/user/max_%s_namespaces" % kind, "0")
-            except OSError:
+            try:  # no namespace of any kind can be made inside (the system-call filter refuses them too), but the
+                write_proc("sys/user/max_%s_namespaces" % kind, str(RUNNER_NAMESPACES.get(kind, 0)))
+            except OSError:  # runner's own per test (a PID and an IPC namespace: fresh counters)
                 pass
         for name, value in BOX_SYSCTLS:
             try:
@@ -584,7 +588,7 @@ def build_root(job, sources):
             except FileNotFoundError:
                 pass  # a kernel without this counter
         umount("/proc")  # candidates get no /proc: no kernel command line, host counters, mount table or devices
-    mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     libc().sethostname(b"sandbox", 7)
     return {"proc": proc}
 
@@ -610,21 +614,54 @@ def _box_state():
 
 
 def fresh_box(job):
-    """An empty ``/sandbox`` (and ``/tmp``, the same tmpfs) for the next test: the last test's when it
-    left it exactly as mounted (no file, same mode, owner and times; its processes are all dead by now), else
-    a new tmpfs (a remount costs an RCU grace period, milliseconds)."""
-    if _BOX and _box_state() == _BOX[0]:
-        return
-    for d in ("/tmp", "/sandbox"):
-        try:
-            umount(d)
-        except OSError:
-            pass
+    """Fresh kernel counters for the next test: an empty ``/sandbox`` (and ``/tmp``) on a new tmpfs (a new
+    superblock: its inode numbers restart, whatever an ``O_TMPFILE`` consumed), a new IPC namespace (System V ids
+    restart; the last test's objects die with its namespace) and a new PID namespace whose init is a reaper of
+    the runner's (the test child is pid 2 there, every test). The last test's tmpfs is unmounted when it left
+    anything (its pages freed now), else left covered (an unmount costs an RCU grace period)."""
+    if not (_BOX and _box_state() == _BOX[0]):
+        for d in ("/tmp", "/sandbox"):
+            try:
+                umount(d)
+            except OSError:
+                pass
     mount("tmpfs", "/sandbox", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOATIME,
           "size=%dm,nr_inodes=%d,mode=0700,uid=%d,gid=%d" % (job["disk_mb"], job.get("inodes", 16384), INSIDE_UID,
                                                             INSIDE_UID))
     mount("/sandbox", "/tmp", None, MS_BIND)
     _BOX[:] = [_box_state()]
+    for attempt in range(100):  # the namespaces of the last test are freed asynchronously: their count drops soon
+        try:
+            _call("unshare IPC", libc().unshare(CLONE_NEWIPC))
+            setns(_PIDNS[0], CLONE_NEWPID)  # back to the runner's own, so the next one is its child
+            _call("unshare PID", libc().unshare(CLONE_NEWPID))
+            break
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC or attempt == 99:
+                raise
+            time.sleep(0.005)
+    reaper()
+
+
+def reaper():
+    """The init of the next test's PID namespace: holds nothing (every descriptor closed) and reaps orphans
+    until the runner kills it after the test."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.closerange(0, 1 << 20)
+            limit({"RLIMIT_NOFILE": 1})
+            drop_privileges()
+            signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])  # kept pending until sigwait takes it
+            while True:
+                try:
+                    os.wait()
+                except ChildProcessError:
+                    signal.sigwait([signal.SIGCHLD])
+                except BaseException:  # noqa: BLE001 - never leaves the loop
+                    pass
+        finally:
+            os._exit(0)
 
 
 def drop_to_lease(job):

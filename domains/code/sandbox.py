@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import cgroups, uids
+from . import cgroups, image, uids
 from .assertions import Assertion, CheckError, compile_assertion
 from .runner import MAX_REASON, encode
 from .values import decode, equal
@@ -188,16 +188,23 @@ def isolation_probe() -> dict:
             job = {"probe": True, "isolation": "namespaces", "prefix": os.path.realpath(sys.base_prefix),
                    "tests": [], "timeout_s": 1.0, "candidate_timeout_s": 1.0, "limits": {}}
             try:
+                job["image"] = _image()
                 out, err, rc = _launch(os.path.realpath(sys.executable), job, 20.0)
                 lines = out.split(b"\n")
                 if lines[0] == b"READY":
                     report.update(namespaces=True, proc=bool(json.loads(lines[1]).get("proc")))
                 else:
                     report["reason"] = err.decode("utf-8", "replace").strip()[-300:] or f"runner exited with {rc}"
-            except (OSError, ValueError, IndexError, subprocess.SubprocessError, uids.LeaseError) as exc:
+            except (OSError, ValueError, IndexError, subprocess.SubprocessError, uids.LeaseError,
+                    image.ImageError) as exc:
                 report["reason"] = f"{type(exc).__name__}: {exc}"
             _PROBE = report
     return dict(_PROBE)
+
+
+def _image() -> str:
+    """The box's own copy of this Python installation and what it loads (``image.py``), made once per process."""
+    return image.image_for(os.path.realpath(sys.base_prefix), os.path.realpath(sys.executable))
 
 
 def namespaces_available() -> bool:
@@ -363,6 +370,8 @@ class Sandbox:
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="sandbox")
         self.python = os.path.realpath(sys.executable)
         self.prefix = os.path.realpath(sys.base_prefix)
+        # what every box of this pool reads (its own overlay over it): not the host's folders
+        self.image = _image() if self.isolation == "namespaces" else None
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -397,6 +406,7 @@ class Sandbox:
         budget = sum(float(p.get("timeout_s", timeout_s)) for p in payloads) + 2.0
         job = {"code": str(code), "setup": setup or "", "tests": list(payloads), "isolation": self.isolation,
                "timeout_s": float(timeout_s), "candidate_timeout_s": budget, "prefix": self.prefix,
+               "image": self.image,
                "disk_mb": lim.disk_mb, "max_output_bytes": lim.max_output_bytes,
                "max_result_bytes": lim.max_result_bytes, "max_report_bytes": lim.max_report_bytes,
                "limits": {"RLIMIT_CPU": lim.cpu_s, "RLIMIT_AS": lim.memory_mb << 20, "RLIMIT_FSIZE": lim.file_mb << 20,
