@@ -29,6 +29,8 @@ SKIPPED_EXTENSIONS = ("_tkinter", "_test", "_xxtest", "xxlimited", "_ctypes_test
 # executables an honest test may start (subprocess) and the system files the loader and time functions read
 EXECUTABLES = ("/bin/sh", "/bin/true", "/bin/false", "/usr/bin/env")
 SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime")
+# the C library's own parts, which ctypes users name (found beside libc.so.6)
+LIBC_PARTS = ("libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1", "libutil.so.1")
 TOP_LINKS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
 
 
@@ -97,7 +99,10 @@ def build(root: str, prefix: str, python: str) -> None:
     files = _stdlib_files(prefix)
     executables = [e for e in EXECUTABLES if os.path.exists(e)] + [python]
     binaries = [f for f in files if f.endswith(".so")] + [os.path.realpath(e) for e in executables]
-    for path in sorted(set(files) | set(executables) | _needed_libraries(binaries)):
+    libraries = _needed_libraries(binaries)
+    for lib in [x for x in libraries if os.path.basename(x) == "libc.so.6"]:
+        libraries |= {p for p in (os.path.join(os.path.dirname(lib), n) for n in LIBC_PARTS) if os.path.exists(p)}
+    for path in sorted(set(files) | set(executables) | libraries):
         _place(path, root)
     for path in SYSTEM_FILES:
         if os.path.exists(path):
