@@ -1218,3 +1218,250 @@ def test_system_v_objects_do_not_carry_anything_to_the_candidate_s_next_test():
         made = json.loads(results[0].reason[4:])
         assert all(x >= 0 for x in made), made  # the first test made all three
         assert results[1].passed, results[1].reason
+
+
+# --- No kernel state shared with the host or a neighbour (issue 39, principle 4) -----------------
+# Each box reads its own overlay over a tmpfs image of the Python installation (domains/code/image.py), not the
+# host's folders; each test gets a fresh tmpfs, IPC and PID namespace. Against the host's folders bound into the
+# box, every attack below got through.
+
+STDLIB = os.path.dirname(os.__file__)  # the same path inside the box (the image keeps the host's paths)
+
+
+def _negative_dentries():
+    return int(Path("/proc/sys/fs/dentry-state").read_text().split()[4])
+
+
+DENTRIES = '''
+import os
+def spray(n):
+    d = os.path.dirname(os.__file__)
+    for i in range(n):
+        try:
+            os.stat("%s/c3-no-such-%d" % (d, i))
+        except OSError:
+            pass
+    return 1
+'''
+
+
+def test_a_candidate_adds_no_negative_dentries_to_the_host_s_cache():
+    """150,000 lookups of missing names in the standard library's folder: on the host's folders each one stayed in
+    the host's dentry cache (+150k); on the box's tmpfs image a negative dentry is dropped on last use."""
+    before = _negative_dentries()
+    results = attack(DENTRIES, [Test(expected=1, expr="spray(150000)")], timeout_s=20)
+    grown = _negative_dentries() - before
+    if results is not None:
+        assert results[0].passed, results[0].reason
+        assert grown < 50_000, grown
+
+
+EVICT = '''
+import os
+def evict(path):
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    try:
+        os.preadv(fd, [bytearray(1 << 16)], 0, os.RWF_NOWAIT)
+        return "cached"  # still resident in its own copy
+    except BlockingIOError:
+        return "evicted"
+    except OSError:
+        return "cannot tell"  # the box's overlay refuses RWF_NOWAIT
+    finally:
+        os.close(fd)
+'''
+
+
+def _resident(path):
+    """Whether the host's ``path`` is in the page cache (a read that must not wait for the disk)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.preadv(fd, [bytearray(1 << 16)], 0, os.RWF_NOWAIT) > 0
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def test_a_candidate_cannot_evict_the_host_s_files_from_the_page_cache():
+    """``posix_fadvise(DONTNEED)`` on the box's copy of a Python file: the host's file stays cached (on the bound
+    host folder it was evicted and the host's next import read it from disk), and the box's copy, on tmpfs,
+    stays resident too (and its overlay refuses ``RWF_NOWAIT``: no page-cache probe tells anything)."""
+    path = os.path.join(STDLIB, "_pydecimal.py")
+    Path(path).read_bytes()
+    assert _resident(path)
+    results = attack(EVICT, [Test(expected="evicted", expr=f"evict({path!r})")])
+    if results is not None:
+        assert not results[0].passed and results[0].status == "failed", results[0].reason
+        assert _resident(path)
+
+
+LOCKER = '''
+import fcntl, os, time
+def hold(path, seconds):
+    fd = os.open(path, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    fcntl.lockf(fd, fcntl.LOCK_SH)  # a POSIX read lock too
+    time.sleep(seconds)
+    return 1
+'''
+WATCHER = '''
+import fcntl, os, struct, time
+def seen(path, seconds):
+    """Whether another sandbox's lock on ``path`` is visible from here, within ``seconds``."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return "flock"
+            query = struct.pack("hhqqi", fcntl.F_WRLCK, 0, 0, 0, 0)
+            if struct.unpack("hhqqi", fcntl.fcntl(fd, fcntl.F_GETLK, query))[0] != fcntl.F_UNLCK:
+                return "posix lock"
+        finally:
+            os.close(fd)
+        time.sleep(0.05)
+    return "nothing"
+'''
+
+
+def test_two_concurrent_sandboxes_share_no_lock_on_a_file_both_read():
+    """One sandbox locks the interpreter's own executable and a Python file (flock and a POSIX read lock) while a
+    concurrent one looks for the locks: on the bound host folders they were one inode, an exact covert channel;
+    each box's overlay is a superblock of its own, so the second box sees nothing, and neither does the host."""
+    sb = pool(workers=2)
+    if sb is None:
+        return
+    for path in ("/usr/bin/true", os.path.join(STDLIB, "os.py")):
+        jobs = [(LOCKER, [Test(expected=1, expr=f"hold({path!r}, 3.0)")], ""),
+                (WATCHER, [Test(expected="nothing", expr=f"seen({path!r}, 2.5)")], "")]
+        results = sb.run_many(jobs, timeout_s=8)
+        assert results[0][0].passed, results[0][0].reason
+        assert results[1][0].passed, (path, results[1][0].reason)
+    sb.close()
+
+
+NOTIFY = '''
+import ctypes, os, time
+def watch(seconds):
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(os.O_NONBLOCK)
+    if fd < 0:
+        return "no inotify"
+    d = os.path.dirname(os.__file__)
+    for where in (d, d + "/__pycache__"):
+        libc.inotify_add_watch(fd, where.encode(), 0x20 | 0x01)  # IN_OPEN | IN_ACCESS
+    time.sleep(seconds)
+    try:
+        events = os.read(fd, 1 << 16)
+    except BlockingIOError:
+        events = b""
+    return "saw colorsys" if b"colorsys" in events else "saw nothing"
+'''
+IMPORTER = '''
+import time
+def load():
+    time.sleep(0.8)
+    import colorsys, wave
+    return 1
+'''
+
+
+def test_a_sandbox_cannot_watch_a_neighbour_s_imports():
+    """An inotify watch on the standard library's folders saw a concurrent sandbox import ``colorsys``; the box has
+    no inotify instance now (``user.max_inotify_instances`` 0), and each box's folders are its own anyway."""
+    sb = pool(workers=2)
+    if sb is None:
+        return
+    results = sb.run_many([(NOTIFY, [Test(expected="no inotify", expr="watch(2.5)")], ""),
+                           (IMPORTER, [Test(expected=1, expr="load()")], "")], timeout_s=8)
+    assert results[1][0].passed, results[1][0].reason
+    assert results[0][0].passed, results[0][0].reason
+    sb.close()
+
+
+CACHE_PROBE = '''
+import os
+def send(path, bit):
+    fd = os.open(path, os.O_RDONLY)
+    if bit:
+        os.read(fd, 1 << 20)
+    else:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    return 1
+def receive(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.preadv(fd, [bytearray(4096)], 0, os.RWF_NOWAIT)
+        return "cached"
+    except BlockingIOError:
+        return "evicted"
+    except OSError:
+        return "cannot tell"  # the box's overlay refuses RWF_NOWAIT
+    finally:
+        os.close(fd)
+'''
+
+
+def test_a_finished_sandbox_leaves_nothing_in_the_page_cache_for_a_later_one():
+    """A sandbox that evicts (bit 0) or reads (bit 1) a rarely used Python file, then a later sandbox that asks
+    whether it is cached (``preadv2(RWF_NOWAIT)``): through the host's page cache that was a channel; every box's
+    copy is on tmpfs now, always resident, so the receiver reads the same whatever was sent."""
+    path = os.path.join(STDLIB, "aifc.py")
+    got = []
+    for bit in (0, 1, 0):
+        send = attack(CACHE_PROBE, [Test(expected=1, expr=f"send({path!r}, {bit})")])
+        if send is None:
+            return
+        assert send[0].passed, send[0].reason
+        got.append(attack(CACHE_PROBE, [Test(expected="evicted", expr=f"receive({path!r})")])[0])
+    assert not any(r.passed for r in got) and len({r.reason for r in got}) == 1, [r.reason for r in got]
+
+
+COUNTERS_PER_TEST = '''
+import ctypes, os
+def counters():
+    fd = os.open("/sandbox", os.O_TMPFILE | os.O_RDWR, 0o600)  # an inode, no name: the box looks unused after
+    child = os.fork()
+    if child == 0:
+        os._exit(0)
+    os.waitpid(child, 0)
+    libc = ctypes.CDLL(None, use_errno=True)
+    ids = [libc.shmget(0, 4096, 0o600), libc.semget(0, 1, 0o600), libc.msgget(0, 0o600)]  # IPC_PRIVATE
+    return [os.fstat(fd).st_ino, os.getpid(), child] + ids
+'''
+
+
+def test_pid_inode_and_system_v_counters_restart_with_every_test():
+    """Each test reads the next tmpfs inode number (an ``O_TMPFILE`` leaves no file, so the box looked unused), its
+    own and its child's pids and fresh System V ids: before, each test saw the last one's counters moved on (a
+    channel from one test to the next, and the test's position); now every test sees the same."""
+    sb = pool(workers=1)
+    if sb is None:
+        return
+    raw = sb.raw(COUNTERS_PER_TEST, [{"index": i, "expr": "counters()"} for i in range(3)], "", 5.0)
+    assert all(r["status"] == "value" for r in raw), raw
+    values = [r["value"] for r in raw]
+    assert values[0] == values[1] == values[2], values
+    sb.close()
+
+
+HOST_TREE = '''
+import os
+def look():
+    there = [p for p in ("/etc/passwd", "/etc/hostname", "/usr/share", "/usr/include", "/work", "/home",
+                         os.path.join(os.path.dirname(os.__file__), "site-packages")) if os.path.exists(p)]
+    return [there, os.statvfs("/").f_blocks * os.statvfs("/").f_frsize <= 1 << 20]
+'''
+
+
+def test_the_box_reads_its_own_copy_not_the_host_s_folders():
+    """The host's folders are not there: no /etc/passwd, no /usr/share or headers, no third-party packages; the
+    root's file system is the box's own small one (not the host's disk, not the shared image's tmpfs)."""
+    results = attack(HOST_TREE, [Test(expected=[[], True], expr="look()")])
+    if results is not None:
+        assert results[0].passed, results[0].reason
