@@ -218,13 +218,12 @@ BOX_RLIMITS = (("RLIMIT_MSGQUEUE", 0), ("RLIMIT_MEMLOCK", 0), ("RLIMIT_SIGPENDIN
 # No inotify either: a watch is kernel state a candidate could read another's activity through.
 BOX_SYSCTLS = (("user/max_inotify_instances", 0), ("user/max_inotify_watches", 0),
                ("user/max_fanotify_groups", 0), ("user/max_fanotify_marks", 0))
-# The namespaces the runner itself makes after set-up (a PID and an IPC namespace per test, so pid and System V id
-# counters restart), room for the ones still being freed; none of any other kind, and the candidate makes none
+# The namespaces the runner itself makes after set-up (an IPC namespace per test, so System V ids restart), with
+# room for the ones still being freed; none of any other kind, and the candidate makes none
 # (the system-call filter kills unshare, setns and clone with a namespace flag).
-RUNNER_NAMESPACES = {"pid": 8, "ipc": 64}
+RUNNER_NAMESPACES = {"ipc": 256}
 NAMESPACE_KINDS = ("user", "mnt", "pid", "net", "ipc", "uts", "cgroup", "time")
 _LIBC = []
-_PIDNS = []  # the runner's own PID namespace (a descriptor: each test gets a fresh child of it)
 _PROC = []  # the runner's own /proc (a directory descriptor; candidates have no /proc at all)
 
 
@@ -560,7 +559,7 @@ def build_root(job, sources):
     finally:
         os.close(image)
     os.chdir("root")
-    for path, (kind, what) in sorted(sources.items()):
+    for path, (_, what) in sorted(sources.items()):
         bind_readonly("/proc/self/fd/%d" % what, path.lstrip("/"), MS_NOSUID | MS_NOEXEC)
         os.close(what)
     proc = True
@@ -571,8 +570,6 @@ def build_root(job, sources):
         proc = False  # the runner only (its "self" is still the reader: a test child sets its own OOM score there)
         own = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     _PROC[:] = [own]
-    _PIDNS[:] = [os.open("self/ns/pid", os.O_RDONLY | os.O_CLOEXEC, dir_fd=own) if proc else
-                 os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)]
     pivot_root(".", ".")
     umount(".")  # the host's tree, stacked on top by pivot_root, goes away
     os.chdir("/")
@@ -580,7 +577,7 @@ def build_root(job, sources):
         for kind in NAMESPACE_KINDS:
             try:  # no namespace of any kind can be made inside (the system-call filter refuses them too), but the
                 write_proc("sys/user/max_%s_namespaces" % kind, str(RUNNER_NAMESPACES.get(kind, 0)))
-            except OSError:  # runner's own per test (a PID and an IPC namespace: fresh counters)
+            except OSError:  # runner's own per test (an IPC namespace: fresh System V ids)
                 pass
         for name, value in BOX_SYSCTLS:
             try:
@@ -615,10 +612,10 @@ def _box_state():
 
 def fresh_box(job):
     """Fresh kernel counters for the next test: an empty ``/sandbox`` (and ``/tmp``) on a new tmpfs (a new
-    superblock: its inode numbers restart, whatever an ``O_TMPFILE`` consumed), a new IPC namespace (System V ids
-    restart; the last test's objects die with its namespace) and a new PID namespace whose init is a reaper of
-    the runner's (the test child is pid 2 there, every test). The last test's tmpfs is unmounted when it left
-    anything (its pages freed now), else left covered (an unmount costs an RCU grace period)."""
+    superblock: its inode numbers restart, whatever an ``O_TMPFILE`` consumed) and the PID namespace's last pid
+    set back (the test child is pid 2, every test); :func:`clear_ipc` gave it a new IPC namespace. The last test's
+    tmpfs is unmounted when it left anything (its pages freed now), else left covered (an unmount costs an RCU
+    grace period)."""
     if not (_BOX and _box_state() == _BOX[0]):
         for d in ("/tmp", "/sandbox"):
             try:
@@ -630,38 +627,10 @@ def fresh_box(job):
                                                             INSIDE_UID))
     mount("/sandbox", "/tmp", None, MS_BIND)
     _BOX[:] = [_box_state()]
-    for attempt in range(100):  # the namespaces of the last test are freed asynchronously: their count drops soon
-        try:
-            _call("unshare IPC", libc().unshare(CLONE_NEWIPC))
-            setns(_PIDNS[0], CLONE_NEWPID)  # back to the runner's own, so the next one is its child
-            _call("unshare PID", libc().unshare(CLONE_NEWPID))
-            break
-        except OSError as exc:
-            if exc.errno != errno.ENOSPC or attempt == 99:
-                raise
-            time.sleep(0.005)
-    reaper()
-
-
-def reaper():
-    """The init of the next test's PID namespace: holds nothing (every descriptor closed) and reaps orphans
-    until the runner kills it after the test."""
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.closerange(0, 1 << 20)
-            limit({"RLIMIT_NOFILE": 1})
-            drop_privileges()
-            signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])  # kept pending until sigwait takes it
-            while True:
-                try:
-                    os.wait()
-                except ChildProcessError:
-                    signal.sigwait([signal.SIGCHLD])
-                except BaseException:  # noqa: BLE001 - never leaves the loop
-                    pass
-        finally:
-            os._exit(0)
+    try:  # pids restart: every test child is pid 2 (everything of the last test is dead and reaped by now)
+        write_proc("sys/kernel/ns_last_pid", "1")
+    except OSError:
+        pass  # a kernel without ns_last_pid, or the host's /proc (the box could not mount its own)
 
 
 def drop_to_lease(job):
@@ -904,29 +873,17 @@ def end_test(pid, isolated, leased, reaped):
     return status
 
 
-IPC_RMID = 0
-
-
 def clear_ipc():
-    """Remove every System V shared memory segment, semaphore set and message queue of the sandbox's IPC
-    namespace (its own: the host's are not in it), after a test's processes are dead, so no such object
-    carries anything to the next test."""
-    lib = libc()
-    removers = (("shm", lambda i: lib.shmctl(i, IPC_RMID, None)), ("sem", lambda i: lib.semctl(i, 0, IPC_RMID)),
-                ("msg", lambda i: lib.msgctl(i, IPC_RMID, None)))
-    for kind, remove in removers:
-        fd = os.open("sysvipc/" + kind, os.O_RDONLY | os.O_CLOEXEC, dir_fd=_PROC[0])
+    """A new IPC namespace for the runner (and so the next test), after a test's processes are dead: the last
+    test's System V shared memory segments, semaphore sets and message queues die with its namespace, and System
+    V ids restart, so nothing carries to the next test."""
+    for attempt in range(200):  # the namespaces of earlier tests are freed asynchronously: their count drops soon
         try:
-            chunks = []
-            while True:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-        finally:
-            os.close(fd)
-        for line in b"".join(chunks).splitlines()[1:]:
-            _call("remove System V %s" % kind, remove(int(line.split()[1])))
+            return _call("unshare IPC", libc().unshare(CLONE_NEWIPC))
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC or attempt == 199:
+                raise
+            time.sleep(0.005)
 
 
 def _kill_children():
