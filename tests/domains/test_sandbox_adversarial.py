@@ -1465,3 +1465,144 @@ def test_the_box_reads_its_own_copy_not_the_host_s_folders():
     results = attack(HOST_TREE, [Test(expected=[[], True], expr="look()")])
     if results is not None:
         assert results[0].passed, results[0].reason
+
+
+# --- Round five on principle 4: attacks on the box's own image and per-test counters ------------------------------
+
+WRITE_IMAGE = '''
+import os
+def tamper():
+    target = os.__file__
+    tries = {"open for writing": lambda: os.open(target, os.O_WRONLY),
+             "create a file": lambda: os.open(os.path.join(os.path.dirname(target), "evil.py"), os.O_CREAT | os.O_WRONLY),
+             "chmod": lambda: os.chmod(target, 0o777), "utime": lambda: os.utime(target, (0, 0)),
+             "setxattr": lambda: os.setxattr(target, "user.c3", b"x"), "rename": lambda: os.rename(target, target + "x"),
+             "hard link": lambda: os.link(target, "/sandbox/os.py"), "mkdir in /": lambda: os.mkdir("/evil"),
+             "truncate": lambda: os.truncate(target, 0)}
+    done = []
+    for name, step in tries.items():
+        try:
+            step()
+            done.append(name)
+        except OSError:
+            pass
+    return done
+'''
+
+
+def test_the_image_cannot_be_changed_from_inside():
+    """Every way of writing to the box's copy of the Python installation fails (an overlay without an upper layer is
+    read-only), and the pool's image on the host is unchanged: a later box reads the same files."""
+    image = sbx._image()
+    copy = os.path.join(image, os.__file__.lstrip("/"))
+    before = os.stat(copy)
+    results = attack(WRITE_IMAGE, [Test(expected=[], expr="tamper()")])
+    if results is not None:
+        assert results[0].passed, results[0].reason
+        after = os.stat(copy)
+        assert (after.st_size, after.st_mtime_ns, after.st_mode) == (before.st_size, before.st_mtime_ns, before.st_mode)
+        assert not os.path.exists(os.path.join(os.path.dirname(copy), "evil.py"))
+
+
+STATFS = '''
+import os
+def sizes(host_devices):
+    small = [os.statvfs(p).f_blocks * os.statvfs(p).f_frsize <= 1 << 20 for p in ("/", os.__file__, "/usr/bin/true")]
+    return [all(small), any(os.stat(p).st_dev in host_devices for p in ("/", os.__file__, "/usr/bin/true"))]
+'''
+
+
+def test_the_shared_image_s_file_system_is_not_observable():
+    """``statvfs`` on any file of the image reports the box's own 1 MiB layer, not the host tmpfs that holds the
+    image (whose free space other users of /dev/shm change: a channel), and no host device number (the overlay's
+    own numbers)."""
+    devices = sorted({os.stat(p).st_dev for p in (sbx._image(), os.__file__, "/usr/bin/true", "/")})
+    results = attack(STATFS, [Test(expected=[True, False], expr=f"sizes({devices!r})")])
+    if results is not None:
+        assert results[0].passed, results[0].reason
+
+
+PAGEOUT = '''
+import ctypes, mmap, os
+def send(path):
+    fd = os.open(path, os.O_RDONLY)
+    m = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+    m.madvise(21)  # MADV_PAGEOUT
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    m.close()
+    os.close(fd)
+    return 1
+def receive(path):
+    fd = os.open(path, os.O_RDONLY)
+    size = min(os.fstat(fd).st_size, 16 << 12)
+    m = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    vec = (ctypes.c_ubyte * 16)()
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    rc = ctypes.CDLL(None, use_errno=True).mincore(ctypes.c_void_p(addr), ctypes.c_size_t(size), vec)
+    return "resident" if rc == 0 and all(v & 1 for v in vec[:(size + 4095) // 4096]) else "evicted"
+'''
+
+
+def test_mincore_and_madv_pageout_tell_a_later_box_nothing():
+    """The page-cache channel by other calls: ``MADV_PAGEOUT`` and ``fadvise`` on a mapping of an image file, then
+    ``mincore`` in a later box. Image pages live on tmpfs (no swap to page out to here; and they are charged to
+    the host, not the box): always resident."""
+    path = os.path.join(STDLIB, "sunau.py")
+    send = attack(PAGEOUT, [Test(expected=1, expr=f"send({path!r})")])
+    if send is None:
+        return
+    assert send[0].passed, send[0].reason
+    got = attack(PAGEOUT, [Test(expected="resident", expr=f"receive({path!r})")])
+    assert got[0].passed, got[0].reason
+
+
+DNOTIFY = '''
+import fcntl, os, signal, time
+def watch(seconds):
+    seen = []
+    signal.signal(signal.SIGIO, lambda *a: seen.append(1))
+    fd = os.open(os.path.dirname(os.__file__), os.O_RDONLY)
+    try:
+        fcntl.fcntl(fd, fcntl.F_NOTIFY, fcntl.DN_ACCESS | fcntl.DN_MODIFY | fcntl.DN_MULTISHOT)
+    except OSError:
+        return "no dnotify"
+    time.sleep(seconds)
+    return "saw %d" % len(seen) if seen else "saw nothing"
+'''
+
+
+def test_dnotify_on_the_library_folder_does_not_see_a_neighbour():
+    """dnotify (``fcntl(F_NOTIFY)``) is not limited by the inotify count: a watch on the standard library's folder
+    while a concurrent box imports from it sees nothing (each box's overlay directory is its own inode)."""
+    sb = pool(workers=2)
+    if sb is None:
+        return
+    results = sb.run_many([(DNOTIFY, [Test(expected="saw nothing", expr="watch(2.5)")], ""),
+                           (IMPORTER.replace("colorsys, wave", "colorsys, wave, sunau, chunk"),
+                            [Test(expected=1, expr="load()")], "")], timeout_s=8)
+    assert results[1][0].passed, results[1][0].reason
+    assert results[0][0].passed, results[0][0].reason
+    sb.close()
+
+
+IPC_FLOOD = '''
+import ctypes
+def flood():
+    libc = ctypes.CDLL(None, use_errno=True)
+    made = 0
+    for _ in range(3000):
+        if libc.semget(0, 1, 0o600) < 0:
+            break
+        made += 1
+    return made > 0
+'''
+
+
+def test_a_candidate_that_leaves_thousands_of_system_v_objects_does_not_stall_the_next_test():
+    """Every test leaves 3,000 semaphore sets behind (each IPC namespace is freed in the background): the runner's
+    next new IPC namespace is still made (it waits for the count to drop), and a last honest test passes."""
+    results = attack(IPC_FLOOD + "\ndef honest():\n    return 1\n",
+                     [Test(expected=True, expr="flood()") for _ in range(8)] + [Test(expected=1, expr="honest()")],
+                     timeout_s=10)
+    if results is not None:
+        assert all(r.passed for r in results), [r.reason for r in results if not r.passed]
