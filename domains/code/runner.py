@@ -51,6 +51,7 @@ import os
 import resource
 import select
 import signal
+import stat
 import struct
 import sys
 import time
@@ -476,6 +477,7 @@ def enter_namespaces(job):
         if uid == 0:
             if lease is None:
                 raise SetupError("a root host must lease an unprivileged uid for the sandbox")
+            own_devices()
             leased_user_namespace(lease)
         else:  # unprivileged: a single line mapping our own ids needs no privilege
             box_rlimits()
@@ -511,6 +513,25 @@ def enter_namespaces(job):
     return sources
 
 
+_DEVICES = ["/dev"]  # where open_sources finds the device nodes: the host's, or (a root host) the box's own
+
+
+def own_devices():
+    """A root host: device nodes of this box alone (same kind and numbers as the host's, on a small tmpfs of a
+    private mount namespace, made while still root), so no lock, lease or notification on ``/dev/null`` is shared
+    with the host or a neighbour box. The tmpfs is later covered by the box's root (its nodes stay bound)."""
+    _call("unshare", libc().unshare(CLONE_NEWNS))
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    where = "/tmp" if os.path.isdir("/tmp") and not os.path.islink("/tmp") else "/mnt"
+    mount("tmpfs", where, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=16k,nr_inodes=16,mode=0755")
+    for name in DEVICES:
+        if os.path.exists("/dev/" + name):
+            path = "%s/%s" % (where, name)
+            os.mknod(path, stat.S_IFCHR | 0o666, os.stat("/dev/" + name).st_rdev)
+            os.chmod(path, 0o666)
+    _DEVICES[:] = [where]
+
+
 def _locked_flags(path):
     """Mount flags a bind of ``path`` has to keep (a user namespace may not clear them)."""
     f = os.statvfs(path).f_flag
@@ -532,8 +553,9 @@ def open_sources(job):
     device nodes."""
     sources = {"image": ("image", os.open(job["image"], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))}
     for name in DEVICES:
-        if os.path.exists("/dev/" + name):
-            sources["/dev/" + name] = ("device", os.open("/dev/" + name, os.O_PATH | os.O_CLOEXEC))
+        node = "%s/%s" % (_DEVICES[0], name)
+        if os.path.exists(node):
+            sources["/dev/" + name] = ("device", os.open(node, os.O_PATH | os.O_CLOEXEC))
     return sources
 
 
