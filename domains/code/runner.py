@@ -15,11 +15,13 @@ Building the sandbox (``isolation: namespaces``), before any candidate code runs
   mapped to the host user, or to a uid leased for this sandbox alone when the host is root
   (the runner then starts as root only to have that mapping written); nothing inside is root
   or has a capability over any host file;
-* a new root on a small tmpfs: read-only, nosuid, nodev bind mounts of the system folders and
-  the Python installation; the host's null/zero/full/random/urandom devices on read-only,
-  nosuid, noexec bind mounts (nothing inside can change their owner, mode or kind); a fresh
-  ``/proc`` that shows the sandbox's processes only; a fresh size-capped tmpfs per test at
-  ``/sandbox`` (also ``/tmp``). ``pivot_root`` then detaches the host's tree, so there is no
+* a new root: a read-only overlay of this box alone over a small tmpfs (the mount points) and the
+  pool's image (``image.py``: a tmpfs copy of the Python installation and what it loads; no host
+  folder is bound in); the null/zero/full/random/urandom devices (a root host: nodes of the box's
+  own) on read-only, nosuid, noexec bind mounts (nothing inside can change their owner, mode or
+  kind); the runner's own ``/proc``, which candidates do not get; a fresh size-capped tmpfs per test
+  at ``/sandbox`` (also ``/tmp``), a new IPC namespace and the pid counter set back per test.
+  ``pivot_root`` then detaches the host's tree, so there is no
   outside to escape to, and the new root is remounted read-only;
 * this process becomes the PID namespace's init: it cannot be signalled, traced or read
   (``/proc/1``) from inside; after every test it kills every other process of the namespace,

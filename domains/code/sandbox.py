@@ -6,8 +6,9 @@ candidate runs under ``runner.py`` (started isolated, fed its job on stdin):
 * isolation (``isolation: namespaces``, the default): new user, mount, PID, network, IPC, UTS
   and cgroup namespaces; the candidate is uid 1000 with no capability and ``no_new_privs``,
   mapped to the host user or, on a root host, to a uid leased for this sandbox alone
-  (``uids.py``); its root is a ``pivot_root``-ed tmpfs holding read-only system folders and the
-  Python installation, a fresh ``/proc`` of its own processes, and a size-capped tmpfs box;
+  (``uids.py``); its root is a ``pivot_root``-ed read-only overlay of its own over the pool's image
+  (``image.py``: a tmpfs copy of the Python installation, never the host's folders), and a
+  size-capped tmpfs box, new for every test;
   no network interface; nothing outside to signal, trace or escape to. When the kernel cannot
   build this the pool refuses to run candidates, unless ``isolation: none`` was asked for
   explicitly (then it warns loudly and uses resource limits only);
