@@ -1624,3 +1624,16 @@ def test_a_lock_on_dev_null_is_not_seen_by_a_concurrent_box():
     if ROOT:
         assert results[1][0].passed, results[1][0].reason
     sb.close()
+
+
+def test_an_image_folder_that_is_not_a_tmpfs_is_refused_with_the_fix(monkeypatch, tmp_path):
+    """The image must be on a tmpfs (on a disk file system its negative dentries and page cache would be the host's
+    again): another folder is refused, naming the variable that chooses it."""
+    from domains.code import image
+
+    disk = REPO / ".git" if (REPO / ".git").exists() else tmp_path
+    if image._is_tmpfs(str(disk)):
+        return  # this checkout itself is on a tmpfs: nothing to refuse here
+    monkeypatch.setenv(image.IMAGE_ENV, str(disk))
+    with pytest.raises(image.ImageError, match=image.IMAGE_ENV):
+        image.image_for(sys.base_prefix, "/no-such-python")
