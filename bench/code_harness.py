@@ -171,7 +171,7 @@ def against(sb, ref: str) -> None:
         print(f"  {name}: {a * 1000:.0f} ms per trivial candidate, {(b - a) / 19 * 1000:.1f} ms per further test")
 
 
-def throughput_against(sb, ref: str, rows, rounds: int = 3) -> None:
+def throughput_against(sb, ref: str, rows, rounds: int = 4) -> None:
     """Honest throughput (canonical candidates per second on ``rows``) under this runner and under the runner of
     the git revision ``ref``, alternated in one run on the same pool (``rounds`` passes each), and their ratio."""
     import subprocess
