@@ -12,6 +12,7 @@
    judging the report) and its peak memory above the baseline, and the sandbox's CPU time.
 
 Usage: python bench/code_harness.py [--data data] [--workers 2] [--limit N] [--costs-only] [--against REF]
+[--throughput-against REF]
 (``--data``: a folder with ``mbpp/full.jsonl``, ``mbpp/sanitized.jsonl`` and ``mbppplus/test.jsonl``;
 default: the bundled ``data/``. The first run times the canonical solutions and computes the MBPP+
 expected outputs, cached under ``$C3_CACHE``; ``--limit`` keeps the first N tasks of each file. ``--against``
@@ -172,6 +173,30 @@ def against(sb, ref: str) -> None:
         print(f"  {name}: {a * 1000:.0f} ms per trivial candidate, {(b - a) / 19 * 1000:.1f} ms per further test")
 
 
+def throughput_against(sb, ref: str, rows, rounds: int = 4) -> None:
+    """Honest throughput (canonical candidates per second on ``rows``) under this runner and under the runner of
+    the git revision ``ref``, alternated in one run on the same pool (``rounds`` passes each), and their ratio."""
+    import subprocess
+
+    from domains.code import sandbox as sbx
+
+    sources = {ref: subprocess.run(["git", "show", f"{ref}:domains/code/runner.py"], cwd=ROOT, check=True,
+                                   capture_output=True, text=True).stdout, "this runner": sbx.RUNNER.read_text()}
+    rates = {k: [] for k in sources}
+    for i in range(rounds):
+        for name in (sources if i % 2 == 0 else list(sources)[::-1]):
+            sbx._SOURCE[:] = [sources[name]]
+            results, secs = check(sb, rows, lambda r: r["canonical"])
+            assert all(x.passed for res in results for x in res), name
+            rates[name].append(len(rows) / secs)
+    sbx._SOURCE[:] = [sources["this runner"]]
+    for name, r in rates.items():
+        print(f"  {name}: {statistics.median(r):.1f} candidates/s (passes: {', '.join(f'{x:.1f}' for x in r)})")
+    ratio = [b / a for a, b in zip(rates[ref], rates["this runner"])]
+    per = ", ".join(f"{x:.3f}" for x in ratio)
+    print(f"  ratio this / {ref}: median {statistics.median(ratio):.3f} (per pass: {per})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=str(ROOT / "data"))
@@ -180,8 +205,17 @@ def main() -> None:
     ap.add_argument("--costs-only", action="store_true", help="only the per-candidate overhead and part 5")
     ap.add_argument("--against", default=None, metavar="REF",
                     help="also time the runner of git revision REF, interleaved")
+    ap.add_argument("--throughput-against", default=None, metavar="REF",
+                    help="only honest MBPP test-split throughput, this runner against REF's, alternated")
     args = ap.parse_args()
     sb = Sandbox(workers=args.workers)
+    if args.throughput_against:
+        full = load("MBPP full", {"name": "mbpp", "kind": "mbpp", "source": f"{args.data}/mbpp/full.jsonl",
+                                  "test_split": False, "limit": args.limit}, sb)
+        rows = [r for r in full if int(r["task_id"]) in MBPP_TEST_IDS]
+        print(f"\nhonest throughput, MBPP test split ({len(rows)} candidates), {args.workers} workers, alternated:")
+        throughput_against(sb, args.throughput_against, rows)
+        return
     if args.against:
         print(f"\nsandbox overhead against {args.against}:")
         against(sb, args.against)

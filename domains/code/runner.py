@@ -23,11 +23,13 @@ Building the sandbox (``isolation: namespaces``), before any candidate code runs
   mapped to the host user, or to a uid leased for this sandbox alone when the host is root
   (the runner then starts as root only to have that mapping written); nothing inside is root
   or has a capability over any host file;
-* a new root on a small tmpfs: read-only, nosuid, nodev bind mounts of the system folders and
-  the Python installation; the host's null/zero/full/random/urandom devices on read-only,
-  nosuid, noexec bind mounts (nothing inside can change their owner, mode or kind); a fresh
-  ``/proc`` that shows the sandbox's processes only; a fresh size-capped tmpfs per test at
-  ``/sandbox`` (also ``/tmp``). ``pivot_root`` then detaches the host's tree, so there is no
+* a new root: a read-only overlay of this box alone over a small tmpfs (the mount points) and the
+  pool's image (``image.py``: a tmpfs copy of the Python installation and what it loads; no host
+  folder is bound in); the null/zero/full/random/urandom devices (a root host: nodes of the box's
+  own) on read-only, nosuid, noexec bind mounts (nothing inside can change their owner, mode or
+  kind); the runner's own ``/proc``, which candidates do not get; a fresh size-capped tmpfs per test
+  at ``/sandbox`` (also ``/tmp``), a new IPC namespace and the pid counter set back per test.
+  ``pivot_root`` then detaches the host's tree, so there is no
   outside to escape to, and the new root is remounted read-only;
 * this process becomes the PID namespace's init: it cannot be signalled, traced or read
   (``/proc/1``) from inside; after every test it kills every other process of the namespace,
@@ -60,6 +62,7 @@ import os
 import resource
 import select
 import signal
+import stat
 import struct
 import sys
 import time
@@ -225,8 +228,13 @@ DEVICES = ("null", "zero", "full", "random", "urandom")
 # namespace's total; the sysctls are the namespace's own counters (written from its init). No honest test
 # needs a message queue, locked memory, fanotify or more than a few inotify instances.
 BOX_RLIMITS = (("RLIMIT_MSGQUEUE", 0), ("RLIMIT_MEMLOCK", 0), ("RLIMIT_SIGPENDING", 256))
-BOX_SYSCTLS = (("user/max_inotify_instances", 8), ("user/max_inotify_watches", 1024),
+# No inotify either: a watch is kernel state a candidate could read another's activity through.
+BOX_SYSCTLS = (("user/max_inotify_instances", 0), ("user/max_inotify_watches", 0),
                ("user/max_fanotify_groups", 0), ("user/max_fanotify_marks", 0))
+# The namespaces the runner itself makes after set-up (an IPC namespace per test, so System V ids restart), with
+# room for the ones still being freed; none of any other kind, and the candidate makes none
+# (the system-call filter kills unshare, setns and clone with a namespace flag).
+RUNNER_NAMESPACES = {"ipc": 256}
 NAMESPACE_KINDS = ("user", "mnt", "pid", "net", "ipc", "uts", "cgroup", "time")
 _LIBC = []
 _PROC = []  # the runner's own /proc (a directory descriptor; candidates have no /proc at all)
@@ -488,6 +496,7 @@ def enter_namespaces(job):
         if uid == 0:
             if lease is None:
                 raise SetupError("a root host must lease an unprivileged uid for the sandbox")
+            own_devices()
             leased_user_namespace(lease)
         else:  # unprivileged: a single line mapping our own ids needs no privilege
             box_rlimits()
@@ -523,6 +532,25 @@ def enter_namespaces(job):
     return sources
 
 
+_DEVICES = ["/dev"]  # where open_sources finds the device nodes: the host's, or (a root host) the box's own
+
+
+def own_devices():
+    """A root host: device nodes of this box alone (same kind and numbers as the host's, on a small tmpfs of a
+    private mount namespace, made while still root), so no lock, lease or notification on ``/dev/null`` is shared
+    with the host or a neighbour box. The tmpfs is later covered by the box's root (its nodes stay bound)."""
+    _call("unshare", libc().unshare(CLONE_NEWNS))
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    where = "/tmp" if os.path.isdir("/tmp") and not os.path.islink("/tmp") else "/mnt"
+    mount("tmpfs", where, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=16k,nr_inodes=16,mode=0755")
+    for name in DEVICES:
+        if os.path.exists("/dev/" + name):
+            path = "%s/%s" % (where, name)
+            os.mknod(path, stat.S_IFCHR | 0o666, os.stat("/dev/" + name).st_rdev)
+            os.chmod(path, 0o666)
+    _DEVICES[:] = [where]
+
+
 def _locked_flags(path):
     """Mount flags a bind of ``path`` has to keep (a user namespace may not clear them)."""
     f = os.statvfs(path).f_flag
@@ -539,45 +567,42 @@ def bind_readonly(source, target, extra):
 
 def open_sources(job):
     """Every bind source, opened (``O_PATH``) while the runner still has the file access it was started
-    with (a root host: before becoming the leased uid) and before any mount could hide a source."""
-    sources = {}
-    for d in SYSTEM_DIRS:
-        if os.path.islink(d):
-            sources[d] = ("link", os.readlink(d))
-        elif os.path.isdir(d):
-            sources[d] = ("dir", os.open(d, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
-    prefix = os.path.realpath(job["prefix"])
-    covered = any(prefix == d or prefix.startswith(d + "/") for d in sources if sources[d][0] == "dir")
-    if not covered and prefix != "/":
-        sources[prefix] = ("dir", os.open(prefix, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+    with (a root host: before becoming the leased uid) and before any mount could hide a source: the pool's
+    image (``image.py``: the box's own copy of the Python installation and the system files it needs) and the
+    device nodes."""
+    sources = {"image": ("image", os.open(job["image"], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))}
     for name in DEVICES:
-        if os.path.exists("/dev/" + name):
-            sources["/dev/" + name] = ("device", os.open("/dev/" + name, os.O_PATH | os.O_CLOEXEC))
+        node = "%s/%s" % (_DEVICES[0], name)
+        if os.path.exists(node):
+            sources["/dev/" + name] = ("device", os.open(node, os.O_PATH | os.O_CLOEXEC))
     return sources
 
 
 def build_root(job, sources):
-    """The new root (see the module docstring) from the opened ``sources``; ends with this process in it, at ``/``."""
+    """The new root (see the module docstring) from the opened ``sources``; ends with this process in it, at ``/``.
+    The root is an overlay of this box alone (its own superblock, inodes and dentries) over two read-only layers:
+    a small tmpfs with the mount points, and the pool's image (a tmpfs copy of the Python installation). Nothing
+    of the host's file systems is reachable but the five device nodes."""
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     new = "/tmp" if os.path.isdir("/tmp") and not os.path.islink("/tmp") else "/mnt"
     mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=4096,mode=0755")
     os.chdir(new)
-    os.mkdir("dev", 0o755)
-    for path, (kind, what) in sorted(sources.items()):
-        rel = path.lstrip("/")
-        if kind == "link":
-            os.symlink(what, rel)
-        elif kind == "dir":
-            os.makedirs(rel, 0o755, exist_ok=True)
-            bind_readonly("/proc/self/fd/%d" % what, rel, MS_NOSUID | MS_NODEV)
-        else:  # a device node: a mount point file of our own, the host's node bound read-only over it
-            os.close(os.open(rel, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o666))
-            bind_readonly("/proc/self/fd/%d" % what, rel, MS_NOSUID | MS_NOEXEC)
-        if kind != "link":
-            os.close(what)
-    os.symlink("/sandbox", "dev/shm")
-    for d in ("proc", "sandbox", "tmp"):
+    for d in ("top", "root", "top/dev", "top/proc", "top/sandbox", "top/tmp"):
         os.mkdir(d, 0o755)
+    os.symlink("/sandbox", "top/dev/shm")
+    for path, (kind, _) in sources.items():
+        if kind == "device":  # a mount point file of our own, the host's node bound read-only over it
+            os.close(os.open("top" + path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o666))
+    image = sources.pop("image")[1]
+    try:
+        mount("overlay", "root", "overlay", MS_RDONLY | MS_NOSUID | MS_NODEV,
+              "lowerdir=%s/top:/proc/self/fd/%d" % (new, image))
+    finally:
+        os.close(image)
+    os.chdir("root")
+    for path, (_, what) in sorted(sources.items()):
+        bind_readonly("/proc/self/fd/%d" % what, path.lstrip("/"), MS_NOSUID | MS_NOEXEC)
+        os.close(what)
     proc = True
     try:
         mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -591,9 +616,9 @@ def build_root(job, sources):
     os.chdir("/")
     if proc:
         for kind in NAMESPACE_KINDS:
-            try:  # no namespace of any kind can be made inside (the system-call filter refuses them too)
-                write_proc("sys/user/max_%s_namespaces" % kind, "0")
-            except OSError:
+            try:  # no namespace of any kind can be made inside (the system-call filter refuses them too), but the
+                write_proc("sys/user/max_%s_namespaces" % kind, str(RUNNER_NAMESPACES.get(kind, 0)))
+            except OSError:  # runner's own per test (an IPC namespace: fresh System V ids)
                 pass
         for name, value in BOX_SYSCTLS:
             try:
@@ -601,7 +626,7 @@ def build_root(job, sources):
             except FileNotFoundError:
                 pass  # a kernel without this counter
         umount("/proc")  # candidates get no /proc: no kernel command line, host counters, mount table or devices
-    mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     libc().sethostname(b"sandbox", 7)
     return {"proc": proc}
 
@@ -627,21 +652,26 @@ def _box_state():
 
 
 def fresh_box(job):
-    """An empty ``/sandbox`` (and ``/tmp``, the same tmpfs) for the next test: the last test's when it
-    left it exactly as mounted (no file, same mode, owner and times; its processes are all dead by now), else
-    a new tmpfs (a remount costs an RCU grace period, milliseconds)."""
-    if _BOX and _box_state() == _BOX[0]:
-        return
-    for d in ("/tmp", "/sandbox"):
-        try:
-            umount(d)
-        except OSError:
-            pass
+    """Fresh kernel counters for the next test: an empty ``/sandbox`` (and ``/tmp``) on a new tmpfs (a new
+    superblock: its inode numbers restart, whatever an ``O_TMPFILE`` consumed) and the PID namespace's last pid
+    set back (the test child is pid 2, every test); :func:`clear_ipc` gave it a new IPC namespace. The last test's
+    tmpfs is unmounted when it left anything (its pages freed now), else left covered (an unmount costs an RCU
+    grace period)."""
+    if not (_BOX and _box_state() == _BOX[0]):
+        for d in ("/tmp", "/sandbox"):
+            try:
+                umount(d)
+            except OSError:
+                pass
     mount("tmpfs", "/sandbox", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOATIME,
           "size=%dm,nr_inodes=%d,mode=0700,uid=%d,gid=%d" % (job["disk_mb"], job.get("inodes", 16384), INSIDE_UID,
                                                             INSIDE_UID))
     mount("/sandbox", "/tmp", None, MS_BIND)
     _BOX[:] = [_box_state()]
+    try:  # pids restart: every test child is pid 2 (everything of the last test is dead and reaped by now)
+        write_proc("sys/kernel/ns_last_pid", "1")
+    except OSError:
+        pass  # a kernel without ns_last_pid, or the host's /proc (the box could not mount its own)
 
 
 def drop_to_lease(job):
@@ -916,29 +946,17 @@ def end_test(pid, isolated, leased, reaped):
     return status
 
 
-IPC_RMID = 0
-
-
 def clear_ipc():
-    """Remove every System V shared memory segment, semaphore set and message queue of the sandbox's IPC
-    namespace (its own: the host's are not in it), after a test's processes are dead, so no such object
-    carries anything to the next test."""
-    lib = libc()
-    removers = (("shm", lambda i: lib.shmctl(i, IPC_RMID, None)), ("sem", lambda i: lib.semctl(i, 0, IPC_RMID)),
-                ("msg", lambda i: lib.msgctl(i, IPC_RMID, None)))
-    for kind, remove in removers:
-        fd = os.open("sysvipc/" + kind, os.O_RDONLY | os.O_CLOEXEC, dir_fd=_PROC[0])
+    """A new IPC namespace for the runner (and so the next test), after a test's processes are dead: the last
+    test's System V shared memory segments, semaphore sets and message queues die with its namespace, and System
+    V ids restart, so nothing carries to the next test."""
+    for attempt in range(200):  # the namespaces of earlier tests are freed asynchronously: their count drops soon
         try:
-            chunks = []
-            while True:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-        finally:
-            os.close(fd)
-        for line in b"".join(chunks).splitlines()[1:]:
-            _call("remove System V %s" % kind, remove(int(line.split()[1])))
+            return _call("unshare IPC", libc().unshare(CLONE_NEWIPC))
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC or attempt == 199:
+                raise
+            time.sleep(0.005)
 
 
 def _kill_children():

@@ -6,8 +6,9 @@ candidate runs under ``runner.py`` (started isolated, fed its job on stdin):
 * isolation (``isolation: namespaces``, the default): new user, mount, PID, network, IPC, UTS
   and cgroup namespaces; the candidate is uid 1000 with no capability and ``no_new_privs``,
   mapped to the host user or, on a root host, to a uid leased for this sandbox alone
-  (``uids.py``); its root is a ``pivot_root``-ed tmpfs holding read-only system folders and the
-  Python installation, a fresh ``/proc`` of its own processes, and a size-capped tmpfs box;
+  (``uids.py``); its root is a ``pivot_root``-ed read-only overlay of its own over the pool's image
+  (``image.py``: a tmpfs copy of the Python installation, never the host's folders), and a
+  size-capped tmpfs box, new for every test;
   no network interface; nothing outside to signal, trace or escape to. When the kernel cannot
   build this the pool refuses to run candidates, unless ``isolation: none`` was asked for
   explicitly (then it warns loudly and uses resource limits only);
@@ -46,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import cgroups, uids
+from . import cgroups, image, uids
 from .assertions import Assertion, CheckError, compile_assertion
 from .judge import JUDGE_CANDIDATE_S, JudgeError, JudgePool
 from .runner import MAX_REASON, encode
@@ -194,16 +195,23 @@ def isolation_probe() -> dict:
             job = {"probe": True, "isolation": "namespaces", "prefix": os.path.realpath(sys.base_prefix),
                    "tests": [], "limits": {}}
             try:
+                job["image"] = _image()
                 out, err, rc, _ = _launch(os.path.realpath(sys.executable), job, 20.0)
                 lines = out.split(b"\n")
                 if lines[0] == b"READY":
                     report.update(namespaces=True, proc=bool(json.loads(lines[1]).get("proc")))
                 else:
                     report["reason"] = err.decode("utf-8", "replace").strip()[-300:] or f"runner exited with {rc}"
-            except (OSError, ValueError, IndexError, subprocess.SubprocessError, uids.LeaseError) as exc:
+            except (OSError, ValueError, IndexError, subprocess.SubprocessError, uids.LeaseError,
+                    image.ImageError) as exc:
                 report["reason"] = f"{type(exc).__name__}: {exc}"
             _PROBE = report
     return dict(_PROBE)
+
+
+def _image() -> str:
+    """The box's own copy of this Python installation and what it loads (``image.py``), made once per process."""
+    return image.image_for(os.path.realpath(sys.base_prefix), os.path.realpath(sys.executable))
 
 
 def namespaces_available() -> bool:
@@ -476,6 +484,8 @@ class Sandbox:
         self._judges = JudgePool(self.workers)  # the host's verdicts, each bounded in time and memory (judge.py)
         self.python = os.path.realpath(sys.executable)
         self.prefix = os.path.realpath(sys.base_prefix)
+        # what every box of this pool reads (its own overlay over it): not the host's folders
+        self.image = _image() if self.isolation == "namespaces" else None
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -514,7 +524,7 @@ class Sandbox:
         cpu = max(lim.cpu_s, math.ceil(max([float(timeout_s), CPU_CEILING_S - 2] + limits)) + 2)
         job = {"code": str(code), "setup": setup or "", "tests": [{k: p[k] for k in PAYLOAD_KEYS if k in p}
                                                                   for p in payloads],
-               "isolation": self.isolation, "prefix": self.prefix,
+               "isolation": self.isolation, "prefix": self.prefix, "image": self.image,
                "disk_mb": lim.disk_mb, "max_output_bytes": lim.max_output_bytes,
                "max_result_bytes": lim.max_result_bytes, "max_report_bytes": lim.max_report_bytes,
                "limits": {"RLIMIT_CPU": cpu, "RLIMIT_AS": lim.memory_mb << 20, "RLIMIT_FSIZE": lim.file_mb << 20,
