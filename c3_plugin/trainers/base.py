@@ -543,6 +543,7 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
         """``example_trace.json``: the first batch's first root-to-leaf path with each message's credit
         (:func:`c3_plugin.core.rollout.credited_path`), which the dashboard shows."""
         example = {"update_step": self.update_step, "env_step": self.env_step, **credited_path(rollout, credited)}
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "example_trace.json").write_text(json.dumps(example, indent=2, default=str), encoding="utf-8")
 
     def _append_trace(self, rollout: Rollout) -> None:
