@@ -284,7 +284,7 @@ def test_verdicts_run_in_a_judge_process_bounded_in_time_and_memory(monkeypatch)
     assert not spent.passed and "budget" in spent.reason, spent.reason
     assert honest.passed, honest.reason
     assert after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime < 1.0
-    assert time.perf_counter() - start < 20
+    assert time.perf_counter() - start < 60  # the limits cut CPU work short, even on a loaded machine
 
 
 # ----------------------------------------------------------------- honest scoring of correct code
