@@ -8,33 +8,16 @@ import warnings
 import numpy as np
 import pytest
 import torch
-import wandb
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer
-from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
-from datasets import Dataset
 from wandb.sdk.wandb_run import Run
 
+import wandb
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
 from c3_plugin.trainers import C3Config, C3Trainer
 from c3_plugin.trainers.cadence import ComlrlCadence, realized_nodes
+from tests.trainers.test_comlrl_scripts import PAIRS, _data, _offline, _reward  # noqa: F401 (_offline: autouse)
 
-PAIRS = {"comlrl": (MAGRPOConfig, MAGRPOTrainer), "c3": (C3Config, C3Trainer)}
 IAC_PAIRS = {"comlrl": (IACConfig, IACTrainer), "c3": (C3Config, C3Trainer)}
-
-
-@pytest.fixture(autouse=True)
-def _offline(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-
-
-def _data(n=4):
-    return Dataset.from_list([{"prompt": f"task {i}:"} for i in range(n)])
-
-
-def _reward(c1, c2):  # a team reward with variance on a tiny random model
-    return [float(len(c1[0]) % 3 == 0) - 0.5 * float(len(c2[0]) % 2)]
 
 
 def _transition(prompt, agent_completions, num_agents, prompt_history_per_agent, response_history_per_agent):
