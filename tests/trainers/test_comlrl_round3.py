@@ -8,10 +8,10 @@ import warnings
 import numpy as np
 import pytest
 import torch
+import wandb
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer
 from wandb.sdk.wandb_run import Run
 
-import wandb
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
 from c3_plugin.trainers import C3Config, C3Trainer
 from c3_plugin.trainers.cadence import ComlrlCadence, realized_nodes
