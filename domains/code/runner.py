@@ -220,6 +220,7 @@ BOX_SYSCTLS = (("user/max_inotify_instances", 8), ("user/max_inotify_watches", 1
 NAMESPACE_KINDS = ("user", "mnt", "pid", "net", "ipc", "uts", "cgroup", "time")
 _LIBC = []
 _PROC = []  # the runner's own /proc (a directory descriptor; candidates have no /proc at all)
+_OWN_PROC = [False]  # whether _PROC is the sandbox's own (its PID namespace's processes only), not the host's
 
 
 def libc():
@@ -251,6 +252,7 @@ def umount(target):
 SCMP_ACT_ALLOW = 0x7FFF0000
 SCMP_ACT_KILL_PROCESS = 0x80000000
 SCMP_ACT_ERRNO_ENOSYS = 0x00050000 | 38
+SCMP_ACT_ERRNO_EPERM = 0x00050000 | 1
 SCMP_CMP_NE, SCMP_CMP_MASKED_EQ = 1, 7
 AF_UNIX = 1
 # killed on use: the keyring calls (shared with the host kernel), namespaces and mounts, kernel modules, BPF,
@@ -311,6 +313,9 @@ def syscall_filter():
     for flag in CLONE_NEW_FLAGS:
         rule(SCMP_ACT_KILL_PROCESS, "clone", (0, SCMP_CMP_MASKED_EQ, flag, flag))
     rule(SCMP_ACT_ERRNO_ENOSYS, "clone3")
+    # a new session is a new scheduling autogroup (where the kernel has them), a share of the CPU as large as a
+    # whole sandbox's: a test's processes stay in its runner's session (EPERM, as for a session leader)
+    rule(SCMP_ACT_ERRNO_EPERM, "setsid")
     return lib, ctx
 
 
@@ -569,6 +574,7 @@ def build_root(job, sources):
         proc = False  # the runner only (its "self" is still the reader: a test child sets its own OOM score there)
         own = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     _PROC[:] = [own]
+    _OWN_PROC[0] = proc
     pivot_root(".", ".")
     umount(".")  # the host's tree, stacked on top by pivot_root, goes away
     os.chdir("/")
@@ -776,7 +782,8 @@ def child(job, test, out, result_fd, box):
         os.chdir(box)
         cpu = max(int(job["limits"].get("RLIMIT_CPU", 0)), int(float(test.get("timeout_s", job["timeout_s"]))) + 2)
         # CPU time: never below the test's own wall-clock limit
-        limit(dict(job["limits"], RLIMIT_CORE=0, RLIMIT_CPU=cpu))
+        # no nice value below the runner's: a test that the runner moves to SCHED_IDLE stays there
+        limit(dict(job["limits"], RLIMIT_CORE=0, RLIMIT_CPU=cpu, RLIMIT_NICE=0))
         drop_privileges()
         # last: no call of the candidate's runs unfiltered (a failure ends the test: fail closed)
         load_filter(SECCOMP[0])
@@ -791,23 +798,93 @@ def child(job, test, out, result_fd, box):
         os._exit(0)
 
 
-def wait_result(read_fd, pid, deadline, cap, reaped):
-    """Read the child's message until it ends (EOF or the child's exit), the deadline or the size cap.
-    Returns (bytes, status) with status None, "timeout" or "result_too_large". Without pidfds (Linux
-    before 5.3) the child is polled, and its wait status, once reaped, goes into ``reaped``."""
+SCHED_IDLE = getattr(os, "SCHED_IDLE", 5)
+CLOCK_TICK = os.sysconf("SC_CLK_TCK")
+
+
+class Usage:
+    """What a test has used so far, read by the runner while it runs: CPU seconds (every process and thread of the
+    test, the children it reaped included) and its tasks. With a ``/proc`` of the sandbox's own PID namespace (the
+    runner is its init, so every process in it but this one is the test's) all of them are read; otherwise (no
+    namespaces, or the host's ``/proc`` kept) only the test child's own CPU clock.
+
+    Once a test runs more than one task (a thread or a process), every task of it runs ``SCHED_IDLE`` until it
+    ends: what it runs past one task's share of a core is taken only from otherwise idle CPUs, whatever it forks.
+    Children inherit the policy and none can leave it (``RLIMIT_NICE`` is 0)."""
+
+    def __init__(self, pid, own_proc):
+        self.pid, self.idle = pid, False
+        self.proc = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=_PROC[0]) if own_proc else None
+
+    def close(self):
+        if self.proc is not None:
+            os.close(self.proc)
+
+    def cpu_seconds(self):
+        if self.proc is None:
+            try:  # the process-wide CPU clock of the test child (CPUCLOCK_SCHED of its pid)
+                return time.clock_gettime((~self.pid << 3) | 2)
+            except OSError:
+                return 0.0
+        ticks, tids = 0, []
+        for name in os.listdir(self.proc):
+            if not name.isdigit() or name == "1":
+                continue
+            try:
+                fd = os.open(name + "/stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.proc)
+                try:
+                    fields = os.read(fd, 4096).rsplit(b")", 1)[1].split()
+                finally:
+                    os.close(fd)
+                ticks += sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
+                fd = os.open(name + "/task", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=self.proc)
+                try:
+                    tids.extend(int(t) for t in os.listdir(fd))
+                finally:
+                    os.close(fd)
+            except (OSError, IndexError, ValueError):
+                continue  # it just ended
+        if self.idle or len(tids) > 1:
+            self.idle = True
+            for tid in tids:
+                try:
+                    os.sched_setscheduler(tid, SCHED_IDLE, os.sched_param(0))
+                except OSError:
+                    pass
+        return ticks / CLOCK_TICK
+
+
+def poll_interval(elapsed):
+    """How long the runner waits between two looks at a running test: often at first (a test that forks is
+    moved to SCHED_IDLE within 10 ms), then every 25 ms."""
+    return 0.01 if elapsed < 0.1 else 0.025
+
+
+def wait_result(read_fd, pid, limits, cap, reaped, own_proc=False):
+    """Read the child's message until it ends (EOF or the child's exit), its limits or the size cap. ``limits``:
+    (start, CPU seconds, wall-clock deadline): the test may use that much CPU time (see :class:`Usage`) and end
+    by that deadline, a ceiling for a test that sleeps. Returns (bytes, status) with status None, "timeout" (CPU),
+    "wall" or "result_too_large". Without pidfds (Linux before 5.3) the child is polled, and its wait status, once
+    reaped, goes into ``reaped``."""
+    start, cpu_limit, deadline = limits
     try:
         pidfd = os.pidfd_open(pid)
     except (AttributeError, OSError):
         pidfd = None
+    usage = Usage(pid, own_proc)
     chunks, size, status = [], 0, None
     try:
         while True:
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            left = deadline - now
             if left <= 0:
-                status = "timeout"
+                status = "wall"
                 break
             watch = [read_fd] + ([pidfd] if pidfd is not None else [])
-            ready = select.select(watch, [], [], left if pidfd is not None else min(left, 0.02))[0]
+            ready = select.select(watch, [], [], min(left, poll_interval(now - start)))[0]
+            if not ready and usage.cpu_seconds() > cpu_limit:
+                status = "timeout"
+                break
             if pidfd is not None:
                 exited = pidfd in ready
             else:
@@ -832,6 +909,7 @@ def wait_result(read_fd, pid, deadline, cap, reaped):
                     continue
                 break
     finally:
+        usage.close()
         if pidfd is not None:
             os.close(pidfd)
     return b"".join(chunks), status
@@ -940,7 +1018,9 @@ def run_test(job, test, isolated, leased, box):
     reaped = []
     try:
         cap = min(int(job["max_result_bytes"]), int(test.get("max_bytes", job["max_result_bytes"])))
-        data, status = wait_result(read_fd, pid, start + timeout, cap, reaped)
+        wall = timeout * float(job.get("wall_factor", 1.0))
+        data, status = wait_result(read_fd, pid, (start, timeout, start + wall), cap, reaped,
+                                   isolated and _OWN_PROC[0])
     finally:
         wstatus = end_test(pid, isolated, leased, reaped)
         os.close(read_fd)
@@ -954,7 +1034,9 @@ def run_test(job, test, isolated, leased, box):
     os.close(out)
     common = {"seconds": seconds, "output": output}
     if status == "timeout":
-        return dict(common, status="timeout", reason="exceeded %.1fs wall clock" % timeout)
+        return dict(common, status="timeout", reason="exceeded %.1fs of CPU time" % timeout)
+    if status == "wall":
+        return dict(common, status="timeout", reason="exceeded %.1fs wall clock" % wall)
     if status == "result_too_large":
         return dict(common, status="error", reason="result larger than %d bytes" % cap)
     msg = parse_message(data) if data else None

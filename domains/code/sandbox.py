@@ -70,6 +70,9 @@ class Limits:
     box_memory_mb: int = 1536  # the whole sandbox's memory, its tmpfs included (cgroup memory.max, where available)
     box_processes: int = 128  # the whole sandbox's processes and threads (cgroup pids.max, where available)
     disk_mb: int = 64  # size of the tmpfs a test may write (/sandbox, /tmp)
+    # a test's limit is CPU time (all its processes and threads); its wall clock may run this many times longer (a
+    # test that sleeps ends there), so a busy machine or a hostile neighbour cannot time out an honest test
+    wall_factor: float = 3.0
 
 
 @dataclass
@@ -347,6 +350,9 @@ class Sandbox:
         self.workers = workers or max(1, os.cpu_count() or 1)
         self.limits = limits or Limits()
         self.isolation = isolation or _ISOLATION[0]
+        if not self.limits.wall_factor >= 1.0:
+            raise ValueError(f"Limits.wall_factor must be at least 1 (a test's wall clock may not be shorter than its "
+                             f"CPU time limit), not {self.limits.wall_factor!r}")
         if self.isolation not in ISOLATIONS:
             raise ValueError(f"isolation must be one of {', '.join(ISOLATIONS)}, not {self.isolation!r}")
         probe = isolation_probe()
@@ -394,9 +400,10 @@ class Sandbox:
 
     def _run(self, code: str, payloads: Sequence[dict], setup: str, timeout_s: float) -> list[dict] | str:
         lim = self.limits
-        budget = sum(float(p.get("timeout_s", timeout_s)) for p in payloads) + 2.0
+        budget = lim.wall_factor * sum(float(p.get("timeout_s", timeout_s)) for p in payloads) + 2.0
         job = {"code": str(code), "setup": setup or "", "tests": list(payloads), "isolation": self.isolation,
                "timeout_s": float(timeout_s), "candidate_timeout_s": budget, "prefix": self.prefix,
+               "wall_factor": float(lim.wall_factor),
                "disk_mb": lim.disk_mb, "max_output_bytes": lim.max_output_bytes,
                "max_result_bytes": lim.max_result_bytes, "max_report_bytes": lim.max_report_bytes,
                "limits": {"RLIMIT_CPU": lim.cpu_s, "RLIMIT_AS": lim.memory_mb << 20, "RLIMIT_FSIZE": lim.file_mb << 20,

@@ -34,6 +34,11 @@ TASKS = 28  # a neighbour's processes or threads (the box allows 32 tasks, its r
 _HEAD = f'''
 import ctypes, os, signal, threading, time, zlib
 END = time.time() + {HOSTILE_S}
+def new_session():  # a session of its own: a scheduling autogroup of its own, where the kernel has them
+    try:
+        os.setsid()
+    except OSError:
+        pass
 def spin():
     while time.time() < END:
         pass
@@ -42,6 +47,7 @@ def processes(work, n={TASKS}):
         try:
             if os.fork() == 0:
                 try:
+                    new_session()
                     work()
                 finally:
                     os._exit(0)
@@ -49,19 +55,20 @@ def processes(work, n={TASKS}):
             break
     time.sleep(max(0.0, END - time.time()))
     return 1
-def threads(work, n={TASKS}):
-    threading.stack_size(1 << 18)  # 28 threads' stacks fit in the box's address space
+def threads(work, n):
+    threading.stack_size(1 << 18)  # their stacks fit in the box's address space
     ts = [threading.Thread(target=work, daemon=True) for _ in range(n)]
     for t in ts:
         t.start()
     for t in ts:
         t.join()
-    return 1
+def threaded(work):  # 4 processes of 6 threads
+    return processes(lambda: threads(work, 6), n=4)
 '''
 
 HOSTILE = {
     # the issue's attack: a process per core and many more, each in a session of its own
-    "spinning processes": "def f():\n    return processes(lambda: (os.setsid(), spin()))",
+    "spinning processes": "def f():\n    return processes(spin)",
     # a checksum of a large buffer releases the GIL: every thread runs at once
     "spinning threads": '''
 def f():
@@ -69,7 +76,7 @@ def f():
     def work():
         while time.time() < END:
             zlib.crc32(data)
-    return threads(work)''',
+    return threaded(work)''',
     # forked until the box refuses more; each process spins 20 ms, forks its replacement and exits, unreaped
     "forks to the limit": '''
 def f():
@@ -82,6 +89,7 @@ def f():
             try:
                 if os.fork():
                     os._exit(0)
+                new_session()
             except OSError:
                 pass
     return processes(work, n=64)''',
@@ -97,16 +105,16 @@ def f():
             os.pread(fd, len(block), 0)
             os.ftruncate(fd, 0)
     return processes(work)''',
-    # copies 64 MiB back and forth (ctypes releases the GIL): the memory bus is saturated
+    # copies 32 MiB back and forth in every thread (ctypes releases the GIL): the memory bus is saturated
     "memory bandwidth": '''
 def f():
-    size = 64 << 20
-    a, b = ctypes.create_string_buffer(size), ctypes.create_string_buffer(size)
+    size = 32 << 20
     def work():
+        a, b = ctypes.create_string_buffer(size), ctypes.create_string_buffer(size)
         while time.time() < END:
             ctypes.memmove(a, b, size)
             ctypes.memmove(b, a, size)
-    return threads(work)''',
+    return threaded(work)''',
     # quiet until the honest candidate is running, then spinning
     "sleeping then spinning": "def f():\n    return processes(lambda: (time.sleep(0.8), spin()))",
 }
