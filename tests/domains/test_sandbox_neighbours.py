@@ -1,11 +1,12 @@
 """A hostile candidate cannot change a concurrent candidate's result (issue 41).
 
 An honest candidate (three CPU-bound tests, about 0.3 s of CPU each) runs once alone and then beside each hostile
-neighbour in the same pool; its pass/fail must be the same. Each neighbour runs about 30 tasks until
-the honest candidate is done: processes that spin (the issue's attack), threads that spin outside the GIL, processes forked up
-to the box's limit that keep replacing themselves, busy file I/O, memory-bandwidth floods, and processes that sleep
-first and spin when the honest candidate runs. Under a per-thread fair scheduler each of them leaves the honest tests
-about a sixteenth of a core (on two cores), so with wall-clock limits alone they time out.
+neighbour in the same pool; its pass/fail must be the same. Each neighbour runs about 30 tasks, each process in a
+session of its own, until the honest candidate is done: processes that spin (the issue's attack), threads that spin
+outside the GIL, processes forked up to the box's limit that keep replacing themselves, busy file I/O, memory-bandwidth
+floods, and processes that sleep first and spin when the honest candidate runs. Under a per-thread (or per-session)
+fair scheduler each of them leaves the honest tests about a sixteenth of a core (on two cores), so with wall-clock
+limits alone they time out.
 
 The module runs as whoever runs the suite (root: with cgroup CPU weights where the host has them) and, when that is
 root, once more as ``nobody``, who has no cgroups ("rlimits only": the runner's CPU-time limits and scheduling).
