@@ -1,6 +1,6 @@
 """A hostile candidate cannot change a concurrent candidate's result (issue 41).
 
-An honest candidate (three CPU-bound tests, about 0.3 s of CPU each) runs once alone and then beside each hostile
+An honest candidate (three CPU-bound tests, about 0.15 s of CPU each) runs once alone and then beside each hostile
 neighbour in the same pool; its pass/fail must be the same. Each neighbour runs about 30 tasks, each process in a
 session of its own, until the honest candidate is done: processes that spin (the issue's attack), threads that spin
 outside the GIL, processes forked up to the box's limit that keep replacing themselves, busy file I/O, memory-bandwidth
@@ -28,8 +28,8 @@ from tests.domains.test_sandbox_adversarial import REPO, ROOT, _exposing_script,
 
 HOSTILE_S = 60.0  # how long a neighbour would keep its tasks busy: until the test ends its sandbox
 HONEST = "def g(n):\n    return sum(i * i for i in range(n))"
-N = 6_000_000
-LIMIT_S = 1.5  # each honest test's limit: several times its CPU time alone, well below its time beside a neighbour
+N = 3_000_000
+LIMIT_S = 1.0  # each honest test's limit: several times its CPU time alone, well below its time beside a neighbour
 TASKS = 28  # a neighbour's processes or threads (the box allows 32 tasks, its runner and test child included)
 
 _HEAD = f'''
@@ -160,13 +160,21 @@ def sandbox_pool():
         sb.close()
 
 
+@pytest.fixture(scope="module")
+def alone(sandbox_pool):
+    """The honest candidate's results alone (None where this host refuses to run candidates)."""
+    if sandbox_pool is None:
+        return None
+    results = honest_results(sandbox_pool)
+    assert results == [(True, "passed")] * 3, results
+    return results
+
+
 @pytest.mark.parametrize("name", list(HOSTILE))
-def test_a_hostile_neighbour_does_not_change_an_honest_candidate_s_result(sandbox_pool, name):
+def test_a_hostile_neighbour_does_not_change_an_honest_candidate_s_result(sandbox_pool, alone, name):
     sb = sandbox_pool
     if sb is None:  # this host refuses to run candidates (asserted by pool())
         return
-    alone = honest_results(sb)
-    assert alone == [(True, "passed")] * 3, alone
     hostile = {}
     neighbour = threading.Thread(target=lambda: hostile.setdefault(
         "r", sb.run(_HEAD + HOSTILE[name], [Test(expected=1, expr="f()")], timeout_s=HOSTILE_S)))
