@@ -106,10 +106,10 @@ def f():
             os.pread(fd, len(block), 0)
             os.ftruncate(fd, 0)
     return processes(work)''',
-    # copies 32 MiB back and forth in every thread (ctypes releases the GIL): the memory bus is saturated
+    # copies 16 MiB back and forth in every thread (ctypes releases the GIL): the memory bus is saturated
     "memory bandwidth": '''
 def f():
-    size = 32 << 20
+    size = 16 << 20
     def work():
         a, b = ctypes.create_string_buffer(size), ctypes.create_string_buffer(size)
         while time.time() < END:
