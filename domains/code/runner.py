@@ -856,8 +856,8 @@ class Usage:
 
 def poll_interval(elapsed):
     """How long the runner waits between two looks at a running test: often at first (a test that forks is
-    moved to SCHED_IDLE within 10 ms), then every 25 ms."""
-    return 0.01 if elapsed < 0.1 else 0.025
+    moved to SCHED_IDLE within 20 ms), then every 100 ms (a limit is overrun by at most that much)."""
+    return 0.02 if elapsed < 0.2 else 0.1
 
 
 def wait_result(read_fd, pid, limits, cap, reaped, own_proc=False):
