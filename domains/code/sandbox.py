@@ -12,8 +12,10 @@ candidate runs under ``runner.py`` (started isolated, fed its job on stdin):
   build this the pool refuses to run candidates, unless ``isolation: none`` was asked for
   explicitly (then it warns loudly and uses resource limits only);
 * limits on the whole sandbox (``cgroups.py``: memory and process count, where the host offers
-  cgroups) and per test (CPU seconds, address space, file size, open files, processes, wall
-  clock), and a cap on the result and the captured output;
+  cgroups) and per test (the CPU time of all its processes and threads, with a wall-clock ceiling
+  of ``Limits.wall_factor`` times that; address space, file size, open files, processes), and a cap
+  on the result and the captured output; a test that runs more than one task runs ``SCHED_IDLE``,
+  so no neighbour's test loses its CPU to it, with or without cgroups;
 * nothing of the sandbox is on the host's disk (``isolation: none``: a private folder, removed
   without following links), so there is nothing for the host to clean up but the cgroup.
 
