@@ -1,6 +1,6 @@
 """A hostile candidate cannot change a concurrent candidate's result (issue 41).
 
-An honest candidate (three CPU-bound tests, about 0.15 s of CPU each) runs once alone and then beside each hostile
+An honest candidate (three CPU-bound tests, about 0.3 s of CPU each) runs once alone and then beside each hostile
 neighbour in the same pool; its pass/fail must be the same. Each neighbour runs about 30 tasks, each process in a
 session of its own, until the honest candidate is done: processes that spin (the issue's attack), threads that spin
 outside the GIL, processes forked up to the box's limit that keep replacing themselves, busy file I/O, memory-bandwidth
@@ -28,8 +28,8 @@ from tests.domains.test_sandbox_adversarial import REPO, ROOT, _exposing_script,
 
 HOSTILE_S = 60.0  # how long a neighbour would keep its tasks busy: until the test ends its sandbox
 HONEST = "def g(n):\n    return sum(i * i for i in range(n))"
-N = 3_000_000
-LIMIT_S = 1.0  # each honest test's limit: several times its CPU time alone, well below its time beside a neighbour
+N = 6_000_000
+LIMIT_S = 1.5  # each honest test's limit: several times its CPU time alone, well below its time beside a neighbour
 TASKS = 28  # a neighbour's processes or threads (the box allows 32 tasks, its runner and test child included)
 
 _HEAD = f'''
@@ -58,13 +58,12 @@ def processes(work, n={TASKS}):
     return 1
 def threads(work, n):
     threading.stack_size(1 << 18)  # their stacks fit in the box's address space
-    ts = [threading.Thread(target=work, daemon=True) for _ in range(n)]
+    ts = [threading.Thread(target=work, daemon=True) for _ in range(n - 1)]
     for t in ts:
         t.start()
-    for t in ts:
-        t.join()
-def threaded(work):  # 4 processes of 6 threads
-    return processes(lambda: threads(work, 6), n=4)
+    work()
+def threaded(work):  # 14 processes (sessions) of 2 busy threads
+    return processes(lambda: threads(work, 2), n=14)
 '''
 
 HOSTILE = {
@@ -106,7 +105,7 @@ def f():
             os.pread(fd, len(block), 0)
             os.ftruncate(fd, 0)
     return processes(work)''',
-    # copies 16 MiB back and forth in every thread (ctypes releases the GIL): the memory bus is saturated
+    # each thread copies 16 MiB of its own back and forth (ctypes releases the GIL): the memory bus is saturated
     "memory bandwidth": '''
 def f():
     size = 16 << 20
