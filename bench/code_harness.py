@@ -186,7 +186,9 @@ def against(sb, ref: str) -> None:
 
 def throughput_against(sb, ref: str, data: str, tasks: int, pairs: int) -> None:
     """Wall seconds for the canonical solutions of the first ``tasks`` MBPP tasks (every test, 5 s limits) under this
-    runner over the runner of ``ref``: alternated pairs in one run, so the machine's load hits both arms alike."""
+    runner over the runner of ``ref``: alternated pairs in one run, so the machine's load hits both arms alike.
+    ``ref``'s runner must speak this host's protocol (issue 39's); one without ``C`` lines is only killed at its
+    tests' wall-clock ceilings."""
     rows = load_split({"name": "mbpp", "kind": "mbpp", "source": f"{data}/mbpp/full.jsonl", "test_split": False,
                        "limit": tasks, "calibrate": False}, sandbox=sb)
     jobs = [(r["canonical"], decode_tests(r["visible_tests"]) + decode_tests(r["tests"]), r["setup"]) for r in rows]
