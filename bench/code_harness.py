@@ -11,8 +11,12 @@
 5. The cost of a hostile candidate (one at a time, alone): wall time, the host's own CPU time (reading and
    judging the report) and its peak memory above the baseline, and the sandbox's CPU time.
 
+6. ``--throughput-against REF``: honest throughput (the canonical solutions of the first MBPP tasks through the pool,
+   uncalibrated limits) under this runner over the runner of git revision REF, as the median of alternated pairs
+   (``bench/paired_timing.py``); ``--as-nobody`` (as root) runs the whole bench as ``nobody``, who has no cgroups.
+
 Usage: python bench/code_harness.py [--data data] [--workers 2] [--limit N] [--costs-only] [--against REF]
-[--throughput-against REF]
+       [--throughput-against REF [--tasks 60] [--pairs 6]] [--as-nobody]
 (``--data``: a folder with ``mbpp/full.jsonl``, ``mbpp/sanitized.jsonl`` and ``mbppplus/test.jsonl``;
 default: the bundled ``data/``. The first run times the canonical solutions and computes the MBPP+
 expected outputs, cached under ``$C3_CACHE``; ``--limit`` keeps the first N tasks of each file. ``--against``
@@ -27,9 +31,16 @@ import os
 import re
 import resource
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for bench.paired_timing
+
+from bench.paired_timing import describe, paired_ratio
+from domains.code import sandbox as sbx
 from domains.code.data import MBPP_TEST_IDS, TIME_CAP_S, TIME_FACTOR, TIME_FLOOR_S, decode_tests, load_split
 from domains.code.sandbox import Sandbox, Test, isolation_probe
 
@@ -173,28 +184,62 @@ def against(sb, ref: str) -> None:
         print(f"  {name}: {a * 1000:.0f} ms per trivial candidate, {(b - a) / 19 * 1000:.1f} ms per further test")
 
 
-def throughput_against(sb, ref: str, rows, rounds: int = 4) -> None:
-    """Honest throughput (canonical candidates per second on ``rows``) under this runner and under the runner of
-    the git revision ``ref``, alternated in one run on the same pool (``rounds`` passes each), and their ratio."""
-    import subprocess
+def throughput_against(sb, ref: str, data: str, tasks: int, pairs: int) -> None:
+    """Wall seconds for the canonical solutions of the first ``tasks`` MBPP tasks (every test, 5 s limits) under this
+    runner over the runner of ``ref``: alternated pairs in one run, so the machine's load hits both arms alike.
+    ``ref``'s runner must speak this host's protocol (issue 39's); one without ``C`` lines is only killed at its
+    tests' wall-clock ceilings."""
+    rows = load_split({"name": "mbpp", "kind": "mbpp", "source": f"{data}/mbpp/full.jsonl", "test_split": False,
+                       "limit": tasks, "calibrate": False}, sandbox=sb)
+    jobs = [(r["canonical"], decode_tests(r["visible_tests"]) + decode_tests(r["tests"]), r["setup"]) for r in rows]
+    old = ref_runner(ref)
+    new = sbx.RUNNER.read_text()
+    passed = {}
 
-    from domains.code import sandbox as sbx
+    def arm(name, src):
+        def run():
+            sbx._SOURCE[:] = [src]
+            passed.setdefault(name, []).append(sum(x.passed for res in sb.run_many(jobs) for x in res))
+        return run
 
-    sources = {ref: subprocess.run(["git", "show", f"{ref}:domains/code/runner.py"], cwd=ROOT, check=True,
-                                   capture_output=True, text=True).stdout, "this runner": sbx.RUNNER.read_text()}
-    rates = {k: [] for k in sources}
-    for i in range(rounds):
-        for name in (sources if i % 2 == 0 else list(sources)[::-1]):
-            sbx._SOURCE[:] = [sources[name]]
-            results, secs = check(sb, rows, lambda r: r["canonical"])
-            assert all(x.passed for res in results for x in res), name
-            rates[name].append(len(rows) / secs)
-    sbx._SOURCE[:] = [sources["this runner"]]
-    for name, r in rates.items():
-        print(f"  {name}: {statistics.median(r):.1f} candidates/s (passes: {', '.join(f'{x:.1f}' for x in r)})")
-    ratio = [b / a for a, b in zip(rates[ref], rates["this runner"])]
-    per = ", ".join(f"{x:.3f}" for x in ratio)
-    print(f"  ratio this / {ref}: median {statistics.median(ratio):.3f} (per pass: {per})")
+    result = paired_ratio(arm("this", new), arm(ref, old), pairs)
+    sbx._SOURCE[:] = [new]
+    tests = sum(len(t) for _, t, _ in jobs)
+    print(f"\nhonest throughput, {len(jobs)} canonical MBPP candidates ({tests} tests), {sb.workers} workers, box "
+          f"limits {sb.box_limits}, uid {os.geteuid()}; tests passed per run: this runner "
+          f"{sorted(set(passed['this']))}, {ref} {sorted(set(passed[ref]))}")
+    print(describe(result, f"wall seconds, this runner over {ref}'s"))
+
+
+def ref_runner(ref: str) -> str:
+    """The runner of git revision ``ref`` (read before ``--as-nobody`` drops to a user git may refuse)."""
+    given = os.environ.get("C3_BENCH_REF_RUNNER")
+    if given:
+        return Path(given).read_text()
+    return subprocess.run(["git", "show", f"{ref}:domains/code/runner.py"], cwd=ROOT, check=True, capture_output=True,
+                          text=True).stdout
+
+
+def as_nobody(ref: str | None) -> int:
+    """Re-run this bench (without ``--as-nobody``) as ``nobody`` in a private mount namespace where the repository and
+    the Python installation are reachable (the suite's way: ``tests/domains/test_sandbox_adversarial.py``)."""
+    from tests.domains.test_sandbox_adversarial import _exposing_script
+
+    needed = sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix), str(ROOT)})
+    env = ""
+    if ref:
+        fd, path = tempfile.mkstemp(prefix="c3-ref-runner-", suffix=".py")
+        os.write(fd, ref_runner(ref).encode())
+        os.close(fd)
+        os.chmod(path, 0o644)
+        env = f"C3_BENCH_REF_RUNNER={path} "
+    argv = " ".join(f"'{a}'" for a in sys.argv[1:] if a != "--as-nobody")
+    script = _exposing_script(needed) + [
+        "exec setpriv --reuid=65534 --regid=65534 --clear-groups env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp "
+        f"PYTHONDONTWRITEBYTECODE=1 TMPDIR=/tmp PYTHONPATH={ROOT} {env}{sys.executable} "
+        f"{Path(__file__).resolve()} {argv}"]
+    return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(script)],
+                          cwd=ROOT).returncode
 
 
 def main() -> None:
@@ -206,15 +251,16 @@ def main() -> None:
     ap.add_argument("--against", default=None, metavar="REF",
                     help="also time the runner of git revision REF, interleaved")
     ap.add_argument("--throughput-against", default=None, metavar="REF",
-                    help="only honest MBPP test-split throughput, this runner against REF's, alternated")
+                    help="only honest throughput under this runner over the runner of git revision REF (paired)")
+    ap.add_argument("--tasks", type=int, default=60, help="MBPP tasks for --throughput-against")
+    ap.add_argument("--pairs", type=int, default=6, help="alternated pairs for --throughput-against")
+    ap.add_argument("--as-nobody", action="store_true", help="(as root) run this bench as nobody: no cgroups")
     args = ap.parse_args()
+    if args.as_nobody and os.geteuid() == 0:
+        raise SystemExit(as_nobody(args.throughput_against or args.against))
     sb = Sandbox(workers=args.workers)
     if args.throughput_against:
-        full = load("MBPP full", {"name": "mbpp", "kind": "mbpp", "source": f"{args.data}/mbpp/full.jsonl",
-                                  "test_split": False, "limit": args.limit}, sb)
-        rows = [r for r in full if int(r["task_id"]) in MBPP_TEST_IDS]
-        print(f"\nhonest throughput, MBPP test split ({len(rows)} candidates), {args.workers} workers, alternated:")
-        throughput_against(sb, args.throughput_against, rows)
+        throughput_against(sb, args.throughput_against, args.data, args.tasks, args.pairs)
         return
     if args.against:
         print(f"\nsandbox overhead against {args.against}:")

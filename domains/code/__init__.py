@@ -42,7 +42,7 @@ from .values import decode, equal
 class CodeConfig:
     """The config's ``code:`` section."""
 
-    timeout_s: float = 5.0  # wall-clock limit of a test without its own (dataset tests: 4 x the canonical time, 2-30 s)
+    timeout_s: float = 5.0  # CPU-time limit of a test without its own (wall: 3x; dataset tests: 4 x canonical, 2-30 s)
     # namespaces: refuse to run candidates where the host cannot isolate them; none: run them anyway, unisolated
     # (unsafe; said loudly)
     isolation: str = "namespaces"

@@ -52,7 +52,7 @@ class CodeDatasetError(ValueError):
 
 
 def time_limit(seconds: float | None) -> float:
-    """The wall-clock limit of a test whose canonical solution took ``seconds`` (None: unknown)."""
+    """The (CPU-time) limit of a test whose canonical solution took ``seconds`` (None: unknown)."""
     if seconds is None:
         return TIME_CAP_S
     return float(min(TIME_CAP_S, max(TIME_FLOOR_S, TIME_FACTOR * float(seconds))))

@@ -5,14 +5,16 @@ writes from scratch (no folder the candidate can write is ever on ``sys.path``; 
 used because it would also ignore ``PYTHONHASHSEED``, which keeps set and dict orders equal
 between reference and candidate), writes one JSON job to its stdin (a line with its length in bytes,
 then the job) and reads its stdout: ``READY`` once the sandbox is built, before any candidate code
-runs, ``S <i>`` before test ``i`` starts and ``E <i>`` when it has ended, then one JSON line with
+runs, ``S <i>`` before test ``i`` starts, ``C <i> <seconds>`` with its CPU time so far while it runs (see
+:func:`wait_result`) and ``E <i>`` when it has ended, then one JSON line with
 one result per test payload, in order: ``{"status": "value", "value": <encoded>}`` or
 ``{"status": "error" | "timeout", "reason": ...}``, each with ``output``.
 A job with ``"probe": true`` builds the sandbox and reports what it could build instead.
 
 The job holds the candidate's inputs and limits that are the same for every test, nothing computed
 from an expected value or a reference solution: the host keeps each test's time limit and value cap
-(issue 39). It times each test from the ``S``/``E`` lines and, at a test's limit, writes ``K <i>`` on
+(issue 39). It times each test from the ``S``/``E`` lines and, at a test's limit (CPU time from the ``C``
+lines, or its wall-clock ceiling: issue 41), writes ``K <i>`` on
 the runner's stdin (kill test ``i``: a timeout), or ``B`` when the candidate's whole budget is spent
 (kill it, skip the rest); a value over its test's cap is refused by the host, before decoding. What
 the runner never holds, no test child (a fork of it) can find in its memory.
@@ -238,6 +240,7 @@ RUNNER_NAMESPACES = {"ipc": 256}
 NAMESPACE_KINDS = ("user", "mnt", "pid", "net", "ipc", "uts", "cgroup", "time")
 _LIBC = []
 _PROC = []  # the runner's own /proc (a directory descriptor; candidates have no /proc at all)
+_OWN_PROC = [False]  # whether _PROC is the sandbox's own (its PID namespace's processes only), not the host's
 
 
 def libc():
@@ -336,6 +339,9 @@ def syscall_filter():
     rule(SCMP_ACT_ERRNO_EPERM, "prctl", (0, SCMP_CMP_EQ, PR_SET_DUMPABLE, 0), (1, SCMP_CMP_NE, 0, 0))
     rule(SCMP_ACT_ERRNO_EPERM, "setrlimit", (0, SCMP_CMP_EQ, RLIMIT_CORE_NUMBER, 0))
     rule(SCMP_ACT_ERRNO_EPERM, "prlimit64", (1, SCMP_CMP_EQ, RLIMIT_CORE_NUMBER, 0), (2, SCMP_CMP_NE, 0, 0))
+    # a new session is a new scheduling autogroup (where the kernel has them), a share of the CPU as large as a
+    # whole sandbox's: a test's processes stay in its runner's session (EPERM, as for a session leader)
+    rule(SCMP_ACT_ERRNO_EPERM, "setsid")
     return lib, ctx
 
 
@@ -611,6 +617,7 @@ def build_root(job, sources):
         proc = False  # the runner only (its "self" is still the reader: a test child sets its own OOM score there)
         own = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     _PROC[:] = [own]
+    _OWN_PROC[0] = proc
     pivot_root(".", ".")
     umount(".")  # the host's tree, stacked on top by pivot_root, goes away
     os.chdir("/")
@@ -829,8 +836,9 @@ def child(job, test, out, result_fd, box):
             return
         os.chdir(box)
         # RLIMIT_CPU: the host's ceiling for every test (the test's own limit is the host's, outside); RLIMIT_CORE 1:
-        # the kernel's "no pipe helper" value, and less than any core file, for what this child may exec
-        limit(dict(job["limits"], RLIMIT_CORE=1))
+        # the kernel's "no pipe helper" value, and less than any core file, for what this child may exec;
+        # RLIMIT_NICE 0: no nice value below the runner's, so a test that the runner moves to SCHED_IDLE stays there
+        limit(dict(job["limits"], RLIMIT_CORE=1, RLIMIT_NICE=0))
         drop_privileges()
         # last: no call of the candidate's runs unfiltered (a failure ends the test: fail closed)
         load_filter(SECCOMP[0])
@@ -867,15 +875,82 @@ def read_control():
             CONTROL["kill"].add(int(line[2:]))
 
 
-def wait_result(read_fd, pid, index, cap, reaped):
+SCHED_IDLE = getattr(os, "SCHED_IDLE", 5)
+CLOCK_TICK = os.sysconf("SC_CLK_TCK")
+
+
+class Usage:
+    """What a test has used so far, read by the runner while it runs: CPU seconds (every process and thread of the
+    test, the children it reaped included) and its tasks. With a ``/proc`` of the sandbox's own PID namespace (the
+    runner is its init, so every process in it but this one is the test's) all of them are read; otherwise (no
+    namespaces, or the host's ``/proc`` kept) only the test child's own CPU clock.
+
+    Once a test runs more than one task (a thread or a process), every task of it runs ``SCHED_IDLE`` until it
+    ends: what it runs past one task's share of a core is taken only from otherwise idle CPUs, whatever it forks.
+    Children inherit the policy and none can leave it (``RLIMIT_NICE`` is 0)."""
+
+    def __init__(self, pid, own_proc):
+        self.pid, self.idle = pid, False
+        self.proc = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=_PROC[0]) if own_proc else None
+
+    def close(self):
+        if self.proc is not None:
+            os.close(self.proc)
+
+    def cpu_seconds(self):
+        if self.proc is None:
+            try:  # the process-wide CPU clock of the test child (CPUCLOCK_SCHED of its pid)
+                return time.clock_gettime((~self.pid << 3) | 2)
+            except OSError:
+                return 0.0
+        ticks, tids = 0, []
+        for name in os.listdir(self.proc):
+            if not name.isdigit() or name == "1":
+                continue
+            try:
+                fd = os.open(name + "/stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.proc)
+                try:
+                    fields = os.read(fd, 4096).rsplit(b")", 1)[1].split()
+                finally:
+                    os.close(fd)
+                ticks += sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
+                fd = os.open(name + "/task", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=self.proc)
+                try:
+                    tids.extend(int(t) for t in os.listdir(fd))
+                finally:
+                    os.close(fd)
+            except (OSError, IndexError, ValueError):
+                continue  # it just ended
+        if self.idle or len(tids) > 1:
+            self.idle = True
+            for tid in tids:
+                try:
+                    os.sched_setscheduler(tid, SCHED_IDLE, os.sched_param(0))
+                except OSError:
+                    pass
+        return ticks / CLOCK_TICK
+
+
+def poll_interval(elapsed):
+    """How long the runner waits between two looks at a running test: often at first (a test that forks is
+    moved to SCHED_IDLE within 20 ms), then every 100 ms (the host, told the CPU time at each look, overruns a
+    limit by at most that much and a round trip)."""
+    return 0.02 if elapsed < 0.2 else 0.1
+
+
+def wait_result(read_fd, pid, index, cap, reaped, own_proc=False):
     """Read the child's message until it ends (EOF or the child's exit), the host says it is out of time (its
-    limit is the host's: the runner never knows it), or the size cap. Returns (bytes, status) with status None,
-    "timeout", "budget" or "result_too_large". Without pidfds (Linux before 5.3) the child is polled, and its
-    wait status, once reaped, goes into ``reaped``."""
+    limits are the host's: the runner never knows them), or the size cap. At every look at the running test (see
+    :func:`poll_interval`) its CPU time so far (see :class:`Usage`), when it changed, goes to the host as
+    ``C <i> <seconds>``: the host kills it (``K <i>``) past its CPU-time limit or its wall-clock ceiling. Returns
+    (bytes, status) with status None, "timeout", "budget" or "result_too_large". Without pidfds (Linux before
+    5.3) the child is polled, and its wait status, once reaped, goes into ``reaped``."""
+    start = time.monotonic()
     try:
         pidfd = os.pidfd_open(pid)
     except (AttributeError, OSError):
         pidfd = None
+    usage, reported = Usage(pid, own_proc), None
     chunks, size, status = [], 0, None
     try:
         while True:
@@ -883,10 +958,15 @@ def wait_result(read_fd, pid, index, cap, reaped):
                 status = "budget" if CONTROL["budget"] else "timeout"
                 break
             watch = [read_fd, 0] + ([pidfd] if pidfd is not None else [])
-            ready = select.select(watch, [], [], None if pidfd is not None else 0.02)[0]
+            ready = select.select(watch, [], [], poll_interval(time.monotonic() - start))[0]
             if 0 in ready:
                 read_control()
                 continue
+            if not ready:
+                cpu = usage.cpu_seconds()
+                if cpu != reported:
+                    say("C %d %.3f" % (index, cpu))  # the host compares it with the test's limit
+                    reported = cpu
             if pidfd is not None:
                 exited = pidfd in ready
             else:
@@ -911,6 +991,7 @@ def wait_result(read_fd, pid, index, cap, reaped):
                     continue
                 break
     finally:
+        usage.close()
         if pidfd is not None:
             os.close(pidfd)
     return b"".join(chunks), status
@@ -1010,7 +1091,7 @@ def run_test(job, test, index, isolated, leased, box):
     reaped = []
     cap = int(job["max_result_bytes"])  # the same for every test: a value test's own cap is checked by the host
     try:
-        data, status = wait_result(read_fd, pid, index, cap, reaped)
+        data, status = wait_result(read_fd, pid, index, cap, reaped, isolated and _OWN_PROC[0])
     finally:
         say("E %d" % index)  # the host stops this test's clock
         wstatus = end_test(pid, isolated, leased, reaped)
@@ -1024,7 +1105,7 @@ def run_test(job, test, index, isolated, leased, box):
     os.close(out)
     common = {"output": output}
     if status in ("timeout", "budget"):
-        return dict(common, status="timeout", reason="exceeded its wall-clock limit" if status == "timeout"
+        return dict(common, status="timeout", reason="exceeded its time limit" if status == "timeout"
                     else "candidate wall-clock budget exhausted")
     if status == "result_too_large":
         return dict(common, status="error", reason="result larger than %d bytes" % cap)

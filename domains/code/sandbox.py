@@ -13,8 +13,10 @@ candidate runs under ``runner.py`` (started isolated, fed its job on stdin):
   build this the pool refuses to run candidates, unless ``isolation: none`` was asked for
   explicitly (then it warns loudly and uses resource limits only);
 * limits on the whole sandbox (``cgroups.py``: memory and process count, where the host offers
-  cgroups) and per test (CPU seconds, address space, file size, open files, processes, wall
-  clock), and a cap on the result and the captured output;
+  cgroups) and per test (the CPU time of all its processes and threads, with a wall-clock ceiling
+  of ``Limits.wall_factor`` times that; address space, file size, open files, processes), and a cap
+  on the result and the captured output; a test that runs more than one task runs ``SCHED_IDLE``,
+  so no neighbour's test loses its CPU to it, with or without cgroups;
 * nothing of the sandbox is on the host's disk (``isolation: none``: a private folder, removed
   without following links), so there is nothing for the host to clean up but the cgroup.
 
@@ -80,6 +82,9 @@ class Limits:
     box_memory_mb: int = 1536  # the whole sandbox's memory, its tmpfs included (cgroup memory.max, where available)
     box_processes: int = 128  # the whole sandbox's processes and threads (cgroup pids.max, where available)
     disk_mb: int = 64  # size of the tmpfs a test may write (/sandbox, /tmp)
+    # a test's limit is CPU time (all its processes and threads); its wall clock may run this many times longer (a
+    # test that sleeps ends there), so a busy machine or a hostile neighbour cannot time out an honest test
+    wall_factor: float = 3.0
 
 
 @dataclass
@@ -117,7 +122,7 @@ class Test:
     rtol: float = 0.0  # relative tolerance for floats (MBPP+, as EvalPlus)
     mode: str = "value"  # how the sandbox reports a value test's value (see assertions.MODES)
     assertion: Assertion | None = None
-    timeout_s: float | None = None  # this test's wall-clock limit; None: the limit the run is given
+    timeout_s: float | None = None  # this test's CPU-time limit (wall: wall_factor x); None: the run's
     _cap: int | None = field(default=None, repr=False, compare=False)  # value_cap(), computed once
 
     @classmethod
@@ -220,12 +225,13 @@ def namespaces_available() -> bool:
 
 
 def _launch(python: str, job: dict, timeout_s: float, cgroup: "cgroups.BoxCgroup | None" = None,
-            env: dict | None = None, limits: Sequence[float] = (),
-            budget_s: float | None = None) -> tuple[bytes, bytes, int | None, dict[int, float]]:
+            env: dict | None = None, limits: Sequence[float] = (), budget_s: float | None = None,
+            wall_factor: float = 1.0) -> tuple[bytes, bytes, int | None, "_Conversation"]:
     """Start a runner (a root host: with a uid leased for it), give it ``job``, keep its tests' time: (stdout,
-    stderr, exit code, {test index: seconds}); exit code None when it ran out of ``timeout_s`` and was killed.
-    ``limits``: each test's wall-clock limit, ``budget_s``: the candidate's, both enforced here (the runner is told
-    when to kill, never how long a test may take: issue 39)."""
+    stderr, exit code, the conversation: its ``seconds`` and ``why``); exit code None when it ran out of
+    ``timeout_s`` and was killed. ``limits``: each test's CPU-time limit (its wall-clock ceiling: ``wall_factor``
+    times that), ``budget_s``: the candidate's, all enforced here (the runner is told when to kill, never how long
+    a test may take: issue 39; it reports each test's CPU time: issue 41)."""
     lease = proc = None
     try:
         lease = uids.lease_uid() if os.geteuid() == 0 else None
@@ -236,7 +242,7 @@ def _launch(python: str, job: dict, timeout_s: float, cgroup: "cgroups.BoxCgroup
                                 start_new_session=True)
         if cgroup is not None:
             cgroup.add(proc.pid)  # before the runner has its job, so before it starts anything
-        talk = _Conversation(proc, list(limits), budget_s, time.monotonic() + timeout_s)
+        talk = _Conversation(proc, list(limits), budget_s, time.monotonic() + timeout_s, wall_factor)
         data = json.dumps(job).encode()
         if not talk.send(b"%d\n" % len(data) + data):
             talk.closed = True
@@ -244,8 +250,8 @@ def _launch(python: str, job: dict, timeout_s: float, cgroup: "cgroups.BoxCgroup
         if not done:
             _kill(proc, cgroup, lease)
             proc.wait()
-            return out, err, None, talk.seconds
-        return out, err, proc.wait(), talk.seconds
+            return out, err, None, talk
+        return out, err, proc.wait(), talk
     finally:
         if proc is not None and proc.poll() is None:
             _kill(proc, cgroup, lease)
@@ -257,15 +263,19 @@ def _launch(python: str, job: dict, timeout_s: float, cgroup: "cgroups.BoxCgroup
 
 
 class _Conversation:
-    """The host's side of a runner's run: reads its stdout (``READY``, ``S <i>``, ``E <i>``, the report) and stderr,
-    times each test and tells the runner on its stdin when a test (``K <i>``) or the candidate (``B``) is out of
-    time."""
+    """The host's side of a runner's run: reads its stdout (``READY``, ``S <i>``, ``C <i> <cpu seconds>``,
+    ``E <i>``, the report) and stderr, times each test and tells the runner on its stdin when a test (``K <i>``) or
+    the candidate (``B``) is out of time: a test once the CPU time the runner reports passes its limit, or its wall
+    clock passes ``wall_factor`` times that limit (issue 41: a busy machine or a neighbour cannot time it out)."""
 
-    def __init__(self, proc: subprocess.Popen, limits: list[float], budget_s: float | None, give_up: float):
+    def __init__(self, proc: subprocess.Popen, limits: list[float], budget_s: float | None, give_up: float,
+                 wall_factor: float = 1.0):
         self.proc, self.limits, self.budget_s, self.give_up = proc, limits, budget_s, give_up
+        self.wall_factor = wall_factor
         self.lines: list[bytes] = []
         self.partial, self.err = bytearray(), bytearray()
         self.seconds: dict[int, float] = {}
+        self.why: dict[int, str] = {}  # test index: the reason it was killed
         self.current: tuple[int, float] | None = None  # (index, start) of the running test
         self.budget_end: float | None = None
         self.told: set = set()
@@ -291,6 +301,9 @@ class _Conversation:
         if line[:2] == b"S " and line[2:].isdigit():
             self.current = (int(line[2:]), now)
             return
+        if line[:2] == b"C ":
+            self.cpu(line[2:])
+            return
         if line[:2] == b"E " and line[2:].isdigit():
             if self.current is not None and self.current[0] == int(line[2:]):
                 self.seconds[self.current[0]] = now - self.current[1]
@@ -298,13 +311,26 @@ class _Conversation:
             return
         self.lines.append(line)
 
+    def cpu(self, text: bytes) -> None:
+        """A running test's CPU time so far (``<i> <seconds>``): past its limit, it is killed."""
+        try:
+            index, seconds = text.split(b" ")
+            index, used = int(index), float(seconds)
+        except ValueError:
+            return  # not the runner's line: ignored, as any other stray line
+        if self.current is None or self.current[0] != index or index >= len(self.limits):
+            return
+        if used > self.limits[index] and b"K %d" % index not in self.told:
+            self.why[index] = f"exceeded {self.limits[index]:.1f}s of CPU time"
+            self.tell(b"K %d" % index)
+
     def deadline(self) -> float:
         """The next moment something must be said (or the runner given up on)."""
         ends = [self.give_up]
         if self.current is not None:
             index, start = self.current
             if index < len(self.limits) and b"K %d" % index not in self.told:
-                ends.append(start + self.limits[index])
+                ends.append(start + self.wall_factor * self.limits[index])
             if self.budget_end is not None and b"B" not in self.told:
                 ends.append(self.budget_end)
         return min(ends)
@@ -316,7 +342,9 @@ class _Conversation:
         index, start = self.current
         if self.budget_end is not None and now >= self.budget_end:
             self.tell(b"B")
-        elif index < len(self.limits) and now >= start + self.limits[index]:
+        elif index < len(self.limits) and now >= start + self.wall_factor * self.limits[index] \
+                and b"K %d" % index not in self.told:
+            self.why[index] = f"exceeded {self.wall_factor * self.limits[index]:.1f}s wall clock"
             self.tell(b"K %d" % index)
 
     def run(self) -> tuple[bytes, bytes, bool]:
@@ -467,6 +495,9 @@ class Sandbox:
         self.workers = workers or max(1, os.cpu_count() or 1)
         self.limits = limits or Limits()
         self.isolation = isolation or _ISOLATION[0]
+        if not self.limits.wall_factor >= 1.0:
+            raise ValueError(f"Limits.wall_factor must be at least 1 (a test's wall clock may not be shorter than its "
+                             f"CPU time limit), not {self.limits.wall_factor!r}")
         if self.isolation not in ISOLATIONS:
             raise ValueError(f"isolation must be one of {', '.join(ISOLATIONS)}, not {self.isolation!r}")
         probe = isolation_probe()
@@ -498,7 +529,7 @@ class Sandbox:
         return [f.result() for f in futures]
 
     def run(self, code: str, tests: Sequence[Test], setup: str = "", timeout_s: float = 5.0) -> list[TestResult]:
-        """Judge ``code`` on ``tests``: one result per test. ``timeout_s``: the wall-clock limit of each
+        """Judge ``code`` on ``tests``: one result per test. ``timeout_s``: the CPU-time limit of each
         test that has none of its own."""
         raw = self.raw(code, [t.payload(i, timeout_s) for i, t in enumerate(tests)], setup, timeout_s)
         if not isinstance(raw, str) and (type(raw) is not list or len(raw) != len(tests)):
@@ -519,7 +550,8 @@ class Sandbox:
     def _run(self, code: str, payloads: Sequence[dict], setup: str, timeout_s: float) -> list[dict] | str:
         lim = self.limits
         limits = [float(p.get("timeout_s", timeout_s)) for p in payloads]  # kept here: the runner never sees them
-        budget = sum(limits) + 2.0
+        # the candidate's wall clock: each test may sleep to its ceiling (issue 41)
+        budget = lim.wall_factor * sum(limits) + 2.0
         # every test's CPU limit: one ceiling, whatever the test (a longer one only for limits beyond any dataset's)
         cpu = max(lim.cpu_s, math.ceil(max([float(timeout_s), CPU_CEILING_S - 2] + limits)) + 2)
         job = {"code": str(code), "setup": setup or "", "tests": [{k: p[k] for k in PAYLOAD_KEYS if k in p}
@@ -544,7 +576,8 @@ class Sandbox:
                    "PYTHONHASHSEED": "0"}
             try:
                 cgroup = cgroups.BoxCgroup.create(lim.box_memory_mb << 20, lim.box_processes)
-                out, err, rc, seconds = _launch(self.python, job, budget + 10.0, cgroup, env, limits, budget)
+                out, err, rc, talk = _launch(self.python, job, budget + 10.0, cgroup, env, limits, budget,
+                                            lim.wall_factor)
             except (OSError, subprocess.SubprocessError, uids.LeaseError) as exc:
                 raise SandboxError(f"sandbox did not start: {type(exc).__name__}: {exc}") from exc
             if rc is None:
@@ -563,9 +596,9 @@ class Sandbox:
             if type(results) is not list or len(results) != len(payloads) or any(type(r) is not dict for r in results):
                 return "sandbox runner sent a malformed report"
             for i, r in enumerate(results):
-                r["seconds"] = seconds.get(i, 0.0)  # timed here, from the runner's S/E lines
-                if r.get("status") == "timeout" and "wall-clock limit" in str(r.get("reason", "")):
-                    r["reason"] = f"exceeded {limits[i]:.1f}s wall clock"
+                r["seconds"] = talk.seconds.get(i, 0.0)  # timed here, from the runner's S/E lines
+                if r.get("status") == "timeout" and "its time limit" in str(r.get("reason", "")):
+                    r["reason"] = talk.why.get(i, f"exceeded {limits[i]:.1f}s of CPU time")
             return results
         finally:
             if outer is not None:

@@ -213,7 +213,9 @@ def test_code_timeout_s_from_the_config_reaches_the_reward():
     from domains.code import DEFAULTS, DOMAIN, CodeConfig, configure_from, encode
 
     item = {"tests": _json.dumps([{"expr": "f()", "expected": encode(1)}])}  # no limit of its own
-    slow = "import time\ndef f():\n    time.sleep(2.5)\n    return 1"
+    # 2.5 s of CPU time (a test's limit is CPU time; its wall clock may run Limits.wall_factor times longer)
+    slow = ("import time\ndef f():\n    end = time.process_time() + 2.5\n    while time.process_time() < end:\n"
+            "        pass\n    return 1")
     try:
         configure_from(SimpleNamespace(domain_cfg=CodeConfig(timeout_s=1.0)))
         assert DOMAIN.make_reward(None)(["plan"], [slow], batch_items=[item]) == [0.0]
