@@ -223,23 +223,17 @@ def ref_runner(ref: str) -> str:
 def as_nobody(ref: str | None) -> int:
     """Re-run this bench (without ``--as-nobody``) as ``nobody`` in a private mount namespace where the repository and
     the Python installation are reachable (the suite's way: ``tests/domains/test_sandbox_adversarial.py``)."""
-    from tests.domains.test_sandbox_adversarial import _exposing_script
+    from tests.domains.test_sandbox_adversarial import run_as_nobody
 
-    needed = sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix), str(ROOT)})
-    env = ""
+    env = f"PYTHONPATH={ROOT} "
     if ref:
         fd, path = tempfile.mkstemp(prefix="c3-ref-runner-", suffix=".py")
         os.write(fd, ref_runner(ref).encode())
         os.close(fd)
         os.chmod(path, 0o644)
-        env = f"C3_BENCH_REF_RUNNER={path} "
+        env += f"C3_BENCH_REF_RUNNER={path} "
     argv = " ".join(f"'{a}'" for a in sys.argv[1:] if a != "--as-nobody")
-    script = _exposing_script(needed) + [
-        "exec setpriv --reuid=65534 --regid=65534 --clear-groups env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp "
-        f"PYTHONDONTWRITEBYTECODE=1 TMPDIR=/tmp PYTHONPATH={ROOT} {env}{sys.executable} "
-        f"{Path(__file__).resolve()} {argv}"]
-    return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(script)],
-                          cwd=ROOT).returncode
+    return run_as_nobody(f"{Path(__file__).resolve()} {argv}", env=env, capture=False).returncode
 
 
 def main() -> None:

@@ -806,19 +806,25 @@ def _exposing_script(paths):
     return stage + cover
 
 
+def run_as_nobody(argv: str, timeout: float | None = None, env: str = "", capture: bool = True):
+    """Run ``python argv`` as ``nobody`` in a private mount namespace where the Python installation, the virtual
+    environment and the repository are readable (``_exposing_script``); ``env``: ``NAME=value `` words before it."""
+    needed = sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix), str(REPO)})
+    script = _exposing_script(needed) + [
+        "exec setpriv --reuid=65534 --regid=65534 --clear-groups env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp "
+        f"PYTHONDONTWRITEBYTECODE=1 TMPDIR=/tmp {env}{sys.executable} {argv}"]
+    return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(script)], cwd=REPO,
+                          capture_output=capture, text=True, timeout=timeout)
+
+
 def test_the_attacks_fail_as_an_unprivileged_user_too():
     """Run as root, this re-runs the module as ``nobody`` (the Python installation, the virtual
     environment and the repository made readable in a private mount namespace only). An
     unprivileged user without user namespaces sees every attack refused instead: fail closed."""
     if not ROOT:
         return  # this run is the unprivileged one
-    needed = sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix), str(REPO)})
-    script = _exposing_script(needed) + [
-        "exec setpriv --reuid=65534 --regid=65534 --clear-groups env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp "
-        f"PYTHONDONTWRITEBYTECODE=1 TMPDIR=/tmp {sys.executable} -m pytest -q -p no:cacheprovider -x "
-        f"-k 'not unprivileged_user' {Path(__file__).relative_to(REPO)}"]
-    run = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(script)], cwd=REPO,
-                         capture_output=True, text=True, timeout=900)
+    run = run_as_nobody(f"-m pytest -q -p no:cacheprovider -x -k 'not unprivileged_user' "
+                        f"{Path(__file__).relative_to(REPO)}", timeout=900)
     tail = (run.stdout + run.stderr)[-3000:]
     assert run.returncode == 0, tail
     passed = re.search(r"(\d+) passed", run.stdout)

@@ -15,8 +15,6 @@ root, once more as ``nobody``, who has no cgroups ("rlimits only": the runner's 
 import os
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -24,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from domains.code.sandbox import Test
-from tests.domains.test_sandbox_adversarial import REPO, ROOT, _exposing_script, _sandboxed_processes, pool
+from tests.domains.test_sandbox_adversarial import REPO, ROOT, _sandboxed_processes, pool, run_as_nobody
 
 HOSTILE_S = 60.0  # how long a neighbour would keep its tasks busy: until the test ends its sandbox
 HONEST = "def g(n):\n    return sum(i * i for i in range(n))"
@@ -189,13 +187,8 @@ def test_the_neighbours_cannot_change_a_result_as_an_unprivileged_user_either():
     """Run as root, this re-runs the module as ``nobody`` (no cgroups: the runner's own limits and scheduling)."""
     if not ROOT:
         return  # this run is the unprivileged one
-    needed = sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix), str(REPO)})
-    script = _exposing_script(needed) + [
-        "exec setpriv --reuid=65534 --regid=65534 --clear-groups env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp "
-        f"PYTHONDONTWRITEBYTECODE=1 TMPDIR=/tmp {sys.executable} -m pytest -q -p no:cacheprovider "
-        f"-k 'not unprivileged_user' {Path(__file__).relative_to(REPO)}"]
-    run = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(script)], cwd=REPO,
-                         capture_output=True, text=True, timeout=600)
+    run = run_as_nobody(f"-m pytest -q -p no:cacheprovider -k 'not unprivileged_user' "
+                        f"{Path(__file__).relative_to(REPO)}", timeout=600)
     tail = (run.stdout + run.stderr)[-3000:]
     assert run.returncode == 0, tail
     passed = re.search(r"(\d+) passed", run.stdout)
