@@ -274,10 +274,61 @@ SCMP_ACT_KILL_PROCESS = 0x80000000
 SCMP_ACT_ERRNO_ENOSYS = 0x00050000 | 38
 SCMP_ACT_ERRNO_EPERM = 0x00050000 | 1
 SCMP_CMP_NE, SCMP_CMP_EQ, SCMP_CMP_MASKED_EQ = 1, 4, 7
+SCMP_FLTATR_CTL_OPTIMIZE = 8  # libseccomp >= 2.5: 2 = a binary tree of the calls, not a linear scan
 AF_UNIX = 1
 RLIMIT_CORE_NUMBER = 4  # RLIMIT_CORE on every Linux architecture the runner knows
+SIGCHLD_NUMBER = 17  # SIGCHLD on x86_64, aarch64, ppc64le, s390x and riscv64
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+# What a test may call: an allow-list (issue 39: accepted by construction, not refused by name). Anything else fails
+# with ENOSYS, as a call this kernel does not have; the calls below it are allowed only with the arguments their
+# rules accept. These are the calls of pure Python running in one box: files and memory of its own, threads, its
+# own processes (forks, never an exec), signals among them, AF_UNIX sockets, timers, System V IPC of its own
+# namespace. Not on it, among others: anything that reads or changes state the kernel keeps for the whole host
+# (sysinfo, ustat, sysfs, adjtimex, sync, syncfs, io_setup, the keyrings, page-cache residency: mincore, cachestat,
+# fadvise, readahead), socket options (setsockopt sizes kernel buffers), splice/tee/vmsplice, memory policies,
+# xattr writes, credentials (setuid and the rest: nothing to gain), pidfds, io_uring, and every call made for
+# administration. `bench/syscall_allowlist.py` runs the canonical MBPP and MBPP+ solutions under a kill-default
+# version of this filter: each call they need is here.
+ALLOWED_SYSCALLS = (
+    # files and descriptors (the box's tmpfs, the read-only image, the five device nodes)
+    "read", "write", "readv", "writev", "pread64", "pwrite64", "preadv", "pwritev", "preadv2", "pwritev2", "lseek",
+    "_llseek", "close", "close_range", "dup", "dup2", "dup3", "open", "openat", "openat2", "creat", "stat", "fstat",
+    "lstat", "newfstatat", "fstatat64", "statx", "access", "faccessat", "faccessat2", "readlink", "readlinkat",
+    "getdents", "getdents64", "getcwd", "chdir", "fchdir", "mkdir", "mkdirat", "rmdir", "unlink", "unlinkat",
+    "rename", "renameat", "renameat2", "link", "linkat", "symlink", "symlinkat", "chmod", "fchmod", "fchmodat",
+    "fchmodat2", "chown", "fchown", "lchown", "fchownat", "truncate", "ftruncate", "fsync", "fdatasync", "fallocate",
+    "utime", "utimes", "utimensat", "futimesat", "umask", "statfs", "fstatfs", "sendfile", "copy_file_range",
+    "getxattr", "lgetxattr", "fgetxattr", "listxattr", "llistxattr", "flistxattr", "setxattr", "lsetxattr", "fsetxattr",
+    "removexattr", "lremovexattr", "fremovexattr", "memfd_create",
+    "poll", "ppoll", "select", "_newselect", "pselect6", "epoll_create", "epoll_create1", "epoll_ctl", "epoll_wait",
+    "epoll_pwait", "epoll_pwait2", "eventfd", "eventfd2", "signalfd", "signalfd4", "timerfd_create",
+    "timerfd_settime", "timerfd_gettime", "inotify_init", "inotify_init1", "inotify_add_watch", "inotify_rm_watch",
+    # memory
+    "brk", "mmap", "mmap2", "munmap", "mremap", "mprotect", "madvise", "msync",
+    # the test's own processes and threads
+    "exit", "exit_group", "fork", "vfork", "wait4", "waitid", "getpid", "getppid", "gettid", "getuid", "geteuid",
+    "getgid", "getegid", "getresuid", "getresgid", "getgroups", "getpgid", "getpgrp", "getsid", "set_tid_address",
+    "set_robust_list", "rseq", "futex", "futex_waitv", "sched_yield", "sched_getaffinity", "sched_getparam",
+    "sched_getscheduler", "sched_getattr", "sched_get_priority_max", "sched_get_priority_min",
+    "sched_rr_get_interval", "getpriority", "getrusage", "times", "getrlimit", "ugetrlimit", "uname", "arch_prctl",
+    "capget", "getcpu", "getrandom", "restart_syscall", "kill", "tkill", "tgkill",
+    # signals and time
+    "rt_sigprocmask", "rt_sigreturn", "rt_sigpending", "rt_sigsuspend", "rt_sigtimedwait", "sigaltstack", "pause",
+    "nanosleep", "clock_nanosleep", "clock_gettime", "clock_getres", "gettimeofday", "time", "alarm", "getitimer",
+    "setitimer", "timer_create", "timer_settime", "timer_gettime", "timer_getoverrun", "timer_delete",
+    # AF_UNIX sockets (socket and socketpair: rules below) and System V IPC (a new IPC namespace per test)
+    "connect", "bind", "listen", "accept", "accept4", "sendto", "recvfrom", "sendmsg", "recvmsg", "sendmmsg",
+    "recvmmsg", "shutdown", "getsockname", "getpeername", "getsockopt", "shmget", "shmat", "shmdt", "shmctl",
+    "semget", "semop", "semtimedop", "semctl", "msgget", "msgsnd", "msgrcv", "msgctl",
+)
+# refused with EPERM (a clear "not allowed" for honest code that tries): no program is ever executed (so nothing
+# becomes dumpable again or runs outside Python: issue 39's cores); no pipe (pipe buffers are charged to the host
+# user: a hoard of them shrinks the host's new pipes) and no FIFO or device node; no lock on a shared inode (flock;
+# fcntl locks: see FCNTL_ALLOWED); no new session (a new scheduling autogroup)
+REFUSED_SYSCALLS = ("execve", "execveat", "pipe", "pipe2", "mknod", "mknodat", "flock", "setsid")
 # killed on use: the keyring calls (shared with the host kernel), namespaces and mounts, kernel modules, BPF,
-# perf, kexec, handle-based opens, userfaultfd and io_uring (no honest test needs them)
+# perf, kexec, handle-based opens, userfaultfd and io_uring, tracing and other processes' memory (an honest test
+# never makes them: a test that does is ended at once)
 KILLED_SYSCALLS = ("keyctl", "add_key", "request_key", "unshare", "setns", "mount", "umount2", "pivot_root", "chroot",
                    "fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree", "mount_setattr",
                    "init_module", "finit_module", "delete_module", "bpf", "perf_event_open", "kexec_load",
@@ -287,6 +338,19 @@ KILLED_SYSCALLS = ("keyctl", "add_key", "request_key", "unshare", "setns", "moun
                    "vhangup", "iopl", "ioperm")
 # NS CGROUP UTS IPC USER PID NET TIME
 CLONE_NEW_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x00000080)
+CLONE_NS_MASK = sum(CLONE_NEW_FLAGS)
+# fcntl commands allowed: F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_DUPFD_CLOEXEC, F_GETPIPE_SZ, F_ADD_SEALS,
+# F_GET_SEALS (a memfd's). Not: locks (F_SETLK and the rest, OFD locks: a lock on an inode another box could see),
+# leases, F_NOTIFY (dnotify), F_SETOWN/F_SETSIG, F_SETPIPE_SZ.
+FCNTL_ALLOWED = (0, 1, 2, 3, 4, 1030, 1032, 1033, 1034)
+# ioctl requests allowed: TCGETS and TIOCGWINSZ (isatty and the terminal size: ENOTTY on a file), FIONREAD, FIONBIO,
+# FIOCLEX, FIONCLEX
+IOCTL_ALLOWED = (0x5401, 0x5413, 0x541B, 0x5421, 0x5451, 0x5450)
+PR_SET_DUMPABLE_NUMBER = 4
+# prctl options allowed (reads, and the thread's name): PR_GET_PDEATHSIG, PR_GET_DUMPABLE, PR_SET_NAME, PR_GET_NAME,
+# PR_GET_SECCOMP, PR_CAPBSET_READ, PR_GET_TIMERSLACK, PR_GET_NO_NEW_PRIVS; PR_SET_DUMPABLE is EPERM
+PRCTL_ALLOWED = (2, 3, 15, 16, 21, 23, 30, 39)
+RLIMIT_COUNT, SIGNAL_COUNT = 16, 64  # RLIMIT_CPU .. RLIMIT_RTTIME; signals 1 .. SIGRTMAX
 
 
 class _ArgCmp(ctypes.Structure):
@@ -294,14 +358,25 @@ class _ArgCmp(ctypes.Structure):
                 ("datum_b", ctypes.c_uint64)]
 
 
-SECCOMP = []  # the filter context, built once by main()
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def syscall_filter():
-    """A libseccomp filter context for the test children (loaded by each with :func:`load_filter`): every call
-    allowed but :data:`KILLED_SYSCALLS`, any socket family but ``AF_UNIX`` (no ``AF_VSOCK``, no network of any
-    kind), ``clone`` with a namespace flag, and ``clone3`` (whose flags a filter cannot read: ENOSYS, so libc falls
-    back to ``clone``). Raises OSError when libseccomp cannot be loaded or a rule not added: the sandbox fails
+SECCOMP = []  # the compiled filter, built once by main()
+FILTER_DEFAULT = SCMP_ACT_ERRNO_ENOSYS  # what a call off the allow-list gets (bench/syscall_allowlist.py: a kill)
+
+
+def syscall_filter(default=SCMP_ACT_ERRNO_ENOSYS):
+    """The test children's system-call filter, compiled once to BPF (loaded by each with :func:`load_filter`):
+    :data:`ALLOWED_SYSCALLS` and, with the arguments given here, ``clone`` without a namespace flag (``clone3``, whose
+    flags a filter cannot read, is ENOSYS: libc falls back to ``clone``), ``socket``/``socketpair`` of ``AF_UNIX``
+    (any other family kills), :data:`FCNTL_ALLOWED`, :data:`IOCTL_ALLOWED`, ``prctl`` but ``PR_SET_DUMPABLE`` (EPERM:
+    a test child is never dumpable, so never cores), the test's own resource limits but ``RLIMIT_CORE`` (read only)
+    and its own scheduling (pid 0 only: never the runner's), and every signal's action but ``SIGCHLD``'s (read only:
+    a child ignoring it would have its children reaped by the kernel, their CPU time counted nowhere);
+    :data:`REFUSED_SYSCALLS` get EPERM, :data:`KILLED_SYSCALLS` kill the test; everything else gets ``default``
+    (ENOSYS; ``bench/syscall_allowlist.py`` kills instead, to find what a test needs). Returns (the BPF program's
+    bytes, libc's handle); raises OSError when libseccomp cannot be loaded or a rule not added: the sandbox fails
     closed."""
     try:
         lib = ctypes.CDLL("libseccomp.so.2", use_errno=True)
@@ -313,12 +388,16 @@ def syscall_filter():
     lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
     lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
                                            ctypes.POINTER(_ArgCmp)]
-    lib.seccomp_load.argtypes = [ctypes.c_void_p]
-    ctx = lib.seccomp_init(SCMP_ACT_ALLOW)
+    lib.seccomp_attr_set.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32]
+    lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    ctx = lib.seccomp_init(default)
     if not ctx:
         raise OSError("seccomp_init failed")
 
     def rule(action, name, *cmps):
+        if action == default:  # what every call not allowed gets anyway (libseccomp refuses such a rule)
+            return
         number = lib.seccomp_syscall_resolve_name(name.encode())
         if number < 0:  # not a call of this architecture, or unknown to this libseccomp
             return
@@ -327,30 +406,86 @@ def syscall_filter():
         if rc < 0:
             raise OSError(-rc, "seccomp rule for %s: %s" % (name, os.strerror(-rc)))
 
-    for name in KILLED_SYSCALLS:
-        rule(SCMP_ACT_KILL_PROCESS, name)
-    for name in ("socket", "socketpair"):
-        rule(SCMP_ACT_KILL_PROCESS, name, (0, SCMP_CMP_NE, AF_UNIX, 0))
-    for flag in CLONE_NEW_FLAGS:
-        rule(SCMP_ACT_KILL_PROCESS, "clone", (0, SCMP_CMP_MASKED_EQ, flag, flag))
-    rule(SCMP_ACT_ERRNO_ENOSYS, "clone3")
-    # no core, ever (issue 39): a test child is not dumpable and may not become so again; what it execs (dumpable
-    # again by the kernel's rule) keeps RLIMIT_CORE 1, which it may not change (glibc's setrlimit is prlimit64)
-    rule(SCMP_ACT_ERRNO_EPERM, "prctl", (0, SCMP_CMP_EQ, PR_SET_DUMPABLE, 0), (1, SCMP_CMP_NE, 0, 0))
-    rule(SCMP_ACT_ERRNO_EPERM, "setrlimit", (0, SCMP_CMP_EQ, RLIMIT_CORE_NUMBER, 0))
-    rule(SCMP_ACT_ERRNO_EPERM, "prlimit64", (1, SCMP_CMP_EQ, RLIMIT_CORE_NUMBER, 0), (2, SCMP_CMP_NE, 0, 0))
-    # a new session is a new scheduling autogroup (where the kernel has them), a share of the CPU as large as a
-    # whole sandbox's: a test's processes stay in its runner's session (EPERM, as for a session leader)
-    rule(SCMP_ACT_ERRNO_EPERM, "setsid")
-    return lib, ctx
+    try:
+        lib.seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2)  # an older libseccomp: the linear filter, as correct
+        for name in ALLOWED_SYSCALLS:
+            rule(SCMP_ACT_ALLOW, name)
+        for name in REFUSED_SYSCALLS:
+            rule(SCMP_ACT_ERRNO_EPERM, name)
+        for name in KILLED_SYSCALLS:
+            rule(SCMP_ACT_KILL_PROCESS, name)
+        for name in ("socket", "socketpair"):
+            rule(SCMP_ACT_ALLOW, name, (0, SCMP_CMP_EQ, AF_UNIX, 0))
+            rule(SCMP_ACT_KILL_PROCESS, name, (0, SCMP_CMP_NE, AF_UNIX, 0))
+        rule(SCMP_ACT_ALLOW, "clone", (0, SCMP_CMP_MASKED_EQ, CLONE_NS_MASK, 0))
+        for flag in CLONE_NEW_FLAGS:
+            rule(SCMP_ACT_KILL_PROCESS, "clone", (0, SCMP_CMP_MASKED_EQ, flag, flag))
+        low32 = 0xFFFFFFFF  # the kernel reads an int command: the upper half of the register is not looked at
+        for cmd in FCNTL_ALLOWED:
+            rule(SCMP_ACT_ALLOW, "fcntl", (1, SCMP_CMP_MASKED_EQ, low32, cmd))
+        for cmd in IOCTL_ALLOWED:
+            rule(SCMP_ACT_ALLOW, "ioctl", (1, SCMP_CMP_MASKED_EQ, low32, cmd))
+        # Every allowed value of an int argument is matched on its low 32 bits (what the kernel reads): a rule that
+        # allowed "anything but X" would let X through with garbage in the register's upper half.
+        for option in PRCTL_ALLOWED:
+            rule(SCMP_ACT_ALLOW, "prctl", (0, SCMP_CMP_MASKED_EQ, low32, option))
+        rule(SCMP_ACT_ERRNO_EPERM, "prctl", (0, SCMP_CMP_MASKED_EQ, low32, PR_SET_DUMPABLE_NUMBER))
+        # resource limits: this process's own (pid 0) only; RLIMIT_CORE stays 1 (read, never set)
+        for res in range(RLIMIT_COUNT):
+            if res == RLIMIT_CORE_NUMBER:
+                rule(SCMP_ACT_ALLOW, "prlimit64", (0, SCMP_CMP_EQ, 0, 0), (1, SCMP_CMP_MASKED_EQ, low32, res),
+                     (2, SCMP_CMP_EQ, 0, 0))
+                rule(SCMP_ACT_ERRNO_EPERM, "prlimit64", (1, SCMP_CMP_MASKED_EQ, low32, res), (2, SCMP_CMP_NE, 0, 0))
+                rule(SCMP_ACT_ERRNO_EPERM, "setrlimit", (0, SCMP_CMP_MASKED_EQ, low32, res))
+            else:
+                rule(SCMP_ACT_ALLOW, "prlimit64", (0, SCMP_CMP_EQ, 0, 0), (1, SCMP_CMP_MASKED_EQ, low32, res))
+                rule(SCMP_ACT_ALLOW, "setrlimit", (0, SCMP_CMP_MASKED_EQ, low32, res))
+        rule(SCMP_ACT_ERRNO_EPERM, "prlimit64", (0, SCMP_CMP_NE, 0, 0))
+        # scheduling: the caller's own (pid 0) only, never the runner's or another test process's
+        for name in ("sched_setscheduler", "sched_setparam", "sched_setattr", "sched_setaffinity"):
+            rule(SCMP_ACT_ALLOW, name, (0, SCMP_CMP_EQ, 0, 0))
+            rule(SCMP_ACT_ERRNO_EPERM, name, (0, SCMP_CMP_NE, 0, 0))
+        rule(SCMP_ACT_ALLOW, "setpriority", (0, SCMP_CMP_EQ, 0, 0), (1, SCMP_CMP_EQ, 0, 0))  # PRIO_PROCESS, self
+        rule(SCMP_ACT_ERRNO_EPERM, "setpriority", (0, SCMP_CMP_NE, 0, 0))
+        rule(SCMP_ACT_ERRNO_EPERM, "setpriority", (0, SCMP_CMP_EQ, 0, 0), (1, SCMP_CMP_NE, 0, 0))
+        # signal actions: any but SIGCHLD's, which may be read (a null new action) and not set
+        for sig in range(1, SIGNAL_COUNT + 1):
+            if sig != SIGCHLD_NUMBER:
+                rule(SCMP_ACT_ALLOW, "rt_sigaction", (0, SCMP_CMP_MASKED_EQ, low32, sig))
+        rule(SCMP_ACT_ALLOW, "rt_sigaction", (0, SCMP_CMP_MASKED_EQ, low32, SIGCHLD_NUMBER), (1, SCMP_CMP_EQ, 0, 0))
+        rule(SCMP_ACT_ERRNO_EPERM, "rt_sigaction", (0, SCMP_CMP_MASKED_EQ, low32, SIGCHLD_NUMBER),
+             (1, SCMP_CMP_NE, 0, 0))
+        return _export(lib, ctx), libc()
+    finally:
+        lib.seccomp_release(ctx)
 
 
-def load_filter(seccomp):
-    """Install the filter in this process (a test child, after it dropped its privileges); raises OSError."""
-    lib, ctx = seccomp
-    rc = lib.seccomp_load(ctx)
-    if rc < 0:
-        raise OSError(-rc, "seccomp_load: %s" % os.strerror(-rc))
+def _export(lib, ctx):
+    """The filter's BPF program (seccomp_export_bpf into an anonymous file): loaded by each test child with one
+    prctl, instead of libseccomp generating it again in every child."""
+    fd = os.memfd_create("seccomp", os.MFD_CLOEXEC)
+    try:
+        rc = lib.seccomp_export_bpf(ctx, fd)
+        if rc < 0:
+            raise OSError(-rc, "seccomp_export_bpf: %s" % os.strerror(-rc))
+        size = os.fstat(fd).st_size
+        program = os.pread(fd, size, 0)
+    finally:
+        os.close(fd)
+    if not program or len(program) % 8:
+        raise OSError(errno.EINVAL, "seccomp_export_bpf wrote %d bytes, not a BPF program" % len(program))
+    return program
+
+
+def load_filter(compiled):
+    """Install the filter in this process (a test child, after it dropped its privileges and set no_new_privs);
+    raises OSError."""
+    program, lib = compiled
+    buf = ctypes.create_string_buffer(program, len(program))
+    prog = _SockFprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    zero = ctypes.c_ulong(0)
+    _call("prctl PR_SET_SECCOMP", lib.prctl(PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER),
+                                            ctypes.c_void_p(ctypes.addressof(prog)), zero, zero))
 
 
 def prctl(option, arg=0):
@@ -889,9 +1024,25 @@ class Usage:
     ends: what it runs past one task's share of a core is taken only from otherwise idle CPUs, whatever it forks.
     Children inherit the policy and none can leave it (``RLIMIT_NICE`` is 0)."""
 
-    def __init__(self, pid, own_proc):
-        self.pid, self.idle = pid, False
+    def __init__(self, pid, own_proc, reaped=None):
+        self.pid, self.idle, self.reaped, self.gone = pid, False, reaped if reaped is not None else [], 0.0
         self.proc = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=_PROC[0]) if own_proc else None
+
+    def reap(self):
+        """Reap every ended process this runner is the parent of (the test child, and, as the PID namespace's
+        init, the test's orphans), adding what each used (its own CPU time and that of the children it reaped) to
+        :attr:`gone`: a process counted nowhere else once it is reaped. The test child's wait status goes into
+        ``reaped``."""
+        while True:
+            try:
+                got, st, ru = os.wait4(-1, os.WNOHANG)
+            except (ChildProcessError, InterruptedError):
+                return
+            if got == 0:
+                return
+            self.gone += ru.ru_utime + ru.ru_stime
+            if got == self.pid:
+                self.reaped.append(st)
 
     def close(self):
         if self.proc is not None:
@@ -903,6 +1054,7 @@ class Usage:
                 return time.clock_gettime((~self.pid << 3) | 2)
             except OSError:
                 return 0.0
+        self.reap()
         ticks, tids = 0, []
         for name in os.listdir(self.proc):
             if not name.isdigit() or name == "1":
@@ -928,7 +1080,7 @@ class Usage:
                     os.sched_setscheduler(tid, SCHED_IDLE, os.sched_param(0))
                 except OSError:
                     pass
-        return ticks / CLOCK_TICK
+        return ticks / CLOCK_TICK + self.gone
 
 
 def poll_interval(elapsed):
@@ -938,35 +1090,44 @@ def poll_interval(elapsed):
     return 0.02 if elapsed < 0.2 else 0.1
 
 
+REPORT_EVERY_S = 0.5  # a C line at least this often, changed or not: the host kills a test it stops hearing about
+
+
 def wait_result(read_fd, pid, index, cap, reaped, own_proc=False):
     """Read the child's message until it ends (EOF or the child's exit), the host says it is out of time (its
-    limits are the host's: the runner never knows them), or the size cap. At every look at the running test (see
-    :func:`poll_interval`) its CPU time so far (see :class:`Usage`), when it changed, goes to the host as
-    ``C <i> <seconds>``: the host kills it (``K <i>``) past its CPU-time limit or its wall-clock ceiling. Returns
-    (bytes, status) with status None, "timeout", "budget" or "result_too_large". Without pidfds (Linux before
-    5.3) the child is polled, and its wait status, once reaped, goes into ``reaped``."""
+    limits are the host's: the runner never knows them), or the size cap. The runner looks at the running test on
+    the clock (see :func:`poll_interval`), whatever the test writes to its pipe meanwhile: at each look it reaps
+    the test's ended orphans (the runner is their init: see :meth:`Usage.reap`) and sends the test's CPU time so
+    far (see :class:`Usage`) as ``C <i> <seconds>`` when it changed or :data:`REPORT_EVERY_S` passed; the host
+    kills it (``K <i>``) past its CPU-time limit, its wall-clock ceiling, or when no such line came for
+    ``sandbox.REPORT_GAP_S``. Returns (bytes, status) with status None, "timeout", "budget" or
+    "result_too_large". Without pidfds (Linux before 5.3) the child is polled, and its wait status, once reaped,
+    goes into ``reaped``."""
     start = time.monotonic()
     try:
         pidfd = os.pidfd_open(pid)
     except (AttributeError, OSError):
         pidfd = None
-    usage, reported = Usage(pid, own_proc), None
+    usage, reported, said = Usage(pid, own_proc, reaped), None, start
+    next_look = start
     chunks, size, status = [], 0, None
     try:
         while True:
             if CONTROL["budget"] or index in CONTROL["kill"]:
                 status = "budget" if CONTROL["budget"] else "timeout"
                 break
+            now = time.monotonic()
+            if now >= next_look:
+                cpu = usage.cpu_seconds()
+                if cpu != reported or now - said >= REPORT_EVERY_S:
+                    say("C %d %.3f" % (index, cpu))  # the host compares it with the test's limit
+                    reported, said = cpu, now
+                next_look = now + poll_interval(now - start)
             watch = [read_fd, 0] + ([pidfd] if pidfd is not None else [])
-            ready = select.select(watch, [], [], poll_interval(time.monotonic() - start))[0]
+            ready = select.select(watch, [], [], max(0.0, next_look - time.monotonic()))[0]
             if 0 in ready:
                 read_control()
                 continue
-            if not ready:
-                cpu = usage.cpu_seconds()
-                if cpu != reported:
-                    say("C %d %.3f" % (index, cpu))  # the host compares it with the test's limit
-                    reported = cpu
             if pidfd is not None:
                 exited = pidfd in ready
             else:
@@ -1116,20 +1277,31 @@ def run_test(job, test, index, isolated, leased, box):
     return dict(msg, **common)
 
 
+NOT_RUN = "not run: test %d ran out of time before it"
+
+
 def run_tests(job, isolated, leased, box):
-    """Every test's result; the values forwarded to the host are capped together (``max_report_bytes``), so a
-    candidate's whole report costs the host at most that much to read, whatever each test returns."""
-    results = []
+    """Every test's result, in order, until the host kills one at its limit: the tests after it are not run
+    (:data:`NOT_RUN`), so no candidate code ever runs knowing that an earlier test was killed (a limit carries
+    information about the reference's time). The values forwarded to the host are capped together
+    (``max_report_bytes``), so a candidate's whole report costs the host at most that much to read, whatever each test
+    returns."""
+    results, killed = [], None
     left = int(job.get("max_report_bytes", job["max_result_bytes"]))
     for index, test in enumerate(job["tests"]):
         if CONTROL["budget"]:
             results.append({"status": "timeout", "reason": "candidate wall-clock budget exhausted", "output": ""})
+            continue
+        if killed is not None:  # no later test may learn that an earlier one ran out of time (its limit's one bit)
+            results.append({"status": "error", "reason": NOT_RUN % killed, "output": ""})
             continue
         try:
             result = run_test(job, test, index, isolated, leased, box)
         except Exception as exc:  # noqa: BLE001 - a test that breaks the runner's bookkeeping fails alone
             result = {"status": "error", "reason": "runner: %s: %s" % (type(exc).__name__, str(exc)[:200]),
                       "output": ""}
+        if result.get("status") == "timeout" and index in CONTROL["kill"]:
+            killed = index
         if result.get("status") == "value":
             size = len(json.dumps(result["value"]))
             if size > left:
@@ -1168,7 +1340,7 @@ def main():
     isolated = job.get("isolation") == "namespaces"
     leased = job.get("uid") is not None
     try:
-        SECCOMP.append(syscall_filter())  # libseccomp is loaded while the host's tree is still the root
+        SECCOMP.append(syscall_filter(FILTER_DEFAULT))  # libseccomp is loaded while the host's tree is the root
         if isolated:
             sources = enter_namespaces(job)
             report = build_root(job, sources)

@@ -58,6 +58,9 @@ from .values import equal
 RUNNER = Path(__file__).with_name("runner.py")
 # what a test's payload may hold (the candidate's inputs): a test's time limit and value cap stay in the host
 PAYLOAD_KEYS = ("index", "probes", "expr", "entry_point", "args")
+# A running test whose CPU time the runner has not reported for this long is killed: the runner reports at least
+# every runner.REPORT_EVERY_S (0.5 s) on its own clock, so silence means it cannot look (issue 39)
+REPORT_GAP_S = 2.0
 CPU_CEILING_S = 32  # every test process's RLIMIT_CPU, at least (data.TIME_CAP_S + 2; a test's own limit is the host's)
 ISOLATIONS = ("namespaces", "none")
 LOG = logging.getLogger(__name__)
@@ -277,6 +280,7 @@ class _Conversation:
         self.seconds: dict[int, float] = {}
         self.why: dict[int, str] = {}  # test index: the reason it was killed
         self.current: tuple[int, float] | None = None  # (index, start) of the running test
+        self.heard = 0.0  # when the running test's CPU time was last reported (or it started)
         self.budget_end: float | None = None
         self.told: set = set()
         self.closed = False
@@ -299,7 +303,7 @@ class _Conversation:
         if line == b"READY" and self.budget_s is not None:
             self.budget_end = now + self.budget_s
         if line[:2] == b"S " and line[2:].isdigit():
-            self.current = (int(line[2:]), now)
+            self.current, self.heard = (int(line[2:]), now), now
             return
         if line[:2] == b"C ":
             self.cpu(line[2:])
@@ -320,6 +324,7 @@ class _Conversation:
             return  # not the runner's line: ignored, as any other stray line
         if self.current is None or self.current[0] != index or index >= len(self.limits):
             return
+        self.heard = time.monotonic()
         if used > self.limits[index] and b"K %d" % index not in self.told:
             self.why[index] = f"exceeded {self.limits[index]:.1f}s of CPU time"
             self.tell(b"K %d" % index)
@@ -330,7 +335,7 @@ class _Conversation:
         if self.current is not None:
             index, start = self.current
             if index < len(self.limits) and b"K %d" % index not in self.told:
-                ends.append(start + self.wall_factor * self.limits[index])
+                ends.append(min(start + self.wall_factor * self.limits[index], self.heard + REPORT_GAP_S))
             if self.budget_end is not None and b"B" not in self.told:
                 ends.append(self.budget_end)
         return min(ends)
@@ -342,22 +347,21 @@ class _Conversation:
         index, start = self.current
         if self.budget_end is not None and now >= self.budget_end:
             self.tell(b"B")
-        elif index < len(self.limits) and now >= start + self.wall_factor * self.limits[index] \
-                and b"K %d" % index not in self.told:
-            self.why[index] = f"exceeded {self.wall_factor * self.limits[index]:.1f}s wall clock"
-            self.tell(b"K %d" % index)
+        elif index < len(self.limits) and b"K %d" % index not in self.told:
+            if now >= start + self.wall_factor * self.limits[index]:
+                self.why[index] = f"exceeded {self.wall_factor * self.limits[index]:.1f}s wall clock"
+                self.tell(b"K %d" % index)
+            elif now >= self.heard + REPORT_GAP_S:
+                self.why[index] = f"its CPU time went unreported for {REPORT_GAP_S:.1f}s"
+                self.tell(b"K %d" % index)
 
     def run(self) -> tuple[bytes, bytes, bool]:
         """Until the runner closes its output: (stdout's lines but the timing ones, stderr, whether it finished)."""
         streams = {self.proc.stdout.fileno(): "out", self.proc.stderr.fileno(): "err"}
         while streams:
-            left = self.deadline() - time.monotonic()
-            if left <= 0:
-                self.act()
-                if time.monotonic() >= self.give_up:
-                    return b"\n".join(self.lines), bytes(self.err), False
-                left = max(0.0, self.deadline() - time.monotonic())
-            ready = select.select(list(streams), [], [], max(left, 0.001))[0]
+            # what is already written is read before anything is decided: a host that was slow to look does not
+            # kill a test for silence the runner did not keep
+            ready = select.select(list(streams), [], [], max(self.deadline() - time.monotonic(), 0.0))[0]
             for fd in ready:
                 chunk = os.read(fd, 1 << 20)
                 if not chunk:
@@ -374,6 +378,10 @@ class _Conversation:
                     self.line(bytes(self.partial[:cut]))
                     del self.partial[:cut + 1]
                     cut = self.partial.find(b"\n")
+            if time.monotonic() >= self.deadline():
+                self.act()
+                if time.monotonic() >= self.give_up:
+                    return b"\n".join(self.lines), bytes(self.err), False
         if self.partial:
             self.lines.append(bytes(self.partial))
         self.closed = True
