@@ -83,7 +83,9 @@ def execute(code: str, tests: Sequence[Any], setup: str = "", timeout_s: float =
 
 
 def pass_rate(code: str, tests: Sequence[Any], setup: str = "", timeout_s: float = 5.0) -> float:
-    """Share of ``tests`` that ``code`` passes, in [0, 1]."""
+    """Share of ``tests`` that ``code`` passes, in [0, 1]. Tests run in order; once one is killed at its time limit the
+    later ones are not run and count as failed (``runner.NOT_RUN``), so a candidate that times out mid-list scores the
+    tests before it."""
     results = execute(code, tests, setup, timeout_s)
     return sum(r.passed for r in results) / len(results) if results else 0.0
 
