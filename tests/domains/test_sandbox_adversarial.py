@@ -2204,8 +2204,9 @@ def burn(children, each):
 
 def test_children_reaped_by_the_kernel_still_count_against_the_limit():
     """Round seven: 3 x 0.6 s of CPU in children, one after the other, under a 1 s limit passed while their parent
-    ignored SIGCHLD (children reaped by the kernel are counted in nobody's times). A test may not set SIGCHLD's action now (EPERM;
-    reading it is allowed), and the runner, their init once orphaned, reaps and counts every ended orphan."""
+    ignored SIGCHLD (children reaped by the kernel are counted in nobody's times). A test may not set SIGCHLD's
+    action now (EPERM; reading it is allowed), and the runner, their init once orphaned, reaps and counts every ended
+    orphan."""
     results = attack(AUTOREAP + "\ndef sig():\n    return signal.getsignal(signal.SIGCHLD) == signal.SIG_DFL\n",
                      [Test(expected=True, expr="sig()"), Test(expected=1, expr="burn(3, 0.6)")], timeout_s=1.0)
     if results is not None:
