@@ -1956,22 +1956,28 @@ def test_an_image_folder_that_is_not_a_tmpfs_is_refused_with_the_fix(monkeypatch
 
 # --- Round six (issue 39): an allow-list of calls, fail-fast after a kill, CPU looks on the clock ---------------
 
-REFUSED_KINDS = '''
-import ctypes, errno, fcntl, os, stat, struct
+ATTEMPTS = '''
+import ctypes, errno
 libc = ctypes.CDLL(None, use_errno=True)
+def attempt(out, name, call):
+    """Record in ``out`` what ``call`` got: "done", or its errno's name."""
+    try:
+        call()
+        out[name] = "done"
+    except OSError as exc:
+        out[name] = errno.errorcode.get(exc.errno, str(exc.errno))
+def checked(rc):
+    if rc < 0:
+        raise OSError(ctypes.get_errno(), "")
+'''
+REFUSED_KINDS = ATTEMPTS + '''
+import fcntl, os, stat, struct
+from functools import partial
 def tries():
     """Each way a test could run a program, make a pipe, a FIFO or a device node, take a lock (on any inode, through
     any command spelling) or start a session: what happened to it ("done" or the errno's name)."""
     out = {}
-    def attempt(name, call):
-        try:
-            call()
-            out[name] = "done"
-        except OSError as exc:
-            out[name] = errno.errorcode.get(exc.errno, str(exc.errno))
-    def raw(number, *args):
-        if libc.syscall(number, *args) < 0:
-            raise OSError(ctypes.get_errno(), "")
+    attempt = partial(globals()["attempt"], out)
     fd = os.open("/sandbox/f", os.O_RDWR | os.O_CREAT, 0o600)
     lock = ctypes.create_string_buffer(struct.pack("hhqqi", fcntl.F_WRLCK, 0, 0, 0, 0), 32)
     attempt("pipe", os.pipe)
@@ -1982,7 +1988,7 @@ def tries():
     attempt("lockf", lambda: fcntl.lockf(fd, fcntl.LOCK_EX))
     attempt("OFD lock", lambda: fcntl.fcntl(fd, 37, lock.raw))  # F_OFD_SETLK
     attempt("lease", lambda: fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK))
-    attempt("F_SETLK, upper bits set", lambda: raw(FCNTL, fd, (1 << 32) | fcntl.F_SETLK, lock))
+    attempt("F_SETLK, upper bits set", lambda: checked(libc.syscall(FCNTL, fd, (1 << 32) | fcntl.F_SETLK, lock)))
     attempt("setsid", os.setsid)
     attempt("execve of a memory file", lambda: os.execve(os.memfd_create("x"), ["x"], {}))
     attempt("execv", lambda: os.execv("/usr/bin/true", ["true"]))  # last: on success nothing is reported
@@ -2214,33 +2220,25 @@ def test_children_reaped_by_the_kernel_still_count_against_the_limit():
         assert results[1].status == "timeout", results[1]  # (at its CPU limit; on a loaded machine maybe its wall)
 
 
-RUNNER_LIMITS = '''
-import ctypes, errno, os, resource
-libc = ctypes.CDLL(None, use_errno=True)
+RUNNER_LIMITS = ATTEMPTS + '''
+import os, resource
+from functools import partial
 def limits():
     """The runner is pid 1 of the box, the same uid as the test: its limits and scheduling were the test's to change
     (prlimit(1, RLIMIT_NOFILE, 0) broke its next test). What each attempt got, and the test's own changes."""
     out = {}
-    def attempt(name, call):
-        try:
-            call()
-            out[name] = "done"
-        except OSError as exc:
-            out[name] = errno.errorcode.get(exc.errno, str(exc.errno))
+    attempt = partial(globals()["attempt"], out)
     attempt("prlimit runner NOFILE", lambda: resource.prlimit(1, resource.RLIMIT_NOFILE, (3, 3)))
     attempt("prlimit runner read", lambda: resource.prlimit(1, resource.RLIMIT_CPU))
     attempt("sched runner idle", lambda: os.sched_setscheduler(1, os.SCHED_IDLE, os.sched_param(0)))
     attempt("nice runner", lambda: os.setpriority(os.PRIO_PROCESS, 1, 19))
     attempt("nice the group", lambda: os.setpriority(os.PRIO_PGRP, 0, 19))
     attempt("affinity runner", lambda: os.sched_setaffinity(1, {0}))
-    attempt("core limit, upper bits set", lambda: RAISE(libc.syscall(PRLIMIT, 0, (1 << 32) | 4, LIMIT, None)))
-    attempt("dumpable, upper bits set", lambda: RAISE(libc.prctl(ctypes.c_ulong((1 << 32) | 4), 1, 0, 0, 0)))
+    attempt("core limit, upper bits set", lambda: checked(libc.syscall(PRLIMIT, 0, (1 << 32) | 4, LIMIT, None)))
+    attempt("dumpable, upper bits set", lambda: checked(libc.prctl(ctypes.c_ulong((1 << 32) | 4), 1, 0, 0, 0)))
     attempt("own NOFILE", lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (32, 32)))
     attempt("own nice", lambda: os.setpriority(os.PRIO_PROCESS, 0, 5))
     return out
-def RAISE(rc):
-    if rc < 0:
-        raise OSError(ctypes.get_errno(), "")
 LIMIT = ctypes.create_string_buffer(bytes(16))
 '''
 
