@@ -9,11 +9,19 @@ seen by the next sandbox). On this copy: tmpfs keeps no negative dentry (they ar
 pages are never evicted by ``fadvise`` (so a page-cache probe always reads "resident"), and each sandbox's
 overlay is a superblock of its own (its own inodes: a lock or a lease taken in one sandbox is not seen in
 another). The copy is read-only inside (an overlay without an upper layer).
+
+Why one copy per concurrent sandbox (:func:`lease`): an overlay's files are its lower layer's inodes as soon as
+they are mapped (``mmap`` maps the lower file itself), and some kernel state is keyed by that inode: a
+process-shared futex on a mapped page is inode and offset, so two concurrent sandboxes mapping one copy's
+``os.py`` could wait and wake each other, an exact channel (round seven). No two sandboxes running at the same time
+ever read the same copy: a sandbox leases one for its run (a copy no running sandbox holds, made from the first by
+copying when none is free: about 72 MB of tmpfs per copy, as many copies as sandboxes ever ran at once).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import os
 import shutil
@@ -113,12 +121,25 @@ def build(root: str, prefix: str, python: str) -> None:
     os.chmod(root, 0o755)
 
 
-_IMAGES: dict[tuple[str, str], str] = {}
+_IMAGES: dict[tuple[str, str], str] = {}  # the first copy of each installation's image
+_FREE: dict[tuple[str, str], list[str]] = {}  # copies no running sandbox holds
+_COPIES: list[str] = []  # every copy this process made (removed at exit)
 _LOCK = threading.Lock()
 
 
+def _new_root(base: str) -> str:
+    root = os.path.join(base, f"c3-image-{os.getpid()}-{len(_COPIES)}")
+    if os.path.lexists(root):
+        shutil.rmtree(root)
+    if not _COPIES:
+        atexit.register(remove_all)
+    _COPIES.append(root)
+    return root
+
+
 def image_for(prefix: str, python: str) -> str:
-    """The image of this Python installation (built on first use in this process, removed at its exit)."""
+    """The first image of this Python installation (built on first use in this process, removed at its exit): what a
+    pool checks it can build; a sandbox runs on a copy it leases (:func:`lease`)."""
     key = (prefix, python)
     with _LOCK:
         if key in _IMAGES and os.path.isdir(_IMAGES[key]):
@@ -128,19 +149,41 @@ def image_for(prefix: str, python: str) -> str:
             raise ImageError(f"the sandbox image needs a folder on a tmpfs: {base} is not one. Set ${IMAGE_ENV} to a "
                              "writable folder on a tmpfs (for example under /dev/shm or /run/user/<uid>)")
         _remove_stale(base)
-        root = os.path.join(base, f"c3-image-{os.getpid()}-{len(_IMAGES)}")
+        root = _new_root(base)
         try:
-            if os.path.lexists(root):
-                shutil.rmtree(root)
             os.mkdir(root, 0o700)
             build(root, prefix, python)
         except (OSError, subprocess.SubprocessError) as exc:
             shutil.rmtree(root, ignore_errors=True)
             raise ImageError(f"the sandbox image could not be built in {base}: {type(exc).__name__}: {exc}") from exc
-        if not _IMAGES:
-            atexit.register(remove_all)
         _IMAGES[key] = root
+        _FREE[key] = [root]
         return root
+
+
+@contextlib.contextmanager
+def lease(prefix: str, python: str):
+    """A copy of the image that no other sandbox uses while this one runs (see the module docstring): a free copy,
+    else a new one copied from the first (links kept, modes and times with them: a compiled file stays valid)."""
+    key = (prefix, python)
+    first = image_for(prefix, python)
+    with _LOCK:
+        free = _FREE.setdefault(key, [])
+        root = free.pop() if free else None
+        if root is None or not os.path.isdir(root):
+            root = _new_root(os.path.dirname(first))
+            try:
+                shutil.copytree(first, root, symlinks=True)
+                os.chmod(root, 0o755)
+            except OSError as exc:
+                shutil.rmtree(root, ignore_errors=True)
+                raise ImageError(f"a copy of the sandbox image could not be made in {os.path.dirname(first)}: "
+                                 f"{type(exc).__name__}: {exc}") from exc
+    try:
+        yield root
+    finally:
+        with _LOCK:
+            _FREE.setdefault(key, []).append(root)
 
 
 def _remove_stale(base: str) -> None:
@@ -158,6 +201,8 @@ def _remove_stale(base: str) -> None:
 
 def remove_all() -> None:
     with _LOCK:
-        for root in _IMAGES.values():
+        for root in _COPIES:
             shutil.rmtree(root, ignore_errors=True)
+        _COPIES.clear()
         _IMAGES.clear()
+        _FREE.clear()

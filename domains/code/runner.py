@@ -282,13 +282,13 @@ PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 # What a test may call: an allow-list (issue 39: accepted by construction, not refused by name). Anything else fails
 # with ENOSYS, as a call this kernel does not have; the calls below it are allowed only with the arguments their
 # rules accept. These are the calls of pure Python running in one box: files and memory of its own, threads, its
-# own processes (forks, never an exec), signals among them, AF_UNIX sockets, timers, System V IPC of its own
-# namespace. Not on it, among others: anything that reads or changes state the kernel keeps for the whole host
-# (sysinfo, ustat, sysfs, adjtimex, sync, syncfs, io_setup, the keyrings, page-cache residency: mincore, cachestat,
-# fadvise, readahead), socket options (setsockopt sizes kernel buffers), splice/tee/vmsplice, memory policies,
-# xattr writes, credentials (setuid and the rest: nothing to gain), pidfds, io_uring, and every call made for
-# administration. `bench/syscall_allowlist.py` runs the canonical MBPP and MBPP+ solutions under a kill-default
-# version of this filter: each call they need is here.
+# own processes (forks, never an exec), signals among them, timers, System V IPC of its own namespace (no socket,
+# no pipe: their buffers are kernel memory no limit of the box counts). Not on it, among others: anything that
+# reads or changes state the kernel keeps for the whole host (sysinfo, ustat, sysfs, adjtimex, sync, syncfs,
+# io_setup, the keyrings, page-cache residency: mincore, cachestat, fadvise, readahead), socket calls,
+# splice/tee/vmsplice, memory policies, credentials (setuid and the rest: nothing to gain), pidfds, io_uring, and
+# every call made for administration. `bench/syscall_allowlist.py` runs the canonical MBPP and MBPP+ solutions under
+# a kill-default version of this filter: each call they need is here.
 ALLOWED_SYSCALLS = (
     # files and descriptors (the box's tmpfs, the read-only image, the five device nodes)
     "read", "write", "readv", "writev", "pread64", "pwrite64", "preadv", "pwritev", "preadv2", "pwritev2", "lseek",
@@ -316,9 +316,8 @@ ALLOWED_SYSCALLS = (
     "rt_sigprocmask", "rt_sigreturn", "rt_sigpending", "rt_sigsuspend", "rt_sigtimedwait", "sigaltstack", "pause",
     "nanosleep", "clock_nanosleep", "clock_gettime", "clock_getres", "gettimeofday", "time", "alarm", "getitimer",
     "setitimer", "timer_create", "timer_settime", "timer_gettime", "timer_getoverrun", "timer_delete",
-    # AF_UNIX sockets (socket and socketpair: rules below) and System V IPC (a new IPC namespace per test)
-    "connect", "bind", "listen", "accept", "accept4", "sendto", "recvfrom", "sendmsg", "recvmsg", "sendmmsg",
-    "recvmmsg", "shutdown", "getsockname", "getpeername", "getsockopt", "shmget", "shmat", "shmdt", "shmctl",
+    # System V IPC (a new IPC namespace per test)
+    "shmget", "shmat", "shmdt", "shmctl",
     "semget", "semop", "semtimedop", "semctl", "msgget", "msgsnd", "msgrcv", "msgctl",
 )
 # refused with EPERM (a clear "not allowed" for honest code that tries): no program is ever executed (so nothing
@@ -326,6 +325,8 @@ ALLOWED_SYSCALLS = (
 # user: a hoard of them shrinks the host's new pipes) and no FIFO or device node; no lock on a shared inode (flock;
 # fcntl locks: see FCNTL_ALLOWED); no new session (a new scheduling autogroup)
 REFUSED_SYSCALLS = ("execve", "execveat", "pipe", "pipe2", "mknod", "mknodat", "flock", "setsid")
+# (socket and socketpair of AF_UNIX are EPERM too, by a rule: a socket's buffers, like a pipe's, are kernel memory
+# charged to no limit of the box, about 280 MiB per box at its process and descriptor limits; round seven)
 # killed on use: the keyring calls (shared with the host kernel), namespaces and mounts, kernel modules, BPF,
 # perf, kexec, handle-based opens, userfaultfd and io_uring, tracing and other processes' memory (an honest test
 # never makes them: a test that does is ended at once)
@@ -369,10 +370,10 @@ FILTER_DEFAULT = SCMP_ACT_ERRNO_ENOSYS  # what a call off the allow-list gets (b
 def syscall_filter(default=SCMP_ACT_ERRNO_ENOSYS):
     """The test children's system-call filter, compiled once to BPF (loaded by each with :func:`load_filter`):
     :data:`ALLOWED_SYSCALLS` and, with the arguments given here, ``clone`` without a namespace flag (``clone3``, whose
-    flags a filter cannot read, is ENOSYS: libc falls back to ``clone``), ``socket``/``socketpair`` of ``AF_UNIX``
-    (any other family kills), :data:`FCNTL_ALLOWED`, :data:`IOCTL_ALLOWED`, ``prctl`` but ``PR_SET_DUMPABLE`` (EPERM:
-    a test child is never dumpable, so never cores), the test's own resource limits but ``RLIMIT_CORE`` (read only)
-    and its own scheduling (pid 0 only: never the runner's), and every signal's action but ``SIGCHLD``'s (read only:
+    flags a filter cannot read, is ENOSYS: libc falls back to ``clone``), no ``socket``/``socketpair`` (EPERM for
+    ``AF_UNIX``, any other family kills), :data:`FCNTL_ALLOWED`, :data:`IOCTL_ALLOWED`, :data:`PRCTL_ALLOWED`
+    (``PR_SET_DUMPABLE`` is EPERM: a test child is never dumpable, so never cores), the test's own resource limits
+    but ``RLIMIT_CORE`` (read only) and its own scheduling (pid 0 only: never the runner's), and every signal's action but ``SIGCHLD``'s (read only:
     a child ignoring it would have its children reaped by the kernel, their CPU time counted nowhere);
     :data:`REFUSED_SYSCALLS` get EPERM, :data:`KILLED_SYSCALLS` kill the test; everything else gets ``default``
     (ENOSYS; ``bench/syscall_allowlist.py`` kills instead, to find what a test needs). Returns (the BPF program's
@@ -414,8 +415,8 @@ def syscall_filter(default=SCMP_ACT_ERRNO_ENOSYS):
             rule(SCMP_ACT_ERRNO_EPERM, name)
         for name in KILLED_SYSCALLS:
             rule(SCMP_ACT_KILL_PROCESS, name)
-        for name in ("socket", "socketpair"):
-            rule(SCMP_ACT_ALLOW, name, (0, SCMP_CMP_EQ, AF_UNIX, 0))
+        for name in ("socket", "socketpair"):  # AF_UNIX: EPERM (buffers no limit counts); any other family kills
+            rule(SCMP_ACT_ERRNO_EPERM, name, (0, SCMP_CMP_EQ, AF_UNIX, 0))
             rule(SCMP_ACT_KILL_PROCESS, name, (0, SCMP_CMP_NE, AF_UNIX, 0))
         rule(SCMP_ACT_ALLOW, "clone", (0, SCMP_CMP_MASKED_EQ, CLONE_NS_MASK, 0))
         for flag in CLONE_NEW_FLAGS:

@@ -32,6 +32,7 @@ model's failure.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -220,6 +221,18 @@ def isolation_probe() -> dict:
 def _image() -> str:
     """The box's own copy of this Python installation and what it loads (``image.py``), made once per process."""
     return image.image_for(os.path.realpath(sys.base_prefix), os.path.realpath(sys.executable))
+
+
+@contextlib.contextmanager
+def _leased_image(job: dict):
+    """``job["image"]`` set, for this run, to a copy of the image no other running sandbox reads (``image.lease``:
+    kernel state keyed by a mapped file's inode, a shared futex, is then the box's own); nothing with no image."""
+    if not job.get("image"):
+        yield
+        return
+    with image.lease(os.path.realpath(sys.base_prefix), os.path.realpath(sys.executable)) as root:
+        job["image"] = root
+        yield
 
 
 def namespaces_available() -> bool:
@@ -583,10 +596,11 @@ class Sandbox:
                    # a fixed hash seed: set and dict orders repeat between reference and candidate
                    "PYTHONHASHSEED": "0"}
             try:
-                cgroup = cgroups.BoxCgroup.create(lim.box_memory_mb << 20, lim.box_processes)
-                out, err, rc, talk = _launch(self.python, job, budget + 10.0, cgroup, env, limits, budget,
-                                            lim.wall_factor)
-            except (OSError, subprocess.SubprocessError, uids.LeaseError) as exc:
+                with _leased_image(job):  # a copy of the image no concurrent sandbox reads
+                    cgroup = cgroups.BoxCgroup.create(lim.box_memory_mb << 20, lim.box_processes)
+                    out, err, rc, talk = _launch(self.python, job, budget + 10.0, cgroup, env, limits, budget,
+                                                lim.wall_factor)
+            except (OSError, subprocess.SubprocessError, uids.LeaseError, image.ImageError) as exc:
                 raise SandboxError(f"sandbox did not start: {type(exc).__name__}: {exc}") from exc
             if rc is None:
                 return "candidate exceeded its wall-clock budget"
