@@ -373,8 +373,9 @@ def syscall_filter(default=SCMP_ACT_ERRNO_ENOSYS):
     flags a filter cannot read, is ENOSYS: libc falls back to ``clone``), no ``socket``/``socketpair`` (EPERM for
     ``AF_UNIX``, any other family kills), :data:`FCNTL_ALLOWED`, :data:`IOCTL_ALLOWED`, :data:`PRCTL_ALLOWED`
     (``PR_SET_DUMPABLE`` is EPERM: a test child is never dumpable, so never cores), the test's own resource limits
-    but ``RLIMIT_CORE`` (read only) and its own scheduling (pid 0 only: never the runner's), and every signal's action but ``SIGCHLD``'s (read only:
-    a child ignoring it would have its children reaped by the kernel, their CPU time counted nowhere);
+    but ``RLIMIT_CORE`` (read only) and its own scheduling (pid 0 only: never the runner's), and every signal's
+    action but ``SIGCHLD``'s (read only: a child ignoring it would have its children reaped by the kernel, their CPU
+    time counted nowhere);
     :data:`REFUSED_SYSCALLS` get EPERM, :data:`KILLED_SYSCALLS` kill the test; everything else gets ``default``
     (ENOSYS; ``bench/syscall_allowlist.py`` kills instead, to find what a test needs). Returns (the BPF program's
     bytes, libc's handle); raises OSError when libseccomp cannot be loaded or a rule not added: the sandbox fails
@@ -1094,7 +1095,7 @@ def poll_interval(elapsed):
 REPORT_EVERY_S = 0.5  # a C line at least this often, changed or not: the host kills a test it stops hearing about
 
 
-def wait_result(read_fd, pid, index, cap, reaped, own_proc=False):
+def wait_result(read_fd, pid, index, cap, reaped, own_proc=False, used=None):
     """Read the child's message until it ends (EOF or the child's exit), the host says it is out of time (its
     limits are the host's: the runner never knows them), or the size cap. The runner looks at the running test on
     the clock (see :func:`poll_interval`), whatever the test writes to its pipe meanwhile: at each look it reaps
@@ -1133,9 +1134,10 @@ def wait_result(read_fd, pid, index, cap, reaped, own_proc=False):
                 exited = pidfd in ready
             else:
                 if not reaped:
-                    got, st = os.waitpid(pid, os.WNOHANG)
+                    got, st, ru = os.wait4(pid, os.WNOHANG)
                     if got == pid:
                         reaped.append(st)
+                        usage.gone += ru.ru_utime + ru.ru_stime
                 exited = bool(reaped)
             if read_fd in ready or exited:
                 if exited:
@@ -1156,11 +1158,14 @@ def wait_result(read_fd, pid, index, cap, reaped, own_proc=False):
         usage.close()
         if pidfd is not None:
             os.close(pidfd)
+        if used is not None:
+            used[0] += usage.gone  # what the processes reaped during the test used
     return b"".join(chunks), status
 
 
-def end_test(pid, isolated, leased, reaped):
-    """Kill everything the test started and reap it; returns the test child's wait status (or None)."""
+def end_test(pid, isolated, leased, reaped, used):
+    """Kill everything the test started and reap it; returns the test child's wait status (or None). Adds to
+    ``used[0]`` the CPU time of every process reaped here (each one's own and its reaped children's)."""
     status = reaped[0] if reaped else None
     for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
         try:
@@ -1177,11 +1182,13 @@ def end_test(pid, isolated, leased, reaped):
         if not (isolated or leased):
             _kill_children()
         try:
-            got, st = os.waitpid(-1, 0 if isolated or leased else os.WNOHANG)
+            got, st, ru = os.wait4(-1, 0 if isolated or leased else os.WNOHANG)
         except ChildProcessError:
             break
         except InterruptedError:
             continue
+        if got:
+            used[0] += ru.ru_utime + ru.ru_stime
         if got == pid:
             status = st
         elif got == 0:
@@ -1250,13 +1257,16 @@ def run_test(job, test, index, isolated, leased, box):
         os.close(read_fd)
         child(job, test, out, write_fd, box)
     os.close(write_fd)
-    reaped = []
+    reaped, used = [], [0.0]
     cap = int(job["max_result_bytes"])  # the same for every test: a value test's own cap is checked by the host
     try:
-        data, status = wait_result(read_fd, pid, index, cap, reaped, isolated and _OWN_PROC[0])
+        data, status = wait_result(read_fd, pid, index, cap, reaped, isolated and _OWN_PROC[0], used)
     finally:
+        wstatus = end_test(pid, isolated, leased, reaped, used)
+        # the test's whole CPU time, every process of it reaped: what it used after the last look counts too (the
+        # host judges the test on this line, before its end)
+        say("C %d %.3f" % (index, used[0]))
         say("E %d" % index)  # the host stops this test's clock
-        wstatus = end_test(pid, isolated, leased, reaped)
         os.close(read_fd)
         if isolated:
             clear_ipc()

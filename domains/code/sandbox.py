@@ -53,7 +53,7 @@ from typing import Any, Sequence
 from . import cgroups, image, uids
 from .assertions import Assertion, CheckError, compile_assertion
 from .judge import JUDGE_CANDIDATE_S, JudgeError, JudgePool
-from .runner import MAX_REASON, encode
+from .runner import MAX_REASON, NOT_RUN, encode
 from .values import equal
 
 RUNNER = Path(__file__).with_name("runner.py")
@@ -617,10 +617,15 @@ class Sandbox:
                 return "sandbox runner sent a malformed report"
             if type(results) is not list or len(results) != len(payloads) or any(type(r) is not dict for r in results):
                 return "sandbox runner sent a malformed report"
+            killed = min(talk.why, default=None)  # the first test this host decided was out of time
             for i, r in enumerate(results):
                 r["seconds"] = talk.seconds.get(i, 0.0)  # timed here, from the runner's S/E lines
-                if r.get("status") == "timeout" and "its time limit" in str(r.get("reason", "")):
-                    r["reason"] = talk.why.get(i, f"exceeded {limits[i]:.1f}s of CPU time")
+                if killed is not None and i > killed:  # whatever the runner ran after it (its kill in flight): dropped
+                    results[i] = r = {"status": "error", "reason": NOT_RUN % killed, "output": "", "seconds": 0.0}
+                elif i == killed or (r.get("status") == "timeout" and "its time limit" in str(r.get("reason", ""))):
+                    # the host's decision stands, whatever the test sent before the kill reached it (issue 39)
+                    results[i] = r = {"status": "timeout", "output": r.get("output", ""), "seconds": r["seconds"],
+                                      "reason": talk.why.get(i, f"exceeded {limits[i]:.1f}s of CPU time")}
             return results
         finally:
             if outer is not None:

@@ -2196,12 +2196,16 @@ def burn(children, each):
     except OSError:
         pass
     for _ in range(children):  # one at a time: alive, no child has used more than the limit
-        if os.fork() == 0:
+        pid = os.fork()
+        if pid == 0:
             end = time.process_time() + each
             while time.process_time() < end:
                 pass
             os._exit(0)
-        time.sleep(each + 0.15)  # never waited for: the kernel reaps it, or it stays a zombie (counted)
+        try:  # until it has ended, never reaping it: the kernel does (SIGCHLD ignored), or it stays a zombie
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        except ChildProcessError:
+            pass  # reaped by the kernel already
     return 1
 '''
 
@@ -2301,3 +2305,46 @@ def test_two_concurrent_sandboxes_cannot_wake_each_other_through_a_mapped_image_
                            (code, [Test(expected=0, expr="talk(2.5)")], "")], timeout_s=6)
     sb.close()
     assert results[0][0].passed and results[1][0].passed, (results[0][0].reason, results[1][0].reason)
+
+
+LATE = '''
+import time
+def spin_then(seconds, value):
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+    print("after the limit")
+    return value
+'''
+
+
+def test_the_host_s_kill_decides_the_test_whatever_the_runner_ran_after_it(monkeypatch):
+    """Round seven (a red team's): a test that ends between the host's kill and the runner reading it (by watching
+    the runner's looks) had its value judged, and the runner, not yet told, ran the next tests. The host's decision
+    stands now: the killed test is a timeout and every later result is dropped (not run, no output), whatever the
+    runner sends. Here a runner that ignores every kill stands in for the race at its widest."""
+    source = sbx.RUNNER.read_text()
+    line = 'CONTROL["kill"].add(int(line[2:]))'
+    assert source.count(line) == 1
+    monkeypatch.setattr(sbx, "_SOURCE", [source.replace(line, "pass")])
+    results = attack(LATE, [Test(expected=1, expr="spin_then(1.6, 1)"), Test(expected=2, expr="spin_then(0, 2)")],
+                     timeout_s=1.0)
+    if results is not None:
+        from domains.code.runner import NOT_RUN
+
+        assert results[0].status == "timeout" and "CPU time" in results[0].reason, results[0]
+        assert not results[1].passed and results[1].reason == NOT_RUN % 0 and results[1].output == "", results[1]
+
+
+def test_cpu_used_after_the_runner_s_last_look_counts(monkeypatch):
+    """Round seven (a red team's): CPU burnt between the runner's last look and the test's end (every core for one
+    look interval) was never reported. The runner sends the test's whole CPU time, every process reaped, before its
+    end line, and the host judges it: here a runner whose periodic reports are removed, so only that last line tells
+    the host that a 1.0 s test used 1.6 s."""
+    source = sbx.RUNNER.read_text()
+    line = 'say("C %d %.3f" % (index, cpu))'
+    assert source.count(line) == 1
+    monkeypatch.setattr(sbx, "_SOURCE", [source.replace(line, "pass")])
+    results = attack(LATE, [Test(expected=1, expr="spin_then(1.6, 1)")], timeout_s=1.0)
+    if results is not None:
+        assert results[0].status == "timeout" and "CPU time" in results[0].reason, results[0]
