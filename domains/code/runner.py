@@ -1311,7 +1311,7 @@ def run_tests(job, isolated, leased, box):
         except Exception as exc:  # noqa: BLE001 - a test that breaks the runner's bookkeeping fails alone
             result = {"status": "error", "reason": "runner: %s: %s" % (type(exc).__name__, str(exc)[:200]),
                       "output": ""}
-        if result.get("status") == "timeout" and index in CONTROL["kill"]:
+        if index in CONTROL["kill"]:  # killed by the host, whatever the result says (a runner error included)
             killed = index
         if result.get("status") == "value":
             size = len(json.dumps(result["value"]))
