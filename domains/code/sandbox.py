@@ -32,6 +32,7 @@ model's failure.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import logging
@@ -50,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import cgroups, image, uids
+from . import cgroups, image, runner, uids
 from .assertions import Assertion, CheckError, compile_assertion
 from .judge import JUDGE_CANDIDATE_S, JudgeError, JudgePool
 from .runner import MAX_REASON, NOT_RUN, encode
@@ -216,6 +217,26 @@ def isolation_probe() -> dict:
                 report["reason"] = f"{type(exc).__name__}: {exc}"
             _PROBE = report
     return dict(_PROBE)
+
+
+# what a call off the system-call filter's allow-list gets (``runner.FILTER_DEFAULT``, ENOSYS; a kill in
+# bench/syscall_allowlist.py); the filter is compiled here once per value and sent in every job (``runner.job_filter``)
+FILTER_DEFAULT = runner.FILTER_DEFAULT
+_FILTERS: dict[int, str] = {}
+_FILTER_LOCK = threading.Lock()
+
+
+def _filter_program() -> str | None:
+    """The test children's system-call filter as a base64 BPF program, compiled once per process; None where this
+    process cannot load libseccomp (the runner then tries, and fails closed with the reason)."""
+    with _FILTER_LOCK:
+        if FILTER_DEFAULT not in _FILTERS:
+            try:
+                program = runner.syscall_filter(FILTER_DEFAULT)[0]
+            except OSError:
+                return None
+            _FILTERS[FILTER_DEFAULT] = base64.b64encode(program).decode()
+        return _FILTERS[FILTER_DEFAULT]
 
 
 def _image() -> str:
@@ -577,7 +598,7 @@ class Sandbox:
         cpu = max(lim.cpu_s, math.ceil(max([float(timeout_s), CPU_CEILING_S - 2] + limits)) + 2)
         job = {"code": str(code), "setup": setup or "", "tests": [{k: p[k] for k in PAYLOAD_KEYS if k in p}
                                                                   for p in payloads],
-               "isolation": self.isolation, "prefix": self.prefix, "image": self.image,
+               "isolation": self.isolation, "prefix": self.prefix, "image": self.image, "seccomp": _filter_program(),
                "disk_mb": lim.disk_mb, "max_output_bytes": lim.max_output_bytes,
                "max_result_bytes": lim.max_result_bytes, "max_report_bytes": lim.max_report_bytes,
                "limits": {"RLIMIT_CPU": cpu, "RLIMIT_AS": lim.memory_mb << 20, "RLIMIT_FSIZE": lim.file_mb << 20,

@@ -1,10 +1,10 @@
-"""bench/syscall_allowlist.py: its kill-default runner kills a call off the allow-list that the real one answers
-with ENOSYS (so the bench's "all canonical solutions pass" means no canonical solution makes such a call)."""
+"""bench/syscall_allowlist.py: with its kill-default filter a call off the allow-list kills the test, where the real
+filter answers ENOSYS (so the bench's "all canonical solutions pass" means no canonical solution makes such a call)."""
 
 import pytest
 
 import domains.code as dc
-from bench.syscall_allowlist import kill_default_runner
+from bench.syscall_allowlist import kill_by_default
 from domains.code import sandbox as sbx
 from domains.code.sandbox import SandboxError, Test
 
@@ -19,7 +19,8 @@ def test_the_kill_default_runner_kills_what_the_real_one_refuses(monkeypatch):
             dc.execute(OFF_LIST, test)
         return
     assert dc.execute(OFF_LIST, test)[0].passed  # the real filter: ENOSYS, caught
-    monkeypatch.setattr(sbx, "_SOURCE", [kill_default_runner()])
+    monkeypatch.setattr(sbx, "FILTER_DEFAULT", sbx.FILTER_DEFAULT)  # restored after the test
+    kill_by_default()
     killed = dc.execute(OFF_LIST, test)[0]
     assert not killed.passed and "signal 31" in killed.reason, killed
     honest = dc.execute("def f():\n    return 'refused'\n", test)[0]
