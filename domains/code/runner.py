@@ -41,12 +41,13 @@ Each test runs in a forked child that gets a fresh ``/sandbox``, keeps only stdi
 its output (stdout and stderr: an anonymous memory file, size-capped by ``RLIMIT_FSIZE``) and
 its result pipe (fd 3), is not dumpable (no core, whatever the host's ``core_pattern``), sets
 ``no_new_privs``, drops every capability (bounding, ambient, inheritable, permitted, effective),
-applies its resource limits (``RLIMIT_CORE`` 1 for what it execs), loads the system-call filter
-(:func:`syscall_filter`, libseccomp) and only then executes the candidate code. It sends back the *value*, encoded as
-plain builtin data: only builtin types encode (exact type checks, so a subclass or an object with a rigged ``__eq__`` is
-rejected); the expected values never enter the sandbox and the comparison happens in the host. A child
-that exits early, raises anything, is killed by any signal, times out or sends a malformed
-message gets an error result and passes nothing; the runner itself goes on to the next test.
+applies its resource limits (``RLIMIT_CORE`` 1), loads the system-call filter (:func:`syscall_filter`: an allow-list
+built with libseccomp, compiled by the host and sent in the job) and only then executes the candidate code. It sends
+back the *value*, encoded as plain builtin data: only builtin types encode (exact type checks, so a subclass or an
+object with a rigged ``__eq__`` is rejected); the expected values never enter the sandbox and the comparison happens in
+the host. A child that exits early, raises anything, is killed by any signal or sends a malformed message gets an
+error result and passes nothing; the runner goes on to the next test, unless the host killed this one at its limit
+(then no later test runs: :data:`NOT_RUN`).
 
 The runner never opens, reads, changes or removes anything by a name the candidate controls:
 the output file has no name, results come through a pipe, and the box is a tmpfs that goes
