@@ -276,7 +276,6 @@ SCMP_ACT_ERRNO_ENOSYS = 0x00050000 | 38
 SCMP_ACT_ERRNO_EPERM = 0x00050000 | 1
 SCMP_CMP_NE, SCMP_CMP_EQ, SCMP_CMP_MASKED_EQ = 1, 4, 7
 SCMP_FLTATR_CTL_OPTIMIZE = 8  # libseccomp >= 2.5: 2 = a binary tree of the calls, not a linear scan
-AF_UNIX = 1
 RLIMIT_CORE_NUMBER = 4  # RLIMIT_CORE on every Linux architecture the runner knows
 SIGCHLD_NUMBER = 17  # SIGCHLD on x86_64, aarch64, ppc64le, s390x and riscv64
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
@@ -305,7 +304,7 @@ ALLOWED_SYSCALLS = (
     "epoll_pwait", "epoll_pwait2", "eventfd", "eventfd2", "signalfd", "signalfd4", "timerfd_create",
     "timerfd_settime", "timerfd_gettime", "inotify_init", "inotify_init1", "inotify_add_watch", "inotify_rm_watch",
     # memory
-    "brk", "mmap", "mmap2", "munmap", "mremap", "mprotect", "madvise", "msync",
+    "brk", "mmap", "mmap2", "munmap", "mremap", "mprotect", "msync",
     # the test's own processes and threads
     "exit", "exit_group", "fork", "vfork", "wait4", "waitid", "getpid", "getppid", "gettid", "getuid", "geteuid",
     "getgid", "getegid", "getresuid", "getresgid", "getgroups", "getpgid", "getpgrp", "getsid", "set_tid_address",
@@ -325,9 +324,10 @@ ALLOWED_SYSCALLS = (
 # becomes dumpable again or runs outside Python: issue 39's cores); no pipe (pipe buffers are charged to the host
 # user: a hoard of them shrinks the host's new pipes) and no FIFO or device node; no lock on a shared inode (flock;
 # fcntl locks: see FCNTL_ALLOWED); no new session (a new scheduling autogroup)
-REFUSED_SYSCALLS = ("execve", "execveat", "pipe", "pipe2", "mknod", "mknodat", "flock", "setsid")
-# (socket and socketpair of AF_UNIX are EPERM too, by a rule: a socket's buffers, like a pipe's, are kernel memory
-# charged to no limit of the box, about 280 MiB per box at its process and descriptor limits; round seven)
+# no socket of any family either: a socket's buffers, like a pipe's, are kernel memory charged to no limit of the box
+# (about 280 MiB per box at its process and descriptor limits, round seven), and there is no network to reach
+REFUSED_SYSCALLS = ("execve", "execveat", "pipe", "pipe2", "mknod", "mknodat", "flock", "setsid", "socket",
+                    "socketpair")
 # killed on use: the keyring calls (shared with the host kernel), namespaces and mounts, kernel modules, BPF,
 # perf, kexec, handle-based opens, userfaultfd and io_uring, tracing and other processes' memory (an honest test
 # never makes them: a test that does is ended at once)
@@ -349,6 +349,9 @@ FCNTL_ALLOWED = (0, 1, 2, 3, 4, 1030, 1032, 1033, 1034)
 # FIOCLEX, FIONCLEX
 IOCTL_ALLOWED = (0x5401, 0x5413, 0x541B, 0x5421, 0x5451, 0x5450)
 PR_SET_DUMPABLE_NUMBER = 4
+# madvise advice allowed: NORMAL, RANDOM, SEQUENTIAL, WILLNEED, DONTNEED, FREE, DONTFORK, DOFORK, DONTDUMP, DODUMP,
+# WIPEONFORK, KEEPONFORK, POPULATE_READ, POPULATE_WRITE (what malloc and the interpreter use, on their own memory)
+MADVISE_ALLOWED = (0, 1, 2, 3, 4, 8, 10, 11, 16, 17, 18, 19, 22, 23)
 # prctl options allowed (reads, and the thread's name): PR_GET_PDEATHSIG, PR_GET_DUMPABLE, PR_SET_NAME, PR_GET_NAME,
 # PR_GET_SECCOMP, PR_CAPBSET_READ, PR_GET_TIMERSLACK, PR_GET_NO_NEW_PRIVS; PR_SET_DUMPABLE is EPERM
 PRCTL_ALLOWED = (2, 3, 15, 16, 21, 23, 30, 39)
@@ -385,8 +388,8 @@ FILTER_DEFAULT = SCMP_ACT_ERRNO_ENOSYS  # what a call off the allow-list gets (b
 def syscall_filter(default=SCMP_ACT_ERRNO_ENOSYS):
     """The test children's system-call filter, compiled once to BPF (loaded by each with :func:`load_filter`):
     :data:`ALLOWED_SYSCALLS` and, with the arguments given here, ``clone`` without a namespace flag (``clone3``, whose
-    flags a filter cannot read, is ENOSYS: libc falls back to ``clone``), no ``socket``/``socketpair`` (EPERM for
-    ``AF_UNIX``, any other family kills), :data:`FCNTL_ALLOWED`, :data:`IOCTL_ALLOWED`, :data:`PRCTL_ALLOWED`
+    flags a filter cannot read, is ENOSYS: libc falls back to ``clone``), :data:`MADVISE_ALLOWED`,
+    :data:`FCNTL_ALLOWED`, :data:`IOCTL_ALLOWED`, :data:`PRCTL_ALLOWED`
     (``PR_SET_DUMPABLE`` is EPERM: a test child is never dumpable, so never cores), the test's own resource limits
     but ``RLIMIT_CORE`` (read only) and its own scheduling (pid 0 only: never the runner's), and every signal's
     action but ``SIGCHLD``'s (read only: a child ignoring it would have its children reaped by the kernel, their CPU
@@ -431,13 +434,15 @@ def syscall_filter(default=SCMP_ACT_ERRNO_ENOSYS):
             rule(SCMP_ACT_ERRNO_EPERM, name)
         for name in KILLED_SYSCALLS:
             rule(SCMP_ACT_KILL_PROCESS, name)
-        for name in ("socket", "socketpair"):  # AF_UNIX: EPERM (buffers no limit counts); any other family kills
-            rule(SCMP_ACT_ERRNO_EPERM, name, (0, SCMP_CMP_EQ, AF_UNIX, 0))
-            rule(SCMP_ACT_KILL_PROCESS, name, (0, SCMP_CMP_NE, AF_UNIX, 0))
         rule(SCMP_ACT_ALLOW, "clone", (0, SCMP_CMP_MASKED_EQ, CLONE_NS_MASK, 0))
         for flag in CLONE_NEW_FLAGS:
             rule(SCMP_ACT_KILL_PROCESS, "clone", (0, SCMP_CMP_MASKED_EQ, flag, flag))
         low32 = 0xFFFFFFFF  # the kernel reads an int command: the upper half of the register is not looked at
+        # memory advice that acts on this process's own mappings only: not how a file's pages are held in the page
+        # cache, which a later box reading the same image copy could see (MADV_COLLAPSE made huge pages of it that
+        # outlived the box: round seven), nor KSM, huge pages, cold or paged-out memory, guard regions
+        for advice in MADVISE_ALLOWED:
+            rule(SCMP_ACT_ALLOW, "madvise", (2, SCMP_CMP_MASKED_EQ, low32, advice))
         for cmd in FCNTL_ALLOWED:
             rule(SCMP_ACT_ALLOW, "fcntl", (1, SCMP_CMP_MASKED_EQ, low32, cmd))
         for cmd in IOCTL_ALLOWED:
