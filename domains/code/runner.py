@@ -1047,6 +1047,11 @@ SCHED_IDLE = getattr(os, "SCHED_IDLE", 5)
 CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 
 
+def cpu_of(rusage):
+    """A reaped process's CPU seconds from its ``wait4`` usage: its own and that of the children it reaped."""
+    return rusage.ru_utime + rusage.ru_stime
+
+
 class Usage:
     """What a test has used so far, read by the runner while it runs: CPU seconds (every process and thread of the
     test, the children it reaped included) and its tasks. With a ``/proc`` of the sandbox's own PID namespace (the
@@ -1073,7 +1078,7 @@ class Usage:
                 return
             if got == 0:
                 return
-            self.gone += ru.ru_utime + ru.ru_stime
+            self.gone += cpu_of(ru)
             if got == self.pid:
                 self.reaped.append(st)
 
@@ -1168,7 +1173,7 @@ def wait_result(read_fd, pid, index, cap, reaped, own_proc=False, used=None):
                     got, st, ru = os.wait4(pid, os.WNOHANG)
                     if got == pid:
                         reaped.append(st)
-                        usage.gone += ru.ru_utime + ru.ru_stime
+                        usage.gone += cpu_of(ru)
                 exited = bool(reaped)
             if read_fd in ready or exited:
                 if exited:
@@ -1219,7 +1224,7 @@ def end_test(pid, isolated, leased, reaped, used):
         except InterruptedError:
             continue
         if got:
-            used[0] += ru.ru_utime + ru.ru_stime
+            used[0] += cpu_of(ru)
         if got == pid:
             status = st
         elif got == 0:

@@ -202,11 +202,11 @@ def isolation_probe() -> dict:
         if _PROBE is None:
             report = {"namespaces": False, "reason": "", "proc": False,
                       "box_limits": cgroups.available() or "rlimits only"}
-            job = {"probe": True, "isolation": "namespaces", "prefix": os.path.realpath(sys.base_prefix),
-                   "tests": [], "limits": {}}
+            prefix, python = _installation()
+            job = {"probe": True, "isolation": "namespaces", "prefix": prefix, "tests": [], "limits": {}}
             try:
                 job["image"] = _image()
-                out, err, rc, _ = _launch(os.path.realpath(sys.executable), job, 20.0)
+                out, err, rc, _ = _launch(python, job, 20.0)
                 lines = out.split(b"\n")
                 if lines[0] == b"READY":
                     report.update(namespaces=True, proc=bool(json.loads(lines[1]).get("proc")))
@@ -239,9 +239,14 @@ def _filter_program() -> str | None:
         return _FILTERS[FILTER_DEFAULT]
 
 
+def _installation() -> tuple[str, str]:
+    """(prefix, interpreter) of this Python: what the runner runs and the image copies."""
+    return os.path.realpath(sys.base_prefix), os.path.realpath(sys.executable)
+
+
 def _image() -> str:
     """The box's own copy of this Python installation and what it loads (``image.py``), made once per process."""
-    return image.image_for(os.path.realpath(sys.base_prefix), os.path.realpath(sys.executable))
+    return image.image_for(*_installation())
 
 
 @contextlib.contextmanager
@@ -251,7 +256,7 @@ def _leased_image(job: dict):
     if not job.get("image"):
         yield
         return
-    with image.lease(os.path.realpath(sys.base_prefix), os.path.realpath(sys.executable)) as root:
+    with image.lease(*_installation()) as root:
         job["image"] = root
         yield
 
@@ -555,8 +560,7 @@ class Sandbox:
         self._slots = threading.BoundedSemaphore(self.workers)
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="sandbox")
         self._judges = JudgePool(self.workers)  # the host's verdicts, each bounded in time and memory (judge.py)
-        self.python = os.path.realpath(sys.executable)
-        self.prefix = os.path.realpath(sys.base_prefix)
+        self.prefix, self.python = _installation()
         # what every box of this pool reads (its own overlay over it): not the host's folders
         self.image = _image() if self.isolation == "namespaces" else None
 
