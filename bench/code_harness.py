@@ -13,10 +13,12 @@
 
 6. ``--throughput-against REF``: honest throughput (the canonical solutions of the first MBPP tasks through the pool,
    uncalibrated limits) under this runner over the runner of git revision REF, as the median of alternated pairs
-   (``bench/paired_timing.py``); ``--as-nobody`` (as root) runs the whole bench as ``nobody``, who has no cgroups.
+   (``bench/paired_timing.py``); ``--trees-against REF``: the same for each revision's whole sandbox (its own host
+   and runner, each run in its own tree), the MBPP test split's 500 candidates; ``--as-nobody`` (as root) runs the
+   whole bench as ``nobody``, who has no cgroups.
 
 Usage: python bench/code_harness.py [--data data] [--workers 2] [--limit N] [--costs-only] [--against REF]
-       [--throughput-against REF [--tasks 60] [--pairs 6]] [--as-nobody]
+       [--throughput-against REF [--tasks 60] [--pairs 6]] [--trees-against REF [--pairs 6]] [--as-nobody]
 (``--data``: a folder with ``mbpp/full.jsonl``, ``mbpp/sanitized.jsonl`` and ``mbppplus/test.jsonl``;
 default: the bundled ``data/``. The first run times the canonical solutions and computes the MBPP+
 expected outputs, cached under ``$C3_CACHE``; ``--limit`` keeps the first N tasks of each file. ``--against``
@@ -212,6 +214,47 @@ def throughput_against(sb, ref: str, data: str, tasks: int, pairs: int) -> None:
     print(describe(result, f"wall seconds, this runner over {ref}'s"))
 
 
+# One tree's whole sandbox (its own host and runner) on the MBPP test split's canonical solutions, run in that tree:
+# candidates per second after a warm-up of 40 (for --trees-against: a protocol change makes --throughput-against moot)
+TREE_RUN = """
+import os, sys, time
+sys.path.insert(0, os.getcwd())
+from domains.code.data import decode_tests, load_split
+from domains.code.sandbox import Sandbox
+rows = load_split({"name": "mbpp", "kind": "mbpp", "source": "data/mbpp/full.jsonl", "calibrate": False})
+jobs = [(r["canonical"], decode_tests(r["visible_tests"]) + decode_tests(r["tests"]), r["setup"]) for r in rows]
+sb = Sandbox(workers=int(sys.argv[1]))
+sb.run_many(jobs[:40])
+t = time.perf_counter()
+res = sb.run_many(jobs)
+print(len(jobs) / (time.perf_counter() - t), sum(all(x.passed for x in r) for r in res), len(jobs))
+"""
+
+
+def trees_against(ref: str, pairs: int, workers: int) -> None:
+    """Honest throughput of this tree's whole sandbox over that of git revision ``ref`` (checked out in a temporary
+    worktree): the MBPP test split's 500 canonical candidates, alternated ``ref``, this, ``ref``, this ... in one
+    sitting, each run in a fresh process of its own tree (:data:`TREE_RUN`)."""
+    with tempfile.TemporaryDirectory(prefix="c3-tree-") as tmp:
+        other = os.path.join(tmp, "tree")
+        subprocess.run(["git", "worktree", "add", "--detach", other, ref], cwd=ROOT, check=True, capture_output=True)
+        rates = {ref: [], "this": []}
+        try:
+            for _ in range(pairs):
+                for name, tree in ((ref, other), ("this", str(ROOT))):
+                    run = subprocess.run([sys.executable, "-c", TREE_RUN, str(workers)], cwd=tree, check=True,
+                                         capture_output=True, text=True)
+                    rate, passed, total = run.stdout.split()[-3:]
+                    rates[name].append(float(rate))
+                    print(f"  {name}: {float(rate):.1f} candidates/s ({passed}/{total} pass)", flush=True)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", other], cwd=ROOT, capture_output=True)
+    ratios = [a / b for a, b in zip(rates["this"], rates[ref])]
+    print(f"honest throughput, whole trees, {workers} workers: this tree over {ref}: median ratio "
+          f"{statistics.median(ratios):.3f} over {pairs} pairs (range {min(ratios):.3f}-{max(ratios):.3f}); "
+          f"medians {statistics.median(rates['this']):.1f} vs {statistics.median(rates[ref]):.1f} candidates/s")
+
+
 def ref_runner(ref: str) -> str:
     """The runner of git revision ``ref`` (read before ``--as-nobody`` drops to a user git may refuse)."""
     given = os.environ.get("C3_BENCH_REF_RUNNER")
@@ -247,12 +290,17 @@ def main() -> None:
                     help="also time the runner of git revision REF, interleaved")
     ap.add_argument("--throughput-against", default=None, metavar="REF",
                     help="only honest throughput under this runner over the runner of git revision REF (paired)")
+    ap.add_argument("--trees-against", default=None, metavar="REF",
+                    help="honest throughput of this whole tree (host and runner) over revision REF's")
     ap.add_argument("--tasks", type=int, default=60, help="MBPP tasks for --throughput-against")
     ap.add_argument("--pairs", type=int, default=6, help="alternated pairs for --throughput-against")
     ap.add_argument("--as-nobody", action="store_true", help="(as root) run this bench as nobody: no cgroups")
     args = ap.parse_args()
     if args.as_nobody and os.geteuid() == 0:
         raise SystemExit(as_nobody(args.throughput_against or args.against))
+    if args.trees_against:
+        trees_against(args.trees_against, args.pairs, args.workers)
+        return
     sb = Sandbox(workers=args.workers)
     if args.throughput_against:
         throughput_against(sb, args.throughput_against, args.data, args.tasks, args.pairs)
