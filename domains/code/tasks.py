@@ -1,101 +1,17 @@
-"""Code extraction, the reward, the execution feedback step and the eval metrics."""
+"""The reward, the execution feedback step and the eval metrics (code extraction: ``extract.py``)."""
 
 from __future__ import annotations
 
-import ast
-import re
 from collections import OrderedDict
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from c3_plugin.core.rewards import batched
+from domains.code.extract import extract_code
 
 from .data import decode_tests
 from .sandbox import Sandbox, Test, TestResult, default_sandbox
-
-_FENCE_LINE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([^\s`]*)(.*)$")
-CODE_TAGS = {"", "python", "py", "python3", "py3", "text", "txt", "plaintext", "plain", "code"}  # a block with another
-# language tag (```bash, ```output, ```json) is no candidate
-MAX_PROSE_LINES = 8  # prose lines dropped at most at each end of unfenced code
-
-
-def _blocks(lines: list[str]) -> list[tuple[str, list[str], bool]]:
-    """The fenced blocks of ``lines``: (tag, content lines, closed); a fence still open at the end runs to it."""
-    out, i = [], 0
-    while i < len(lines):
-        m = _FENCE_LINE.match(lines[i])
-        if not m:
-            i += 1
-            continue
-        fence, tag = m.group(1), m.group(2).casefold()
-        body, i, closed = [], i + 1, False
-        while i < len(lines):
-            line = lines[i]
-            i += 1
-            bare = line.strip()
-            if bare and set(bare) == {fence[0]} and len(bare) >= len(fence):
-                closed = True
-                break
-            if line.rstrip().endswith(fence) and fence[0] == "`" and not _FENCE_LINE.match(line):  # code```: closes
-                body.append(line.rstrip()[:-len(fence)])
-                closed = True
-                break
-            body.append(line)
-        out.append((tag, body, closed))
-    return out
-
-
-def _code(lines: list[str]) -> str:
-    lines = list(lines)
-    while lines and not lines[-1].strip():
-        lines.pop()
-    return "\n".join(lines) + "\n"
-
-
-def _parses(code: str) -> bool:
-    try:
-        ast.parse(code)
-        return True
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return False
-
-
-def _bare_code(lines: list[str]) -> str | None:
-    """Unfenced code with prose lines before or after it: the longest run of lines, dropping at most
-    :data:`MAX_PROSE_LINES` at each end, that parses; None when none does."""
-    n = len(lines)
-    for drop in range(1, 2 * MAX_PROSE_LINES + 1):
-        for head in range(max(0, drop - MAX_PROSE_LINES), min(drop, MAX_PROSE_LINES) + 1):
-            tail = drop - head
-            kept = lines[head:n - tail]
-            if any(line.strip() for line in kept) and not (kept and kept[0].startswith((" ", "\t"))):
-                code = _code(kept)
-                if _parses(code):
-                    return code
-    return None
-
-
-def extract_code(text: str) -> str:
-    """The code of a message, read as a reader would: **the last block wins**.
-
-    * the last complete fenced block (```` ``` ```` or ``~~~``), whatever follows the language tag on the fence
-      line (```` ```python  # solution ````), tagged ``python``/``py``/``text``/none (another language's block,
-      ```` ```bash ````, is no candidate); ``\r\n`` and ``\r`` line endings read as ``\n``;
-    * a fence still open at the end (a completion cut at the token limit): its content up to the end, when no
-      complete block comes after it;
-    * no fence: the whole message when it parses as Python, else the message without prose lines before and after
-      the code (at most :data:`MAX_PROSE_LINES` each end) when what remains parses, else the whole message."""
-    if not isinstance(text, str):
-        return ""
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    lines = text.split("\n")
-    blocks = [b for b in _blocks(lines) if b[0] in CODE_TAGS]
-    if blocks:
-        return _code(blocks[-1][1])
-    if _parses(text):
-        return text
-    return _bare_code(lines) or text
 
 
 def syntax_valid(code: str) -> bool:
@@ -159,7 +75,7 @@ def make_reward(timeout_s: float | None = None, sandbox: Sandbox | None = None):
         finals = [finals] if isinstance(finals, str) else list(finals)
         if batch_items is None or len(batch_items) != len(finals):
             raise ValueError("code reward: batch_items must give one item with 'tests' per completion")
-        codes = [extract_code(c) for c in finals]
+        codes = [extract_code(c, it.get("entry_point")) for c, it in zip(finals, batch_items)]
         results = judge_batch(codes, batch_items, "tests", sandbox, timeout_s)
         for code, item, res in zip(codes, batch_items, results):
             cache.put(ResultCache.key(code, item), res)
@@ -179,7 +95,7 @@ def make_outcome(reward):
     cache: ResultCache = reward.results
 
     def outcome(leaves: Sequence[Any]) -> list[tuple[bool, ...]]:
-        keys = [ResultCache.key(extract_code(leaf.action), leaf.item) for leaf in leaves]
+        keys = [ResultCache.key(extract_code(leaf.action, leaf.item.get("entry_point")), leaf.item) for leaf in leaves]
         found = [cache.get(k) for k in keys]
         missing = [i for i, r in enumerate(found) if r is None]
         if missing:
@@ -208,7 +124,7 @@ def feedback_text(results: Sequence[TestResult], tests: Sequence[Test], example:
 def run_visible_tests(item: Mapping[str, Any], outputs: Mapping[str, str], sandbox: Sandbox | None = None) -> str:
     """The environment step of the multi-turn workflow: run the visible example tests on the
     latest code and write the outcome as text (recorded in the trace as its own entry)."""
-    code = extract_code(next(iter(outputs.values()), "")) if outputs else ""
+    code = extract_code(next(iter(outputs.values()), ""), item.get("entry_point")) if outputs else ""
     tests = decode_tests(item["visible_tests"])
     if not syntax_valid(code):
         return "Execution feedback:\nThe code does not compile."
@@ -221,7 +137,8 @@ def _logger(final_agent: int | None, timeout_s: float | None):
     def eval_logger(agent_completions_turns, batch_items=None, prompts=None) -> list[dict]:
         items = list(batch_items or [])
         agent = len(agent_completions_turns) - 1 if final_agent is None else final_agent
-        codes = [extract_code(t[-1] if t else "") for t in agent_completions_turns[agent][: len(items)]]
+        codes = [extract_code(t[-1] if t else "", it.get("entry_point"))
+                 for t, it in zip(agent_completions_turns[agent], items)]
         results = judge_batch(codes, items, "tests", None, timeout_s)
         return [{"datasource": str(it.get("datasource", "eval")), "pass@1": float(bool(r) and all(x.passed for x in r)),
                  "pass_rate": rate(r), "syntax_valid": float(syntax_valid(c)),

@@ -1,0 +1,198 @@
+"""Code extraction: the code a reader of the rendered message sees as the answer.
+
+The message is read with a CommonMark parser (markdown-it-py), so a block is what a renderer shows as one: a
+fence in a list item or a quote, a 4-space indented block, a fence that never closes (it runs to the end). What a
+reader does not see as code never runs: HTML comments and other HTML blocks, a closed ``<details>``, a block in
+another language or labelled as not used, a "fence" CommonMark does not open (a backtick in a backtick fence's
+info string). The rule is stated in ``domains/code/README.md`` ("Extraction").
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+from markdown_it import MarkdownIt
+
+PYTHON_TAGS = {"", "python", "py", "python3", "py3", "ipython", "code"}  # a block's language (the info string's
+# first word, case-folded): these blocks are candidates
+TEXT_TAGS = {"text", "txt", "plaintext", "plain"}  # candidates only when the message has no Python block; any
+# other language (```bash, ```output, ```json, ```pycon) is no candidate
+MAX_PROSE_LINES = 8  # prose lines dropped at most at each end of unfenced code
+LABEL_WORDS = 20  # a label is the last sentence before a block, at most this many words
+# a block labelled so (in its info string, its first comment line or the sentence right before it) is not the answer
+NOT_USED = re.compile(
+    r"\b(?:not (?:be )?used|unused|(?:do not|don't|never) (?:use|run)|not (?:the|my|a) (?:final )?(?:answer|solution)"
+    r"|not final|(?<!from )scratch(?:pad)?|discarded|ignore (?:this|it|me|the following|below)"
+    r"|for reference only|not part of the (?:answer|solution))\b", re.IGNORECASE)
+_DETAILS = re.compile(r"<(/?)details\b([^>]*)>", re.IGNORECASE)
+_TOP_DEF = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+([A-Za-z_]\w*)", re.MULTILINE)
+_PARSER = MarkdownIt("commonmark")
+
+
+@dataclass
+class Block:
+    kind: str  # "python" or "text"
+    code: str
+    lines: tuple[int, int]  # the source lines it spans, [start, end)
+
+
+def _code(text: str) -> str:
+    lines = text.split("\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return "\n".join(lines) + "\n"
+
+
+def _tree(code: str) -> ast.Module | None:
+    try:
+        return ast.parse(code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError, OverflowError):
+        return None
+
+
+def _names(body: list[ast.stmt], any_def: bool) -> set[str]:
+    """Names a module body binds at its top level (through ``if``/``try``/``with`` too): functions and classes,
+    and with ``any_def`` False also assignments and imports (``add = lambda a, b: a + b``)."""
+    out: set[str] = set()
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif not any_def and isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            out.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif not any_def and isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.update((a.asname or a.name).split(".")[0] for a in node.names)
+        for field in ("body", "orelse", "finalbody"):
+            if isinstance(node, (ast.If, ast.Try, ast.With)) and isinstance(getattr(node, field, None), list):
+                out |= _names(getattr(node, field), any_def)
+        for handler in getattr(node, "handlers", []) if isinstance(node, ast.Try) else []:
+            out |= _names(handler.body, any_def)
+    return out
+
+
+def defines(code: str, entry_point: str | None) -> bool:
+    """Whether ``code`` defines ``entry_point`` at its top level (any function or class when it is None). Code
+    that does not parse (a completion cut at the token limit) defines what its top-level ``def``/``class`` lines
+    name."""
+    tree = _tree(code)
+    names = _names(tree.body, entry_point is None) if tree is not None else set(_TOP_DEF.findall(code))
+    return bool(names) if entry_point is None else entry_point in names
+
+
+def _label(text: str) -> str:
+    """The last sentence of a paragraph, when it is short enough to be a block's label."""
+    lines = [line for line in text.strip().split("\n") if line.strip()]
+    last = re.split(r"(?<=[.!?])\s+", lines[-1].strip())[-1] if lines else ""
+    return last if len(last.split()) <= LABEL_WORDS else ""
+
+
+def _not_used(info: str, content: str, before: str) -> bool:
+    first = next((line.strip() for line in content.split("\n") if line.strip()), "")
+    comment = first if first.startswith("#") else ""
+    rest = info.split(None, 1)[1] if len(info.split(None, 1)) > 1 else ""
+    return any(NOT_USED.search(s) for s in (rest, comment, _label(before)))
+
+
+def _details(content: str, hidden: list[bool]) -> None:
+    """Follows ``<details>`` tags in HTML: each opening pushes whether its content is hidden (closed, no ``open``
+    attribute), each closing pops."""
+    for m in _DETAILS.finditer(content):
+        if m.group(1):
+            if hidden:
+                hidden.pop()
+        else:
+            hidden.append(not re.search(r"\bopen\b", m.group(2), re.IGNORECASE))
+
+
+def _fence_body(tok, src: list[str]) -> str:
+    """A fence's code; a fence that runs to the end of the message without a closing line, whose last line ends
+    with the fence (``return x```: a closing fence written on the code's last line), loses that suffix."""
+    content = tok.content
+    end = tok.map[1] if tok.map else 0
+    last = next((line for line in reversed(src[:end]) if line.strip()), "")
+    closed = bool(last.strip()) and set(last.strip().lstrip(">").strip()) == {tok.markup[0]}
+    at_end = not any(line.strip() for line in src[end:])
+    if at_end and not closed and tok.markup[0] == "`" and content.rstrip().endswith(tok.markup):
+        content = content.rstrip()[: -len(tok.markup)]
+    return content
+
+
+def read(text: str) -> tuple[list[Block], list[str]]:
+    """The visible candidate blocks of a message, in order, and its lines with every line a reader does not see
+    as prose or bare code blanked (fences, HTML, hidden ``<details>``, blocks labelled as not used)."""
+    src = text.split("\n")
+    try:
+        tokens = _PARSER.parse(text)
+    except Exception:  # model output never crashes a reward: a message the parser cannot read has no blocks
+        return [], src
+    blocks: list[Block] = []
+    keep = list(src)
+    hidden: list[bool] = []
+    before = ""
+    for tok in tokens:
+        start, end = tok.map if tok.map else (0, 0)
+        if tok.type == "html_block":
+            _details(tok.content, hidden)
+        elif tok.type == "inline":
+            for child in tok.children or []:
+                if child.type == "html_inline":
+                    _details(child.content, hidden)
+            before = tok.content
+            if any(hidden):
+                keep[start:end] = [""] * (end - start)
+            continue
+        if tok.type not in ("fence", "code_block", "html_block"):
+            continue
+        info = tok.info.strip() if tok.type == "fence" else ""
+        lang = info.split()[0].casefold() if info else ""
+        visible = not any(hidden) and tok.type != "html_block" and not _not_used(info, tok.content, before)
+        if tok.type != "code_block" or not visible:
+            keep[start:end] = [""] * (end - start)
+        body = _fence_body(tok, src) if tok.type == "fence" else tok.content
+        if visible and body.strip() and (lang in PYTHON_TAGS or lang in TEXT_TAGS):
+            blocks.append(Block("python" if lang in PYTHON_TAGS else "text", _code(body), (start, end)))
+        before = ""
+    return blocks, keep
+
+
+def bare_code(lines: list[str]) -> str | None:
+    """Unfenced code with prose lines before or after it: the whole text when it parses, else the longest run of
+    lines, dropping at most :data:`MAX_PROSE_LINES` at each end, that parses; None when none does."""
+    n = len(lines)
+    for drop in range(0, 2 * MAX_PROSE_LINES + 1):
+        for head in range(max(0, drop - MAX_PROSE_LINES), min(drop, MAX_PROSE_LINES) + 1):
+            kept = lines[head:n - (drop - head)]
+            if any(line.strip() for line in kept) and not (kept and kept[0].startswith((" ", "\t"))):
+                code = _code("\n".join(kept))
+                if _tree(code) is not None:
+                    return code
+    return None
+
+
+def extract_code(text: str, entry_point: str | None = None) -> str:
+    """The code of a message, read as a renderer shows it (the rule: ``domains/code/README.md``, "Extraction").
+
+    * the whole message when it parses as Python;
+    * else, of the visible Python blocks (fenced ``python``/``py``/untagged, or indented; ``text`` blocks only when
+      there is none), **the last one that defines the entry point** (any function or class when
+      ``entry_point`` is None): a later usage line, assert, doctest, test function or output block is no answer;
+    * else the unfenced code among the prose (prose lines dropped at each end, at most :data:`MAX_PROSE_LINES`)
+      when it defines the entry point; else the last visible block; else that unfenced code; else the message."""
+    if not isinstance(text, str):
+        return ""
+    text = text.replace("\r\n", "\n").replace("\r", "\n").lstrip("\ufeff")
+    if _tree(text) is not None:
+        return text
+    blocks, prose = read(text)
+    blocks = [b for b in blocks if b.kind == "python"] or blocks
+    answer = [b for b in blocks if defines(b.code, entry_point)]
+    if answer:
+        return answer[-1].code
+    bare = bare_code(prose)
+    if bare is not None and defines(bare, entry_point):
+        return bare
+    if blocks:
+        return blocks[-1].code
+    return bare or text
