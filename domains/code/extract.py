@@ -27,6 +27,7 @@ NOT_USED = re.compile(
     r"|not final|(?<!from )scratch(?:pad)?|discarded|ignore (?:this|it|me|the following|below)"
     r"|for reference only|not part of the (?:answer|solution))\b", re.IGNORECASE)
 _DETAILS = re.compile(r"<(/?)details\b([^>]*)>", re.IGNORECASE)
+_NOT_A_FENCE = re.compile(r"^[ \t>]*(?:`{3,}|~{3,})")  # such a line in a paragraph: a fence CommonMark refused
 _TOP_DEF = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+([A-Za-z_]\w*)", re.MULTILINE)
 _PARSER = MarkdownIt("commonmark")
 
@@ -142,6 +143,9 @@ def read(text: str) -> tuple[list[Block], list[str]]:
             before = tok.content
             if any(hidden):
                 keep[start:end] = [""] * (end - start)
+            else:  # a paragraph line that looks like a fence but opens none (```py`): the rest is no code either
+                cut = next((i for i in range(start, end) if _NOT_A_FENCE.match(src[i])), end)
+                keep[cut:end] = [""] * (end - cut)
             continue
         if tok.type not in ("fence", "code_block", "html_block"):
             continue
@@ -179,7 +183,8 @@ def extract_code(text: str, entry_point: str | None = None) -> str:
       there is none), **the last one that defines the entry point** (any function or class when
       ``entry_point`` is None): a later usage line, assert, doctest, test function or output block is no answer;
     * else the unfenced code among the prose (prose lines dropped at each end, at most :data:`MAX_PROSE_LINES`)
-      when it defines the entry point; else the last visible block; else that unfenced code; else the message."""
+      when it defines the entry point; else the last visible block; else that unfenced code; else the visible text
+      (it does not parse, so it fails its tests; hidden code is not in it)."""
     if not isinstance(text, str):
         return ""
     text = text.replace("\r\n", "\n").replace("\r", "\n").lstrip("\ufeff")
@@ -195,4 +200,4 @@ def extract_code(text: str, entry_point: str | None = None) -> str:
         return bare
     if blocks:
         return blocks[-1].code
-    return bare or text
+    return bare or _code("\n".join(prose)).strip("\n")  # nothing parses: what a reader sees (it fails its tests)
