@@ -29,7 +29,9 @@ NOT_USED = re.compile(
 _DETAILS = re.compile(r"<(/?)details\b([^>]*)>", re.IGNORECASE)
 _NOT_A_FENCE = re.compile(r"^[ \t>]*(?:`{3,}|~{3,})")  # such a line in a paragraph: a fence CommonMark refused
 _TOP_DEF = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+([A-Za-z_]\w*)", re.MULTILINE)
-_PARSER = MarkdownIt("commonmark")
+_PARSER = MarkdownIt("commonmark").disable("inline")  # blocks only: inline parsing costs up to ~1 s on 50 kB of
+# brackets, and only a paragraph that holds a details tag needs it (_INLINE)
+_INLINE = MarkdownIt("commonmark")
 
 
 @dataclass
@@ -137,9 +139,10 @@ def read(text: str) -> tuple[list[Block], list[str]]:
         if tok.type == "html_block":
             _details(tok.content, hidden)
         elif tok.type == "inline":
-            for child in tok.children or []:
-                if child.type == "html_inline":
-                    _details(child.content, hidden)
+            if "details" in tok.content.casefold():
+                for child in (_INLINE.parseInline(tok.content)[0].children or []):
+                    if child.type == "html_inline":
+                        _details(child.content, hidden)
             before = tok.content
             if any(hidden):
                 keep[start:end] = [""] * (end - start)
