@@ -56,6 +56,7 @@ RIGHT: dict[str, Callable[[str, str, str], str]] = {
     "bom": lambda g, e, a: "\ufeff" + fence(g),
     "fence_in_list_item": lambda g, e, a: "1. The function:\n   ```python\n" + _indent(g, "   ") + "   ```\n2. Done.",
     "stray_fence_after": lambda g, e, a: fence(g) + "\n```\n",
+    "markdown_wrapped_reply": lambda g, e, a: "```markdown\nHere is the code:\n```python\n" + g + "```\n```",
     "crlf": lambda g, e, a: ("Sure.\n" + fence(g) + "\n").replace("\n", "\r\n"),
 }
 # a redefinition w of the entry point hidden after the solution, where a reader does not see it as the answer

@@ -19,6 +19,7 @@ PYTHON_TAGS = {"", "python", "py", "python3", "py3", "ipython", "code"}  # a blo
 # first word, case-folded): these blocks are candidates
 TEXT_TAGS = {"text", "txt", "plaintext", "plain"}  # candidates only when the message has no Python block; any
 # other language (```bash, ```output, ```json, ```pycon) is no candidate
+MARKDOWN_TAGS = {"markdown", "md"}  # a block of markdown source: its own blocks are read (one level)
 MAX_PROSE_LINES = 8  # prose lines dropped at most at each end of unfenced code
 LABEL_WORDS = 20  # a label is the last sentence before a block, at most this many words
 # a block labelled so (in its info string, its first comment line or the sentence right before it) is not the answer
@@ -122,9 +123,10 @@ def _fence_body(tok, src: list[str]) -> str:
     return content
 
 
-def read(text: str) -> tuple[list[Block], list[str]]:
+def read(text: str, nested: bool = False) -> tuple[list[Block], list[str]]:
     """The visible candidate blocks of a message, in order, and its lines with every line a reader does not see
-    as prose or bare code blanked (fences, HTML, hidden ``<details>``, blocks labelled as not used)."""
+    as prose or bare code blanked (fences, HTML, hidden ``<details>``, blocks labelled as not used). A
+    ``markdown`` block (a whole reply wrapped in one) is read as markdown in turn, once."""
     src = text.split("\n")
     try:
         tokens = _PARSER.parse(text)
@@ -158,7 +160,9 @@ def read(text: str) -> tuple[list[Block], list[str]]:
         if tok.type != "code_block" or not visible:
             keep[start:end] = [""] * (end - start)
         body = _fence_body(tok, src) if tok.type == "fence" else tok.content
-        if visible and body.strip() and (lang in PYTHON_TAGS or lang in TEXT_TAGS):
+        if visible and lang in MARKDOWN_TAGS and not nested:
+            blocks.extend(read(body, nested=True)[0])
+        elif visible and body.strip() and (lang in PYTHON_TAGS or lang in TEXT_TAGS):
             blocks.append(Block("python" if lang in PYTHON_TAGS else "text", _code(body), (start, end)))
         before = ""
     return blocks, keep
@@ -181,7 +185,7 @@ def bare_code(lines: list[str]) -> str | None:
 def extract_code(text: str, entry_point: str | None = None) -> str:
     """The code of a message, read as a renderer shows it (the rule: ``domains/code/README.md``, "Extraction").
 
-    * the whole message when it parses as Python;
+    * the whole message when it parses as Python and holds no fence, HTML or hidden part;
     * else, of the visible Python blocks (fenced ``python``/``py``/untagged, or indented; ``text`` blocks only when
       there is none), **the last one that defines the entry point** (any function or class when
       ``entry_point`` is None): a later usage line, assert, doctest, test function or output block is no answer;
@@ -191,9 +195,10 @@ def extract_code(text: str, entry_point: str | None = None) -> str:
     if not isinstance(text, str):
         return ""
     text = text.replace("\r\n", "\n").replace("\r", "\n").lstrip("\ufeff")
-    if _tree(text) is not None:
-        return text
+    entry_point = entry_point or None
     blocks, prose = read(text)
+    if prose == text.split("\n") and _tree(text) is not None:  # no fence, HTML or hidden part: plain code
+        return text
     blocks = [b for b in blocks if b.kind == "python"] or blocks
     answer = [b for b in blocks if defines(b.code, entry_point)]
     if answer:

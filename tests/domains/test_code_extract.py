@@ -33,6 +33,7 @@ RIGHT = {
     "fence_in_a_quote": "> ```python\n> def add(a, b):\n>     return a + b\n> ```",
     "stray_fence_line_after": fence(ADD) + "\n```\n",
     "stray_fence_line_and_prose_after": fence(ADD) + "\n```\nHope this helps!",
+    "reply_wrapped_in_a_markdown_block": "```markdown\nHere is the code:\n```python\n" + ADD + "```\n```",
 }
 # code a reader does not see: each hides WRONG after the right block; WRONG must not run (the old reader ran it in
 # all but other_language)
@@ -88,6 +89,13 @@ def test_the_last_block_that_defines_the_entry_point_is_the_answer():
     assert extract_code(fence("print(1)\n")) == "print(1)\n"  # nothing defines anything: the last block
     assert defines("add = lambda a, b: a + b\n", "add") and not defines("add = lambda a, b: a + b\n", None)
     assert defines("try:\n    from m import add\nexcept ImportError:\n    pass\n", "add")
+
+
+def test_a_message_that_parses_as_python_is_the_code_only_without_fences():
+    """Valid Python that a renderer shows as a fenced block and prose: the fenced block is what a reader reads."""
+    trick = 'x = """\n' + fence(WRONG) + '\n"""\n' + ADD
+    assert extract_code(trick, "add") == WRONG
+    assert extract_code("def f(): return 3", "") == "def f(): return 3"  # no fence: as it is; "" is no entry point
 
 
 def test_plain_code_with_blank_lines_in_a_body_is_not_read_as_an_indented_block():
