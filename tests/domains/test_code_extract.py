@@ -2,6 +2,8 @@
 that scored 0 before score 1, code a reader does not see never runs, and families generated with hypothesis hunt
 both (domains/code/extract.py; the rule is in domains/code/README.md, "Extraction")."""
 
+import os
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -9,7 +11,8 @@ from hypothesis import strategies as st
 import domains.code as dc
 from domains.code.extract import defines, extract_code
 
-SETTINGS = settings(max_examples=150, deadline=None, database=None,  # nothing written to .hypothesis/
+SETTINGS = settings(max_examples=int(os.environ.get("C3_HUNT_EXAMPLES", "150")),  # more for a deeper hunt
+                    deadline=None, database=None,  # nothing written to .hypothesis/
                     suppress_health_check=[HealthCheck.too_slow])
 
 ADD = "def add(a, b):\n    return a + b\n"
@@ -201,3 +204,26 @@ def test_generated_visible_earlier_versions_lose_to_the_last(name, body, data):
     parts = [fence(old), *data.draw(st.lists(noise(name), max_size=3)), fence(code),
              *data.draw(st.lists(noise(name), max_size=3))]
     assert extract_code("\n\n".join(parts), name) == code
+
+
+markdown_noise = st.lists(st.sampled_from(list("`~<>!-*#_[]()|=: \t\n\\ab1") + [
+    "```", "~~~", "<!--", "-->", "<details>", "</details>", "<pre>", "    ", "\ufeff", "\n\n", "\n    "]),
+    max_size=30).map("".join)
+
+
+@SETTINGS
+@given(noise_before=markdown_noise, noise_after=markdown_noise, right=st.booleans(),
+       hidden=hide(WRONG).filter(lambda h: not h.startswith("```text")))  # a lone text block is shown code
+def test_generated_markdown_noise_never_makes_hidden_code_run(noise_before, noise_after, hidden, right):
+    """Whatever markdown comes before (fences, comments, details, quotes, indentation, in any mix), a hidden
+    redefinition after it never runs: what is extracted either does not parse or does not hold it. It may become
+    visible only as part of a block that does not parse (an unclosed fence that swallows the rest)."""
+    text = "\n\n".join([noise_before, fence(ADD) if right else "", noise_after, hidden])
+    got = extract_code(text, "add")
+    assert isinstance(got, str)
+    if "a - b" in got:
+        try:
+            compile(got, "<candidate>", "exec")
+        except (SyntaxError, ValueError):
+            return
+        pytest.fail(f"hidden code runs: {got!r}")
