@@ -22,11 +22,21 @@ TEXT_TAGS = {"text", "txt", "plaintext", "plain"}  # candidates only when the me
 MARKDOWN_TAGS = {"markdown", "md"}  # a block of markdown source: its own blocks are read (one level)
 MAX_PROSE_LINES = 8  # prose lines dropped at most at each end of unfenced code
 LABEL_WORDS = 20  # a label is the last sentence before a block, at most this many words
-# a block labelled so (in its info string, its first comment line or the sentence right before it) is not the answer
-NOT_USED = re.compile(
-    r"\b(?:not (?:be )?used|unused|(?:do not|don't|never) (?:use|run)|not (?:the|my|a) (?:final )?(?:answer|solution)"
-    r"|not final|(?<!from )scratch(?:pad)?|discarded|ignore (?:this|it|me|the following|below)"
-    r"|for reference only|not part of the (?:answer|solution))\b", re.IGNORECASE)
+# a block labelled as not used is not the answer. The label is the info string after the language (any of NOT_USED),
+# the block's first line when it is a comment, or the sentence right before the block (a LABEL there): narrow
+# forms, so that "we do not use recursion:" or "b is not used:" before the answer does not reject it
+_MARK = (r"(?:not (?:be )?used|unused|(?<!from )scratch(?:pad)?|discarded"
+         r"|not (?:the|my|a) (?:final )?(?:answer|solution)|not final|for reference only"
+         r"|not part of the (?:answer|solution))")
+_DONT = r"(?:(?:do not|don't|never) (?:use|run) (?:this|it|me|the following)|ignore (?:this|it|me|the following|below))"
+_WHAT = r"(?:version|attempt|approach|draft|code|block|alternative|try|solution|implementation|work|snippet|one)"
+NOT_USED = re.compile(rf"\b(?:{_MARK}|{_DONT})\b", re.IGNORECASE)
+LABEL = re.compile(
+    rf"[(\[]\s*(?:{_MARK}|{_DONT})\b[^)\]]*[)\]]"  # "(not used)", "[scratch]"
+    rf"|^\W*(?:{_MARK}|{_DONT})\b"  # "Not used:", "Scratch work:", "Ignore this:"
+    rf"|\b{_MARK}\s+{_WHAT}\b"  # "an unused version", "a discarded attempt"
+    rf"|\b(?:this|that|it|the following|below|(?:this|that|the) {_WHAT})\s+(?:is|was)\s+(?:only |just )?(?:a )?"
+    rf"(?:{_MARK}|draft)\b", re.IGNORECASE)  # "this version is not used", "the following is just a draft"
 _DETAILS = re.compile(r"<(/?)details\b([^>]*)>", re.IGNORECASE)
 _NOT_A_FENCE = re.compile(r"^[ \t>]*(?:`{3,}|~{3,})")  # such a line in a paragraph: a fence CommonMark refused
 _TOP_DEF = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+([A-Za-z_]\w*)", re.MULTILINE)
@@ -96,7 +106,7 @@ def _not_used(info: str, content: str, before: str) -> bool:
     first = next((line.strip() for line in content.split("\n") if line.strip()), "")
     comment = first if first.startswith("#") else ""
     rest = info.split(None, 1)[1] if len(info.split(None, 1)) > 1 else ""
-    return any(NOT_USED.search(s) for s in (rest, comment, _label(before)))
+    return bool(NOT_USED.search(rest) or LABEL.search(comment.lstrip("#").strip()) or LABEL.search(_label(before)))
 
 
 def _details(content: str, hidden: list[bool]) -> None:

@@ -71,6 +71,22 @@ def test_a_text_block_is_the_answer_only_without_a_python_block():
     assert extract_code(fence(WRONG, "text") + "\n" + fence("print(add(2, 3))\n"), "add") == "print(add(2, 3))\n"
 
 
+@pytest.mark.parametrize("label", ["An earlier try (not used):", "Not used:", "Scratch work:", "Ignore this:",
+                                   "This version is not used.", "The following is just a draft:",
+                                   "An unused alternative:", "Discarded attempt:", "Not the final answer:"])
+def test_a_block_labelled_as_not_used_is_not_the_answer(label):
+    assert extract_code(fence(ADD) + f"\n\n{label}\n" + fence(WRONG), "add") == ADD
+    assert extract_code(fence(ADD) + "\n" + fence(f"# {label}\n" + WRONG), "add") == ADD
+
+
+@pytest.mark.parametrize("sentence", ["Note that we do not use recursion:", "Here b is not used:",
+                                      "Here is a solution from scratch:", "It removes unused entries:",
+                                      "Here's the final answer:", "We ignore negative numbers:"])
+def test_honest_sentences_before_the_answer_are_no_label(sentence):
+    assert extract_code(f"{sentence}\n" + fence(ADD), "add") == ADD
+    assert extract_code("Hi.\n" + fence(f"# {sentence}\n" + ADD), "add") == f"# {sentence}\n" + ADD
+
+
 def test_a_line_ending_in_a_fence_does_not_cut_a_later_redefinition():
     """CommonMark closes a fence only on a line of its own: ``return a + b```` does not close it, so what follows
     is in the block (the old reader cut the block there and ran the first definition)."""
