@@ -212,6 +212,19 @@ def test_generated_hidden_redefinitions_never_run(name, body, how, data):
 
 
 @SETTINGS
+@given(name=names, body=bodies, how=st.sampled_from(["python", "py", "untagged", "indented", "list", "quote"]),
+       data=st.data())
+def test_generated_hidden_right_programs_do_not_rescue_a_visible_wrong_one(name, body, how, data):
+    """The hack's direction: a wrong program shown, the right one hidden anywhere around it. The reader's answer,
+    the wrong one, is what runs."""
+    code, wrong = program(name, body), program(name, "return None")
+    parts = [*data.draw(st.lists(noise(name), max_size=3)), shown(wrong, how)]
+    for _ in range(data.draw(st.integers(1, 3))):
+        parts.insert(data.draw(st.integers(0, len(parts))), data.draw(hide(code)))
+    assert extract_code("\n\n".join(parts), name) == wrong
+
+
+@SETTINGS
 @given(name=names, body=bodies, data=st.data())
 def test_generated_visible_earlier_versions_lose_to_the_last(name, body, data):
     """A reader takes the last version shown: earlier visible redefinitions (and a later block that only uses
