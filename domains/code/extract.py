@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from markdown_it import MarkdownIt
 
 PYTHON_TAGS = {"", "python", "py", "python3", "py3", "ipython", "code"}  # a block's language (the info string's
-# first word, case-folded): these blocks are candidates
+# first word, case-folded, up to a character other than a letter, digit, _+#-: ```{python}, ```python:a.py,
+# ```python3.10): these blocks are candidates
 TEXT_TAGS = {"text", "txt", "plaintext", "plain"}  # candidates only when the message has no Python block; any
 # other language (```bash, ```output, ```json, ```pycon) is no candidate
 MARKDOWN_TAGS = {"markdown", "md"}  # a block of markdown source: its own blocks are read (one level)
@@ -37,6 +38,7 @@ LABEL = re.compile(
     rf"|\b{_MARK}\s+{_WHAT}\b"  # "an unused version", "a discarded attempt"
     rf"|\b(?:this|that|it|the following|below|(?:this|that|the) {_WHAT})\s+(?:is|was)\s+(?:only |just )?(?:a )?"
     rf"(?:{_MARK}|draft)\b", re.IGNORECASE)  # "this version is not used", "the following is just a draft"
+_LANG = re.compile(r"[{.]*([a-z0-9_+#-]*)")  # the language of an info string: `python`, `{python}`, `python:a.py`
 _DETAILS = re.compile(r"<(/?)details\b([^>]*)>", re.IGNORECASE)
 _NOT_A_FENCE = re.compile(r"^[ \t>]*(?:`{3,}|~{3,})")  # such a line in a paragraph: a fence CommonMark refused
 _TOP_DEF = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+([A-Za-z_]\w*)", re.MULTILINE)
@@ -165,7 +167,7 @@ def read(text: str, nested: bool = False) -> tuple[list[Block], list[str]]:
         if tok.type not in ("fence", "code_block", "html_block"):
             continue
         info = tok.info.strip() if tok.type == "fence" else ""
-        lang = info.split()[0].casefold() if info else ""
+        lang = _LANG.match(info.casefold()).group(1)
         visible = not any(hidden) and tok.type != "html_block" and not _not_used(info, tok.content, before)
         if tok.type != "code_block" or not visible:
             keep[start:end] = [""] * (end - start)

@@ -117,6 +117,11 @@ def test_a_message_that_parses_as_python_is_the_code_only_without_fences():
     assert extract_code("def f(): return 3", "") == "def f(): return 3"  # no fence: as it is; "" is no entry point
 
 
+@pytest.mark.parametrize("info", ["python:add.py", "{python}", "Python3.11", ".py", "py title=add.py"])
+def test_the_language_is_read_up_to_a_file_name_or_braces(info):
+    assert extract_code(fence(WRONG) + "\n" + fence(ADD, info), "add") == ADD
+
+
 def test_plain_code_with_blank_lines_in_a_body_is_not_read_as_an_indented_block():
     text = "Here is my solution:\ndef add(a, b):\n    c = a + b\n\n    return c\n"
     assert extract_code(text, "add") == "def add(a, b):\n    c = a + b\n\n    return c\n"
