@@ -63,6 +63,8 @@ RIGHT: dict[str, Callable[[str, str, str], str]] = {
 HIDDEN: dict[str, Callable[[str, str], str]] = {
     "html_comment": lambda g, w: fence(g) + "\n<!--\n" + fence(w) + "\n-->\n",
     "details": lambda g, w: fence(g) + "\n\n<details>\n<summary>older</summary>\n\n" + fence(w) + "\n\n</details>\n",
+    "hidden_div": lambda g, w: fence(g) + "\n<div hidden>\n\n" + fence(w) + "\n\n</div>\n",
+    "display_none": lambda g, w: fence(g) + '\n<div style="display: none">\n\n' + fence(w) + "\n\n</div>\n",
     "text_scratch_block": lambda g, w: fence(g) + "\n" + fence(w, "text"),
     "labelled_not_used": lambda g, w: fence(g) + "\n\nA slower version (not used):\n" + fence(w),
     "not_used_on_the_fence": lambda g, w: fence(g) + "\n" + fence(w, "python  # not used"),

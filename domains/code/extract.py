@@ -39,11 +39,14 @@ LABEL = re.compile(
     rf"|\b(?:this|that|it|the following|below|(?:this|that|the) {_WHAT})\s+(?:is|was)\s+(?:only |just )?(?:a )?"
     rf"(?:{_MARK}|draft)\b", re.IGNORECASE)  # "this version is not used", "the following is just a draft"
 _LANG = re.compile(r"[{.]*([a-z0-9_+#-]*)")  # the language of an info string: `python`, `{python}`, `python:a.py`
-_DETAILS = re.compile(r"<(/?)details\b([^>]*)>", re.IGNORECASE)
+_TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9-]*)\b([^<>]*)>")  # an HTML tag inside what CommonMark read as HTML
+HIDING_TAGS = {"template", "script", "style", "noscript"}  # elements whose content a browser does not show
+_HIDING_ATTR = re.compile(r"\bhidden\b|display\s*:\s*none|visibility\s*:\s*hidden", re.IGNORECASE)
+VOID_TAGS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 _NOT_A_FENCE = re.compile(r"^[ \t>]*(?:`{3,}|~{3,})")  # such a line in a paragraph: a fence CommonMark refused
 _TOP_DEF = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+([A-Za-z_]\w*)", re.MULTILINE)
 _PARSER = MarkdownIt("commonmark").disable("inline")  # blocks only: inline parsing costs up to ~1 s on 50 kB of
-# brackets, and only a paragraph that holds a details tag needs it (_INLINE)
+# brackets, and only a paragraph that holds an HTML tag needs it (_INLINE)
 _INLINE = MarkdownIt("commonmark")
 
 
@@ -111,15 +114,29 @@ def _not_used(info: str, content: str, before: str) -> bool:
     return bool(NOT_USED.search(rest) or LABEL.search(comment.lstrip("#").strip()) or LABEL.search(_label(before)))
 
 
-def _details(content: str, hidden: list[bool]) -> None:
-    """Follows ``<details>`` tags in HTML: each opening pushes whether its content is hidden (closed, no ``open``
-    attribute), each closing pops."""
-    for m in _DETAILS.finditer(content):
-        if m.group(1):
-            if hidden:
-                hidden.pop()
-        else:
-            hidden.append(not re.search(r"\bopen\b", m.group(2), re.IGNORECASE))
+def _hides(name: str, attrs: str) -> bool:
+    """Whether an HTML element hides its content from a reader: a closed ``<details>``, ``<template>``,
+    ``<script>``, ``<style>``, ``<noscript>``, or one with ``hidden``, ``display: none`` or ``visibility: hidden``."""
+    if name == "details":
+        return not re.search(r"\bopen\b", attrs, re.IGNORECASE)
+    return name in HIDING_TAGS or bool(_HIDING_ATTR.search(attrs))
+
+
+def _elements(content: str, stack: list[tuple[str, bool]]) -> None:
+    """Follows the HTML elements opened and closed in ``content``: an opening pushes (name, whether it hides its
+    content), a closing pops up to its opening; void and self-closing tags change nothing."""
+    for m in _TAG.finditer(content):
+        closing, name, attrs = m.group(1), m.group(2).casefold(), m.group(3)
+        if closing:
+            names = [n for n, _ in stack]
+            if name in names:
+                del stack[len(names) - 1 - names[::-1].index(name):]
+        elif name not in VOID_TAGS and not attrs.rstrip().endswith("/"):
+            stack.append((name, _hides(name, attrs)))
+
+
+def _hidden(stack: list[tuple[str, bool]]) -> bool:
+    return any(h for _, h in stack)
 
 
 def _fence_body(tok, src: list[str]) -> str:
@@ -137,7 +154,7 @@ def _fence_body(tok, src: list[str]) -> str:
 
 def read(text: str, nested: bool = False) -> tuple[list[Block], list[str]]:
     """The visible candidate blocks of a message, in order, and its lines with every line a reader does not see
-    as prose or bare code blanked (fences, HTML, hidden ``<details>``, blocks labelled as not used). A
+    as prose or bare code blanked (fences, HTML, what a hiding element holds, blocks labelled as not used). A
     ``markdown`` block (a whole reply wrapped in one) is read as markdown in turn, once."""
     src = text.split("\n")
     try:
@@ -146,19 +163,19 @@ def read(text: str, nested: bool = False) -> tuple[list[Block], list[str]]:
         return [], src
     blocks: list[Block] = []
     keep = list(src)
-    hidden: list[bool] = []
+    stack: list[tuple[str, bool]] = []  # the HTML elements open here
     before = ""
     for tok in tokens:
         start, end = tok.map if tok.map else (0, 0)
         if tok.type == "html_block":
-            _details(tok.content, hidden)
+            _elements(tok.content, stack)
         elif tok.type == "inline":
-            if "details" in tok.content.casefold():
+            if "<" in tok.content and _TAG.search(tok.content):  # inline HTML: parsed only where a tag may be
                 for child in (_INLINE.parseInline(tok.content)[0].children or []):
                     if child.type == "html_inline":
-                        _details(child.content, hidden)
+                        _elements(child.content, stack)
             before = tok.content
-            if any(hidden):
+            if _hidden(stack):
                 keep[start:end] = [""] * (end - start)
             else:  # a paragraph line that looks like a fence but opens none (```py`): the rest is no code either
                 cut = next((i for i in range(start, end) if _NOT_A_FENCE.match(src[i])), end)
@@ -168,7 +185,7 @@ def read(text: str, nested: bool = False) -> tuple[list[Block], list[str]]:
             continue
         info = tok.info.strip() if tok.type == "fence" else ""
         lang = _LANG.match(info.casefold()).group(1)
-        visible = not any(hidden) and tok.type != "html_block" and not _not_used(info, tok.content, before)
+        visible = not _hidden(stack) and tok.type != "html_block" and not _not_used(info, tok.content, before)
         if tok.type != "code_block" or not visible:
             keep[start:end] = [""] * (end - start)
         body = _fence_body(tok, src) if tok.type == "fence" else tok.content

@@ -49,6 +49,9 @@ HIDDEN = {
     "labelled_not_used_on_the_fence": fence(ADD) + "\n" + fence(WRONG, "python  # not used"),
     "labelled_scratch_in_a_comment": fence(ADD) + "\n" + fence("# scratch\n" + WRONG),
     "backtick_in_the_info_string": fence(ADD) + "\n```py`\n" + WRONG + "```",
+    "hidden_attribute": fence(ADD) + "\n<div hidden>\n\n" + fence(WRONG) + "\n\n</div>",
+    "display_none": fence(ADD) + '\n<span style="display: none">\n\n' + fence(WRONG) + "\n\n</span>",
+    "template": fence(ADD) + "\n<template>\n\n" + fence(WRONG) + "\n\n</template>",
     "other_language": fence(ADD) + "\n" + fence(WRONG, "output"),
 }
 
@@ -63,6 +66,16 @@ def test_code_a_reader_does_not_see_is_not_the_answer(case):
     assert extract_code(HIDDEN[case], "add") == ADD
     alone = HIDDEN[case].replace(fence(ADD), "Here is my answer.", 1)  # the hidden block on its own is no answer
     assert "a - b" not in extract_code(alone, "add") or case == "text_scratch_block"
+
+
+def test_a_block_in_a_shown_html_element_is_seen():
+    """HTML that shows its content (a plain ``<div>``, an open ``<details>``) hides nothing; a hiding element hides
+    only up to its closing tag."""
+    assert extract_code(fence(WRONG) + "\n<div>\n\n" + fence(ADD) + "\n\n</div>", "add") == ADD
+    assert extract_code(fence(WRONG) + "\n<details open>\n\n" + fence(ADD) + "\n\n</details>", "add") == ADD
+    closed = "<div hidden>\n<p>x</p>\n\n" + fence(WRONG) + "\n\n</div>\n\n" + fence(ADD)
+    assert extract_code(closed, "add") == ADD and extract_code(closed + "\n" + fence("print(1)\n"), "add") == ADD
+    assert extract_code("Text <span hidden>\n\n" + fence(ADD) + "\n\n</span>\n", "add") != ADD  # inline HTML
 
 
 def test_a_text_block_is_the_answer_only_without_a_python_block():
@@ -184,7 +197,8 @@ def hide(code: str) -> st.SearchStrategy[str]:
     return st.sampled_from([
         "<!--\n" + fence(code) + "\n-->", "<details>\n<summary>old</summary>\n\n" + fence(code) + "\n\n</details>",
         fence(code, "text"), "An earlier try (not used):\n" + fence(code), fence(code, "python  # unused"),
-        fence(code, "diff"), "```py`\n" + code + "```\n```", "<!-- " + code.replace("\n", " ") + " -->"])
+        fence(code, "diff"), "```py`\n" + code + "```\n```", "<!-- " + code.replace("\n", " ") + " -->",
+        "<div hidden>\n\n" + fence(code) + "\n\n</div>", '<p style="display:none">\n\n' + fence(code) + "\n\n</p>"])
 
 
 @SETTINGS
@@ -241,7 +255,8 @@ def test_generated_visible_earlier_versions_lose_to_the_last(name, body, data):
 
 
 markdown_noise = st.lists(st.sampled_from(list("`~<>!-*#_[]()|=: \t\n\\ab1") + [
-    "```", "~~~", "<!--", "-->", "<details>", "</details>", "<pre>", "    ", "\ufeff", "\n\n", "\n    "]),
+    "```", "~~~", "<!--", "-->", "<details>", "</details>", "<pre>", "<div hidden>", "</div>", "<span>", "    ",
+    "\ufeff", "\n\n", "\n    "]),
     max_size=30).map("".join)
 
 
