@@ -2,9 +2,10 @@
 
 The message is read with a CommonMark parser (markdown-it-py), so a block is what a renderer shows as one: a
 fence in a list item or a quote, a 4-space indented block, a fence that never closes (it runs to the end). What a
-reader does not see as code never runs: HTML comments and other HTML blocks, a closed ``<details>``, a block in
-another language or labelled as not used, a "fence" CommonMark does not open (a backtick in a backtick fence's
-info string). The rule is stated in ``domains/code/README.md`` ("Extraction").
+reader does not see as code never runs: HTML comments and other HTML blocks, what a hiding element holds (a closed
+``<details>``, ``hidden``, ``display: none``), a block in another language or labelled as not used, a "fence"
+CommonMark does not open (a backtick in a backtick fence's info string). The rule is stated in
+``domains/code/README.md`` ("Extraction").
 """
 
 from __future__ import annotations
