@@ -140,6 +140,16 @@ def _hidden(stack: list[tuple[str, bool]]) -> bool:
     return any(h for _, h in stack)
 
 
+def _inline_html(text: str) -> list[str]:
+    """The HTML tags of a paragraph, as CommonMark reads them (not in a code span); parsed only where a tag may be."""
+    if "<" not in text or not _TAG.search(text):
+        return []
+    try:
+        return [c.content for c in _INLINE.parseInline(text)[0].children or [] if c.type == "html_inline"]
+    except Exception:  # model output never crashes a reward: a paragraph the parser cannot read holds no tag
+        return []
+
+
 def _fence_body(tok, src: list[str]) -> str:
     """A fence's code; a fence that runs to the end of the message without a closing line, whose last line ends
     with the fence (``return x```: a closing fence written on the code's last line), loses that suffix."""
@@ -171,10 +181,8 @@ def read(text: str, nested: bool = False) -> tuple[list[Block], list[str]]:
         if tok.type == "html_block":
             _elements(tok.content, stack)
         elif tok.type == "inline":
-            if "<" in tok.content and _TAG.search(tok.content):  # inline HTML: parsed only where a tag may be
-                for child in (_INLINE.parseInline(tok.content)[0].children or []):
-                    if child.type == "html_inline":
-                        _elements(child.content, stack)
+            for html in _inline_html(tok.content):
+                _elements(html, stack)
             before = tok.content
             if _hidden(stack):
                 keep[start:end] = [""] * (end - start)
