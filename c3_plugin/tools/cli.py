@@ -188,6 +188,9 @@ def _add_plan_and_advise(sub: Any) -> None:
                      help="variance of the reward of one complete path (default: the diagnosis' own; else unknown: the "
                           "advice is worked out at O = 0 and at its maximum, and says 'no clear "
                           "winner' when they disagree)")
+    adv.add_argument("--benched", default=None,
+                     help="the plan the team runs now, kept unless another beats it clearly (default: the most even "
+                          "tree of B leaves, e.g. 'tree [2, 4]')")
     adv.add_argument("--out", default=None,
                      help="where the advice JSON goes (default advice.json beside diagnose.json)")
 
@@ -272,7 +275,8 @@ def analysis_command(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         if not source.exists():
             raise FileNotFoundError(f"--from {source}: no such file; run c3 diagnose first (it writes "
                                     "<out>/diagnose.json)")
-        result = advise(json.loads(source.read_text()), args.budget, args.lr_scale, args.outcome_variance)
+        result = advise(json.loads(source.read_text()), args.budget, args.lr_scale, args.outcome_variance,
+                        args.benched)
         print_advice(result)
         out = Path(args.out) if args.out else source.with_name("advice.json")
         out.write_text(json.dumps(result, indent=2))
