@@ -185,9 +185,9 @@ def _add_plan_and_advise(sub: Any) -> None:
     adv.add_argument("--lr-scale", type=float, nargs="+", default=None,
                      help="per decision point multiplier of the step size (0: frozen, no vote); default 1 each")
     adv.add_argument("--outcome-variance", type=float, default=None,
-                     help="variance of the reward of one complete path (default: the diagnosis' own; else unknown: the "
-                          "advice is worked out at O = 0 and at its maximum, and says 'no clear "
-                          "winner' when they disagree)")
+                     help="variance of the reward of one complete path (default: the diagnosis' own; else unknown: "
+                          "every plan is scored at O = 0, 1/4, 1/2, 3/4 and all of the last point's reward variance, "
+                          "and a plan is named only when it wins at each)")
     adv.add_argument("--benched", default=None,
                      help="the plan the team runs now, kept unless another beats it clearly (default: the most even "
                           "tree of B leaves, e.g. 'tree [2, 4]')")
