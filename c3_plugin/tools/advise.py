@@ -285,7 +285,7 @@ def _gets(row: Mapping[str, Any], roles: Sequence[str]) -> str:
 
 
 def _explain(rows: Sequence[Mapping[str, Any]], roles: Sequence[str], named: Mapping[str, Any],
-             bench: Mapping[str, Any], outcome: str, rival: Mapping[str, Any], known: bool) -> str:
+             bench: Mapping[str, Any], outcome: str, rival: Mapping[str, Any], known: bool, c3: str) -> str:
     """The verdict in words: the plan named and why, or that none beats the benched plan clearly; C3 against MAGRPO."""
     rule = "at every outcome variance worked out" + ("" if known else " (O unknown: 0 to all of the last point's reward"
                                                                        " spread)")
@@ -307,13 +307,12 @@ def _explain(rows: Sequence[Mapping[str, Any]], roles: Sequence[str], named: Map
         text += (f". \"{r['plan']}\" scores higher at O = {r['vs_benched']['worst_O']:.3g} but leaves a trained agent "
                  "with signal without alternatives: not named")
     interval = f"[{rival['low']:+.3f}, {rival['high']:+.3f}]"
-    c3 = next(r for r in rows if r["plan"] == named["plan"] or (named["algorithm"] == "magrpo" and r is bench))
     if outcome == "c3":
-        text += f". C3 (\"{c3['plan']}\") beats MAGRPO's independent runs clearly: {interval} {rule}"
+        text += f". C3 (\"{c3}\") beats MAGRPO's independent runs clearly: {interval} {rule}"
     elif outcome == "magrpo":
         text += f". MAGRPO beats C3 clearly: C3 minus MAGRPO {interval} {rule}"
     else:
-        text += (f". C3 against MAGRPO: no clear winner, C3 (\"{c3['plan']}\") minus MAGRPO spans {interval} over "
+        text += (f". C3 against MAGRPO: no clear winner, C3 (\"{c3}\") minus MAGRPO spans {interval} over "
                  "the outcome variances and the diagnosis' replicates"
                  + ("" if known else "; --outcome-variance narrows it"))
     if not rival["resamples"]:
@@ -376,7 +375,7 @@ def advise(diagnosis: Mapping[str, Any], budget: int, lr_scale: Sequence[float] 
               for u, r in enumerate(first["roles"])]
     indep = live[0]["scores"][0]
     verdict = _explain(rows, first["roles"], by_name[names[named]], by_name[bench_name], outcome, rival,
-                       known is not None)
+                       known is not None, names[c3_plan])
     return {"workflow": diagnosis.get("workflow"), "budget": budget, "outcome_variance": first["O"], "T": first["T"],
             "outcome_variance_known": known is not None, "outcome_variances": [e["O"] for e in ends],
             "decisions": points, "plans": rows, "benched": bench_name, "algorithm": plans[named][0],

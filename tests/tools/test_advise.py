@@ -198,6 +198,9 @@ def test_the_advice_carries_an_interval_from_the_diagnosis_own_noise_and_says_no
     assert clear["margin"]["resamples"] >= 100 and "beats MAGRPO's independent runs clearly" in clear["verdict"]
     sure = advise(sampled_diagnosis([0.03, 0.02], 0.05, 400), 8)  # all trained, 400 groups
     assert sure["outcome"] == "magrpo" and sure["plan"] == "independent 8" and sure["margin"]["ci95"][1] < 0
+    kept = advise(sampled_diagnosis([0.03, 0.02], 0.05, 400), 8, benched="independent 8")  # MAGRPO benched: kept
+    assert kept["plan"] == "independent 8" and kept["outcome"] == "magrpo" and kept["vs_benched"] is None
+    assert kept["margin"]["c3_plan"].startswith("tree") and kept["verdict"].startswith("use MAGRPO with the benched")
     exact = advise(diagnosis([0.1, 0.008], 0.11), 8, [0, 1])  # no replicates (an exact diagnosis): n/a, never +- 0
     assert exact["margin"]["ci95"] is None and "intervals n/a" in exact["verdict"] and "+- 0" not in exact["verdict"]
 
