@@ -265,9 +265,10 @@ class DecisiveFirstEnv(TrainableEnv):
 class MatchChainEnv(TrainableEnv):
     """A chain whose later agents must answer the message they read, with trainable policies.
 
-    Every decision point after the first reads only the one before it. Success probability of a path:
-    ``first_values[perm(k)]`` for the first message ``m_k`` (``perm`` a seeded permutation per question),
-    plus ``gains[u - 1]`` for every later decision point ``u`` whose message is the good reply to the
+    Every decision point after the first reads decision points before it (in a chain, only the one before it; a
+    point that reads several answers them together; one that reads none has one good message per task). Success
+    probability of a path: ``first_values[perm(k)]`` for the first message ``m_k`` (``perm`` a seeded permutation
+    per question), plus ``gains[u - 1]`` for every later decision point ``u`` whose message is the good reply to the
     message it reads (a seeded index per (question, u, message read)), nothing otherwise. So a later
     agent's best message depends on its teammate's, and the first agent's choice moves success by the
     spread of ``first_values`` whatever the others do. Two regimes of the bench use it
@@ -282,10 +283,11 @@ class MatchChainEnv(TrainableEnv):
         steps = workflow.steps
         if any(st.kind != "decision" for st in steps):
             raise ValueError("MatchChainEnv: the workflow must be decision points only (no feedback steps)")
-        for prev, st in zip(steps, steps[1:]):
-            if tuple(st.reads) != (prev.name,):
-                raise ValueError(f"MatchChainEnv: decision point {st.name} must read exactly the one "
-                                 f"before it ({prev.name})")
+        names = [st.name for st in steps]
+        for u, st in enumerate(steps[1:], 1):
+            if not set(st.reads) <= set(names[:u]):
+                raise ValueError(f"MatchChainEnv: decision point {st.name} must read only decision points before it "
+                                 f"({names[:u]}), not {list(st.reads)}")
         if len(first_values) != learner.vocab:
             raise ValueError(f"MatchChainEnv: {len(first_values)} first_values for {learner.vocab} messages; "
                              "give one per message")
@@ -300,6 +302,7 @@ class MatchChainEnv(TrainableEnv):
                                                        tuple(float(g) for g in gains))
         self.actor_step = None  # no harmful message (DecisiveFirstEnv's masked variant)
         self._prefix = [workflow.roles[st.name].prefix for st in steps]
+        self._reads = [[names.index(r) for r in st.reads] for st in steps]  # the positions each point reads
         self._reward_prob: dict[tuple[str, tuple[str, ...]], float] = {}
         self._cached_version = learner.version
 
@@ -313,9 +316,10 @@ class MatchChainEnv(TrainableEnv):
         it)."""
         return int(np.argmax([self.first_value(item, k) for k in range(len(self.messages))]))
 
-    def reply_index(self, item: Mapping[str, Any], u: int, read: str) -> int:
-        """Index of decision point ``u``'s good reply to the message ``read`` (its predecessor's output)."""
-        return int(_seeded(self.seed, "reply", item["question"], u, read).integers(len(self.messages)))
+    def reply_index(self, item: Mapping[str, Any], u: int, *read: str) -> int:
+        """Index of decision point ``u``'s good reply to the messages it ``read`` (in a chain its predecessor's output;
+        none for a point that reads only the question: one good message per task)."""
+        return int(_seeded(self.seed, "reply", item["question"], u, *read).integers(len(self.messages)))
 
     def harmful(self, item: Mapping[str, Any]) -> None:
         return None
@@ -326,7 +330,8 @@ class MatchChainEnv(TrainableEnv):
             first = self.messages.index(outputs[0][len(self._prefix[0]):])
             p = self.first_value(item, first)
             for u in range(1, len(outputs)):
-                good = self._prefix[u] + self.messages[self.reply_index(item, u, outputs[u - 1])]
+                read = [outputs[v] for v in self._reads[u]]
+                good = self._prefix[u] + self.messages[self.reply_index(item, u, *read)]
                 p += self.gains[u - 1] * (outputs[u] == good)
             self._reward_prob[key] = float(p)
         return self._reward_prob[key]
@@ -455,6 +460,15 @@ def policy_gradient(learner: TabularSoftmaxPolicy, rollout: Rollout,
 
 
 WORKFLOWS: dict[str, dict[str, Any]] = {  # workflows of the studies that are not builtins (LearningSetup.workflow)
+    "chain3": {"name": "chain3", "agents": 3, "roles": {
+        "Reasoner": {"agent": 0, "template": "{question}"},
+        "Actor": {"agent": 1, "reads": ["Reasoner"], "template": "{question}\n\n{context}"},
+        "Verifier": {"agent": 2, "reads": ["Actor"], "template": "{question}\n\n{context}"}}},
+    # two solvers answer the question independently, a judge reads both
+    "solvers_judge": {"name": "solvers_judge", "agents": 3, "roles": {
+        "SolverA": {"agent": 0, "template": "{question}"},
+        "SolverB": {"agent": 1, "template": "{question}"},
+        "Judge": {"agent": 2, "reads": ["SolverA", "SolverB"], "template": "{question}\n\n{context}"}}},
     "chain4": {"name": "chain4", "agents": 4, "roles": {
         "Planner": {"agent": 0, "template": "{question}"},
         "Solver": {"agent": 1, "reads": ["Planner"], "template": "{question}\n\n{context}"},

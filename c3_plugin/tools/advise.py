@@ -37,14 +37,21 @@ where ``kappa = |E[A s]|^2 / (S_u E|s|^2)`` depends on the policy only, the same
 
 **The team's score.** A decision point's update is a share ``SNR / (1 + SNR)`` signal; each point counts
 by its share of the team's learnable signal ``w_u = lr_u S_u / sum_v lr_v S_v`` (``lr_u``: ``--lr-scale``,
-0 for a frozen agent, which then has no vote). ``score = sum_u w_u SNR_u / (1 + SNR_u)``; the plan with the
-highest score is advised: C3 on that tree, or MAGRPO when ``independent B`` wins.
+0 for a frozen agent, which then has no vote). ``score = sum_u w_u SNR_u / (1 + SNR_u)``.
+
+**The decision rule** (:func:`advise`). The score is worked out at every outcome variance ``O`` the diagnosis
+allows and on every bootstrap replicate of the diagnosis; a plan beats another *clearly* when the difference of
+their scores has its 95% interval above 0 at every ``O``, never at the ``O = 0`` end alone (there the last agent's
+whole reward spread counts as its signal, and the tree that gives it every alternative looks best). The plan the
+team runs (``--benched``, default the most even tree) is kept unless another beats it clearly; a tree that gives
+a trained agent one alternative is named only when the diagnosis shows that agent has no signal. C3 or MAGRPO:
+the named (or kept) tree against ``independent B``, by the same rule.
 
 What it reads from diagnose.json, per decision point: ``signal_S`` and ``return_variance`` before the last
 one; at the last one (``c = 1``) ``reward_variance`` = ``S_{K-1} + O`` (the spread of single rewards across
 its alternatives), which the outcome variance ``O`` splits: ``outcome_variance`` where the diagnosis knows it
-(the exact one of :func:`bench.studies.synthetic_learning.exact_diagnosis`), else ``--outcome-variance``
-(default 0: a deterministic reward). ``T = S_0 + sigma_0^2``.
+(the exact one of :func:`bench.studies.synthetic_learning.exact_diagnosis`), else ``--outcome-variance``,
+else unknown: 0, 1/4, 1/2, 3/4 and all of that spread (:data:`O_SHARES`). ``T = S_0 + sigma_0^2``.
 """
 
 from __future__ import annotations
@@ -112,32 +119,6 @@ def plan_snr(tree: Sequence[int] | None, budget: int, var: Mapping[str, Any]) ->
             for sig, (m, noise) in zip(var["S"], plan_noise(tree, budget, var))]
 
 
-def _rank(var: Mapping[str, Any], budget: int,
-          scale: Sequence[float]) -> tuple[list[dict[str, Any]], list[float]] | None:
-    """Every plan of ``budget`` leaves scored for this team (best first) and the decision points' weights; None when
-    no learning decision point has any signal left (every ``lr_scale x S_u`` is 0)."""
-    k = len(var["S"])
-    learnable = [x * s for x, s in zip(scale, var["S"])]
-    if sum(learnable) <= 0:
-        return None
-    weights = [x / sum(learnable) for x in learnable]
-    plans = [("magrpo", f"independent {budget}", None)] + [("c3", f"tree {list(t)}", t) for t in tree_plans(k, budget)]
-    rows = []
-    for algorithm, name, tree in plans:
-        snr = plan_snr(tree, budget, var)
-        rows.append({"algorithm": algorithm, "plan": name, "snr": snr,
-                     "score": sum(w * x / (1 + x) for w, x in zip(weights, snr))})
-    rows.sort(key=lambda r: -r["score"])
-    return rows, weights
-
-
-def _margin(rows: Sequence[Mapping[str, Any]]) -> float:
-    """The best C3 plan's score minus MAGRPO's (``independent B``): > 0 advises C3."""
-    best_tree = next(r for r in rows if r["algorithm"] == "c3")
-    indep = next(r for r in rows if r["algorithm"] == "magrpo")
-    return float(best_tree["score"] - indep["score"])
-
-
 BOOTSTRAP_KEYS = ("signal_S", "return_variance", "reward_variance")  # what c3 diagnose resamples per decision point
 
 
@@ -158,88 +139,200 @@ def replicates(diagnosis: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _at_outcome_variance(diagnosis: Mapping[str, Any], draws: Sequence[Mapping[str, Any]], budget: int,
-                         scale: Sequence[float], o: float) -> dict[str, Any]:
-    """The ranking at outcome variance ``o`` and the margin's percentile 95% interval over the diagnosis' replicates
-    (None without replicates); ``winner``: c3 / magrpo when the interval excludes 0 (the point estimate's sign without
-    one), else None; ``no_signal`` when the team has none left at this ``o``."""
-    var = team_variances(diagnosis, o)
-    ranked = _rank(var, budget, scale)
-    if ranked is None:
-        return {"O": o, "var": var, "no_signal": True, "winner": None, "margin": None, "ci95": None}
-    rows, weights = ranked
-    margin = _margin(rows)
-    margins = [_margin(r[0]) for d in draws if (r := _rank(team_variances(d, o), budget, scale)) is not None]
-    ci = None
-    if draws and len(margins) >= len(draws) // 2:
-        ci = [float(x) for x in np.quantile(margins, [0.025, 0.975])]
-    low, high = ci if ci is not None else (margin, margin)
-    winner = "c3" if low > 0 else "magrpo" if high < 0 else None
-    return {"O": o, "var": var, "rows": rows, "weights": weights, "margin": margin, "ci95": ci, "winner": winner,
-            "no_signal": False, "resamples": len(margins)}
+O_SHARES = (0.0, 0.25, 0.5, 0.75, 1.0)  # O unknown: the shares of the last point's reward variance worked out as O
+NO_SIGNAL_SHARE = 0.05  # a decision point whose signal (its 97.5% bootstrap bound) is under this share of T has none
+# a tree replaces the benched tree only when its score is higher by more than this at every O: the model's error
+# between trees (bench/RESULTS.md: tree [1, 8] predicted 0.03 over [2, 4], measured level with it)
+TREE_SWITCH_MARGIN = 0.05
+VS_KEYS = ("low", "high", "diff", "worst_O")  # a comparison with the benched plan as advice.json keeps it
 
 
-def _explain(main: Mapping[str, Any], ends: Sequence[Mapping[str, Any]], budget: int) -> tuple[str, str, float]:
-    """The advice's ``outcome`` (c3, magrpo or no clear winner), its ``verdict`` in words and the score ratio of the
-    best C3 plan to MAGRPO's, from the ranking at the main outcome variance and at every end worked out."""
-    var, rows, weights = main["var"], main["rows"], main["weights"]
-    k = len(var["S"])
-    best = rows[0]
-    indep = next(r for r in rows if r["algorithm"] == "magrpo")
-    best_tree = next(r for r in rows if r["algorithm"] == "c3")
-    ratio = best_tree["score"] / indep["score"] if indep["score"] > 0 else math.inf
-    lead = max(range(k), key=lambda u: weights[u])
-    why = (f"{var['roles'][lead]} carries {weights[lead]:.0%} of the learnable signal; its predicted gradient SNR is "
-           f"{best_tree['snr'][lead]:.3g} on C3's {best_tree['plan']} against {indep['snr'][lead]:.3g} on "
-           f"independent {budget}")
-    if best["algorithm"] == "c3" and var["U"][lead] > 0:
-        why += (f" (its teammates' upstream variance U = {var['U'][lead]:.3g} is noise in MAGRPO's broadcast run "
-                "score, not in C3's groups)")
-    elif best["algorithm"] == "magrpo":
-        m = math.prod(_tree(best_tree)[: lead + 1])
-        why += (f" (the tree gives it {m} alternatives per update against {budget} runs)" if m < budget else
-                f" (that tree credits only {var['roles'][lead]}; independent {budget} also gives the "
-                f"others {budget} samples)")
-    name = {"c3": "C3", "magrpo": "MAGRPO"}
-    point = (f"use {name[best['algorithm']]} with plan \"{best['plan']}\": predicted score {best['score']:.3f} vs "
-             f"{(indep if best['algorithm'] == 'c3' else best_tree)['score']:.3f} for the best "
-             f"{'MAGRPO' if best['algorithm'] == 'c3' else 'C3'} plan; {why}")
-    labels = {"no signal" if e["no_signal"] else e["winner"] or "none" for e in ends}
-    if len(labels) > 1:
-        outcome = "no clear winner"
-        parts = [f"O = {e['O']:.4g}: " + ("no signal left" if e["no_signal"] else
-                                         f"{name.get(e['winner'], 'neither')} (margin "
-                                         f"{e['margin']:+.3f} {_interval(e)})")
-                 for e in ends]
-        verdict = ("no clear winner: the advice hinges on the outcome variance O of a complete path, which this "
-                   "diagnosis cannot measure (c = 1 at the last decision point): " + "; ".join(parts)
-                   + ". Pass --outcome-variance "
-                   "(0 for a deterministic reward) to decide; at O = 0 the point estimate is: " + point)
-    elif main["winner"] is None:
-        outcome = "no clear winner"
-        verdict = (f"no clear winner: the margin of the best C3 plan over MAGRPO is {main['margin']:+.3f} "
-                   f"{_interval(main)}, an interval that straddles 0 (the diagnosis' own sampling noise); more groups "
-                   f"in c3 diagnose narrow it. The point estimate: {point}")
+def candidate_plans(k: int, budget: int) -> list[tuple[str, str, tuple[int, ...] | None]]:
+    """``(algorithm, plan, tree)`` of every plan of ``budget`` leaves: MAGRPO's ``independent B``, then C3's trees."""
+    return [("magrpo", f"independent {budget}", None)] + [("c3", f"tree {list(t)}", t) for t in tree_plans(k, budget)]
+
+
+def default_benched(k: int, budget: int) -> str:
+    """The tree a team runs without advice: alternatives at as many decision points as ``budget`` allows, as even as
+    it allows, the larger factors downstream (``tree [2, 4]`` for 2 points at B = 8, ``[2, 2, 2]`` for 3)."""
+    trees = tree_plans(k, budget)
+    best = min(trees, key=lambda t: (sum(x < 2 for x in t), max(t), list(t) != sorted(t)))
+    return f"tree {list(best)}"
+
+
+def _scores(var: Mapping[str, Any], budget: int, scale: Sequence[float],
+            plans: Sequence[tuple[str, str, Any]]) -> tuple[np.ndarray, list[float], list[list[float]]] | None:
+    """Every plan's score, the decision points' weights and every plan's SNR per point at one ``var``; None when no
+    learning decision point has any signal left (every ``lr_scale x S_u`` is 0)."""
+    learnable = [x * s for x, s in zip(scale, var["S"])]
+    if sum(learnable) <= 0:
+        return None
+    weights = [x / sum(learnable) for x in learnable]
+    snrs = [plan_snr(tree, budget, var) for _, _, tree in plans]
+    return np.array([sum(w * x / (1 + x) for w, x in zip(weights, snr)) for snr in snrs]), weights, snrs
+
+
+def _o_at(diagnosis: Mapping[str, Any], known: float | None, share: float) -> float:
+    """The outcome variance worked out: the known one, else ``share`` of the last point's reward variance."""
+    return known if known is not None else share * team_variances(diagnosis, 0.0)["S"][-1]
+
+
+def _evaluate(diagnosis: Mapping[str, Any], draws: Sequence[Mapping[str, Any]], budget: int, scale: Sequence[float],
+              plans: Sequence[tuple[str, str, Any]], known: float | None) -> list[dict[str, Any]]:
+    """Every plan scored at every outcome variance worked out (the known one, else :data:`O_SHARES` of the last
+    point's reward variance, each replicate at its own share): point scores, weights, SNRs and the replicates'
+    scores ``[replicates, plans]`` (None without replicates); ``no_signal`` where nothing learnable is left."""
+    ends = []
+    for share in (O_SHARES if known is None else (0.0,)):
+        o = _o_at(diagnosis, known, share)
+        point = _scores(team_variances(diagnosis, o), budget, scale, plans)
+        if point is None:
+            ends.append({"O": o, "share": share, "no_signal": True})
+            continue
+        reps = [r[0] for d in draws
+                if (r := _scores(team_variances(d, _o_at(d, known, share)), budget, scale, plans)) is not None]
+        enough = bool(draws) and len(reps) >= len(draws) // 2
+        ends.append({"O": o, "share": share, "no_signal": False, "scores": point[0], "weights": point[1],
+                     "snr": point[2], "replicates": np.array(reps) if enough else None})
+    return ends
+
+
+def compare(ends: Sequence[Mapping[str, Any]], a: int, b: int) -> dict[str, Any]:
+    """Plan ``a``'s score minus plan ``b``'s at every outcome variance worked out, with its 95% interval over the
+    diagnosis' replicates (the point where there are none): ``low``, the least lower bound over ``O`` (the decision
+    rule: > 0 at every O and on 97.5% of the replicates), ``high`` the largest upper bound, and where ``low`` is."""
+    rows = []
+    for e in ends:
+        if e["no_signal"]:
+            continue
+        diff = float(e["scores"][a] - e["scores"][b])
+        reps = e["replicates"]
+        lo, hi = ([float(x) for x in np.quantile(reps[:, a] - reps[:, b], [0.025, 0.975])] if reps is not None
+                  else (diff, diff))
+        rows.append({"O": e["O"], "diff": diff, "low": lo, "high": hi, "resamples": 0 if reps is None else len(reps)})
+    worst = min(rows, key=lambda r: r["low"])
+    return {"low": worst["low"], "high": max(r["high"] for r in rows), "diff": worst["diff"], "worst_O": worst["O"],
+            "resamples": min(r["resamples"] for r in rows), "by_outcome_variance": rows}
+
+
+def silent_points(diagnosis: Mapping[str, Any], draws: Sequence[Mapping[str, Any]], known: float | None) -> list[bool]:
+    """Per decision point, whether the diagnosis shows it has no signal: its ``S_u`` at its largest (``O`` = 0 where
+    ``O`` is unknown), the 97.5% quantile over the replicates where there are, under ``NO_SIGNAL_SHARE x T``."""
+    var = team_variances(diagnosis, _o_at(diagnosis, known, 0.0))
+    signal = np.array([team_variances(d, _o_at(d, known, 0.0))["S"] for d in draws] or [var["S"]])
+    return [bool(x < NO_SIGNAL_SHARE * var["T"]) for x in np.quantile(signal, 0.975, axis=0)]
+
+
+def _choose(plans: Sequence[tuple[str, str, Any]], ends: Sequence[Mapping[str, Any]], bench: int,
+            eligible: Sequence[bool]) -> tuple[int, dict[int, dict[str, Any]]]:
+    """The plan named, and every plan against the benched one: the eligible plan whose score beats the benched plan's
+    at every O by the most, when it beats it clearly (``low`` > 0; a tree against the benched tree by more than
+    :data:`TREE_SWITCH_MARGIN`); else the benched plan."""
+    vs = {i: compare(ends, i, bench) for i in range(len(plans)) if i != bench}
+
+    def need(i: int) -> float:
+        return TREE_SWITCH_MARGIN if plans[i][2] is not None and plans[bench][2] is not None else 0.0
+
+    clear = [i for i in vs if eligible[i] and vs[i]["low"] > need(i)]
+    return (max(clear, key=lambda i: vs[i]["low"] - need(i)) if clear else bench), vs
+
+
+def _outcome(plans: Sequence[tuple[str, str, Any]], ends: Sequence[Mapping[str, Any]], named: int, bench: int,
+             eligible: Sequence[bool]) -> tuple[str, int, dict[str, Any]]:
+    """C3 or MAGRPO, or ``no clear winner``; the C3 plan weighed against MAGRPO's ``independent B`` (index 0) and
+    that comparison. A named tree: C3 when it beats independent B clearly. MAGRPO named over a benched tree: MAGRPO.
+    MAGRPO benched and kept: MAGRPO when it beats every eligible tree clearly."""
+    trees = [i for i in range(1, len(plans)) if eligible[i]]
+    tree = named if named else bench if bench else max(trees, key=lambda i: compare(ends, i, 0)["high"])
+    rival = compare(ends, tree, 0)
+    if named:
+        return ("c3" if rival["low"] > 0 else "no clear winner"), tree, rival
+    if bench:
+        return "magrpo", tree, rival
+    return ("magrpo" if all(compare(ends, 0, i)["low"] > 0 for i in trees) else "no clear winner"), tree, rival
+
+
+def _plan_rows(plans: Sequence[tuple[str, str, Any]], ends: Sequence[Mapping[str, Any]], budget: int, bench: int,
+               vs: Mapping[int, Mapping[str, Any]], eligible: Sequence[bool]) -> list[dict[str, Any]]:
+    """One row per plan, best against the benched plan first: per decision point the alternatives per context and
+    the samples per update it gets, and the share of its update that is signal (``SNR / (1 + SNR)``) at the O where
+    the plan compares worst; its score and SNR at the first O worked out; the comparison with the benched plan."""
+    live = [e for e in ends if not e["no_signal"]]
+    rows = []
+    for i, (algorithm, name, tree) in enumerate(plans):
+        cmp = vs.get(i)
+        at = next((e for e in live if cmp and e["O"] == cmp["worst_O"]), live[0])
+        k = len(at["snr"][i])
+        samples = [budget] * k if tree is None else [math.prod(tree[: u + 1]) if tree[u] > 1 else 0 for u in range(k)]
+        rows.append({"algorithm": algorithm, "plan": name, "benched": i == bench, "eligible": bool(eligible[i]),
+                     "alternatives": [budget] * k if tree is None else list(tree), "samples": samples,
+                     "signal_share": [x / (1 + x) for x in at["snr"][i]], "at_O": at["O"],
+                     "snr": live[0]["snr"][i], "score": float(live[0]["scores"][i]),
+                     "vs_benched": None if cmp is None else {key: cmp[key] for key in VS_KEYS}})
+    rows.sort(key=lambda r: -(r["vs_benched"]["low"] if r["vs_benched"] else 0.0))
+    return rows
+
+
+NAME = {"c3": "C3", "magrpo": "MAGRPO"}
+
+
+def _gets(row: Mapping[str, Any], roles: Sequence[str]) -> str:
+    """What each decision point gets under a plan, in words."""
+    if row["algorithm"] == "magrpo":
+        return f"every agent {row['alternatives'][0]} independent runs scored by the broadcast run reward"
+    return ", ".join(f"{r} {n} alternative{'s' if n > 1 else ''} ({m} per update, {share:.0%} signal)"
+                     for r, n, m, share in zip(roles, row["alternatives"], row["samples"], row["signal_share"]))
+
+
+def _explain(rows: Sequence[Mapping[str, Any]], roles: Sequence[str], named: Mapping[str, Any],
+             bench: Mapping[str, Any], outcome: str, rival: Mapping[str, Any], known: bool, c3: str) -> str:
+    """The verdict in words: the plan named and why, or that none beats the benched plan clearly; C3 against MAGRPO."""
+    rule = "at every outcome variance worked out" + ("" if known else " (O unknown: 0 to all of the last point's reward"
+                                                                       " spread)")
+    if named is not bench:
+        cmp = named["vs_benched"]
+        text = (f"use {NAME[named['algorithm']]} with plan \"{named['plan']}\": its score beats the benched "
+                f"\"{bench['plan']}\" by at least {cmp['low']:+.3f} {rule}; it gives {_gets(named, roles)}")
     else:
-        outcome = main["winner"]
-        verdict = point + f"; margin {main['margin']:+.3f} {_interval(main)}"
-        if len(ends) > 1:
-            verdict += " at every outcome variance O from 0 to the last point's reward variance"
-    return outcome, verdict, ratio
+        best = next((r for r in rows if not r["benched"] and r["eligible"]), None)
+        head = (f"no clear winner: keep the benched plan \"{bench['plan']}\"" if outcome == "no clear winner" else
+                f"use {NAME[bench['algorithm']]} with the benched plan \"{bench['plan']}\"")
+        text = f"{head}: no plan is clearly better; it gives {_gets(bench, roles)}"
+        if best is not None:
+            need = TREE_SWITCH_MARGIN if best["algorithm"] == "c3" and bench["algorithm"] == "c3" else 0.0
+            text += (f". The best other, \"{best['plan']}\", beats it by {best['vs_benched']['low']:+.3f} at worst "
+                     f"(needs > {need:g}) and by up to {best['vs_benched']['high']:+.3f}")
+    skipped = [r for r in rows if not r["eligible"] and r["vs_benched"] and r["vs_benched"]["diff"] > 0][:1]
+    for r in skipped:
+        text += (f". \"{r['plan']}\" scores higher at O = {r['vs_benched']['worst_O']:.3g} but leaves a trained agent "
+                 "with signal without alternatives: not named")
+    interval = f"[{rival['low']:+.3f}, {rival['high']:+.3f}]"
+    if outcome == "c3":
+        text += f". C3 (\"{c3}\") beats MAGRPO's independent runs clearly: {interval} {rule}"
+    elif outcome == "magrpo":
+        text += f". MAGRPO beats C3 clearly: C3 minus MAGRPO {interval} {rule}"
+    else:
+        text += (f". C3 against MAGRPO: no clear winner, C3 (\"{c3}\") minus MAGRPO spans {interval} over "
+                 "the outcome variances and the diagnosis' replicates"
+                 + ("" if known else "; --outcome-variance narrows it"))
+    if not rival["resamples"]:
+        text += (" [intervals n/a: the diagnosis has no bootstrap replicates (an exact diagnosis, or one from before "
+                 "them)]")
+    return text
 
 
 def advise(diagnosis: Mapping[str, Any], budget: int, lr_scale: Sequence[float] | None = None,
-           outcome_variance: float | None = None) -> dict[str, Any]:
-    """Every candidate plan of ``budget`` leaves scored for this team; the advised algorithm and plan, and how sure
-    that is.
+           outcome_variance: float | None = None, benched: str | None = None) -> dict[str, Any]:
+    """Every candidate plan of ``budget`` leaves scored for this team; the plan named (the benched one unless another
+    beats it clearly) and whether C3 or MAGRPO learns faster.
 
-    **Uncertainty.** The margin (best C3 plan's score minus MAGRPO's) is recomputed on every bootstrap replicate of
-    the diagnosis (:func:`replicates`), giving a 95% interval; an interval that straddles 0 is *no clear winner*.
-    Without replicates the interval is n/a and the verdict is the point estimate's, said so. **Outcome variance.**
-    Where neither the diagnosis nor ``outcome_variance`` gives ``O`` (a diagnosis cannot split the last decision
-    point's reward variance into its signal and ``O`` at ``c = 1``), the advice is worked out at both ends of what
-    ``O`` can be, 0 (a deterministic reward) and the last point's whole reward variance; if the two disagree the
-    verdict is *no clear winner*, naming the crossing, never a silent choice of ``O``."""
+    **Decision rule.** Each plan is scored at every outcome variance ``O`` worked out (the known one, else the
+    shares :data:`O_SHARES` of the last point's reward variance: a diagnosis cannot split it at ``c = 1``) and on
+    every bootstrap replicate of the diagnosis (:func:`replicates`); a plan beats another *clearly* when its score
+    minus the other's has its 95% interval above 0 at every ``O`` (:func:`compare`), never at the ``O = 0`` end alone.
+    A plan replaces the benched one (``benched``, default :func:`default_benched`) only when it beats it clearly (a
+    tree against the benched tree by more than :data:`TREE_SWITCH_MARGIN`), and a tree that gives a trained decision
+    point a single alternative only when the diagnosis shows that point has no signal (:func:`silent_points`)."""
     if budget < 2:
         raise ValueError(f"--budget {budget}: a group needs at least 2 reward calls")
     k = len(diagnosis["decision_points"])
@@ -248,67 +341,85 @@ def advise(diagnosis: Mapping[str, Any], budget: int, lr_scale: Sequence[float] 
         raise ValueError(f"--lr-scale {list(lr_scale or [])}: give one multiplier >= 0 per decision point ({k})")
     if not any(scale):
         raise ValueError("c3 advise: no learning decision point has any signal (lr-scale 0 everywhere)")
-    known = diagnosis.get("outcome_variance") is not None or outcome_variance is not None
-    first = team_variances(diagnosis, outcome_variance)
-    # unknown O: from none of the last reward's spread to all
-    o_values = [first["O"]] if known else [0.0, first["S"][-1]]
+    plans = candidate_plans(k, budget)
+    names = [p[1] for p in plans]
+    bench_name = " ".join(str(benched).split()).replace("[ ", "[") if benched else default_benched(k, budget)
+    if bench_name not in names:
+        raise ValueError(f"--benched {benched!r}: not a plan of {budget} leaves for {k} decision points; use one of "
+                         f"{names}")
+    known = diagnosis.get("outcome_variance") if diagnosis.get("outcome_variance") is not None else outcome_variance
+    known = None if known is None else float(known)
+    first = team_variances(diagnosis, known if known is not None else 0.0)
     draws = replicates(diagnosis)
-    ends = [_at_outcome_variance(diagnosis, draws, budget, scale, o) for o in o_values]
-    main = next((e for e in ends if not e["no_signal"]), None)
-    if main is None:
+    ends = _evaluate(diagnosis, draws, budget, scale, plans, known)
+    if all(e["no_signal"] for e in ends):
         last = first["S"][-1] + first["O"]
         raise ValueError("c3 advise: no learning decision point has any signal at outcome variance O = "
-                         f"{o_values[0]:.4g}: the last decision point's reward variance is {last:.4g}, so an O at or "
+                         f"{first['O']:.4g}: the last decision point's reward variance is {last:.4g}, so an O at or "
                          "above it leaves that point no signal of its own, and every other decision point with "
                          f"lr-scale > 0 has S = 0; give an --outcome-variance below {last:.4g} (0 for a deterministic "
                          "reward), or measure more groups")
-    var, rows, weights = main["var"], main["rows"], main["weights"]
-    best = rows[0]
-    outcome, verdict, ratio = _explain(main, ends, budget)
-    points = [{"u": u, "role": r, "S": var["S"][u], "sigma2": var["sigma2"][u], "upstream_U": var["U"][u],
-               "lr_scale": scale[u], "weight": weights[u]} for u, r in enumerate(var["roles"])]
-    return {"workflow": diagnosis.get("workflow"), "budget": budget, "outcome_variance": var["O"], "T": var["T"],
-            "outcome_variance_known": known, "decisions": points, "plans": rows, "algorithm": best["algorithm"],
-            "plan": best["plan"], "c3_over_magrpo": ratio, "outcome": outcome,
-            "margin": {"c3_minus_magrpo": main["margin"], "ci95": main["ci95"], "resamples": main["resamples"],
-                       "by_outcome_variance": [{"O": e["O"], "winner": e["winner"], "no_signal": e["no_signal"],
-                                                "margin": e["margin"], "ci95": e["ci95"]} for e in ends]},
+    silent = silent_points(diagnosis, draws, known)
+    eligible = [tree is None or all(t > 1 or not scale[u] or silent[u] for u, t in enumerate(tree))
+                for _, _, tree in plans]
+    bench = names.index(bench_name)
+    named, vs = _choose(plans, ends, bench, eligible)
+    outcome, c3_plan, rival = _outcome(plans, ends, named, bench, eligible)
+    rows = _plan_rows(plans, ends, budget, bench, vs, eligible)
+    by_name = {r["plan"]: r for r in rows}
+    live = [e for e in ends if not e["no_signal"]]
+    weights = np.array([e["weights"] for e in live])
+    points = [{"u": u, "role": r, "S": first["S"][u], "sigma2": first["sigma2"][u], "upstream_U": first["U"][u],
+               "lr_scale": scale[u], "weight": float(weights[0, u]),
+               "weight_range": [float(weights[:, u].min()), float(weights[:, u].max())], "no_signal": silent[u]}
+              for u, r in enumerate(first["roles"])]
+    indep = live[0]["scores"][0]
+    verdict = _explain(rows, first["roles"], by_name[names[named]], by_name[bench_name], outcome, rival,
+                       known is not None, names[c3_plan])
+    return {"workflow": diagnosis.get("workflow"), "budget": budget, "outcome_variance": first["O"], "T": first["T"],
+            "outcome_variance_known": known is not None, "outcome_variances": [e["O"] for e in ends],
+            "decisions": points, "plans": rows, "benched": bench_name, "algorithm": plans[named][0],
+            "plan": names[named], "outcome": outcome,
+            "c3_over_magrpo": float(live[0]["scores"][c3_plan] / indep) if indep > 0 else math.inf,
+            "vs_benched": None if named == bench else {key: vs[named][key] for key in VS_KEYS},
+            "margin": {"c3_plan": names[c3_plan], "c3_minus_magrpo": rival["diff"],
+                       "ci95": [rival["low"], rival["high"]] if rival["resamples"] else None,
+                       "resamples": rival["resamples"], "by_outcome_variance": rival["by_outcome_variance"]},
             "verdict": verdict}
-
-
-def _interval(entry: Mapping[str, Any]) -> str:
-    ci = entry.get("ci95")
-    if ci is None:
-        return ("[95% interval n/a: the diagnosis has no bootstrap replicates (an exact diagnosis, or "
-                "one from before them)]")
-    return f"[{ci[0]:+.3f}, {ci[1]:+.3f}] (95%, {entry.get('resamples')} bootstrap replicates of the diagnosis)"
-
-
-def _tree(row: Mapping[str, Any]) -> list[int]:
-    return [int(x) for x in row["plan"].split("[", 1)[1].rstrip("]").split(",")]
 
 
 def print_advice(result: Mapping[str, Any], top: int = 8) -> None:
     print(f"== c3 advise: {result['workflow']}, {result['budget']} reward calls per instance ==")
-    print(f"{'u':>2} {'role':>12} {'S (signal)':>11} {'sigma^2':>9} {'upstream U':>11} {'lr scale':>9} {'weight':>7}")
+    print(f"{'u':>2} {'role':>12} {'S (signal)':>11} {'sigma^2':>9} {'upstream U':>11} {'lr scale':>9} "
+          f"{'share of the learnable signal':>30}")
     for p in result["decisions"]:
+        lo, hi = p["weight_range"]
+        share = f"{lo:.0%}" if abs(hi - lo) < 0.005 else f"{lo:.0%} to {hi:.0%} over O"
         print(f"{p['u']:>2} {p['role']:>12} {p['S']:>11.4g} {p['sigma2']:>9.4g} {p['upstream_U']:>11.4g} "
-              f"{p['lr_scale']:>9g} {p['weight']:>7.2f}")
-    print(f"outcome variance O = {result['outcome_variance']:.4g}, run variance T = {result['T']:.4g}")
+              f"{p['lr_scale']:>9g} {share + (' (no signal)' if p['no_signal'] else ''):>30}")
+    os_ = ", ".join(f"{o:.3g}" for o in result["outcome_variances"])
+    print(f"outcome variance O = {os_}{'' if result['outcome_variance_known'] else ' (unknown: worked out at each)'}, "
+          f"run variance T = {result['T']:.4g}")
     roles = [p["role"] for p in result["decisions"]]
-    print(f"\n{'plan':>22} {'algorithm':>9} " + " ".join(f"{'SNR ' + r:>14}" for r in roles) + f" {'score':>7}")
-    shown = result["plans"][:top]
-    if not any(r["algorithm"] == "magrpo" for r in shown):
-        shown = shown + [r for r in result["plans"] if r["algorithm"] == "magrpo"]
+    print("\nper agent: alternatives per context / samples per update / share of its update that is signal (at the "
+          "O where the plan compares worst); score minus the benched plan's: worst 95% lower bound over O, upper")
+    print(f"{'plan':>22} {'alg':>6} " + " ".join(f"{r[:16]:>16}" for r in roles) + f" {'vs benched':>18}")
+    shown = [r for r in result["plans"][:top]]
+    shown += [r for r in result["plans"] if r not in shown and (r["benched"] or r["algorithm"] == "magrpo"
+                                                                 or r["plan"] == result["plan"])]
     for r in shown:
-        print(f"{r['plan']:>22} {r['algorithm']:>9} " + " ".join(f"{x:>14.3f}" for x in r["snr"])
-              + f" {r['score']:>7.3f}")
-    margin = result.get("margin") or {}
-    if margin:
-        print(f"\nmargin, best C3 plan minus MAGRPO: {margin['c3_minus_magrpo']:+.4f} "
-              + (f"[{margin['ci95'][0]:+.4f}, {margin['ci95'][1]:+.4f}] 95% over {margin['resamples']} replicates"
-                 if margin.get("ci95") else "[95% interval n/a: no bootstrap replicates in the diagnosis]")
-              + ("" if result.get("outcome_variance_known", True)
-                 else "; O unknown, advice at O = 0 and O = its maximum"))
-    print(f"outcome: {result.get('outcome', result['algorithm'])}")
+        cells = [f"{n}/{m}/{s:.0%}" for n, m, s in zip(r["alternatives"], r["samples"], r["signal_share"])]
+        cmp = r["vs_benched"]
+        tail = "benched" if r["benched"] else f"[{cmp['low']:+.3f}, {cmp['high']:+.3f}]"
+        mark = "" if r["eligible"] else " (starves an agent with signal)"
+        print(f"{r['plan']:>22} {r['algorithm']:>6} " + " ".join(f"{c:>16}" for c in cells) + f" {tail:>18}{mark}")
+    margin = result["margin"]
+    ci = margin["ci95"]
+    print(f"\nC3 (\"{margin['c3_plan']}\") minus MAGRPO: {margin['c3_minus_magrpo']:+.4f} at the worst O"
+          + (f", [{ci[0]:+.4f}, {ci[1]:+.4f}] over O and {margin['resamples']} replicates" if ci
+             else " [interval n/a: no bootstrap replicates in the diagnosis]"))
+    kept = result["plan"] == result["benched"]
+    print(f"plan: {result['plan']} ({'the benched plan' if kept else 'replaces the benched ' + result['benched']})")
+    print(f"outcome: {result['outcome']}")
     print("\nverdict: " + result["verdict"])
+

@@ -185,9 +185,12 @@ def _add_plan_and_advise(sub: Any) -> None:
     adv.add_argument("--lr-scale", type=float, nargs="+", default=None,
                      help="per decision point multiplier of the step size (0: frozen, no vote); default 1 each")
     adv.add_argument("--outcome-variance", type=float, default=None,
-                     help="variance of the reward of one complete path (default: the diagnosis' own; else unknown: the "
-                          "advice is worked out at O = 0 and at its maximum, and says 'no clear "
-                          "winner' when they disagree)")
+                     help="variance of the reward of one complete path (default: the diagnosis' own; else unknown: "
+                          "every plan is scored at O = 0, 1/4, 1/2, 3/4 and all of the last point's reward variance, "
+                          "and a plan is named only when it wins at each)")
+    adv.add_argument("--benched", default=None,
+                     help="the plan the team runs now, kept unless another beats it clearly (default: the most even "
+                          "tree of B leaves, e.g. 'tree [2, 4]')")
     adv.add_argument("--out", default=None,
                      help="where the advice JSON goes (default advice.json beside diagnose.json)")
 
@@ -272,7 +275,8 @@ def analysis_command(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         if not source.exists():
             raise FileNotFoundError(f"--from {source}: no such file; run c3 diagnose first (it writes "
                                     "<out>/diagnose.json)")
-        result = advise(json.loads(source.read_text()), args.budget, args.lr_scale, args.outcome_variance)
+        result = advise(json.loads(source.read_text()), args.budget, args.lr_scale, args.outcome_variance,
+                        args.benched)
         print_advice(result)
         out = Path(args.out) if args.out else source.with_name("advice.json")
         out.write_text(json.dumps(result, indent=2))

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from c3_plugin.core.loss import ppo_loss, sequence_logprobs
-from c3_plugin.scale.distributed import all_sum, gathered
+from c3_plugin.scale.distributed import all_sum, context, gathered
 from c3_plugin.scale.precision import check_trainable_fp32
 from c3_plugin.trainers.optimizer_step import optimizer_step
 
@@ -104,21 +104,37 @@ def plan_minibatches(samples: Sequence[PolicySample], args: Any, rng: np.random.
     (the most any rank needs; one per epoch when ``minibatch_size`` is None) and on each step's passes; the
     collectives (three, whatever the number of steps) run here, none in the loss loop. Under the equal-steps setting
     (``minibatches_per_ppo_epoch: k``) every epoch takes ``k`` steps (fewer only with fewer messages in all), each
-    rank's share split into ``k`` minibatches."""
+    rank's share split into ``k`` minibatches of sizes that differ by at most one (:func:`even_split`), over the ranks
+    too (one more sum: every rank's message count), so no step trains on nothing."""
     if getattr(args, "minibatches_per_ppo_epoch", None):
-        total = int(_over_ranks([len(samples)], world)[0])
-        steps_per_epoch = min(int(args.minibatches_per_ppo_epoch), total)
-        mb = max(1, math.ceil(len(samples) / steps_per_epoch))
+        rank = context().rank if world > 1 else 0
+        per_rank = [int(x) for x in _over_ranks([len(samples) if r == rank else 0 for r in range(world)], world)]
+        steps_per_epoch = min(int(args.minibatches_per_ppo_epoch), sum(per_rank))
+        sizes = even_split(len(samples), steps_per_epoch, offset=sum(per_rank[:rank]))
     else:
         mb = int(args.minibatch_size) // world if args.minibatch_size else max(len(samples), 1)
         steps_per_epoch = math.ceil(len(samples) / mb)
         if world > 1:
             steps_per_epoch = 1 if args.minibatch_size is None else int(_over_ranks([steps_per_epoch], world, "max")[0])
+        sizes = [min(mb, max(len(samples) - j * mb, 0)) for j in range(steps_per_epoch)]
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
     orders = [rng.permutation(len(samples)) for _ in range(int(args.ppo_epochs))]
-    batches = [[samples[i] for i in order[j * mb:(j + 1) * mb]] for order in orders for j in range(steps_per_epoch)]
+    batches = [[samples[i] for i in order[starts[j]:starts[j + 1]]] for order in orders for j in range(steps_per_epoch)]
     counts = _over_ranks([x for b in batches for x in (sum(trained_tokens(s) for s in b), len(b))], world)
     passes = _over_ranks([math.ceil(len(b) / int(args.micro_batch_size)) for b in batches], world, "max")
     return [(b, int(counts[2 * j]), int(counts[2 * j + 1]), int(passes[j])) for j, b in enumerate(batches)]
+
+
+def even_split(n: int, k: int, offset: int = 0) -> list[int]:
+    """``n`` messages in ``k`` minibatches whose sizes differ by at most one (``[2, 1, 1, 1]`` for 5 in 4, never
+    ``[2, 2, 1, 0]``, a step that trains on nothing). The larger ones start at minibatch ``offset % k``: with
+    ``offset`` = the messages of the ranks before this one, the ranks' larger minibatches follow one another round
+    the ``k`` steps, so every step's messages over all ranks differ by at most one too, and none is empty when there
+    are at least ``k`` messages in all."""
+    if k <= 0:
+        return []
+    base, extra = divmod(int(n), int(k))
+    return [base + ((j - offset) % k < extra) for j in range(k)]
 
 
 def _over_ranks(values: Sequence[float], world: int, op: str = "sum") -> list[float]:

@@ -137,6 +137,7 @@ def test_the_reference_setting_ships_as_its_own_config_and_compares_as_a_control
     assert cfgs["c3"].algo.allow_estimator_change and cfgs["c3"].algo.advantage_scaling == "group_zscore"
     assert cfgs["magrpo"].algo.advantage_scaling == "group_zscore"
     for a in cfgs.values():
+        assert a.algo.max_new_tokens == 2048  # the reference launcher's --generate_max_len 2048
         assert (a.algo.kl_reward_coef, a.algo.kl_reward_target, a.algo.kl_reward_estimator) == (0.01, 0.1, "k3")
     with pytest.raises(ConfigError, match="value_assisted_changes_estimator"):  # unacknowledged, it is refused
         load_config(PAPER / "reference.yaml", OFFLINE + ["c3.allow_estimator_change=false"])

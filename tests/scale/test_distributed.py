@@ -173,3 +173,11 @@ def test_torchrun_refuses_what_it_cannot_split(tmp_path):
     proc = torchrun("train_tiny.py", tiny_config(tmp_path, instances_per_update=3), check=False)
     assert proc.returncode != 0
     assert "instances_per_update" in proc.stderr and "multiple of 2" in proc.stderr
+
+
+def test_the_equal_steps_setting_leaves_no_step_empty_over_the_ranks(tmp_path):
+    """minibatches_per_ppo_epoch: 3 on ranks holding 1 and 2 messages: each rank's larger minibatches start after the
+    messages of the ranks before it, so every step trains on one message (split per rank alone: 2, 1, 0)."""
+    torchrun("minibatch_split.py", str(tmp_path / "split.json"))
+    out = json.loads((tmp_path / "split.json").read_text())
+    assert out["per_rank"] == [[1, 0, 0], [0, 1, 1]] and out["global"] == [1, 1, 1]

@@ -12,7 +12,7 @@ import pytest
 from bench.studies.synthetic_learning import REGIMES, LearningSetup, exact_diagnosis, learning_curves, make_env
 from c3_plugin.core import credit
 from c3_plugin.core.stats import area_under_curve
-from c3_plugin.tools.advise import advise, plan_noise, plan_snr, team_variances
+from c3_plugin.tools.advise import advise, default_benched, plan_noise, plan_snr, print_advice, team_variances
 from c3_plugin.tools.cli import console
 from c3_plugin.tools.diagnose import decision_report
 
@@ -159,9 +159,12 @@ def test_cli_writes_the_advice(tmp_path, capsys):
     src.write_text(json.dumps(diagnosis([0.1, 0.008], 0.11, ["Reasoner", "Actor"])))
     assert console(["advise", "--from", str(src), "--budget", "8", "--lr-scale", "0", "1"]) == 0
     out = capsys.readouterr().out
-    assert "verdict: use C3" in out and "SNR Actor" in out
+    assert "verdict: use C3 with the benched plan \"tree [2, 4]\"" in out and "8/8/" in out  # Actor: 8 alternatives
     saved = json.loads((tmp_path / "advice.json").read_text())
-    assert saved["algorithm"] == "c3" and saved["decisions"][0]["weight"] == 0.0
+    assert saved["algorithm"] == "c3" and saved["decisions"][0]["weight"] == 0.0 and saved["benched"] == "tree [2, 4]"
+    assert console(["advise", "--from", str(src), "--budget", "8", "--lr-scale", "0", "1", "--benched",
+                    "tree [1, 8]"]) == 0
+    assert json.loads((tmp_path / "advice.json").read_text())["plan"] == "tree [1, 8]"  # the benched plan, kept
 
 
 def test_diagnose_reports_the_last_points_reward_variance():
@@ -185,28 +188,96 @@ def sampled_diagnosis(S, O, groups, n=4, c=4, seed=0, known=True):
 
 
 def test_the_advice_carries_an_interval_from_the_diagnosis_own_noise_and_says_no_clear_winner_when_it_straddles():
-    clear = advise(sampled_diagnosis([0.1, 0.008], 0.11, 60), 8, [0, 1])  # frozen Reasoner, learning Actor
+    vague = advise(sampled_diagnosis([0.1, 0.008], 0.11, 60), 8, [0, 1])  # frozen Reasoner: 60 groups straddle 0
+    low, high = vague["margin"]["ci95"]
+    assert low < 0 < high and vague["outcome"] == "no clear winner" and vague["plan"] == "tree [2, 4]"
+    assert vague["verdict"].startswith("no clear winner: keep the benched plan \"tree [2, 4]\"")
+    clear = advise(sampled_diagnosis([0.1, 0.008], 0.11, 200), 8, [0, 1])  # the same team on 200 groups
     low, high = clear["margin"]["ci95"]
     assert clear["outcome"] == "c3" and 0 < low <= clear["margin"]["c3_minus_magrpo"] <= high
-    assert clear["margin"]["resamples"] >= 100 and clear["verdict"].startswith("use C3") and "95%" in clear["verdict"]
-    vague = advise(sampled_diagnosis([0.03, 0.02], 0.05, 16), 8)  # 16 groups: the interval straddles 0
-    low, high = vague["margin"]["ci95"]
-    assert low < 0 < high and vague["outcome"] == "no clear winner" and vague["verdict"].startswith("no clear winner")
-    sure = advise(sampled_diagnosis([0.03, 0.02], 0.05, 400), 8)  # the same team measured on 400 groups
-    assert sure["outcome"] == "magrpo" and sure["margin"]["ci95"][1] < 0
+    assert clear["margin"]["resamples"] >= 100 and "beats MAGRPO's independent runs clearly" in clear["verdict"]
+    sure = advise(sampled_diagnosis([0.03, 0.02], 0.05, 400), 8)  # all trained, 400 groups
+    assert sure["outcome"] == "magrpo" and sure["plan"] == "independent 8" and sure["margin"]["ci95"][1] < 0
+    kept = advise(sampled_diagnosis([0.03, 0.02], 0.05, 400), 8, benched="independent 8")  # MAGRPO benched: kept
+    assert kept["plan"] == "independent 8" and kept["outcome"] == "magrpo" and kept["vs_benched"] is None
+    assert kept["margin"]["c3_plan"].startswith("tree") and kept["verdict"].startswith("use MAGRPO with the benched")
     exact = advise(diagnosis([0.1, 0.008], 0.11), 8, [0, 1])  # no replicates (an exact diagnosis): n/a, never +- 0
-    assert exact["margin"]["ci95"] is None and "interval n/a" in exact["verdict"] and "+- 0" not in exact["verdict"]
+    assert exact["margin"]["ci95"] is None and "intervals n/a" in exact["verdict"] and "+- 0" not in exact["verdict"]
 
 
-def test_an_unmeasured_outcome_variance_is_never_chosen_silently():
+def test_an_unmeasured_outcome_variance_is_worked_out_over_its_whole_range():
     d = sampled_diagnosis([0.05, 0.01], 0.1, 400, known=False)  # c = 1 at the Actor: O not measurable
     r = advise(d, 8)
-    assert not r["outcome_variance_known"] and [e["O"] for e in r["margin"]["by_outcome_variance"]][0] == 0.0
-    assert r["outcome"] == "no clear winner" and "hinges on the outcome variance" in r["verdict"]
-    assert "--outcome-variance" in r["verdict"]
-    stated = advise(d, 8, outcome_variance=0.0)  # stated: one answer
-    assert stated["outcome_variance_known"] and len(stated["margin"]["by_outcome_variance"]) == 1
-    assert stated["outcome"] == "magrpo"
+    last = r["decisions"][1]["S"]  # at O = 0 the Actor's whole reward spread
+    assert not r["outcome_variance_known"] and r["outcome_variances"] == pytest.approx([0, last / 4, last / 2,
+                                                                                        3 * last / 4, last])
+    assert len(r["margin"]["by_outcome_variance"]) == 5 and "O unknown" in r["verdict"]
+    lo, hi = r["decisions"][1]["weight_range"]
+    assert lo == 0.0 and hi > 0.5  # the Actor's share of the signal: none at O = max, most at O = 0
+    for o in r["outcome_variances"]:  # what holds over the range holds at every O stated
+        stated = advise(d, 8, outcome_variance=o)
+        assert stated["outcome_variance_known"] and len(stated["margin"]["by_outcome_variance"]) == 1
+        assert stated["outcome"] in (r["outcome"], "no clear winner") or stated["outcome"] == "magrpo"
+        assert stated["margin"]["ci95"][1] <= r["margin"]["ci95"][1] + 1e-12
     # an O that eats every signal: named, with the bound
     with pytest.raises(ValueError, match=r"reward variance is .* below"):
         advise(d, 8, [0, 1], outcome_variance=0.5)
+
+
+def test_the_o_0_end_alone_never_names_the_tree_that_gives_the_last_agent_everything():
+    """A 3-agent chain with strong downstream agents and O unknown: at O = 0 the last agent's whole reward spread is
+    its signal and tree [1, 1, 8] scores best; it leaves two trained agents with signal without alternatives, and at
+    a large O it gives the middle agent nothing: never named."""
+    d = sampled_3chain = sampled_chain([0.02, 0.04, 0.04], 0.15, 200)
+    at_zero = advise(d, 8, outcome_variance=0.0)
+    top = max((row for row in at_zero["plans"] if row["algorithm"] == "c3"), key=lambda row: row["score"])
+    assert top["plan"] in ("tree [1, 1, 8]", "tree [1, 2, 4]")  # the best C3 plan at the O = 0 end alone
+    r = advise(sampled_3chain, 8)
+    assert r["plan"] not in ("tree [1, 1, 8]", "tree [1, 2, 4]")
+    named = next(row for row in r["plans"] if row["plan"] == r["plan"])
+    assert named["eligible"] and min(named["alternatives"]) >= 2
+    starve = next(row for row in r["plans"] if row["plan"] == "tree [1, 1, 8]")
+    assert not starve["eligible"] and starve["vs_benched"]["low"] < 0 < starve["score"] - named["score"] + 1
+
+
+def test_a_tree_that_starves_a_trained_agent_is_named_only_when_that_agent_has_no_signal():
+    irrelevant = advise(sampled_diagnosis([0.0, 0.05], 0.05, 400), 8)  # the Reasoner's message changes nothing
+    assert irrelevant["decisions"][0]["no_signal"] and not irrelevant["decisions"][1]["no_signal"]
+    row = next(r for r in irrelevant["plans"] if r["plan"] == "tree [1, 8]")
+    assert row["eligible"]
+    relevant = advise(sampled_diagnosis([0.03, 0.05], 0.05, 400), 8)  # the same Actor, a Reasoner with signal
+    row = next(r for r in relevant["plans"] if r["plan"] == "tree [1, 8]")
+    assert not relevant["decisions"][0]["no_signal"] and not row["eligible"] and relevant["plan"] != "tree [1, 8]"
+    frozen = advise(sampled_diagnosis([0.03, 0.05], 0.05, 400), 8, [0, 1])  # not trained: no alternatives needed
+    assert next(r for r in frozen["plans"] if r["plan"] == "tree [1, 8]")["eligible"]
+
+
+def test_the_table_says_what_each_agent_gets_under_every_plan(capsys):
+    r = advise(diagnosis([0.05, 0.02], 0.1, ["Reasoner", "Actor"]), 8)
+    rows = {row["plan"]: row for row in r["plans"]}
+    assert rows["tree [2, 4]"]["alternatives"] == [2, 4] and rows["tree [2, 4]"]["samples"] == [2, 8]
+    assert rows["tree [1, 8]"]["samples"] == [0, 8] and rows["tree [1, 8]"]["signal_share"][0] == 0.0
+    assert rows["independent 8"]["alternatives"] == [8, 8] and rows["independent 8"]["samples"] == [8, 8]
+    snr = plan_snr((2, 4), 8, team_variances(diagnosis([0.05, 0.02], 0.1)))
+    assert rows["tree [2, 4]"]["signal_share"] == pytest.approx([x / (1 + x) for x in snr])
+    assert rows["tree [2, 4]"]["benched"] and rows["tree [2, 4]"]["vs_benched"] is None
+    assert [p["weight"] for p in r["decisions"]] == pytest.approx([0.05 / 0.07, 0.02 / 0.07])
+    print_advice(r)
+    out = capsys.readouterr().out
+    assert "2/2/" in out and "4/8/" in out and "benched" in out and "share of the learnable signal" in out
+    assert default_benched(2, 8) == "tree [2, 4]" and default_benched(3, 8) == "tree [2, 2, 2]"
+    assert default_benched(4, 16) == "tree [2, 2, 2, 2]" and default_benched(2, 2) == "tree [1, 2]"
+    with pytest.raises(ValueError, match="--benched 'tree \\[3, 3\\]': not a plan of 8 leaves"):
+        advise(diagnosis([0.05, 0.02], 0.1), 8, benched="tree [3, 3]")
+
+
+def sampled_chain(S, O, groups, n=4, c=4, seed=0):
+    """c3 diagnose's statistics on groups sampled from the additive model of a 3-agent chain (O unknown)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for u in range(3):
+        later = sum(S[u + 1:]) + O
+        cont = c if u < 2 else 1
+        g = rng.normal(0, np.sqrt(S[u]), (groups, n, 1)) + rng.normal(0, np.sqrt(later), (groups, n, cont))
+        rows.append({"u": u, "role": f"R{u}", **decision_report(g, seed=seed + u)})
+    return {"workflow": "t", "decision_points": ["R0", "R1", "R2"], "decisions": rows}

@@ -347,3 +347,24 @@ def test_the_equal_steps_setting_gives_every_agent_the_same_optimizer_steps(tmp_
     assert counts == ([3 * 2 * 1, 3 * 2 * 2] if algorithm == "c3" else [3 * 2 * 2] * 2)
     with pytest.raises(ConfigError, match="both size the minibatches"):
         config(tmp_path, algorithm, minibatches_per_ppo_epoch=2, minibatch_size=4)
+
+
+def test_the_equal_steps_setting_splits_evenly_and_never_steps_on_nothing():
+    """minibatches_per_ppo_epoch: 4 on 5 messages gives minibatches of 2, 1, 1, 1 (not 2, 2, 1, 0: a step on
+    nothing); over ranks the larger minibatches follow one another, so no step is empty on every rank."""
+    from types import SimpleNamespace
+
+    from c3_plugin.trainers.update import PolicySample, even_split, plan_minibatches
+
+    samples = [PolicySample([1], [2, 3], [0.0, 0.0], float(i)) for i in range(5)]
+    args = SimpleNamespace(minibatches_per_ppo_epoch=4, minibatch_size=None, ppo_epochs=2, micro_batch_size=1)
+    steps = plan_minibatches(samples, args, np.random.default_rng(0), world=1)
+    assert [n_seqs for _, _, n_seqs, _ in steps] == [2, 1, 1, 1] * 2
+    assert all(len(b) == n for b, _, n, _ in steps)
+    for epoch in (steps[:4], steps[4:]):  # each epoch trains on every message once
+        assert sorted(s.advantage for b, *_ in epoch for s in b) == [0.0, 1.0, 2.0, 3.0, 4.0]
+    # ranks with 1, 0, 1 and 3 messages, k = 4: each rank's split starts after the messages of the ranks before it
+    counts, k = [1, 0, 1, 3], 4
+    per_rank = [even_split(n, k, offset=sum(counts[:r])) for r, n in enumerate(counts)]
+    assert [sum(col) for col in zip(*per_rank)] == [2, 1, 1, 1]
+    assert even_split(2, 2, offset=1) == [1, 1] and even_split(1, 2, offset=1) == [0, 1]
