@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
+
+from c3_plugin.scale.distributed import gather
 
 Entry = tuple[int, int]  # (W&B step, turn index from 0) of one training log entry
 
@@ -138,3 +140,25 @@ class ComlrlCadence:
             self.last = step
             return True
         return False
+
+
+def wandb_rows(trainer: Any, start: int, items: int, final: bool = False, rollout: Any = None) -> bool:
+    """The W&B rows of a batch of ``items`` instances from env step ``start`` under ``wandb_cadence``, kept in
+    ``trainer._rows`` (:func:`.cadence.ComlrlCadence.batch`'s entries over the ``rollout``'s nodes, every rank's;
+    None: one row at the batch's env step); whether there is any."""
+    if trainer.args.wandb_cadence != "comlrl":
+        trainer._rows = None
+        return True
+    if getattr(trainer, "_cadence", None) is None:
+        turns = trainer.turns.turns if trainer.turns else [trainer.workflow.num_decisions]
+        trainer._cadence = ComlrlCadence(trainer.num_agents, turn_joint_actions(trainer.branching, turns),
+                                         int(trainer.args.rollout_buffer_size), int(trainer.args.logging_steps))
+    mine = []
+    if rollout is not None:  # each instance's turn nodes (its leaves' per-turn rewards, in tree order)
+        per_turn = rollout.turn_rewards if trainer.turns is not None else rollout.rewards.reshape(-1, 1)
+        rows = np.asarray(per_turn, dtype=float).reshape(len(rollout.items), -1, len(trainer._cadence.joint))
+        mine = [realized_nodes(r, trainer._cadence.joint) for r in rows]
+    nodes = [n for part in gather(mine) for n in part] if items else []
+    trainer._rows = trainer._cadence.batch(start, items, end=int(trainer.env_step), final=final,
+                                           nodes=nodes if len(nodes) == items else None)
+    return bool(trainer._rows)

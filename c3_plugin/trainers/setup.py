@@ -12,6 +12,8 @@ from __future__ import annotations
 import warnings
 from typing import Any, Callable, Mapping, Sequence
 
+import torch
+
 from c3_plugin.core.config import DeepSpeedSection
 from c3_plugin.core.estimator_rules import check
 from c3_plugin.core.plan import Plan, default_plan, note_budget, parse_plan
@@ -239,3 +241,17 @@ def lr_schedules(args: Any, wf: Workflow, train: Any, phases: Any, groups: Seque
     totals = policy_optimizer_steps(args, wf, rows, groups)
     return per_agent(groups, {lead: LRSchedule(agent_lrs[lead], total, args.lr_scheduler, args.lr_warmup_ratio,
                                                args.lr_min_ratio) for lead, total in totals.items()})
+
+
+def trainable_parameters(model: Any, agent: int, lora_adapters: bool) -> list[torch.nn.Parameter]:
+    """The parameters agent ``agent``'s optimizer steps: its model's trainable ones, or under ``lora_adapters`` (one
+    PeftModel, adapters ``agent0``, ``agent1``, ...) its own adapter's, switched to trainable."""
+    if not lora_adapters:
+        return [p for p in model.parameters() if p.requires_grad]
+    tag = f".agent{agent}."
+    params = [p for name, p in model.named_parameters() if tag in name]
+    if not params:
+        raise ValueError(f"no LoRA parameters named '{tag}' for agent {agent}")
+    for p in params:
+        p.requires_grad_(True)
+    return params
