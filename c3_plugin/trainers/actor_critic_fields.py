@@ -75,10 +75,10 @@ swapped script passes them by name, as CoMLRL's examples do.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 import inspect
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
@@ -86,8 +86,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 from comlrl.models.actor_critic import CausalLMWithValueHead
+from comlrl.trainers.actor_critic import IACConfig, MAACConfig
 
-from c3_plugin.core.plan import comlrl_env_steps
 from c3_plugin.core.trace import path_to
 
 # IAC/MAAC field -> what it sets in CoMLRL (all the critic's: no meaning under C3)
@@ -125,23 +125,74 @@ class ActorCriticFields:
     # the critics' devices (CoMLRL: None, Optional[Union[str, Sequence[str]]])
     critic_devices: str | Sequence[str] | None = None
 
+    # the CoMLRL config this one stands in for: "iac" or "maac" (every field the script did not set takes that
+    # config's default, and the rollout batch and W&B cadence follow its rollout buffer) or "magrpo" (None: "iac" or
+    # "maac" where the script named this class IACConfig or MAACConfig, else "magrpo")
+    comlrl_reference: str | None = None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        """Note the fields the script set, and the names it calls this class by (:func:`stand_in_for`)."""
+        obj = super().__new__(cls)
+        names = [f.name for f in dataclasses.fields(cls) if f.init]
+        obj.__dict__["_given"] = set(names[:len(args)]) | set(kwargs)
+        obj.__dict__["_named"] = stand_in_for(cls, sys._getframe(1))
+        return obj
+
     def __post_init__(self) -> None:
-        gens = getattr(self, "num_generations", 2)
-        script = None
-        if isinstance(gens, int) and not isinstance(gens, bool) and gens < 2 and getattr(self, "plan", None) is None:
-            # IAC's default, one joint action per prompt, gives C3 no alternatives: the smallest budget that does
-            script, self.num_generations = copy.copy(self), 2
+        reference = self.comlrl_reference or self.__dict__.get("_named") or "magrpo"
+        if reference not in ("magrpo", *REFERENCE_CONFIGS):
+            raise ValueError(f"comlrl_reference must be 'magrpo', 'iac' or 'maac' (the CoMLRL config this one stands "
+                             f"in for), got {self.comlrl_reference!r}")
+        self.comlrl_reference = reference
+        if reference in REFERENCE_CONFIGS:
+            take_reference_defaults(self, REFERENCE_CONFIGS[reference], self.__dict__.get("_given", set()))
+        gens = self.num_generations if hasattr(self, "num_generations") else 2
+        if reference in REFERENCE_CONFIGS and isinstance(gens, int) and not isinstance(gens, bool) and 1 <= gens < 2:
+            # IAC's and MAAC's default, one joint action per prompt, which MAGRPOConfig refuses: checked at 2, kept at
+            # 1 (the reference's budget; the trainer's plan gives every agent a group within it, setup.every_agent_plan)
+            self.num_generations = 2
         parent = getattr(super(), "__post_init__", None)
         if parent is not None:
             parent()
-        if script is not None:
-            agents = int(getattr(self, "num_agents", 2) or 2)
-            warnings.warn(f"num_generations={gens} (IAC's and MAAC's default: one joint action per prompt) gives C3 no "
-                          "alternatives to compare (its credit is the leave-one-out among the joint actions sampled "
-                          "from a context); C3 runs num_generations=2 instead, the smallest plan with alternatives: "
-                          f"{comlrl_env_steps(self, agents)} env steps (reward calls) per prompt against the "
-                          f"script's {comlrl_env_steps(script, agents)}; set num_generations >= 2 (or a plan) to "
-                          "choose the budget", UserWarning, stacklevel=3)
+        if hasattr(self, "num_generations"):
+            self.num_generations = gens
+
+
+    @property
+    def rl_algorithm(self) -> str:
+        """What CoMLRL's trainer checks ``num_generations`` against (>= 1 for IAC and MAAC, >= 2 for MAGRPO)."""
+        return self.comlrl_reference or "magrpo"
+
+
+# the names a script imports C3Config as, and the CoMLRL config each stands in for
+REFERENCE_NAMES = {"IACConfig": "iac", "MAACConfig": "maac"}
+REFERENCE_CONFIGS = {"iac": IACConfig, "maac": MAACConfig}
+
+
+def stand_in_for(cls: type, frame: Any) -> str | None:
+    """``"iac"``/``"maac"`` where the calling script binds ``cls`` to the name ``IACConfig``/``MAACConfig`` (``from
+    c3_plugin.trainers import C3Config as IACConfig``), in its locals, else its globals, and to no other name of
+    :data:`REFERENCE_NAMES` nor to its own; else None (then ``comlrl_reference`` says it)."""
+    for scope in (frame.f_locals, frame.f_globals) if frame is not None else ():
+        bound = {REFERENCE_NAMES.get(name, name) for name in (*REFERENCE_NAMES, cls.__name__) if scope.get(name) is cls}
+        if bound:
+            return bound.pop() if len(bound) == 1 and bound <= set(REFERENCE_CONFIGS) else None
+    return None
+
+
+def take_reference_defaults(cfg: Any, reference: type, given: set[str]) -> list[str]:
+    """Give every field of ``cfg`` that the script did not set (``given``) and that ``reference`` (IACConfig,
+    MAACConfig) also has the reference's default, where the two differ (CoMLRL 1.4.3: rollout_buffer_size 8,
+    top_k None, num_train_epochs 40, num_generations 1, logging_steps 1); the names changed."""
+    own = {f.name for f in dataclasses.fields(cfg)}
+    changed = []
+    for f in dataclasses.fields(reference):
+        if f.name in given or f.name not in own or f.default is dataclasses.MISSING:
+            continue
+        if getattr(cfg, f.name) != f.default:
+            setattr(cfg, f.name, f.default)
+            changed.append(f.name)
+    return changed
 
 
 def critic_settings(args: Any) -> list[str]:

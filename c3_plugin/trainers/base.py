@@ -34,13 +34,14 @@ from comlrl.trainers.reinforce.magrpo import MAGRPOConfig, MAGRPOTrainer
 
 from c3_plugin.core.credit_diagnostics import rollout_diagnostics
 from c3_plugin.core.curriculum import check_rows, parse_curriculum, phase_at
-from c3_plugin.core.registry import WORKFLOW
+from c3_plugin.core.registry import WORKFLOW, Inert
 from c3_plugin.core.rollout import Rollout
 from c3_plugin.core.workflow import Workflow
 from c3_plugin.scale.distributed import gathered, shard
 from c3_plugin.trainers import batch_log, cadence, config_checks, kl_reward, progress, ranks, setup
 from c3_plugin.trainers.bridge import WorkflowBridge, comlrl_constructor
 from c3_plugin.trainers.checkpoints import WorkflowCheckpoints
+from c3_plugin.trainers.comlrl_compat import COMLRL_INERT
 from c3_plugin.trainers.samples import credited_rows, entry_prompt_ids, policy_sample, scale_advantages
 from c3_plugin.trainers.turns import Turns
 from c3_plugin.trainers.update import PolicySample, update_policies
@@ -54,6 +55,7 @@ class WorkflowConfig(MAGRPOConfig):
     capabilities = WORKFLOW  # a rollout plan over the workflow; data-parallel (registry.Capabilities)
     normalization_scaling: ClassVar[str] = "batch_zscore"  # what advantage_normalization=True means for this algorithm
     default_plan_kind: ClassVar[str] = "independent"  # the default plan's kind ("tree" or "independent")
+    inert_fields: ClassVar[tuple[Inert, ...]] = COMLRL_INERT  # fields accepted where they change nothing (registry)
 
     # rollout plan: "tree [2, 4]", "independent 8" or "diagnostic n=4 u=0 c=4" (None: the algorithm's default plan over
     # the team, spending CoMLRL's env steps for num_generations; c3_plugin/trainers/comlrl_compat.py default_plan)
@@ -206,7 +208,9 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
         self.agent_lrs, self.frozen, self.agent_temperature = setup.agent_training(
             self.workflow, args, n, learning_rates, learning_rate_scales, trainable)
         turns = self.turns.turns if self.turns else [self.workflow.num_decisions]
-        self.plan, self.branching = setup.resolve_plan(args, plan, self.workflow, turns, self.algorithm_name)
+        self.plan, self.branching, self.prompt_share = setup.resolve_plan(args, plan, self.workflow, turns,
+                                                                          self.algorithm_name, self.frozen)
+        setup.check_share(self.prompt_share, comlrl["train_dataset"], args, self.algorithm_name)
         self.lora_adapters = lora_adapters  # agents share one PeftModel with adapters "agent0", "agent1", ...
         # the domain's outcome extractor (Domain.outcome) for the influence diagnostic; None: no influence
         self.outcome = outcome
@@ -299,11 +303,12 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
 
     # ----- CoMLRL's epoch loop ---------------------------------------------------------------------------
     def get_train_dataloader(self):
-        """A seeded shuffle per epoch, reproducible on resume (the epoch index seeds it); with a
-        curriculum, the rows of the epoch's phase."""
+        """A seeded shuffle per epoch, reproducible on resume (the epoch index seeds it); with a curriculum, the
+        rows of the epoch's phase; the first ``prompt_share`` of them (:func:`.setup.every_agent_plan`)."""
         self._phase = phase_at(self.phases, self._epoch) if self.phases else None
         rows = self._phase.rows(self.train_dataset) if self.phases else list(range(len(self.train_dataset)))
         order = np.random.default_rng([self.args.seed, self._epoch]).permutation(len(rows))
+        order = order[:setup.prompts_per_epoch(len(rows), self.prompt_share)]
         self._epoch += 1
         subset = torch.utils.data.Subset(self.train_dataset, [rows[i] for i in order])
         return torch.utils.data.DataLoader(subset, batch_size=1, collate_fn=lambda examples: examples, shuffle=False)

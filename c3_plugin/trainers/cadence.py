@@ -25,6 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from c3_plugin.core.plan import joint_actions_per_node
 from c3_plugin.scale.distributed import gather
 
 Entry = tuple[int, int]  # (W&B step, turn index from 0) of one training log entry
@@ -142,17 +143,64 @@ class ComlrlCadence:
         return False
 
 
+@dataclass
+class ActorCriticCadence(ComlrlCadence):
+    """IAC's and MAAC's rule (CoMLRL 1.4.3 ``ActorCriticTrainerBase._run_batch``, ``_drain_ready_agent_buffers``,
+    ``_should_log_train``), for a config standing in for them (``comlrl_reference``): each prompt gives every agent
+    one sample per joint action of each turn (:attr:`per_prompt`, as its env steps: IAC's multi-turn runs one joint
+    action per turn); an agent's buffer of ``rollout_buffer_size`` samples is drained (one update) after the prompt
+    that fills it, and at the epoch's end, logged as one entry per turn at the env step then, gated by
+    ``logging_steps`` as MAGRPO's."""
+
+    pending: int = 0  # samples in each agent's buffer
+
+    def batch(self, start: int, prompts: int, end: int | None = None, final: bool = False,
+              nodes: Sequence[Sequence[Entry]] | None = None) -> list[Entry]:
+        logged: list[Entry] = []
+        counter = start
+        for _ in range(int(prompts)):
+            counter += self.per_prompt
+            self.pending += self.per_prompt
+            if self.pending >= max(1, int(self.buffer_size)):
+                logged += self._entries(counter)
+        if final and self.pending:
+            logged += self._entries(counter if end is None else int(end))
+        return logged
+
+    def _entries(self, step: int) -> list[Entry]:
+        self.pending = 0
+        return [(step, turn) for turn in range(len(self.joint))] if self._should_log(step) else []
+
+
+def replay(trainer: Any) -> ComlrlCadence:
+    """The replay of the reference's W&B steps: IAC's/MAAC's (:class:`ActorCriticCadence`) for a config standing in
+    for them, else MAGRPO's (:class:`ComlrlCadence`), over the plan's J_t per turn, or over the reference's J per turn
+    where the plan is not the reference's budget (``prompt_share`` < 1, :func:`.setup.every_agent_plan`)."""
+    turns = trainer.turns.turns if trainer.turns else [trainer.workflow.num_decisions]
+    reference = getattr(trainer.args, "comlrl_reference", "magrpo") in ("iac", "maac")
+    joint = turn_joint_actions(trainer.branching, turns)
+    if reference or trainer.prompt_share < 1:
+        joint = [joint_actions_per_node(trainer.args, trainer.num_agents)] * len(turns)
+    kind = ActorCriticCadence if reference else ComlrlCadence
+    return kind(trainer.num_agents, joint, int(trainer.args.rollout_buffer_size), int(trainer.args.logging_steps))
+
+
 def wandb_rows(trainer: Any, start: int, items: int, final: bool = False, rollout: Any = None) -> bool:
     """The W&B rows of a batch of ``items`` instances from env step ``start`` under ``wandb_cadence``, kept in
-    ``trainer._rows`` (:func:`.cadence.ComlrlCadence.batch`'s entries over the ``rollout``'s nodes, every rank's;
-    None: one row at the batch's env step); whether there is any."""
+    ``trainer._rows`` (the :func:`replay`'s entries over the ``rollout``'s nodes, every rank's; where the replay is the
+    reference's, over the reference's prompts the env steps so far stand for, each a full tree; None: one row at the
+    batch's env step); whether there is any."""
     if trainer.args.wandb_cadence != "comlrl":
         trainer._rows = None
         return True
     if getattr(trainer, "_cadence", None) is None:
-        turns = trainer.turns.turns if trainer.turns else [trainer.workflow.num_decisions]
-        trainer._cadence = ComlrlCadence(trainer.num_agents, turn_joint_actions(trainer.branching, turns),
-                                         int(trainer.args.rollout_buffer_size), int(trainer.args.logging_steps))
+        trainer._cadence = replay(trainer)
+    if isinstance(trainer._cadence, ActorCriticCadence) or trainer.prompt_share < 1:
+        done = getattr(trainer, "_reference_prompts", 0)  # the reference's prompts replayed so far
+        trainer._reference_prompts = int(trainer.env_step) // trainer._cadence.per_prompt
+        trainer._rows = trainer._cadence.batch(done * trainer._cadence.per_prompt, trainer._reference_prompts - done,
+                                               end=int(trainer.env_step), final=final)
+        return bool(trainer._rows)
     mine = []
     if rollout is not None:  # each instance's turn nodes (its leaves' per-turn rewards, in tree order)
         per_turn = rollout.turn_rewards if trainer.turns is not None else rollout.rewards.reshape(-1, 1)
