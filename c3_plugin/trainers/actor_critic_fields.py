@@ -8,7 +8,9 @@ returns, from rewards alone, so nothing of IAC's or MAAC's critic is trained. Th
 :class:`ActorCriticFields` (C3Config's mixin; defaults and types CoMLRL 1.4.3's) and those keywords in
 :func:`actor_critic_keywords`; any of them set to something other than CoMLRL's default is named, with the
 reason, in one warning when the trainer is built (:data:`CRITIC_FIELDS`). Every other field is MAGRPOConfig's
-too and keeps its definition and its workflow meaning (:mod:`.comlrl_compat`). Field by field (CoMLRL's
+too and keeps its definition and its workflow meaning (:mod:`.comlrl_compat`). A config the script names
+``IACConfig`` or ``MAACConfig`` (or ``comlrl_reference``) stands in for it: every field the script did not set
+takes IAC's/MAAC's default (:func:`take_reference_defaults`). Field by field (CoMLRL's
 ``comlrl/trainers/actor_critic/{iac,maac}.py``):
 
 =================================  ===========================================================================
@@ -31,22 +33,22 @@ IAC/MAAC field                     under C3
 ``top_p``                          honoured: nucleus sampling
 ``top_k``                          honoured: top-k sampling
 ``num_generations``                honoured as MAGRPO's: joint actions per prompt (IAC's and MAAC's are aligned
-                                   joint samples too), the default plan's budget; below 2 (IAC's default 1,
-                                   required by its multi-turn mode), which gives C3 no alternatives to compare,
-                                   C3 runs 2 (the smallest plan with alternatives) and a warning prints its
-                                   env steps against the script's
+                                   joint samples too), the reference's budget; where no plan of it branches
+                                   every trained agent (IAC's default 1), C3 runs the cheapest tree that does
+                                   on the share of the prompts that keeps the reference's env steps
+                                   (``setup.every_agent_plan``, printed)
 ``num_turns``                      honoured as MAGRPO's: > 1 runs CoMLRL's multi-turn team with its
-                                   ``external_transition`` (IAC's multi-turn needs ``num_generations=1``,
-                                   which C3 raises to 2, with the warning above)
-``rollout_buffer_size``            mapped: prompts per update (``instances_per_update``), as MAGRPO's; IAC and
-                                   MAAC count samples per agent, prompts x ``num_generations``, so their
-                                   cadence at ``num_generations=K`` is ``instances_per_update=buffer/K``
+                                   ``external_transition`` (IAC's multi-turn needs ``num_generations=1``)
+``rollout_buffer_size``            mapped: standing in for IAC/MAAC, each agent's samples per update (a
+                                   prompt gives one per joint action and turn), so a rollout batch holds the
+                                   prompts that fit in one update's env steps (``setup.reference_batch``)
 ``train_batch_size``               honoured when >= ``rollout_buffer_size`` (one optimizer step per update, as
                                    IAC's default); refused below it: C3 steps on messages (``minibatch_size``)
 ``advantage_normalization``        mapped: C3 divides each agent's advantages in a batch by their std
                                    (``batch_scale``, keeping the leave-one-out; IAC z-scores its buffer)
 ``discount``                       honoured as MAGRPO's: discounted multi-turn returns (IAC discounts its
-                                   critic's bootstrap, r_t + discount V(h_t+1)); refused != 1 with one turn
+                                   critic's bootstrap, r_t + discount V(h_t+1)); accepted with one turn,
+                                   where it has no effect (listed inert), as in IAC
 ``early_termination_threshold``    honoured as MAGRPO's: a multi-turn episode ends after a turn whose reward
                                    exceeds it; no effect with one turn, as in IAC
 ``external_prompt_passthrough``    honoured: multi-turn prompts are the transition's text as is; no effect
@@ -56,8 +58,9 @@ IAC/MAAC field                     under C3
 ``eval_interval``                  honoured: evaluate every eval_interval training items
 ``eval_num_samples``               honoured: eval items per evaluation
 ``eval_batch_size``                honoured: eval items per generate call
-``logging_steps``                  honoured as MAGRPO's: W&B training rows at the env steps MAGRPOTrainer
-                                   logs at (``wandb_cadence``; IAC gates its rows on the same env-step gap)
+``logging_steps``                  honoured: W&B training rows at the env steps IAC/MAAC log at, one entry
+                                   per drained buffer gated by the same env-step gap
+                                   (``cadence.ActorCriticCadence``; ``wandb_cadence``)
 ``reference_kl_enabled``           honoured: a KL to a frozen reference copy (in C3's PPO loss per token; IAC
                                    subtracts it from the reward, which C3's ``kl_reward_coef`` does)
 ``reference_kl_coef``              honoured: that KL's coefficient

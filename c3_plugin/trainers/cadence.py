@@ -15,6 +15,11 @@ The nodes replayed are the batch's own (:func:`realized_nodes`): a turn node for
 joint actions were scored, with as many reward calls as were scored, so the replay counts the env steps the batch
 really spent. Under ``early_termination_threshold`` a workflow path ends on its own reward where CoMLRL ends a node
 on its joint actions' mean (a warning says so), so there the two runs' trees, and steps, can differ.
+
+A config standing in for IAC or MAAC (``comlrl_reference``) replays their rule instead (:class:`ActorCriticCadence`:
+one entry per turn each time an agent's buffer of samples fills, and at the epoch's end). Where the plan is not the
+reference's budget (``prompt_share`` < 1: the cheapest plan that branches every agent, on fewer prompts), the replay
+runs over the reference's prompts, full trees of its J per turn, that the env steps so far stand for.
 """
 
 from __future__ import annotations

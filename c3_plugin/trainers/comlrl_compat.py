@@ -14,9 +14,10 @@ turn t: the same env steps. J is split over the turn's decision points as evenly
 in schedule order (8 over two agents: [2, 4], the paper's tree; 2 over two: [2, 1]), and each later turn's split
 is rotated by the earlier turns' branching points (:func:`~c3_plugin.core.plan.rotate_split`: [2, 1] then [1, 2]),
 so at two turns or more every agent of a 2-agent team gets groups at CoMLRL's env steps. Where the plan still
-leaves an agent without a group (one turn, J = 2 over two agents: no plan of J leaves does better), the trainer
-warns before it trains (:func:`c3_plugin.trainers.setup.untrained_warning`). MAGRPO and MAPPO default to
-``independent J``.
+leaves a trained agent without a group (one turn, J = 2 over two agents; J = 1; three agents over two turns), the
+trainer runs the cheapest tree that gives every one a group on the share of each epoch's prompts that keeps the
+run within CoMLRL's env steps, and says so before it trains (:func:`c3_plugin.trainers.setup.every_agent_plan`).
+MAGRPO and MAPPO default to ``independent J``.
 """
 
 from __future__ import annotations
