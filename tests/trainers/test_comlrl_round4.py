@@ -9,6 +9,7 @@ import dataclasses
 import math
 import warnings
 from fractions import Fraction
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -18,6 +19,7 @@ from comlrl.trainers.actor_critic import IACConfig, IACTrainer, MAACConfig, MAAC
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 from wandb.sdk.wandb_run import Run
 
+from c3_plugin.core.config import load_config
 from c3_plugin.core.plan import (
     comlrl_env_steps,
     default_plan,
@@ -26,11 +28,13 @@ from c3_plugin.core.plan import (
     plan_env_steps,
 )
 from c3_plugin.core.registry import inert_fields
+from c3_plugin.run.dry_run import optimisation_settings
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
 from c3_plugin.trainers import C3Config, C3Trainer
 from c3_plugin.trainers.setup import prompts_per_epoch
 from tests.trainers.test_comlrl_scripts import _data, _offline, _reward  # noqa: F401 (_offline: autouse)
 
+ROOT = Path(__file__).resolve().parents[2]
 REAL = {"iac": (IACConfig, IACTrainer), "maac": (MAACConfig, MAACTrainer), "magrpo": (MAGRPOConfig, MAGRPOTrainer)}
 
 
@@ -220,6 +224,11 @@ def test_discount_with_one_turn_is_accepted_and_listed_inert():
     assert "discount" not in inert_fields(C3Config(num_turns=2, discount=0.9))
     with pytest.raises(ValueError, match=r"discount must be in \(0, 1\]"):
         C3Config(num_turns=1, discount=0.0)
+    # the dry-run's inert list (and c3 compare's), for every workflow algorithm of a shipped head-to-head
+    cfg = load_config(ROOT / "configs" / "math" / "h2h_cpu.yaml", ["c3.discount=0.9", "magrpo.discount=0.9"])
+    listing = optimisation_settings(cfg, None, None, ["c3", "magrpo"])
+    assert all("one reward per episode" in listing["inert"][a]["discount"] for a in ("c3", "magrpo"))
+    assert listing["uncontrolled"] == {}
 
 
 # ----- 3. every trained agent branched, every shape ----------------------------------------------------------------
