@@ -236,7 +236,7 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
             with gathered(self.engines, self.zero3):
                 self.backend.start()
         schedules = setup.lr_schedules(args, self.workflow, self.train_dataset, self.phases, self.policy_groups,
-                                       self.agent_lrs)
+                                       self.agent_lrs, self.prompt_share)
         if schedules is not None:
             self.lr_schedulers = schedules
         self.rng = np.random.default_rng([args.seed, self.dist.rank] if self.dist.enabled else args.seed)

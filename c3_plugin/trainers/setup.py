@@ -304,15 +304,16 @@ def data_parallel(section: Any, args: Any, agents: Sequence[Any], groups: Sequen
 
 
 def lr_schedules(args: Any, wf: Workflow, train: Any, phases: Any, groups: Sequence[Sequence[int]],
-                 agent_lrs: Sequence[float]) -> list[LRSchedule] | None:
+                 agent_lrs: Sequence[float], share: Fraction = Fraction(1)) -> list[LRSchedule] | None:
     """Entry ``a``: the :class:`~.optim.LRSchedule` of agent ``a``'s optimizer (its group's), over the run's
-    optimizer steps of that policy (:func:`~.optim.policy_optimizer_steps`, from the train set); None when the
+    optimizer steps of that policy (:func:`~.optim.policy_optimizer_steps`, from the train set, the ``share`` of it an
+    epoch visits, :func:`every_agent_plan`); None when the
     rate stays constant over the run (``lr_scheduler: constant`` without a warm-up), so a constant rate steps as
     before and its checkpoints keep their components."""
     if args.lr_scheduler == "constant" and not args.lr_warmup_ratio:
         return None
     try:
-        rows = len(train) if not phases else train
+        rows = prompts_per_epoch(len(train), share) if not phases else train
     except TypeError as exc:
         raise ValueError(f"lr_scheduler: {args.lr_scheduler} with lr_warmup_ratio {args.lr_warmup_ratio} needs the "
                          "run's number of optimizer steps, counted from a train_dataset with a length") from exc

@@ -20,18 +20,14 @@ from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 from wandb.sdk.wandb_run import Run
 
 from c3_plugin.core.config import load_config
-from c3_plugin.core.plan import (
-    comlrl_env_steps,
-    default_plan,
-    every_agent_branching,
-    parse_plan,
-    plan_env_steps,
-)
+from c3_plugin.core.plan import comlrl_env_steps, plan_env_steps
 from c3_plugin.core.registry import inert_fields
+from c3_plugin.core.workflow import parallel_workflow
 from c3_plugin.run.dry_run import optimisation_settings
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
 from c3_plugin.trainers import C3Config, C3Trainer
-from c3_plugin.trainers.setup import prompts_per_epoch
+from c3_plugin.trainers.setup import prompts_per_epoch, resolve_plan
+from c3_plugin.trainers.turns import Turns
 from tests.trainers.test_comlrl_scripts import _data, _offline, _reward  # noqa: F401 (_offline: autouse)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -232,35 +228,36 @@ def test_discount_with_one_turn_is_accepted_and_listed_inert():
 
 
 # ----- 3. every trained agent branched, every shape ----------------------------------------------------------------
-def _plan_for(agents, turns, gens, trained=None):
-    """The trainer's plan for a team of ``agents`` over ``turns`` turns at ``num_generations=gens``: the default tree
-    where it branches every trained agent, else the cheapest one that does (setup.every_agent_plan's rule)."""
-    cfg = SimpleNamespace(num_generations=gens, num_turns=turns, joint_mode="aligned", default_plan_kind="tree")
+def _plan_for(agents, turns, gens, frozen=()):
+    """The trainer's plan (setup.resolve_plan, the function C3Trainer calls) for CoMLRL's team of ``agents`` over
+    ``turns`` turns (the workflow the trainer builds: turns.Turns, one turn: parallel) at ``num_generations=gens``
+    (1: a config standing in for IAC, which allows it); returns the plan's branching, the decision points' agents,
+    the share of the prompts it visits and both budgets per prompt."""
+    wf = Turns(SimpleNamespace(), agents, turns, None, _transition).workflow if turns > 1 else parallel_workflow(agents)
     per_turn = [agents] * turns
-    decision_agents = list(range(agents)) * turns
-    trained = list(range(agents)) if trained is None else trained
-    tree = parse_plan(default_plan(cfg, per_turn, agents)).tree
-    branched = {decision_agents[u] for u, b in enumerate(tree) if b > 1}
-    if not set(trained) <= branched:
-        tree = tuple(every_agent_branching(per_turn, decision_agents, trained))
-    return tree, per_turn, decision_agents, comlrl_env_steps(cfg, agents)
+    cfg = C3Config(num_agents=agents, num_turns=turns, num_generations=gens, eval_interval=0,
+                   comlrl_reference="iac" if gens == 1 else "magrpo")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, branching, share = resolve_plan(cfg, None, wf, per_turn, "C3", frozen)
+    decision_agents = [wf.roles[step.name].agent for step in wf.decision_steps]
+    return branching, decision_agents, share, plan_env_steps(branching, per_turn), comlrl_env_steps(cfg, agents)
 
 
 @pytest.mark.parametrize("agents", [3, 4])
 @pytest.mark.parametrize("turns", [1, 2, 3, 4])
 @pytest.mark.parametrize("gens", [1, 2, 3, 4])
 def test_the_plan_branches_every_trained_agent_within_the_references_env_steps(agents, turns, gens):
-    tree, per_turn, decision_agents, theirs = _plan_for(agents, turns, gens)
-    assert {decision_agents[u] for u, b in enumerate(tree) if b > 1} == set(range(agents))
-    ours = plan_env_steps(tree, per_turn)
-    share = min(Fraction(1), Fraction(theirs, ours))
+    branching, decision_agents, share, ours, theirs = _plan_for(agents, turns, gens)
+    assert {decision_agents[u] for u, b in enumerate(branching) if b > 1} == set(range(agents))
+    assert share == min(Fraction(1), Fraction(theirs, ours))
     for prompts in (1, 8, 64):
         used = prompts_per_epoch(prompts, share)
         assert used * ours <= prompts * theirs  # never more env steps than the reference
-        assert used == math.floor(prompts * theirs / ours) if ours > theirs else used == prompts
-    # a frozen teammate needs no group
-    tree, _, decision_agents, _ = _plan_for(agents, turns, gens, trained=[0])
-    assert 0 in {decision_agents[u] for u, b in enumerate(tree) if b > 1}
+        assert used == (math.floor(prompts * theirs / ours) if ours > theirs else prompts)
+    # a frozen teammate needs no group; every other agent gets one
+    branching, decision_agents, _, _, _ = _plan_for(agents, turns, gens, frozen=(agents - 1,))
+    assert {decision_agents[u] for u, b in enumerate(branching) if b > 1} >= set(range(agents - 1))
 
 
 def test_a_budget_that_leaves_no_prompt_is_refused_naming_the_smallest_that_would():
