@@ -276,6 +276,7 @@ def honour_metrics_callback(trainer: Any, callback: Callable[[list[Any]], Mappin
     with the batch's ``train/*`` metrics, as IAC logs them; in evaluation it is called on each eval item's samples
     and the means over the items are logged as ``eval/<key>``, as IAC's ``evaluate`` logs them."""
     trainer.metrics_callback = callback
+    trainer.callback_keys = set()  # the callback's keys among the training metrics
     if callback is None:
         return
     if not callable(callback):
@@ -286,7 +287,9 @@ def honour_metrics_callback(trainer: Any, callback: Callable[[list[Any]], Mappin
     def rollout_metrics(rollout: Any) -> dict[str, float]:
         metrics = dict(inner(rollout))
         for key, value in numeric(callback(callback_samples(rollout))).items():
-            metrics.setdefault(key, value)
+            if key not in metrics:  # W&B: after every prompt, as IAC logs them (bridge.wandb_row_split)
+                metrics[key] = value
+                trainer.callback_keys.add(key)
         return metrics
 
     trainer.rollout_metrics = rollout_metrics

@@ -155,9 +155,11 @@ class ActorCriticCadence(ComlrlCadence):
     one sample per joint action of each turn (:attr:`per_prompt`, as its env steps: IAC's multi-turn runs one joint
     action per turn); an agent's buffer of ``rollout_buffer_size`` samples is drained (one update) after the prompt
     that fills it, and at the epoch's end, logged as one entry per turn at the env step then, gated by
-    ``logging_steps`` as MAGRPO's."""
+    ``logging_steps`` as MAGRPO's; each prompt's step also gets an entry of turn -1, where its ``metrics_callback``
+    keys go (:func:`.bridge.wandb_row_split`)."""
 
     pending: int = 0  # samples in each agent's buffer
+    prompt_rows: bool = False  # a metrics_callback's keys logged after every prompt (IAC's _log_domain_metrics)
 
     def batch(self, start: int, prompts: int, end: int | None = None, final: bool = False,
               nodes: Sequence[Sequence[Entry]] | None = None) -> list[Entry]:
@@ -165,6 +167,8 @@ class ActorCriticCadence(ComlrlCadence):
         counter = start
         for _ in range(int(prompts)):
             counter += self.per_prompt
+            if self.prompt_rows:  # the prompt's metrics_callback keys, ungated
+                logged.append((counter, -1))
             self.pending += self.per_prompt
             if self.pending >= max(1, int(self.buffer_size)):
                 logged += self._entries(counter)
@@ -186,8 +190,10 @@ def replay(trainer: Any) -> ComlrlCadence:
     joint = turn_joint_actions(trainer.branching, turns)
     if reference or trainer.prompt_share < 1:
         joint = [joint_actions_per_node(trainer.args, trainer.num_agents)] * len(turns)
-    kind = ActorCriticCadence if reference else ComlrlCadence
-    return kind(trainer.num_agents, joint, int(trainer.args.rollout_buffer_size), int(trainer.args.logging_steps))
+    args = (trainer.num_agents, joint, int(trainer.args.rollout_buffer_size), int(trainer.args.logging_steps))
+    if reference:
+        return ActorCriticCadence(*args, prompt_rows=getattr(trainer, "metrics_callback", None) is not None)
+    return ComlrlCadence(*args)
 
 
 def wandb_rows(trainer: Any, start: int, items: int, final: bool = False, rollout: Any = None) -> bool:

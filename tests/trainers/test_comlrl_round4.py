@@ -93,6 +93,21 @@ def code_completion_maac(MAACConfig, MAACTrainer, wandb_config=None):
                        external_transition=_transition, wandb_config=wandb_config)
 
 
+def _bfcl_callback(rollouts):
+    first = rollouts[0]
+    return {"turn_1/argument_match": float(len(first.completion) % 2), "official_category/simple": float(len(rollouts))}
+
+
+def bfcl_iac(IACConfig, IACTrainer, wandb_config=None):
+    """LLM_Collab_BFCL-v4's train_iac (round three's; its keys were logged at IAC's steps only in part): one turn,
+    num_generations=2, a buffer of 2, its metrics in a metrics_callback, which IAC logs after every prompt."""
+    tok = tiny_tokenizer()
+    args = IACConfig(num_turns=1, num_generations=2, rollout_buffer_size=2, num_train_epochs=1, max_new_tokens=4,
+                     agent_devices="cpu", eval_interval=0, use_separate_critic=False)
+    return IACTrainer(agents=[tiny_model(tok, seed=a) for a in range(2)], tokenizer=tok, reward_func=_reward,
+                      train_dataset=_data(4), args=args, metrics_callback=_bfcl_callback, wandb_config=wandb_config)
+
+
 # script -> (the reference it was written for, its env steps, C3's plan)
 SCRIPTS = {
     "docs_iac": (docs_iac, "iac", 4, (2, 2)),
@@ -100,6 +115,7 @@ SCRIPTS = {
     "house_build_iac": (house_build_iac, "iac", 28, (1, 1, 1, 1, 1, 1, 2, 2)),
     "code_completion_3": (code_completion_3, "magrpo", 18, (1, 1, 1, 2, 2, 2)),
     "code_completion_maac": (code_completion_maac, "maac", 10, (1, 1, 2, 2)),
+    "bfcl_iac": (bfcl_iac, "iac", 8, (2, 2)),
 }
 
 
@@ -161,11 +177,12 @@ def test_a_new_script_trains_every_agent_at_the_references_env_steps_and_wandb_s
     assert c3.plan.tree == tree
     assert all(s > 0 for s in their_steps) and all(their_moved)
     assert all(s > 0 for s in our_steps) and all(our_moved), our_steps  # every agent of the team trained
-    ours, mine = _steps_by_key(their_rows), _steps_by_key(our_rows)
-    train_keys = {k for k in ours if k.startswith("turn_")}
-    assert train_keys and train_keys <= set(mine)
-    for key in train_keys:  # every training key the reference logs, at the reference's W&B steps
-        assert mine[key] == ours[key], (key, mine[key], ours[key])
+    reference_steps, c3_steps = _steps_by_key(their_rows), _steps_by_key(our_rows)
+    # every training key the reference logs (its turn_<t>/* and its metrics_callback's), at the reference's W&B steps
+    train_keys = {k for k in reference_steps if k.startswith("turn_")} | set(c3.callback_keys)
+    assert train_keys and train_keys <= set(c3_steps)
+    for key in train_keys:
+        assert c3_steps[key] == reference_steps[key], (key, c3_steps[key], reference_steps[key])
     assert sorted({s for s, _ in our_rows}) == sorted({s for s, _ in their_rows})
 
 
