@@ -207,7 +207,8 @@ def wandb_rows(trainer: Any, start: int, items: int, final: bool = False, rollou
     if getattr(trainer, "_cadence", None) is None:
         trainer._cadence = replay(trainer)
     if isinstance(trainer._cadence, ActorCriticCadence) or trainer.prompt_share < 1:
-        done = getattr(trainer, "_reference_prompts", 0)  # the reference's prompts replayed so far
+        # the reference's prompts replayed so far (a resumed run: those its env steps stand for)
+        done = getattr(trainer, "_reference_prompts", start // trainer._cadence.per_prompt)
         trainer._reference_prompts = int(trainer.env_step) // trainer._cadence.per_prompt
         trainer._rows = trainer._cadence.batch(done * trainer._cadence.per_prompt, trainer._reference_prompts - done,
                                                end=int(trainer.env_step), final=final)
