@@ -43,6 +43,8 @@ NOT_OPTIMISATION: tuple[str, ...] = (
     # IAC's/MAAC's critic fields: accepted and unread by C3 (trainers/actor_critic_fields.py); MAPPO's own critic_* are
     # its credit
     "critic_value_head_hidden_dim", "value_head_hidden_dim", "critic_devices",
+    # which CoMLRL config a C3Config stands in for: it sets the defaults of fields that are diffed themselves
+    "comlrl_reference",
 )
 
 

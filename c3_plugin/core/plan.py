@@ -14,6 +14,7 @@ Every plan reduces to one branching factor per decision point:
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import warnings
@@ -207,6 +208,24 @@ def plan_env_steps(branching: Sequence[int], turns: Sequence[int]) -> int:
         end += d
         total += math.prod(branching[:end])
     return total
+
+
+def every_agent_branching(turns: Sequence[int], decision_agents: Sequence[int], agents: Sequence[int]) -> list[int]:
+    """The cheapest tree plan that gives every agent of ``agents`` a group: 2 alternatives at one of its decision points
+    (``decision_agents``: the agent of each decision point, in schedule order), 1 everywhere else. It is the one of
+    fewest env steps per prompt (:func:`plan_env_steps`; branching a decision point twice, or more of them, only costs
+    more) over every choice of one decision point per agent; among equals, the earliest decision points."""
+    choices = [[u for u, a in enumerate(decision_agents) if a == agent] for agent in agents]
+    missing = [agent for agent, c in zip(agents, choices) if not c]
+    if missing:
+        raise PlanError(f"agent(s) {missing} have no decision point in the workflow to branch")
+    best: tuple[int, list[int]] | None = None
+    for pick in itertools.product(*choices):
+        branching = [2 if u in pick else 1 for u in range(len(decision_agents))]
+        key = (plan_env_steps(branching, turns), sorted(pick))
+        if best is None or key < (best[0], sorted(u for u, b in enumerate(best[1]) if b > 1)):
+            best = (key[0], branching)
+    return best[1] if best is not None else [1] * len(decision_agents)
 
 
 def note_budget(cfg: Any, branching: Sequence[int], turns: Sequence[int], num_agents: int, algorithm: str) -> int:

@@ -8,7 +8,9 @@ returns, from rewards alone, so nothing of IAC's or MAAC's critic is trained. Th
 :class:`ActorCriticFields` (C3Config's mixin; defaults and types CoMLRL 1.4.3's) and those keywords in
 :func:`actor_critic_keywords`; any of them set to something other than CoMLRL's default is named, with the
 reason, in one warning when the trainer is built (:data:`CRITIC_FIELDS`). Every other field is MAGRPOConfig's
-too and keeps its definition and its workflow meaning (:mod:`.comlrl_compat`). Field by field (CoMLRL's
+too and keeps its definition and its workflow meaning (:mod:`.comlrl_compat`). A config the script names
+``IACConfig`` or ``MAACConfig`` (or ``comlrl_reference``) stands in for it: every field the script did not set
+takes IAC's/MAAC's default (:func:`take_reference_defaults`). Field by field (CoMLRL's
 ``comlrl/trainers/actor_critic/{iac,maac}.py``):
 
 =================================  ===========================================================================
@@ -31,22 +33,22 @@ IAC/MAAC field                     under C3
 ``top_p``                          honoured: nucleus sampling
 ``top_k``                          honoured: top-k sampling
 ``num_generations``                honoured as MAGRPO's: joint actions per prompt (IAC's and MAAC's are aligned
-                                   joint samples too), the default plan's budget; below 2 (IAC's default 1,
-                                   required by its multi-turn mode), which gives C3 no alternatives to compare,
-                                   C3 runs 2 (the smallest plan with alternatives) and a warning prints its
-                                   env steps against the script's
+                                   joint samples too), the reference's budget; where no plan of it branches
+                                   every trained agent (IAC's default 1), C3 runs the cheapest tree that does
+                                   on the share of the prompts that keeps the reference's env steps
+                                   (``setup.every_agent_plan``, printed)
 ``num_turns``                      honoured as MAGRPO's: > 1 runs CoMLRL's multi-turn team with its
-                                   ``external_transition`` (IAC's multi-turn needs ``num_generations=1``,
-                                   which C3 raises to 2, with the warning above)
-``rollout_buffer_size``            mapped: prompts per update (``instances_per_update``), as MAGRPO's; IAC and
-                                   MAAC count samples per agent, prompts x ``num_generations``, so their
-                                   cadence at ``num_generations=K`` is ``instances_per_update=buffer/K``
+                                   ``external_transition`` (IAC's multi-turn needs ``num_generations=1``)
+``rollout_buffer_size``            mapped: standing in for IAC/MAAC, each agent's samples per update (a
+                                   prompt gives one per joint action and turn), so a rollout batch holds the
+                                   prompts that fit in one update's env steps (``setup.reference_batch``)
 ``train_batch_size``               honoured when >= ``rollout_buffer_size`` (one optimizer step per update, as
                                    IAC's default); refused below it: C3 steps on messages (``minibatch_size``)
 ``advantage_normalization``        mapped: C3 divides each agent's advantages in a batch by their std
                                    (``batch_scale``, keeping the leave-one-out; IAC z-scores its buffer)
 ``discount``                       honoured as MAGRPO's: discounted multi-turn returns (IAC discounts its
-                                   critic's bootstrap, r_t + discount V(h_t+1)); refused != 1 with one turn
+                                   critic's bootstrap, r_t + discount V(h_t+1)); accepted with one turn,
+                                   where it has no effect (listed inert), as in IAC
 ``early_termination_threshold``    honoured as MAGRPO's: a multi-turn episode ends after a turn whose reward
                                    exceeds it; no effect with one turn, as in IAC
 ``external_prompt_passthrough``    honoured: multi-turn prompts are the transition's text as is; no effect
@@ -56,8 +58,9 @@ IAC/MAAC field                     under C3
 ``eval_interval``                  honoured: evaluate every eval_interval training items
 ``eval_num_samples``               honoured: eval items per evaluation
 ``eval_batch_size``                honoured: eval items per generate call
-``logging_steps``                  honoured as MAGRPO's: W&B training rows at the env steps MAGRPOTrainer
-                                   logs at (``wandb_cadence``; IAC gates its rows on the same env-step gap)
+``logging_steps``                  honoured: W&B training rows at the env steps IAC/MAAC log at, one entry
+                                   per drained buffer gated by the same env-step gap
+                                   (``cadence.ActorCriticCadence``; ``wandb_cadence``)
 ``reference_kl_enabled``           honoured: a KL to a frozen reference copy (in C3's PPO loss per token; IAC
                                    subtracts it from the reward, which C3's ``kl_reward_coef`` does)
 ``reference_kl_coef``              honoured: that KL's coefficient
@@ -75,10 +78,10 @@ swapped script passes them by name, as CoMLRL's examples do.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 import inspect
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
@@ -86,8 +89,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 from comlrl.models.actor_critic import CausalLMWithValueHead
+from comlrl.trainers.actor_critic import IACConfig, MAACConfig
 
-from c3_plugin.core.plan import comlrl_env_steps
 from c3_plugin.core.trace import path_to
 
 # IAC/MAAC field -> what it sets in CoMLRL (all the critic's: no meaning under C3)
@@ -125,23 +128,74 @@ class ActorCriticFields:
     # the critics' devices (CoMLRL: None, Optional[Union[str, Sequence[str]]])
     critic_devices: str | Sequence[str] | None = None
 
+    # the CoMLRL config this one stands in for: "iac" or "maac" (every field the script did not set takes that
+    # config's default, and the rollout batch and W&B cadence follow its rollout buffer) or "magrpo" (None: "iac" or
+    # "maac" where the script named this class IACConfig or MAACConfig, else "magrpo")
+    comlrl_reference: str | None = None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        """Note the fields the script set, and the names it calls this class by (:func:`stand_in_for`)."""
+        obj = super().__new__(cls)
+        names = [f.name for f in dataclasses.fields(cls) if f.init]
+        obj.__dict__["_given"] = set(names[:len(args)]) | set(kwargs)
+        obj.__dict__["_named"] = stand_in_for(cls, sys._getframe(1))
+        return obj
+
     def __post_init__(self) -> None:
-        gens = getattr(self, "num_generations", 2)
-        script = None
-        if isinstance(gens, int) and not isinstance(gens, bool) and gens < 2 and getattr(self, "plan", None) is None:
-            # IAC's default, one joint action per prompt, gives C3 no alternatives: the smallest budget that does
-            script, self.num_generations = copy.copy(self), 2
+        reference = self.comlrl_reference or self.__dict__.get("_named") or "magrpo"
+        if reference not in ("magrpo", *REFERENCE_CONFIGS):
+            raise ValueError(f"comlrl_reference must be 'magrpo', 'iac' or 'maac' (the CoMLRL config this one stands "
+                             f"in for), got {self.comlrl_reference!r}")
+        self.comlrl_reference = reference
+        if reference in REFERENCE_CONFIGS:
+            take_reference_defaults(self, REFERENCE_CONFIGS[reference], self.__dict__.get("_given", set()))
+        gens = self.num_generations if hasattr(self, "num_generations") else 2
+        if reference in REFERENCE_CONFIGS and isinstance(gens, int) and not isinstance(gens, bool) and 1 <= gens < 2:
+            # IAC's and MAAC's default, one joint action per prompt, which MAGRPOConfig refuses: checked at 2, kept at
+            # 1 (the reference's budget; the trainer's plan gives every agent a group within it, setup.every_agent_plan)
+            self.num_generations = 2
         parent = getattr(super(), "__post_init__", None)
         if parent is not None:
             parent()
-        if script is not None:
-            agents = int(getattr(self, "num_agents", 2) or 2)
-            warnings.warn(f"num_generations={gens} (IAC's and MAAC's default: one joint action per prompt) gives C3 no "
-                          "alternatives to compare (its credit is the leave-one-out among the joint actions sampled "
-                          "from a context); C3 runs num_generations=2 instead, the smallest plan with alternatives: "
-                          f"{comlrl_env_steps(self, agents)} env steps (reward calls) per prompt against the "
-                          f"script's {comlrl_env_steps(script, agents)}; set num_generations >= 2 (or a plan) to "
-                          "choose the budget", UserWarning, stacklevel=3)
+        if hasattr(self, "num_generations"):
+            self.num_generations = gens
+
+
+    @property
+    def rl_algorithm(self) -> str:
+        """What CoMLRL's trainer checks ``num_generations`` against (>= 1 for IAC and MAAC, >= 2 for MAGRPO)."""
+        return self.comlrl_reference or "magrpo"
+
+
+# the names a script imports C3Config as, and the CoMLRL config each stands in for
+REFERENCE_NAMES = {"IACConfig": "iac", "MAACConfig": "maac"}
+REFERENCE_CONFIGS = {"iac": IACConfig, "maac": MAACConfig}
+
+
+def stand_in_for(cls: type, frame: Any) -> str | None:
+    """``"iac"``/``"maac"`` where the calling script binds ``cls`` to the name ``IACConfig``/``MAACConfig`` (``from
+    c3_plugin.trainers import C3Config as IACConfig``), in its locals, else its globals, and to no other name of
+    :data:`REFERENCE_NAMES` nor to its own; else None (then ``comlrl_reference`` says it)."""
+    for scope in (frame.f_locals, frame.f_globals) if frame is not None else ():
+        bound = {REFERENCE_NAMES.get(name, name) for name in (*REFERENCE_NAMES, cls.__name__) if scope.get(name) is cls}
+        if bound:
+            return bound.pop() if len(bound) == 1 and bound <= set(REFERENCE_CONFIGS) else None
+    return None
+
+
+def take_reference_defaults(cfg: Any, reference: type, given: set[str]) -> list[str]:
+    """Give every field of ``cfg`` that the script did not set (``given``) and that ``reference`` (IACConfig,
+    MAACConfig) also has the reference's default, where the two differ (CoMLRL 1.4.3: rollout_buffer_size 8,
+    top_k None, num_train_epochs 40, num_generations 1, logging_steps 1); the names changed."""
+    own = {f.name for f in dataclasses.fields(cfg)}
+    changed = []
+    for f in dataclasses.fields(reference):
+        if f.name in given or f.name not in own or f.default is dataclasses.MISSING:
+            continue
+        if getattr(cfg, f.name) != f.default:
+            setattr(cfg, f.name, f.default)
+            changed.append(f.name)
+    return changed
 
 
 def critic_settings(args: Any) -> list[str]:
@@ -222,6 +276,7 @@ def honour_metrics_callback(trainer: Any, callback: Callable[[list[Any]], Mappin
     with the batch's ``train/*`` metrics, as IAC logs them; in evaluation it is called on each eval item's samples
     and the means over the items are logged as ``eval/<key>``, as IAC's ``evaluate`` logs them."""
     trainer.metrics_callback = callback
+    trainer.callback_keys = set()  # the callback's keys among the training metrics
     if callback is None:
         return
     if not callable(callback):
@@ -232,7 +287,9 @@ def honour_metrics_callback(trainer: Any, callback: Callable[[list[Any]], Mappin
     def rollout_metrics(rollout: Any) -> dict[str, float]:
         metrics = dict(inner(rollout))
         for key, value in numeric(callback(callback_samples(rollout))).items():
-            metrics.setdefault(key, value)
+            if key not in metrics:  # W&B: after every prompt, as IAC logs them (bridge.wandb_row_split)
+                metrics[key] = value
+                trainer.callback_keys.add(key)
         return metrics
 
     trainer.rollout_metrics = rollout_metrics

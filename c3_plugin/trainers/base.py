@@ -14,15 +14,15 @@ the hooks that must change for a workflow of roles that read each other:
   and aggregator, ``eval/*`` logged against ``env_step`` (from :class:`~.bridge.WorkflowBridge`,
   which also supplies generation, ``policy``/``sampling``/``collect`` and ``log_metrics``).
 
-The concerns around the loop live in their own modules: construction (:mod:`.setup`), the training
-bar (:mod:`.progress`), the KL reward (:mod:`.kl_reward`), what is summed or gathered over the ranks
-(:mod:`.ranks`), policy samples (:mod:`.samples`), the update (:mod:`.update`, :mod:`.optimizer_step`) and
-checkpoints (:mod:`.checkpoints`).
+The concerns around the loop live in their own modules: the config's checks (:mod:`.config_checks`), construction
+(:mod:`.setup`), the training bar (:mod:`.progress`), the KL reward (:mod:`.kl_reward`), what is summed or gathered over
+the ranks (:mod:`.ranks`), policy samples (:mod:`.samples`), the update (:mod:`.update`, :mod:`.optimizer_step`), the
+batch's metrics and traces (:mod:`.batch_log`), CoMLRL's W&B cadence (:mod:`.cadence`) and checkpoints
+(:mod:`.checkpoints`).
 """
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,24 +32,18 @@ import numpy as np
 import torch
 from comlrl.trainers.reinforce.magrpo import MAGRPOConfig, MAGRPOTrainer
 
-from c3_plugin.core.credit import NORMALIZATIONS
 from c3_plugin.core.credit_diagnostics import rollout_diagnostics
 from c3_plugin.core.curriculum import check_rows, parse_curriculum, phase_at
-from c3_plugin.core.plan import parse_plan
-from c3_plugin.core.registry import WORKFLOW
-from c3_plugin.core.rollout import Rollout, credited_path
-from c3_plugin.core.trace import write_jsonl
+from c3_plugin.core.registry import WORKFLOW, Inert
+from c3_plugin.core.rollout import Rollout
 from c3_plugin.core.workflow import Workflow
-from c3_plugin.scale.distributed import gather, gathered, shard
-from c3_plugin.scale.peak_memory import peak_memory
-from c3_plugin.trainers import kl_reward, progress, ranks, setup
+from c3_plugin.scale.distributed import gathered, shard
+from c3_plugin.trainers import batch_log, cadence, config_checks, kl_reward, progress, ranks, setup
 from c3_plugin.trainers.bridge import WorkflowBridge, comlrl_constructor
-from c3_plugin.trainers.cadence import ComlrlCadence, realized_nodes, turn_joint_actions
 from c3_plugin.trainers.checkpoints import WorkflowCheckpoints
-from c3_plugin.trainers.comlrl_compat import resolve_comlrl_fields
-from c3_plugin.trainers.optim import KL_ESTIMATORS, SCHEDULES
+from c3_plugin.trainers.comlrl_compat import COMLRL_INERT
 from c3_plugin.trainers.samples import credited_rows, entry_prompt_ids, policy_sample, scale_advantages
-from c3_plugin.trainers.turns import Turns, turn_metrics
+from c3_plugin.trainers.turns import Turns
 from c3_plugin.trainers.update import PolicySample, update_policies
 
 
@@ -61,6 +55,7 @@ class WorkflowConfig(MAGRPOConfig):
     capabilities = WORKFLOW  # a rollout plan over the workflow; data-parallel (registry.Capabilities)
     normalization_scaling: ClassVar[str] = "batch_zscore"  # what advantage_normalization=True means for this algorithm
     default_plan_kind: ClassVar[str] = "independent"  # the default plan's kind ("tree" or "independent")
+    inert_fields: ClassVar[tuple[Inert, ...]] = COMLRL_INERT  # fields accepted where they change nothing (registry)
 
     # rollout plan: "tree [2, 4]", "independent 8" or "diagnostic n=4 u=0 c=4" (None: the algorithm's default plan over
     # the team, spending CoMLRL's env steps for num_generations; c3_plugin/trainers/comlrl_compat.py default_plan)
@@ -186,65 +181,7 @@ class WorkflowConfig(MAGRPOConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._check_recipe()
-        # advantage_normalization, rollout_buffer_size, train_batch_size, joint_mode, discount, ...
-        resolve_comlrl_fields(self)
-        if self.advantage_scaling not in NORMALIZATIONS:
-            raise ValueError(f"advantage_scaling must be one of {NORMALIZATIONS}, got {self.advantage_scaling!r}")
-        for name in ("instances_per_update", "ppo_epochs", "micro_batch_size"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.minibatch_size is not None and self.minibatch_size < 1:
-            raise ValueError(f"minibatch_size must be >= 1 or None, got {self.minibatch_size}")
-        if self.minibatches_per_ppo_epoch is not None:
-            if self.minibatches_per_ppo_epoch < 1:
-                raise ValueError("minibatches_per_ppo_epoch must be >= 1 or None, got "
-                                 f"{self.minibatches_per_ppo_epoch}")
-            if self.minibatch_size is not None:
-                raise ValueError(f"minibatch_size ({self.minibatch_size} messages per step) and "
-                                 f"minibatches_per_ppo_epoch ({self.minibatches_per_ppo_epoch} steps per PPO epoch) "
-                                 "both size the minibatches: keep one (minibatch_size: null for the "
-                                 "equal-steps setting)")
-        if not 0 < self.clip_eps < 1:
-            raise ValueError(f"clip_eps must be in (0, 1), got {self.clip_eps}")
-        if self.generation_backend not in ("hf", "vllm"):
-            raise ValueError(f"generation_backend must be 'hf' or 'vllm', got {self.generation_backend!r}")
-        if self.importance_sampling_cap is not None and not (self.generation_backend == "vllm" and self.logprob_mismatch
-                                                             and self.importance_sampling_cap >= 1.0):
-            raise ValueError("importance_sampling_cap needs generation_backend: vllm, logprob_mismatch: true and a cap "
-                             f">= 1, got backend {self.generation_backend!r}, logprob_mismatch "
-                             f"{self.logprob_mismatch}, cap {self.importance_sampling_cap}")
-        if self.wandb_cadence not in ("comlrl", "batch"):
-            raise ValueError(f"wandb_cadence must be 'comlrl' (CoMLRL's W&B steps) or 'batch' (every rollout batch), "
-                             f"got {self.wandb_cadence!r}")
-        if self.vllm_server_url is not None and self.generation_backend != "vllm":
-            raise ValueError("vllm_server_url needs generation_backend: vllm (it names the vLLM "
-                             "server to sample through)")
-        if self.plan is not None:
-            parse_plan(self.plan)
-        parse_curriculum(self.curriculum, int(self.num_train_epochs))
-
-    def _check_recipe(self) -> None:
-        """The learning-rate schedule, AdamW and KL-in-reward fields."""
-        if self.lr_scheduler not in SCHEDULES:
-            raise ValueError(f"lr_scheduler must be one of {SCHEDULES}, got {self.lr_scheduler!r}")
-        for name in ("lr_warmup_ratio", "lr_min_ratio"):
-            if not 0.0 <= float(getattr(self, name)) <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
-        if not (0.0 <= self.adam_beta1 < 1.0 and 0.0 <= self.adam_beta2 < 1.0 and self.adam_eps > 0
-                and self.weight_decay >= 0):
-            raise ValueError(f"adam_beta1 and adam_beta2 must be in [0, 1), adam_eps > 0 and weight_decay >= 0; got "
-                             f"{self.adam_beta1}, {self.adam_beta2}, {self.adam_eps}, {self.weight_decay}")
-        if self.kl_reward_coef < 0:
-            raise ValueError(f"kl_reward_coef must be >= 0 (0: off), got {self.kl_reward_coef}")
-        if self.kl_reward_target is not None and not (self.kl_reward_target > 0 and self.kl_reward_coef > 0):
-            raise ValueError(f"kl_reward_target={self.kl_reward_target} adapts the coefficient multiplicatively: it "
-                             "needs kl_reward_target > 0 and kl_reward_coef > 0 (the initial coefficient), got "
-                             f"{self.kl_reward_coef}")
-        if int(self.kl_reward_horizon) < 1:
-            raise ValueError(f"kl_reward_horizon must be >= 1, got {self.kl_reward_horizon}")
-        if self.kl_reward_estimator not in KL_ESTIMATORS:
-            raise ValueError(f"kl_reward_estimator must be one of {KL_ESTIMATORS}, got {self.kl_reward_estimator!r}")
+        config_checks.check_workflow_config(self)
 
 
 class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
@@ -271,7 +208,9 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
         self.agent_lrs, self.frozen, self.agent_temperature = setup.agent_training(
             self.workflow, args, n, learning_rates, learning_rate_scales, trainable)
         turns = self.turns.turns if self.turns else [self.workflow.num_decisions]
-        self.plan, self.branching = setup.resolve_plan(args, plan, self.workflow, turns, self.algorithm_name)
+        self.plan, self.branching, self.prompt_share = setup.resolve_plan(args, plan, self.workflow, turns,
+                                                                          self.algorithm_name, self.frozen)
+        setup.check_share(self.prompt_share, comlrl["train_dataset"], args, self.algorithm_name)
         self.lora_adapters = lora_adapters  # agents share one PeftModel with adapters "agent0", "agent1", ...
         # the domain's outcome extractor (Domain.outcome) for the influence diagnostic; None: no influence
         self.outcome = outcome
@@ -297,7 +236,7 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
             with gathered(self.engines, self.zero3):
                 self.backend.start()
         schedules = setup.lr_schedules(args, self.workflow, self.train_dataset, self.phases, self.policy_groups,
-                                       self.agent_lrs)
+                                       self.agent_lrs, self.prompt_share)
         if schedules is not None:
             self.lr_schedulers = schedules
         self.rng = np.random.default_rng([args.seed, self.dist.rank] if self.dist.enabled else args.seed)
@@ -323,15 +262,7 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
         return self.engines is not None and int(self.deepspeed.zero_stage) == 3
 
     def _trainable_parameters(self, agent: int) -> list[torch.nn.Parameter]:
-        if not self.lora_adapters:
-            return [p for p in self.agents[agent].parameters() if p.requires_grad]
-        tag = f".agent{agent}."
-        params = [p for name, p in self.agents[agent].named_parameters() if tag in name]
-        if not params:
-            raise ValueError(f"no LoRA parameters named '{tag}' for agent {agent}")
-        for p in params:
-            p.requires_grad_(True)
-        return params
+        return setup.trainable_parameters(self.agents[agent], agent, self.lora_adapters)
 
     def _pad_id(self, agent: int) -> int:
         tok = self.tokenizers[agent]
@@ -372,11 +303,12 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
 
     # ----- CoMLRL's epoch loop ---------------------------------------------------------------------------
     def get_train_dataloader(self):
-        """A seeded shuffle per epoch, reproducible on resume (the epoch index seeds it); with a
-        curriculum, the rows of the epoch's phase."""
+        """A seeded shuffle per epoch, reproducible on resume (the epoch index seeds it); with a curriculum, the
+        rows of the epoch's phase; the first ``prompt_share`` of them (:func:`.setup.every_agent_plan`)."""
         self._phase = phase_at(self.phases, self._epoch) if self.phases else None
         rows = self._phase.rows(self.train_dataset) if self.phases else list(range(len(self.train_dataset)))
         order = np.random.default_rng([self.args.seed, self._epoch]).permutation(len(rows))
+        order = order[:setup.prompts_per_epoch(len(rows), self.prompt_share)]
         self._epoch += 1
         subset = torch.utils.data.Subset(self.train_dataset, [rows[i] for i in order])
         return torch.utils.data.DataLoader(subset, batch_size=1, collate_fn=lambda examples: examples, shuffle=False)
@@ -402,24 +334,8 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
 
     def wandb_rows(self, start: int, items: int, final: bool = False, rollout: Rollout | None = None) -> bool:
         """The W&B rows of a batch of ``items`` instances from env step ``start`` under ``wandb_cadence``, kept in
-        ``self._rows`` (:func:`.cadence.ComlrlCadence.batch`'s entries over the ``rollout``'s nodes, every rank's;
-        None: one row at the batch's env step); whether there is any."""
-        if self.args.wandb_cadence != "comlrl":
-            self._rows = None
-            return True
-        if getattr(self, "_cadence", None) is None:
-            turns = self.turns.turns if self.turns else [self.workflow.num_decisions]
-            self._cadence = ComlrlCadence(self.num_agents, turn_joint_actions(self.branching, turns),
-                                          int(self.args.rollout_buffer_size), int(self.args.logging_steps))
-        mine = []
-        if rollout is not None:  # each instance's turn nodes (its leaves' per-turn rewards, in tree order)
-            per_turn = rollout.turn_rewards if self.turns is not None else rollout.rewards.reshape(-1, 1)
-            rows = np.asarray(per_turn, dtype=float).reshape(len(rollout.items), -1, len(self._cadence.joint))
-            mine = [realized_nodes(r, self._cadence.joint) for r in rows]
-        nodes = [n for part in gather(mine) for n in part] if items else []
-        self._rows = self._cadence.batch(start, items, end=int(self.env_step), final=final,
-                                         nodes=nodes if len(nodes) == items else None)
-        return bool(self._rows)
+        ``self._rows`` (:func:`.cadence.wandb_rows`); whether there is any."""
+        return cadence.wandb_rows(self, start, items, final, rollout)
 
     def evaluate(self, num_eval_samples: int | None = None) -> dict[str, float]:
         """The bridge's evaluation, with ``phase=eval`` on the training bar while it runs. Items still queued (an
@@ -458,12 +374,12 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
         t2 = time.perf_counter()
         self.update_step += 1
         # 6. log: the metrics combined over the ranks
-        metrics = self._batch_metrics(rollout, task_rewards, advantages, len(items),
+        metrics = batch_log.batch_metrics(self, rollout, task_rewards, advantages, len(items),
                                       {**stats, **kl_metrics, "time/rollout_s": t1 - t0, "time/update_s": t2 - t1})
         if self.args.save_traces and self.run_dir is not None and rollout is not None:
-            self._append_trace(rollout)
+            batch_log.append_trace(self, rollout)
         if self.update_step == 1 and self.run_dir is not None and rollout is not None and self.dist.is_main:
-            self._write_example_trace(rollout, credited)
+            batch_log.write_example_trace(self, rollout, credited)
         combined = ranks.combine_ranks(metrics, self.dist)
         self.wandb_rows(before, len(items), final, rollout)
         self._last_train_row = combined
@@ -514,46 +430,8 @@ class WorkflowTrainer(WorkflowBridge, WorkflowCheckpoints, MAGRPOTrainer):
         (:func:`.update.update_policies`)."""
         return update_policies(self, samples)
 
-    def _batch_metrics(self, rollout: Rollout | None, task_rewards: np.ndarray | None, advantages: np.ndarray,
-                       n_items: int, update: dict[str, float]) -> dict[str, Any]:
-        """The batch's metrics on this rank: rewards and advantages over every rank, the budget totals, the
-        ``update``'s (its stats, the KL reward's and the times), the rollout's diagnostics, and CoMLRL's ``turn_<t>/*``
-        (published to W&B at CoMLRL's steps: :meth:`wandb_rows`)."""
-        rewards, adv = ranks.concatenated(task_rewards), ranks.concatenated(advantages)
-        metrics = {"env_step": float(self.env_step), "train/update_step": float(self.update_step),
-                   "train/reward_mean": float(rewards.mean()), "train/reward_std": float(rewards.std()),
-                   **{f"budget/total_{k}": float(v) for k, v in self.totals.items()}, **update,
-                   **{f"memory/{k}": v for k, v in peak_memory().items()}}
-        if len(adv):
-            metrics.update({"train/advantage_mean": float(adv.mean()), "train/advantage_std": float(adv.std()),
-                            "train/advantage_abs_mean": float(np.abs(adv).mean())})
-        if rollout is not None:
-            metrics.update({k: v for k, v in self.rollout_metrics(rollout).items() if k not in metrics})
-        if self.turns is not None and rollout is not None:
-            metrics.update(turn_metrics(rollout.turn_rewards))
-        else:
-            metrics.update({"turn_1/reward_mean": float(rewards.mean()),
-                            "turn_1/expected_return": float(rewards.reshape(n_items, -1).mean(1).mean())})
-        return metrics
-
     def rollout_metrics(self, rollout: Rollout) -> dict[str, float]:
         return rollout_diagnostics(rollout, outcome=self.outcome)
-
-    def _write_example_trace(self, rollout: Rollout, credited: list[tuple[np.ndarray, np.ndarray]]) -> None:
-        """``example_trace.json``: the first batch's first root-to-leaf path with each message's credit
-        (:func:`c3_plugin.core.rollout.credited_path`), which the dashboard shows."""
-        example = {"update_step": self.update_step, "env_step": self.env_step, **credited_path(rollout, credited)}
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "example_trace.json").write_text(json.dumps(example, indent=2, default=str), encoding="utf-8")
-
-    def _append_trace(self, rollout: Rollout) -> None:
-        """Append the batch's trace to ``traces.jsonl`` (``traces.rank<r>.jsonl`` per rank under data parallelism)."""
-        path = self.run_dir / ("traces.jsonl" if not self.dist.enabled else f"traces.rank{self.dist.rank}.jsonl")
-        tmp = path.with_suffix(".batch.jsonl")
-        write_jsonl(rollout.entries, tmp)
-        with path.open("a", encoding="utf-8") as out:
-            out.write(tmp.read_text(encoding="utf-8"))
-        tmp.unlink()
 
     # ----- progress on CoMLRL's training bar (.progress) ---------------------------------------------
     def _training_bar(self) -> Any:

@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -101,17 +101,20 @@ def item_means(rows: Sequence[Mapping[str, float]], prefix: str) -> dict[str, fl
 
 
 def wandb_row_split(published: Mapping[str, Any], rows: Sequence[tuple[int, int]] | None,
-                    step: int) -> list[tuple[int, dict[str, Any]]]:
+                    step: int, per_prompt: Collection[str] = ()) -> list[tuple[int, dict[str, Any]]]:
     """``published`` as W&B rows ``(step, metrics)``: one at ``step`` when ``rows`` is None; else one per distinct
     step of ``rows`` (CoMLRL's (step, turn) log entries), holding the ``turn_<t+1>/*`` keys of the turns logged
-    there, the last also every other key."""
+    there, the keys of ``per_prompt`` where an entry's turn is -1 (IAC's and MAAC's metrics_callback keys, logged
+    after every prompt), the last also every other key."""
     if rows is None:
         return [(step, dict(published))]
     steps = sorted({s for s, _ in rows})
     out = []
     for s in steps:
-        prefixes = tuple(f"turn_{t + 1}/" for at, t in rows if at == s)
+        prefixes = tuple(f"turn_{t + 1}/" for at, t in rows if at == s and t >= 0)
         row = {k: v for k, v in published.items() if k.startswith(prefixes)}
+        if any(at == s and t < 0 for at, t in rows):
+            row.update({k: v for k, v in published.items() if k in per_prompt})
         if s == steps[-1]:
             row = {**{k: v for k, v in published.items() if not k.startswith("turn_")}, **row}
         out.append((s, row))
@@ -555,7 +558,7 @@ class WorkflowBridge:
         if self.wandb_initialized and wandb.run is not None:
             published = {k: v for k, v in {**clean, **media}.items() if v is not None and self._published(k)}
             step = int(clean.get("env_step") or getattr(self, "env_step", 0))  # CoMLRL's W&B step
-            for at, row in wandb_row_split(published, wandb_rows, step):
+            for at, row in wandb_row_split(published, wandb_rows, step, getattr(self, "callback_keys", ())):
                 if any(k != "env_step" for k in row):
                     wandb.log({**row, "env_step": float(at)}, step=at)
 

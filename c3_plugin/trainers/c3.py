@@ -65,6 +65,7 @@ class C3Config(ActorCriticFields, WorkflowConfig):
     # fields its training does not read under some settings (registry.Inert): c3 compare lists a difference in them
     # apart, as changing nothing
     inert_fields: ClassVar[tuple[Inert, ...]] = (
+        *WorkflowConfig.inert_fields,
         Inert(("q_critic_*",), lambda c, w: c.credit != "value_assisted",
               "read only under credit: value_assisted (this run: credit: {credit}, no Q critic)"),
         Inert(("allow_estimator_change",),

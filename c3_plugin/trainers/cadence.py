@@ -15,15 +15,23 @@ The nodes replayed are the batch's own (:func:`realized_nodes`): a turn node for
 joint actions were scored, with as many reward calls as were scored, so the replay counts the env steps the batch
 really spent. Under ``early_termination_threshold`` a workflow path ends on its own reward where CoMLRL ends a node
 on its joint actions' mean (a warning says so), so there the two runs' trees, and steps, can differ.
+
+A config standing in for IAC or MAAC (``comlrl_reference``) replays their rule instead (:class:`ActorCriticCadence`:
+one entry per turn each time an agent's buffer of samples fills, and at the epoch's end). Where the plan is not the
+reference's budget (``prompt_share`` < 1: the cheapest plan that branches every agent, on fewer prompts), the replay
+runs over the reference's prompts, full trees of its J per turn, that the env steps so far stand for.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
+
+from c3_plugin.core.plan import joint_actions_per_node
+from c3_plugin.scale.distributed import gather
 
 Entry = tuple[int, int]  # (W&B step, turn index from 0) of one training log entry
 
@@ -138,3 +146,79 @@ class ComlrlCadence:
             self.last = step
             return True
         return False
+
+
+@dataclass
+class ActorCriticCadence(ComlrlCadence):
+    """IAC's and MAAC's rule (CoMLRL 1.4.3 ``ActorCriticTrainerBase._run_batch``, ``_drain_ready_agent_buffers``,
+    ``_should_log_train``), for a config standing in for them (``comlrl_reference``): each prompt gives every agent
+    one sample per joint action of each turn (:attr:`per_prompt`, as its env steps: IAC's multi-turn runs one joint
+    action per turn); an agent's buffer of ``rollout_buffer_size`` samples is drained (one update) after the prompt
+    that fills it, and at the epoch's end, logged as one entry per turn at the env step then, gated by
+    ``logging_steps`` as MAGRPO's; each prompt's step also gets an entry of turn -1, where its ``metrics_callback``
+    keys go (:func:`.bridge.wandb_row_split`)."""
+
+    pending: int = 0  # samples in each agent's buffer
+    prompt_rows: bool = False  # a metrics_callback's keys logged after every prompt (IAC's _log_domain_metrics)
+
+    def batch(self, start: int, prompts: int, end: int | None = None, final: bool = False,
+              nodes: Sequence[Sequence[Entry]] | None = None) -> list[Entry]:
+        logged: list[Entry] = []
+        counter = start
+        for _ in range(int(prompts)):
+            counter += self.per_prompt
+            if self.prompt_rows:  # the prompt's metrics_callback keys, ungated
+                logged.append((counter, -1))
+            self.pending += self.per_prompt
+            if self.pending >= max(1, int(self.buffer_size)):
+                logged += self._entries(counter)
+        if final and self.pending:
+            logged += self._entries(counter if end is None else int(end))
+        return logged
+
+    def _entries(self, step: int) -> list[Entry]:
+        self.pending = 0
+        return [(step, turn) for turn in range(len(self.joint))] if self._should_log(step) else []
+
+
+def replay(trainer: Any) -> ComlrlCadence:
+    """The replay of the reference's W&B steps: IAC's/MAAC's (:class:`ActorCriticCadence`) for a config standing in
+    for them, else MAGRPO's (:class:`ComlrlCadence`), over the plan's J_t per turn, or over the reference's J per turn
+    where the plan is not the reference's budget (``prompt_share`` < 1, :func:`.setup.every_agent_plan`)."""
+    turns = trainer.turns.turns if trainer.turns else [trainer.workflow.num_decisions]
+    reference = getattr(trainer.args, "comlrl_reference", "magrpo") in ("iac", "maac")
+    joint = turn_joint_actions(trainer.branching, turns)
+    if reference or trainer.prompt_share < 1:
+        joint = [joint_actions_per_node(trainer.args, trainer.num_agents)] * len(turns)
+    args = (trainer.num_agents, joint, int(trainer.args.rollout_buffer_size), int(trainer.args.logging_steps))
+    if reference:
+        return ActorCriticCadence(*args, prompt_rows=getattr(trainer, "metrics_callback", None) is not None)
+    return ComlrlCadence(*args)
+
+
+def wandb_rows(trainer: Any, start: int, items: int, final: bool = False, rollout: Any = None) -> bool:
+    """The W&B rows of a batch of ``items`` instances from env step ``start`` under ``wandb_cadence``, kept in
+    ``trainer._rows`` (the :func:`replay`'s entries over the ``rollout``'s nodes, every rank's; where the replay is the
+    reference's, over the reference's prompts the env steps so far stand for, each a full tree; None: one row at the
+    batch's env step); whether there is any."""
+    if trainer.args.wandb_cadence != "comlrl":
+        trainer._rows = None
+        return True
+    if getattr(trainer, "_cadence", None) is None:
+        trainer._cadence = replay(trainer)
+    if isinstance(trainer._cadence, ActorCriticCadence) or trainer.prompt_share < 1:
+        # the reference's prompts replayed so far (a resumed run: those its env steps stand for)
+        done = getattr(trainer, "_reference_prompts", start // trainer._cadence.per_prompt)
+        trainer._reference_prompts = int(trainer.env_step) // trainer._cadence.per_prompt
+        trainer._rows = trainer._cadence.batch(done * trainer._cadence.per_prompt, trainer._reference_prompts - done,
+                                               end=int(trainer.env_step), final=final)
+        return bool(trainer._rows)
+    mine = []
+    if rollout is not None:  # each instance's turn nodes (its leaves' per-turn rewards, in tree order)
+        per_turn = rollout.turn_rewards if trainer.turns is not None else rollout.rewards.reshape(-1, 1)
+        rows = np.asarray(per_turn, dtype=float).reshape(len(rollout.items), -1, len(trainer._cadence.joint))
+        mine = [realized_nodes(r, trainer._cadence.joint) for r in rows]
+    nodes = [n for part in gather(mine) for n in part] if items else []
+    trainer._rows = trainer._cadence.batch(start, items, end=int(trainer.env_step), final=final,
+                                           nodes=nodes if len(nodes) == items else None)
+    return bool(trainer._rows)

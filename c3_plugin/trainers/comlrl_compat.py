@@ -14,14 +14,17 @@ turn t: the same env steps. J is split over the turn's decision points as evenly
 in schedule order (8 over two agents: [2, 4], the paper's tree; 2 over two: [2, 1]), and each later turn's split
 is rotated by the earlier turns' branching points (:func:`~c3_plugin.core.plan.rotate_split`: [2, 1] then [1, 2]),
 so at two turns or more every agent of a 2-agent team gets groups at CoMLRL's env steps. Where the plan still
-leaves an agent without a group (one turn, J = 2 over two agents: no plan of J leaves does better), the trainer
-warns before it trains (:func:`c3_plugin.trainers.setup.untrained_warning`). MAGRPO and MAPPO default to
-``independent J``.
+leaves a trained agent without a group (one turn, J = 2 over two agents; J = 1; three agents over two turns), the
+trainer runs the cheapest tree that gives every one a group on the share of each epoch's prompts that keeps the
+run within CoMLRL's env steps, and says so before it trains (:func:`c3_plugin.trainers.setup.every_agent_plan`).
+MAGRPO and MAPPO default to ``independent J``.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from c3_plugin.core.registry import Inert
 
 # MAGRPOConfig field -> how the workflow trainers read it ("honoured: ..." or "refused: ...").
 MAGRPO_FIELDS: dict[str, str] = {
@@ -43,7 +46,8 @@ MAGRPO_FIELDS: dict[str, str] = {
     "num_turns": "honoured: > 1 runs CoMLRL's team for num_turns turns with its external_transition "
                  "as steps of the trace",
     "discount": "honoured: multi-turn returns are sum_t discount^(t-1) r_t (CoMLRL 1.4.3's MAGRPOTrainer sums "
-                "undiscounted; a warning says so); refused != 1 with one turn, where it changes nothing",
+                "undiscounted; a warning says so); with one turn it changes nothing and is accepted, as CoMLRL "
+                "accepts it, and listed among the dry-run's inert fields",
     "joint_mode": "honoured: aligned (each joint action's messages drawn for it); cross under C3 is the tree's cross "
                   "product over parallel agents (share_parallel_samples); refused for MAGRPO/MAPPO plans, which "
                   "draw aligned joint runs",
@@ -71,6 +75,14 @@ MAGRPO_FIELDS: dict[str, str] = {
     "reference_devices": "honoured: where the reference copies live",
 }
 
+# fields the workflow trainers accept, as CoMLRL does, where they change nothing (registry.Inert: the dry-run's and
+# c3 compare's inert list)
+COMLRL_INERT = (
+    Inert(("discount",), lambda c, w: int(c.num_turns) == 1,
+          "discounts later turns' rewards, and with num_turns: 1 there is one reward per episode (accepted, as "
+          "CoMLRL's IAC, MAAC and MAGRPO accept it)"),
+)
+
 JOINT_MODES = {"aligned": "aligned", "align": "aligned", "cross": "cross", "crossed": "cross"}
 
 
@@ -78,7 +90,7 @@ def resolve_comlrl_fields(cfg: Any) -> None:
     """Turn a config's CoMLRL fields into the workflow fields, in place (``WorkflowConfig.__post_init__``):
     ``advantage_scaling`` from ``advantage_normalization``, ``instances_per_update`` from
     ``rollout_buffer_size``; refuse ``train_batch_size`` below the buffer, an unknown ``joint_mode``, and a
-    ``discount`` outside (0, 1] or != 1 with one turn."""
+    ``discount`` outside (0, 1] (with one turn it has no effect, as in CoMLRL: listed in :data:`COMLRL_INERT`)."""
     wanted = cfg.normalization_scaling if cfg.advantage_normalization else "none"
     if cfg.advantage_scaling is None:
         cfg.advantage_scaling = wanted
@@ -104,6 +116,3 @@ def resolve_comlrl_fields(cfg: Any) -> None:
     cfg.joint_mode = mode
     if not 0.0 < float(cfg.discount) <= 1.0:
         raise ValueError(f"discount must be in (0, 1], got {cfg.discount}")
-    if int(cfg.num_turns) == 1 and float(cfg.discount) != 1.0:
-        raise ValueError(f"discount={cfg.discount} changes nothing with num_turns=1 (one reward per episode); drop it, "
-                         "or set num_turns > 1 with an external_transition")

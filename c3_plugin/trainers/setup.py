@@ -9,12 +9,24 @@ policies (:func:`policy_groups`), their optimizers (:func:`build_optimizers`), d
 
 from __future__ import annotations
 
+import math
 import warnings
+from fractions import Fraction
 from typing import Any, Callable, Mapping, Sequence
+
+import torch
 
 from c3_plugin.core.config import DeepSpeedSection
 from c3_plugin.core.estimator_rules import check
-from c3_plugin.core.plan import Plan, default_plan, note_budget, parse_plan
+from c3_plugin.core.plan import (
+    Plan,
+    comlrl_env_steps,
+    default_plan,
+    every_agent_branching,
+    note_budget,
+    parse_plan,
+    plan_env_steps,
+)
 from c3_plugin.core.workflow import Workflow
 from c3_plugin.scale import distributed as dp
 from c3_plugin.scale.optimizers import make_adamw
@@ -99,14 +111,19 @@ def agent_training(wf: Workflow, args: Any, n: int, learning_rates: Mapping[Any,
     return agent_lrs, off, {a: wf.agent_temperatures().get(a, float(args.temperature)) for a in range(n)}
 
 
-def resolve_plan(args: Any, plan: Any, wf: Workflow, turns: list[int], name: str) -> tuple[Plan, list[int]]:
-    """``(plan, branching)``: the ``plan`` given, else ``args.plan``, else the algorithm's default plan
+def resolve_plan(args: Any, plan: Any, wf: Workflow, turns: list[int], name: str,
+                 frozen: Sequence[int] = ()) -> tuple[Plan, list[int], Fraction]:
+    """``(plan, branching, share)``: the ``plan`` given, else ``args.plan``, else the algorithm's default plan
     (:func:`c3_plugin.core.plan.default_plan`: CoMLRL's env steps for ``num_generations``, written back to
     ``args.plan``); a plan of another budget is printed; ``joint_mode: cross`` needs C3's shared parallel samples.
-    ``turns``: the decision points per turn."""
+    ``turns``: the decision points per turn. Where the default tree leaves a trained agent (not in ``frozen``)
+    without a group, the cheapest tree that gives every one a group replaces it (:func:`every_agent_plan`), and
+    ``share`` (else 1) is the part of each epoch's prompts it visits to stay within the reference's env steps."""
     explicit = plan is not None or args.plan is not None
+    share = Fraction(1)
     if not explicit:
         args.plan = default_plan(args, turns, wf.num_agents)
+        share = every_agent_plan(args, wf, turns, frozen)
         check(args, name.lower())
     parsed = parse_plan(plan if plan is not None else args.plan)
     branching = parsed.branching(wf.num_decisions)
@@ -121,7 +138,70 @@ def resolve_plan(args: Any, plan: Any, wf: Workflow, turns: list[int], name: str
                          f"plan '{args.plan}' draws each joint action's messages for it (aligned). Under C3 the tree "
                          "over parallel agents with share_parallel_samples: true is the cross product; else use "
                          "joint_mode: aligned")
-    return parsed, branching
+    reference_batch(args, branching, turns, wf.num_agents)
+    return parsed, branching, share
+
+
+def reference_batch(args: Any, branching: Sequence[int], turns: Sequence[int], num_agents: int) -> None:
+    """Standing in for IAC or MAAC (``comlrl_reference``), where the script does not set ``instances_per_update``: its
+    ``rollout_buffer_size`` counts each agent's samples (one per prompt and joint action, or per turn), so one of
+    its updates spends ``ceil(buffer / per prompt) * per prompt`` env steps; a rollout batch takes as many prompts
+    as fit in them under the plan (at least one), so C3 updates (and logs) at the reference's env steps."""
+    if getattr(args, "comlrl_reference", "magrpo") not in ("iac", "maac") or \
+            "instances_per_update" in args.__dict__.get("_given", ()):
+        return
+    theirs, ours = comlrl_env_steps(args, num_agents), plan_env_steps(branching, turns)
+    update = math.ceil(int(args.rollout_buffer_size) / theirs) * theirs
+    args.instances_per_update = max(1, update // ours)
+
+
+def every_agent_plan(args: Any, wf: Workflow, turns: list[int], frozen: Sequence[int]) -> Fraction:
+    """A default tree plan (``args.plan``) that leaves a trained agent without a group (one turn at
+    ``num_generations=2`` over two agents, IAC's and MAAC's ``num_generations=1``, three agents over two turns) is
+    replaced by the cheapest tree that gives every trained agent a group
+    (:func:`c3_plugin.core.plan.every_agent_branching`), and each epoch then visits the share of its prompts that
+    keeps the run within the reference's env steps: ``reference per prompt / plan per prompt`` (the prompts rounded
+    down, :func:`prompts_per_epoch`; ``eval_interval`` scaled by it, so the evaluations fall at the reference's env
+    steps); printed. The share (1: the default plan kept)."""
+    parsed = parse_plan(args.plan)
+    if parsed.kind != "tree" or getattr(args, "untrained_decisions", None):
+        return Fraction(1)
+    agents = [wf.roles[s.name].agent for s in wf.decision_steps]
+    trained = [a for a in range(wf.num_agents) if a not in set(frozen)]
+    branched = {agents[u] for u in parsed.credit_points(wf.num_decisions)}
+    if all(a in branched for a in trained):
+        return Fraction(1)
+    branching = every_agent_branching(turns, agents, trained)
+    ours, theirs = plan_env_steps(branching, turns), comlrl_env_steps(args, wf.num_agents)
+    args.plan = "tree " + str(branching)
+    share = min(Fraction(1), Fraction(theirs, ours))
+    if int(args.eval_interval) > 0:  # the evaluations at the reference's env steps: counted in the prompts visited
+        args.eval_interval = max(1, round(int(args.eval_interval) * share))
+    warnings.warn(f"CoMLRL's budget (num_generations={args.num_generations}, num_turns={args.num_turns}: {theirs} env "
+                  f"steps per prompt) gives no plan that branches every trained agent {trained}; C3 runs plan "
+                  f"'{args.plan}' ({ours} env steps per prompt, each agent 2 alternatives at one decision point) on "
+                  f"{share} of each epoch's prompts (eval_interval {args.eval_interval} of them), so the run stays "
+                  "within the reference's env steps; set plan (or untrained_decisions) to choose otherwise",
+                  UserWarning, stacklevel=4)
+    return share
+
+
+def prompts_per_epoch(rows: int, share: Fraction) -> int:
+    """Prompts an epoch of ``rows`` visits at ``share`` (rounded down: never more env steps than the reference)."""
+    return int(rows * share)
+
+
+def check_share(share: Fraction, train: Any, args: Any, name: str) -> None:
+    """Refuse, before training, a share that leaves an epoch without a prompt, naming the smallest budget that would
+    give every trained agent a group."""
+    if train is None or share >= 1 or prompts_per_epoch(len(train), share) >= 1:
+        return
+    need = math.ceil(1 / share)
+    raise ValueError(f"{name} plan '{args.plan}' is the cheapest that gives every trained agent a group, and it spends "
+                     f"{need} times the reference's env steps per prompt (num_generations={args.num_generations}, "
+                     f"num_turns={args.num_turns}); a train set of {len(train)} prompt(s) leaves no prompt within the "
+                     f"reference's env steps: give at least {need} prompts, raise num_generations, or set plan (or "
+                     "untrained_decisions) to choose the budget")
 
 
 def untrained_warning(name: str, args: Any, plan: Plan, wf: Workflow, explicit: bool) -> str | None:
@@ -224,18 +304,33 @@ def data_parallel(section: Any, args: Any, agents: Sequence[Any], groups: Sequen
 
 
 def lr_schedules(args: Any, wf: Workflow, train: Any, phases: Any, groups: Sequence[Sequence[int]],
-                 agent_lrs: Sequence[float]) -> list[LRSchedule] | None:
+                 agent_lrs: Sequence[float], share: Fraction = Fraction(1)) -> list[LRSchedule] | None:
     """Entry ``a``: the :class:`~.optim.LRSchedule` of agent ``a``'s optimizer (its group's), over the run's
-    optimizer steps of that policy (:func:`~.optim.policy_optimizer_steps`, from the train set); None when the
+    optimizer steps of that policy (:func:`~.optim.policy_optimizer_steps`, from the train set, the ``share`` of it an
+    epoch visits, :func:`every_agent_plan`); None when the
     rate stays constant over the run (``lr_scheduler: constant`` without a warm-up), so a constant rate steps as
     before and its checkpoints keep their components."""
     if args.lr_scheduler == "constant" and not args.lr_warmup_ratio:
         return None
     try:
-        rows = len(train) if not phases else train
+        rows = prompts_per_epoch(len(train), share) if not phases else train
     except TypeError as exc:
         raise ValueError(f"lr_scheduler: {args.lr_scheduler} with lr_warmup_ratio {args.lr_warmup_ratio} needs the "
                          "run's number of optimizer steps, counted from a train_dataset with a length") from exc
     totals = policy_optimizer_steps(args, wf, rows, groups)
     return per_agent(groups, {lead: LRSchedule(agent_lrs[lead], total, args.lr_scheduler, args.lr_warmup_ratio,
                                                args.lr_min_ratio) for lead, total in totals.items()})
+
+
+def trainable_parameters(model: Any, agent: int, lora_adapters: bool) -> list[torch.nn.Parameter]:
+    """The parameters agent ``agent``'s optimizer steps: its model's trainable ones, or under ``lora_adapters`` (one
+    PeftModel, adapters ``agent0``, ``agent1``, ...) its own adapter's, switched to trainable."""
+    if not lora_adapters:
+        return [p for p in model.parameters() if p.requires_grad]
+    tag = f".agent{agent}."
+    params = [p for name, p in model.named_parameters() if tag in name]
+    if not params:
+        raise ValueError(f"no LoRA parameters named '{tag}' for agent {agent}")
+    for p in params:
+        p.requires_grad_(True)
+    return params

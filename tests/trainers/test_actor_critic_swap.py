@@ -120,17 +120,20 @@ def check_honoured(comlrl, c3, recorder, changed):
     assert c3.workflow.name == "parallel" and c3.num_agents == 2  # CoMLRL's team of independent agents
     assert c3.agent_lrs == [1e-3, 1e-3] and c3.agent_temperature == {0: 0.9, 1: 0.9}
     assert (c3.args.top_p, c3.args.max_new_tokens, c3.args.num_train_epochs) == (0.95, 6, 1)
-    assert c3.args.instances_per_update == 3 and c3.update_step == 2  # rollout_buffer_size: 3 prompts per update
+    # rollout_buffer_size: 3 samples per agent, which one prompt's 4 joint actions fill: an update per prompt, as
+    # IAC's and MAAC's (issue 51: standing in for them, comlrl_reference)
+    assert c3.args.comlrl_reference in ("iac", "maac")
+    assert c3.args.instances_per_update == 1 and c3.update_step == len(PROMPTS)
     # num_generations: 4 joint actions
     assert c3.plan.leaves(2) == 4 and c3.env_step == comlrl.env_step == 4 * len(PROMPTS)
-    # per update: 3 prompts x 4 joint actions x 2 agents
-    assert recorder.calls and all(len(call) == 2 * 4 * 3 for call in recorder.calls)
+    # per update: 1 prompt x 4 joint actions x 2 agents
+    assert recorder.calls and all(len(call) == 2 * 4 * 1 for call in recorder.calls)
     sample = recorder.calls[0][0]
     assert sample.agent_idx in (0, 1) and isinstance(sample.completion, str) and sample.reward.shape == (1,)
     assert sample.metadata["batch_item"]["prompt"] in PROMPTS and sample.metadata["turn_idx"] == 0
     logged = [row["completion_chars"] for row in c3.history if "completion_chars" in row]
     # numbers logged, the rest skipped as IAC does
-    assert len(logged) == 2 and not any("note" in row for row in c3.history)
+    assert len(logged) == len(PROMPTS) and not any("note" in row for row in c3.history)
 
 
 IAC_MODES = {
@@ -187,7 +190,7 @@ def test_every_iac_and_maac_field_is_a_c3_field(cls):
             assert f.name not in mixin
         else:
             assert f.name in CRITIC_FIELDS and mixin[f.name].default == f.default, f.name
-    assert set(mixin) == set(CRITIC_FIELDS)
+    assert set(mixin) == set(CRITIC_FIELDS) | {"comlrl_reference"}  # and the reference it stands in for
     missing = [n for n, f in c3.items() if f.default is dataclasses.MISSING
                and f.default_factory is dataclasses.MISSING]
     assert not missing  # every field has a default, whatever the MRO puts first
@@ -205,7 +208,7 @@ def test_every_iac_and_maac_keyword_is_a_c3_keyword():
 
 def test_value_head_agents_and_defaults(tmp_path, monkeypatch):
     """A value-head agent trains its base model and its head is named; CoMLRL's defaults warn nothing; IAC's
-    num_generations=1 runs at 2, with a warning."""
+    num_generations=1 is kept where the config stands in for IAC."""
     monkeypatch.chdir(tmp_path)
     tok = tiny_tokenizer()
     ds = Dataset.from_dict({"prompt": PROMPTS[:2]})
@@ -222,8 +225,11 @@ def test_value_head_agents_and_defaults(tmp_path, monkeypatch):
                   reward_func=length_balance_reward, train_dataset=ds,
                   args=C3Config(num_turns=1, max_new_tokens=3, agent_devices="cpu", critic_learning_rate=5e-6))
     assert not [w for w in caught if WARNING in str(w.message)]  # CoMLRL's default value is no setting
-    with pytest.warns(UserWarning, match=r"num_generations=1 .* no alternatives to compare.*C3 runs num_generations=2"):
-        assert C3Config(num_turns=1, num_generations=1).num_generations == 2
+    # IAC's num_generations=1 is kept (the reference's budget; the plan branches every agent within it, issue 51);
+    # MAGRPO refuses it, and so does a C3Config standing in for MAGRPO
+    assert C3Config(num_turns=1, num_generations=1, comlrl_reference="iac").num_generations == 1
+    with pytest.raises(ValueError, match="num_generations must be >= 2"):
+        C3Config(num_turns=1, num_generations=1)
     with pytest.raises(ValueError, match="metrics_callback must be callable"):
         C3Trainer(agents=[tiny_model(tok, seed=0), tiny_model(tok, seed=1)], tokenizer=tok,
                   reward_func=length_balance_reward, train_dataset=ds,

@@ -8,6 +8,7 @@ import pytest
 from comlrl.trainers.reinforce import MAGRPOConfig
 from datasets import Dataset
 
+from c3_plugin.core.registry import inert_fields
 from c3_plugin.run.testing import tiny_model, tiny_tokenizer
 from c3_plugin.trainers import C3Config, C3Trainer, WorkflowMAGRPOConfig, WorkflowMAGRPOTrainer
 from c3_plugin.trainers.comlrl_compat import MAGRPO_FIELDS
@@ -40,7 +41,8 @@ PROOFS = {
     "top_p": lambda: _trainer(top_p=0.8).sampling().top_p == 0.8,
     "top_k": lambda: _trainer(top_k=7).sampling().top_k == 7,
     "num_turns": lambda: _trainer(num_turns=3).workflow.num_decisions == 6,
-    "discount": lambda: (_refused("discount", 0.9, "discount=0.9 changes nothing with num_turns=1") is None
+    "discount": lambda: ("discount" in inert_fields(C3Config(num_turns=1, discount=0.9))  # accepted, inert (issue 51)
+                         and _refused("discount", 0.0, r"discount must be in \(0, 1\]") is None
                          and _trainer(num_turns=2, discount=0.5).turns.returns(
                              __import__("numpy").array([[1.0, 1.0]]))[0] == 1.5),
     "joint_mode": lambda: (_trainer(joint_mode="cross", num_generations=3).plan.tree == (3, 3)  # J = K^N joint actions

@@ -28,6 +28,7 @@ def _script(key, pairs=PAIRS, n_items=4, eval_items=0, wandb_config=None, **conf
     """A CoMLRL-style script: config, trainer; ``key`` picks the classes (the swap). Returns the trainer and the
     agents' starting weights."""
     Config, Trainer = pairs[key]
+    IACConfig = Config if pairs is IAC_PAIRS else None  # noqa: F841,N806 (the script imports C3Config as IACConfig)
     tok = tiny_tokenizer()
     extra = {k: config.pop(k) for k in ("external_transition", "metrics_callback", "eval_logger", "eval_aggregator")
              if k in config}
@@ -66,36 +67,41 @@ def test_every_agent_of_a_multi_turn_script_gets_updates_at_comlrl_env_steps(tur
     assert not [w for w in caught if "get no update" in str(w.message)]
 
 
-def test_a_plan_that_leaves_an_agent_untrained_says_so_before_training():
-    """One turn at num_generations=2 over two agents: no plan of 2 leaves gives both a group; the training path
-    (not only the dry-run) prints it, with the fix, before the first update."""
-    with pytest.warns(UserWarning, match=r"agent\(s\) \[1\] get no update at all.*no plan gives every agent a group"
-                                         r".*raise num_generations"):
-        tr, before = _script("c3", n_items=2, num_turns=1, num_generations=2)
+def test_a_budget_that_leaves_an_agent_without_a_group_gets_a_plan_that_gives_every_agent_one():
+    """One turn at num_generations=2 over two agents: no plan of 2 leaves gives both a group, so C3 runs the cheapest
+    that does, [2, 2], on half the prompts (issue 51): both agents trained, MAGRPO's env steps, printed before
+    training. A decision listed in untrained_decisions keeps CoMLRL's plan, without a warning."""
+    magrpo, _ = _script("comlrl", n_items=4, num_turns=1, num_generations=2)
+    magrpo.train()
+    with pytest.warns(UserWarning, match=r"no plan that branches every trained agent \[0, 1\]; C3 runs plan 'tree "
+                                         r"\[2, 2\]' \(4 env steps per prompt.*on 1/2 of each epoch's prompts"):
+        tr, before = _script("c3", n_items=4, num_turns=1, num_generations=2)
     assert tr.update_step == 0
     tr.train()
-    assert _trained(tr, before) == [True, False]  # what the warning said
-    with warnings.catch_warnings(record=True) as caught:  # listed on purpose: no warning
+    assert _trained(tr, before) == [True, True] and tr.env_step == magrpo.env_step == 8
+    with warnings.catch_warnings(record=True) as caught:  # listed on purpose: no warning, CoMLRL's plan
         warnings.simplefilter("always")
-        _script("c3", num_turns=1, num_generations=2, untrained_decisions=["Agent1_u1"])
-    assert not [w for w in caught if "no gradient" in str(w.message)]
+        listed, _ = _script("c3", num_turns=1, num_generations=2, untrained_decisions=["Agent1_u1"])
+    assert listed.plan.tree == (2, 1)
+    assert not [w for w in caught if "no gradient" in str(w.message) or "every trained agent" in str(w.message)]
 
 
 # ----- 2. IAC at IAC's default num_generations=1 runs -------------------------------------------------------------
-def test_an_iac_script_at_num_generations_1_trains_under_c3_and_prints_the_budget():
+def test_an_iac_script_at_num_generations_1_trains_under_c3_at_iacs_env_steps():
     """LLM_Collab_Writing's train_iac: IACConfig(num_generations=1). CoMLRL's IACTrainer trains one joint action per
-    prompt; C3 runs the smallest plan with alternatives (2 joint actions) and prints both budgets."""
+    prompt; C3 runs the cheapest plan that gives both agents alternatives ([2, 2]) on a quarter of the prompts, so
+    both spend 4 env steps (issue 51; round three spent twice IAC's)."""
     comlrl, _ = _script("comlrl", IAC_PAIRS, num_turns=1, num_generations=1, rollout_buffer_size=2,
                         use_separate_critic=False)
     comlrl.train()
-    with pytest.warns(UserWarning, match=r"num_generations=1 .* C3 runs num_generations=2 .*: 2 env steps \(reward "
-                                         r"calls\) per prompt against the script's 1"):
+    with pytest.warns(UserWarning, match=r"num_generations=1, num_turns=1: 1 env steps per prompt.*C3 runs plan 'tree "
+                                         r"\[2, 2\]'.*on 1/4 of each epoch's prompts"):
         c3, before = _script("c3", IAC_PAIRS, num_turns=1, num_generations=1, rollout_buffer_size=2,
                              use_separate_critic=False)
     c3.train()
-    assert comlrl.env_step == 4 and c3.env_step == 2 * comlrl.env_step
-    assert c3.args.num_generations == 2 and c3.plan.tree == (2, 1)
-    assert _trained(c3, before)[0]
+    assert comlrl.env_step == 4 and c3.env_step == comlrl.env_step
+    assert c3.args.num_generations == 1 and c3.plan.tree == (2, 2)
+    assert _trained(c3, before) == [True, True]
 
 
 # ----- 3. an IAC script's eval metrics are kept -------------------------------------------------------------------
