@@ -42,9 +42,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for bench.paired_timing
 
 from bench.paired_timing import describe, paired_ratio
-from domains.code import sandbox as sbx
+from c3_sandbox import sandbox as sbx
+from c3_sandbox.sandbox import Sandbox, Test, isolation_probe
 from domains.code.data import MBPP_TEST_IDS, TIME_CAP_S, TIME_FACTOR, TIME_FLOOR_S, decode_tests, load_split
-from domains.code.sandbox import Sandbox, Test, isolation_probe
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -167,7 +167,7 @@ def against(sb, ref: str) -> None:
     git revision ``ref``, interleaved in one run (medians of 20 after 4 warm-ups each)."""
     import subprocess
 
-    from domains.code import sandbox as sbx
+    from c3_sandbox import sandbox as sbx
 
     sources = {f"runner of {ref}": subprocess.run(["git", "show", f"{ref}:domains/code/runner.py"], cwd=ROOT,
                                                   check=True, capture_output=True, text=True).stdout,
@@ -219,8 +219,8 @@ def throughput_against(sb, ref: str, data: str, tasks: int, pairs: int) -> None:
 TREE_RUN = """
 import os, sys, time
 sys.path.insert(0, os.getcwd())
+from domains.code import Sandbox
 from domains.code.data import decode_tests, load_split
-from domains.code.sandbox import Sandbox
 rows = load_split({"name": "mbpp", "kind": "mbpp", "source": "data/mbpp/full.jsonl", "calibrate": False})
 jobs = [(r["canonical"], decode_tests(r["visible_tests"]) + decode_tests(r["tests"]), r["setup"]) for r in rows]
 sb = Sandbox(workers=int(sys.argv[1]))
@@ -267,7 +267,7 @@ def ref_runner(ref: str) -> str:
 def as_nobody(ref: str | None) -> int:
     """Re-run this bench (without ``--as-nobody``) as ``nobody`` in a private mount namespace where the repository and
     the Python installation are reachable (the suite's way: ``tests/domains/test_sandbox_adversarial.py``)."""
-    from tests.domains.test_sandbox_adversarial import run_as_nobody
+    from tests.sandbox.test_sandbox_adversarial import run_as_nobody
 
     env = f"PYTHONPATH={ROOT} "
     if ref:

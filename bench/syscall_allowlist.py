@@ -19,9 +19,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for bench.code_harness
 
 from bench.code_harness import check, load
-from domains.code import runner
-from domains.code import sandbox as sbx
-from domains.code.sandbox import Sandbox
+from c3_sandbox import runner
+from c3_sandbox import sandbox as sbx
+from c3_sandbox.sandbox import Sandbox
 
 ROOT = Path(__file__).resolve().parents[1]
 SIGSYS = "signal 31"

@@ -9,12 +9,9 @@ from typing import Any, Mapping, Sequence
 from c3_plugin.core.cache import cache_dir
 from c3_plugin.core.domain import Domain, single_train_source
 from c3_plugin.core.sources import check_overlap
-
-from .assertions import Assertion, AssertionFormError, compile_assertion, defined_names
-from .data import PENDING, CodeDatasetError, decode_tests, evaluate_constants, load_split
-from .prompts import multi_turn, reasoner_actor, reasoner_coder_reviewer, workflows
-from .runner import encode
-from .sandbox import (
+from c3_sandbox.assertions import Assertion, AssertionFormError, compile_assertion, defined_names
+from c3_sandbox.runner import encode
+from c3_sandbox.sandbox import (
     UNSAFE,
     Limits,
     Sandbox,
@@ -25,6 +22,10 @@ from .sandbox import (
     default_sandbox,
     namespaces_available,
 )
+from c3_sandbox.values import decode, equal
+
+from .data import PENDING, CodeDatasetError, decode_tests, evaluate_constants, load_split
+from .prompts import multi_turn, reasoner_actor, reasoner_coder_reviewer, workflows
 from .tasks import (
     DEFAULTS,
     eval_aggregator,
@@ -35,7 +36,6 @@ from .tasks import (
     run_visible_tests,
     syntax_valid,
 )
-from .values import decode, equal
 
 
 @dataclass

@@ -10,9 +10,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from c3_plugin.core.rewards import batched
+from c3_sandbox.sandbox import Sandbox, Test, TestResult, default_sandbox
 
 from .data import decode_tests
-from .sandbox import Sandbox, Test, TestResult, default_sandbox
 
 _FENCE_LINE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([^\s`]*)(.*)$")
 CODE_TAGS = {"", "python", "py", "python3", "py3", "text", "txt", "plaintext", "plain", "code"}  # a block with another

@@ -5,8 +5,8 @@ import pytest
 
 import domains.code as dc
 from bench.syscall_allowlist import kill_by_default
-from domains.code import sandbox as sbx
-from domains.code.sandbox import SandboxError, Test
+from c3_sandbox import sandbox as sbx
+from c3_sandbox.sandbox import SandboxError, Test
 
 OFF_LIST = "import os\ndef f():\n    try:\n        os.getloadavg()\n    except OSError:\n        return 'refused'\n" \
            "    return 'read'\n"  # sysinfo: not a call a test may make

@@ -1,6 +1,6 @@
 """Running untrusted model-written code: one fresh sandbox per candidate.
 
-The threat model and what is and is not guaranteed: ``domains/code/README.md``. In short, each
+The threat model and what is and is not guaranteed: ``c3_sandbox/README.md``. In short, each
 candidate runs under ``runner.py`` (started isolated, fed its job on stdin):
 
 * isolation (``isolation: namespaces``, the default): new user, mount, PID, network, IPC, UTS

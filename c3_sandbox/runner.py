@@ -160,7 +160,7 @@ def probes_of(test):
 
 def probe_values(probes, env, trusted):
     """Evaluate each probe in the candidate's namespace ``env`` and report it in its mode
-    (``domains/code/assertions.py``). ``trusted``: bool, list, callable and type as they were
+    (``assertions.py``). ``trusted``: bool, list, callable and type as they were
     before any candidate code ran."""
     bool_, list_, callable_, type_ = trusted
     values = []

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 import domains.code as dc
-from domains.code import sandbox as sbx
-from domains.code import values
-from domains.code.sandbox import Limits, Sandbox, SandboxError, Test
+from c3_sandbox import sandbox as sbx
+from c3_sandbox import values
+from c3_sandbox.sandbox import Limits, Sandbox, SandboxError, Test
 
 REPO = Path(__file__).resolve().parents[2]
 ROOT = os.geteuid() == 0
@@ -351,7 +351,7 @@ libc.syscall(NR[1], 1, None)  # a session keyring of our own, as a login session
 secret = sys.argv[2].encode()
 assert libc.syscall(NR[0], b"user", b"c3-secret", secret, len(secret), ctypes.c_long(-3)) > 0
 import domains.code as dc
-from domains.code.sandbox import Test
+from c3_sandbox.sandbox import Test
 print(dc.execute(sys.argv[1], [Test("", expr="steal()")])[0].reason)
 '''
 KEYRING_THIEF = '''
@@ -707,7 +707,7 @@ def hold(n, seconds):
 '''
 OTHER_POOL = '''
 import sys
-from domains.code.sandbox import Sandbox, Test
+from c3_sandbox.sandbox import Sandbox, Test
 sb = Sandbox(workers=1)
 print("start", flush=True)
 r = sb.run(sys.argv[1], [Test(28, expr="hold(28, 5.0)")], timeout_s=15.0)[0]
@@ -950,7 +950,7 @@ def f():
 def test_a_candidate_that_forks_spinners_does_not_take_a_neighbours_cpu():
     """Two concurrent candidates: 30 spinning processes, each in its own session, in one sandbox must not time out
     the other's honest tests. Each sandbox's cgroup gets the same CPU weight, whatever its process count."""
-    from domains.code import cgroups
+    from c3_sandbox import cgroups
 
     sb = pool(workers=2)
     if sb is None:
@@ -1060,7 +1060,7 @@ def test_resource_counters_are_the_box_s_own_and_charged_to_its_own_user():
     """inotify instances and message-queue bytes are charged to the user who owns the sandbox's user namespace:
     that is the leased uid on a root host (host root before), and the box's own low limits cap what a candidate
     holds (no inotify instance, no message queue), so the host user keeps its own."""
-    from domains.code import uids
+    from c3_sandbox import uids
 
     sb = pool(workers=1)
     if sb is None:
@@ -1475,7 +1475,7 @@ def test_the_host_s_own_work_on_a_candidate_s_output_is_bounded(monkeypatch):
     """Issue 39, 3: the host's check built a set from a decoded list of 20,000 colliding ints (12.3 s of host CPU,
     the GIL held) and formatted ``'%300000000d' % 2`` (+286 MiB). Checks run in a judge process with a time and a
     memory limit, and refuse hash-flooding containers and huge format widths outright."""
-    from domains.code import judge
+    from c3_sandbox import judge
 
     monkeypatch.setattr(judge, "JUDGE_TEST_S", 1.0)
     tests = ["assert set(flood(40000)) == set((4, 5))", "assert frozenset(flood(40000)) == frozenset()",
@@ -1942,7 +1942,7 @@ def test_a_lock_on_dev_null_is_not_seen_by_a_concurrent_box_or_the_host():
 def test_an_image_folder_that_is_not_a_tmpfs_is_refused_with_the_fix(monkeypatch, tmp_path):
     """The image must be on a tmpfs (on a disk file system its negative dentries and page cache would be the host's
     again): another folder is refused, naming the variable that chooses it."""
-    from domains.code import image
+    from c3_sandbox import image
 
     disk = REPO / ".git" if (REPO / ".git").exists() else tmp_path
     if image._is_tmpfs(str(disk)):
@@ -2088,7 +2088,7 @@ def test_no_test_runs_after_the_host_killed_one():
     if results is not None:
         assert results[0].status == "timeout", results[0].reason
         assert [r.passed for r in results[1:]] == [False, False], [r.reason for r in results]
-        from domains.code.runner import NOT_RUN
+        from c3_sandbox.runner import NOT_RUN
 
         assert all(r.reason == NOT_RUN % 0 for r in results[1:]), [r.reason for r in results]
     honest = attack(PEEK, [Test(expected="ran", expr="after()") for _ in range(3)], timeout_s=1.0)
@@ -2169,7 +2169,7 @@ def test_host_wide_kernel_state_is_not_a_call_a_test_can_make():
 def test_the_allow_list_is_a_list_of_known_calls_and_names_no_refused_one():
     """The filter's lists: disjoint, every name a call libseccomp knows on some architecture, and none of the calls
     this module attacks with is allowed."""
-    from domains.code import runner
+    from c3_sandbox import runner
 
     allowed, refused, killed = set(runner.ALLOWED_SYSCALLS), set(runner.REFUSED_SYSCALLS), set(runner.KILLED_SYSCALLS)
     assert len(allowed) == len(runner.ALLOWED_SYSCALLS)
@@ -2334,7 +2334,7 @@ def test_the_host_s_kill_decides_the_test_whatever_the_runner_ran_after_it(monke
     results = attack(LATE, [Test(expected=1, expr="spin_then(1.6, 1)"), Test(expected=2, expr="spin_then(0, 2)")],
                      timeout_s=1.0)
     if results is not None:
-        from domains.code.runner import NOT_RUN
+        from c3_sandbox.runner import NOT_RUN
 
         assert results[0].status == "timeout" and "CPU time" in results[0].reason, results[0]
         assert not results[1].passed and results[1].reason == NOT_RUN % 0 and results[1].output == "", results[1]
