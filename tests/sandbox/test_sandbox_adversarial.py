@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 
 import domains.code as dc
+from c3_sandbox import launch, runner, values
 from c3_sandbox import sandbox as sbx
-from c3_sandbox import values
+from c3_sandbox.runner import seccomp
 from c3_sandbox.sandbox import Limits, Sandbox, SandboxError, Test
 
 REPO = Path(__file__).resolve().parents[2]
@@ -385,7 +386,7 @@ def test_keys_of_the_host_session_keyring_are_not_possessed_inside():
 
 def test_without_namespaces_candidates_are_refused_unless_isolation_none_is_explicit(monkeypatch, caplog):
     probe = sbx.isolation_probe()
-    monkeypatch.setattr(sbx, "_PROBE", dict(probe, namespaces=False, reason="no user namespaces here (test)"))
+    monkeypatch.setattr(launch, "_PROBE", dict(probe, namespaces=False, reason="no user namespaces here (test)"))
     with pytest.raises(SandboxError, match="refusing to run model-written code.*no user namespaces "
                                            "here.*isolation: none"):
         Sandbox(workers=1)
@@ -926,10 +927,10 @@ def test_without_libseccomp_the_sandbox_fails_closed(monkeypatch):
     def no_libseccomp(*args):
         raise OSError("libseccomp.so.2 cannot be loaded")
 
-    monkeypatch.setattr(sbx, "_FILTERS", {})
-    monkeypatch.setattr(sbx.runner, "syscall_filter", no_libseccomp)
-    monkeypatch.setattr(sbx, "_SOURCE",
-                        [sbx.RUNNER.read_text().replace('"libseccomp.so.2"', '"libseccomp-missing.so.0"')])
+    monkeypatch.setattr(launch, "_FILTERS", {})
+    monkeypatch.setattr(seccomp, "syscall_filter", no_libseccomp)
+    monkeypatch.setattr(launch, "_SOURCE",
+                        [runner.source().replace('"libseccomp.so.2"', '"libseccomp-missing.so.0"')])
     with pytest.raises(SandboxError):
         dc.execute("def f():\n    return 1", [Test(expected=1, expr="f()")], timeout_s=TIMEOUT)
 
@@ -1185,10 +1186,10 @@ def test_the_host_reads_a_bounded_report_whatever_the_candidate_sends(monkeypatc
     the expected value's size: issue 39), and a whole candidate's values are capped together: right-looking results
     of 100,000 items each reach the host only up to ``max_report_bytes``; the tests over it fail with the reason."""
     sizes = []
-    launch = sbx._launch
+    real = sbx._launch
 
     def spy(*args, **kwargs):
-        out, err, rc, seconds = launch(*args, **kwargs)
+        out, err, rc, seconds = real(*args, **kwargs)
         sizes.append(len(out))
         return out, err, rc, seconds
 
@@ -2121,10 +2122,10 @@ def test_a_test_whose_cpu_time_goes_unreported_is_killed(monkeypatch):
     """The host kills a running test it has heard nothing about for ``REPORT_GAP_S`` (the runner reports every
     ``REPORT_EVERY_S`` on its own clock): here a runner that never reports, so a spinning test with a 20 s limit
     ends after about 2 s, not at its 60 s wall-clock ceiling."""
-    source = sbx.RUNNER.read_text()
+    source = runner.source()
     line = 'say("C %d %.3f" % (index, cpu))'
     assert source.count(line) == 1
-    monkeypatch.setattr(sbx, "_SOURCE", [source.replace(line, "pass")])
+    monkeypatch.setattr(launch, "_SOURCE", [source.replace(line, "pass")])
     start = time.monotonic()
     results = attack(PEEK, [Test(expected=1, expr="spin()")], timeout_s=20.0)
     if results is not None:
@@ -2169,10 +2170,9 @@ def test_host_wide_kernel_state_is_not_a_call_a_test_can_make():
 def test_the_allow_list_is_a_list_of_known_calls_and_names_no_refused_one():
     """The filter's lists: disjoint, every name a call libseccomp knows on some architecture, and none of the calls
     this module attacks with is allowed."""
-    from c3_sandbox import runner
-
-    allowed, refused, killed = set(runner.ALLOWED_SYSCALLS), set(runner.REFUSED_SYSCALLS), set(runner.KILLED_SYSCALLS)
-    assert len(allowed) == len(runner.ALLOWED_SYSCALLS)
+    allowed, refused = set(seccomp.ALLOWED_SYSCALLS), set(seccomp.REFUSED_SYSCALLS)
+    killed = set(seccomp.KILLED_SYSCALLS)
+    assert len(allowed) == len(seccomp.ALLOWED_SYSCALLS)
     assert not allowed & refused and not allowed & killed and not refused & killed
     conditional = {"socket", "socketpair", "clone", "fcntl", "ioctl", "prctl", "madvise", "prlimit64", "setrlimit",
                    "rt_sigaction", "setpriority", "sched_setscheduler", "sched_setparam", "sched_setattr",
@@ -2186,7 +2186,7 @@ def test_the_allow_list_is_a_list_of_known_calls_and_names_no_refused_one():
                 "eventfd", "signalfd", "inotify_init", "fork", "vfork", "getpgrp", "time", "alarm", "pause",
                 "dup2", "pipe", "mknod", "getrlimit", "iopl", "ioperm", "arch_prctl")]
     assert not unknown, unknown  # a misspelt name would allow nothing and be dropped silently
-    compiled = runner.syscall_filter()
+    compiled = seccomp.syscall_filter()
     assert len(compiled[0]) % 8 == 0 and len(compiled[0]) // 8 < 4096  # the kernel's limit on one BPF program
 
 
@@ -2327,10 +2327,10 @@ def test_the_host_s_kill_decides_the_test_whatever_the_runner_ran_after_it(monke
     the runner's looks) had its value judged, and the runner, not yet told, ran the next tests. The host's decision
     stands now: the killed test is a timeout and every later result is dropped (not run, no output), whatever the
     runner sends. Here a runner that ignores every kill stands in for the race at its widest."""
-    source = sbx.RUNNER.read_text()
+    source = runner.source()
     line = 'CONTROL["kill"].add(int(line[2:]))'
     assert source.count(line) == 1
-    monkeypatch.setattr(sbx, "_SOURCE", [source.replace(line, "pass")])
+    monkeypatch.setattr(launch, "_SOURCE", [source.replace(line, "pass")])
     results = attack(LATE, [Test(expected=1, expr="spin_then(1.6, 1)"), Test(expected=2, expr="spin_then(0, 2)")],
                      timeout_s=1.0)
     if results is not None:
@@ -2345,10 +2345,10 @@ def test_cpu_used_after_the_runner_s_last_look_counts(monkeypatch):
     look interval) was never reported. The runner sends the test's whole CPU time, every process reaped, before its
     end line, and the host judges it: here a runner whose periodic reports are removed, so only that last line tells
     the host that a 1.0 s test used 1.6 s."""
-    source = sbx.RUNNER.read_text()
+    source = runner.source()
     line = 'say("C %d %.3f" % (index, cpu))'
     assert source.count(line) == 1
-    monkeypatch.setattr(sbx, "_SOURCE", [source.replace(line, "pass")])
+    monkeypatch.setattr(launch, "_SOURCE", [source.replace(line, "pass")])
     results = attack(LATE, [Test(expected=1, expr="spin_then(1.6, 1)")], timeout_s=1.0)
     if results is not None:
         assert results[0].status == "timeout" and "CPU time" in results[0].reason, results[0]
@@ -2382,7 +2382,7 @@ def test_memory_advice_cannot_change_how_a_shared_file_is_held():
     """Round seven (a red team's): ``madvise(MADV_COLLAPSE)`` on a mapping of an image file left a huge page in that
     copy's page cache, seen by the next candidate given the same copy (its page faults over the range: 32 before,
     1 after): a channel between successive boxes. ``madvise`` is allowed only with advice that acts on the process's
-    own mappings (``runner.MADVISE_ALLOWED``)."""
+    own mappings (``seccomp.MADVISE_ALLOWED``)."""
     want = dict.fromkeys(["COLLAPSE", "HUGEPAGE", "NOHUGEPAGE", "COLD", "PAGEOUT", "MERGEABLE", "REMOVE"], "ENOSYS")
     want.update({"own memory: DONTNEED": "done", "own memory: WILLNEED": "done"})
     results = attack(ADVICE, [Test(expected=want, expr="advise()")])
