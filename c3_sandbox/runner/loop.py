@@ -36,6 +36,7 @@ from .wire import CONTROL, NOT_RUN, SetupError, evaluate, parse_message, say, se
 def child(job, test, out, result_fd, box):
     """The test child: never returns."""
     try:
+        forget_earlier()  # first: nothing of an earlier test outlives this line here
         os.setpgid(0, 0)
         try:  # fails closed: a test that could take the runner down with it does not run
             raise_oom_score()
@@ -194,38 +195,55 @@ def run_test(job, test, index, isolated, leased, box):
 
 
 
+# What the runner holds of the tests run so far (their results, the report's room left, the test the host killed): kept
+# here, so that no frame of the loop holds any of it, and dropped by each test child before candidate code runs
+# (:func:`forget_earlier`), as it drops the other tests' payloads (issue 50: each test stands alone)
+EARLIER = {"results": [], "left": 0, "killed": None}
+
+
+def forget_earlier():
+    """In a test child, before any candidate code: nothing of an earlier test stays reachable from it (its value,
+    output and reason, the report's room left, what the host said about it)."""
+    del EARLIER["results"][:]
+    EARLIER["left"], EARLIER["killed"] = 0, None
+    CONTROL["kill"].clear()
+    CONTROL["buffer"] = b""
+
+
 def run_tests(job, isolated, leased, box):
     """Every test's result, in order, until the host kills one at its limit: the tests after it are not run
     (:data:`NOT_RUN`), so no candidate code ever runs knowing that an earlier test was killed (a limit carries
     information about the reference's time). The values forwarded to the host are capped together
     (``max_report_bytes``), so a candidate's whole report costs the host at most that much to read, whatever each test
     returns."""
-    results, killed = [], None
-    left = int(job.get("max_report_bytes", job["max_result_bytes"]))
+    EARLIER.update(results=[], left=int(job.get("max_report_bytes", job["max_result_bytes"])), killed=None)
     for index, test in enumerate(job["tests"]):
-        if CONTROL["budget"]:
-            results.append({"status": "timeout", "reason": "candidate wall-clock budget exhausted", "output": ""})
-            continue
-        if killed is not None:  # no later test may learn that an earlier one ran out of time (its limit's one bit)
-            results.append({"status": "error", "reason": NOT_RUN % killed, "output": ""})
-            continue
-        try:
-            result = run_test(job, test, index, isolated, leased, box)
-        except Exception as exc:  # noqa: BLE001 - a test that breaks the runner's bookkeeping fails alone
-            result = {"status": "error", "reason": "runner: %s: %s" % (type(exc).__name__, str(exc)[:200]),
-                      "output": ""}
-        if index in CONTROL["kill"]:  # killed by the host, whatever the result says (a runner error included)
-            killed = index
-        if result.get("status") == "value":
-            size = len(json.dumps(result["value"]))
-            if size > left:
-                result = dict(result, status="error", reason="the candidate's results together are larger than %d bytes"
-                              % job["max_report_bytes"])
-                del result["value"]
-            else:
-                left -= size
-        results.append(result)
-    return results
+        EARLIER["results"].append(next_result(job, test, index, isolated, leased, box))
+    return EARLIER["results"]
+
+
+def next_result(job, test, index, isolated, leased, box):
+    """Test ``index``'s result (run, or not run after a kill or with the budget spent), its value counted against the
+    report's room (:data:`EARLIER`)."""
+    if CONTROL["budget"]:
+        return {"status": "timeout", "reason": "candidate wall-clock budget exhausted", "output": ""}
+    if EARLIER["killed"] is not None:  # no later test may learn that an earlier one ran out of time (one bit)
+        return {"status": "error", "reason": NOT_RUN % EARLIER["killed"], "output": ""}
+    try:
+        result = run_test(job, test, index, isolated, leased, box)
+    except Exception as exc:  # noqa: BLE001 - a test that breaks the runner's bookkeeping fails alone
+        result = {"status": "error", "reason": "runner: %s: %s" % (type(exc).__name__, str(exc)[:200]), "output": ""}
+    if index in CONTROL["kill"]:  # killed by the host, whatever the result says (a runner error included)
+        EARLIER["killed"] = index
+    if result.get("status") == "value":
+        size = len(json.dumps(result["value"]))
+        if size > EARLIER["left"]:
+            result = dict(result, status="error", reason="the candidate's results together are larger than %d bytes"
+                          % job["max_report_bytes"])
+            del result["value"]
+        else:
+            EARLIER["left"] -= size
+    return result
 
 
 def read_job():

@@ -907,12 +907,13 @@ def test_what_honest_code_needs_passes_the_filter():
                          "out.append(1))\n    t.start()\n    t.join()\n    return out[0]",
               "fork": "import os\ndef f():\n    pid = os.fork()\n    if pid == 0:\n        os._exit(0)\n    "
                       "os.waitpid(pid, 0)\n    return 1",
-              # a memory file with its flags read and set (the honest uses of fcntl), an alarm and a select
-              "memfd and fcntl flags": "import os, fcntl\ndef f():\n    fd = os.memfd_create('x')\n    "
+              # a file with its flags read and set (the honest uses of fcntl), an alarm and a select
+              "file and fcntl flags": "import os, fcntl\ndef f():\n    fd = os.open('x', os.O_RDWR | os.O_CREAT)\n    "
                                        "fcntl.fcntl(fd, fcntl.F_SETFL, os.O_NONBLOCK)\n    os.write(fd, b'ab')\n"
                                        "    return int(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_NONBLOCK != 0)",
               "alarm and select": "import os, signal, select\ndef f():\n    signal.alarm(5)\n    "
-                                  "fd = os.memfd_create('x')\n    r = select.select([fd], [], [], 1)[0]\n    "
+                                  "fd = os.open('y', os.O_RDWR | os.O_CREAT)\n    "
+                                  "r = select.select([fd], [], [], 1)[0]\n    "
                                   "signal.alarm(0)\n    return len(r)"}
     for name, code in honest.items():
         results = attack(code, [Test(expected=1, expr="f()")])
@@ -1265,7 +1266,7 @@ def _raw(codes):
     own = (id(needle), id(needle) + sys.getsizeof(needle))
     libc = ctypes.CDLL(None, use_errno=True)
     libc.malloc.restype = ctypes.c_void_p
-    fd = os.memfd_create("scan")  # no pipe in the box: a memory file, rewound for each page
+    fd = os.open("scan", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)  # no pipe or memory file in the box: a file
     anchors = {(a & ~0xFFFF) + page * 65536 for a in (id(sys.modules), libc.malloc(64), libc.malloc(1 << 20))
                for page in range(-1024, 1024)}
     try:
