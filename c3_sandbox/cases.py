@@ -3,7 +3,9 @@ the sandbox's ``Limits`` and ``SandboxError``."""
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -102,19 +104,22 @@ class Test:
         """The probes (the candidate's inputs, all the sandbox gets: :data:`PAYLOAD_KEYS`) and this test's time limit
         (``timeout_s``, kept and enforced by the host; a value test's cap, :meth:`value_cap`, is checked by the host
         too). ``judged``: kept for callers; a reference run has no cap, since only :meth:`Sandbox.run` judges."""
-        return {"index": index, "probes": self.probes(), "timeout_s": float(self.timeout_s or timeout_s)}
+        out = {"index": index, "probes": self.probes(), "timeout_s": float(self.timeout_s or timeout_s)}
+        if judged and self.value_cap():
+            out["max_bytes"] = self.value_cap()  # the host's, like the time limit (not in PAYLOAD_KEYS)
+        return out
 
     def value_cap(self) -> int | None:
-        """A value test's cap on the candidate's encoded value: 8 x its expected value's encoding + 4 KiB (a value
-        equal to it, floats within tolerance included, encodes to at most about twice as many bytes), so a wrong
-        answer of any size is never decoded or judged. Checked by the host (:meth:`Sandbox._judge`): the sandbox
-        never learns it. None for assertion tests (their probes' honest sizes are not known here: the report's
-        whole cap bounds them)."""
-        if self.assertion is not None:
-            return None
+        """A test's cap on the candidate's encoded value: 8 x its expected value's encoding + 4 KiB (a value equal to
+        it, floats within tolerance included, encodes to at most about twice as many bytes), so a wrong answer of
+        any size is never decoded or judged. The expected value is a value test's, or the comparand of an assertion
+        whose check is exactly ``probe == comparand`` (MBPP's ``assert f(x) == y``: issue 50); other assertions have
+        none (their probes' honest sizes are not known here: the report's whole cap bounds them). Checked by the host
+        (:meth:`Sandbox._judge`, and before parsing: ``Sandbox._run``): the sandbox never learns it."""
         if self._cap is None:
+            found, expected = (True, self.expected) if self.assertion is None else _comparand(self.assertion)
             try:
-                self._cap = 8 * len(json.dumps(encode(self.expected))) + 4096
+                self._cap = 8 * len(json.dumps(encode(expected))) + 4096 if found else 0
             except Exception:  # noqa: BLE001 - not plain data (no candidate can equal it): no cap of its own
                 self._cap = 0
         return self._cap or None
@@ -126,3 +131,28 @@ class Test:
         if len(values) != 1:
             raise CheckError(f"expected one value, got {len(values)}")
         return equal(values[0], self.expected, self.atol, self.rtol)
+
+
+def _comparand(assertion: Assertion) -> tuple[bool, Any]:
+    """(found, value): the value an assertion's one probe must equal, when its check is exactly ``_p0 == X`` or
+    ``X == _p0`` with ``X`` a literal or one of its constants."""
+    if len(assertion.probes) != 1:
+        return False, None
+    try:
+        node = ast.parse(assertion.check, mode="eval").body
+    except SyntaxError:
+        return False, None
+    if not (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq)):
+        return False, None
+    sides = [node.left, node.comparators[0]]
+    probe = [isinstance(x, ast.Name) and x.id == "_p0" for x in sides]
+    if probe.count(True) != 1:
+        return False, None
+    other = sides[probe.index(False)]
+    if isinstance(other, ast.Name) and re.fullmatch(r"_c\d+", other.id):
+        j = int(other.id[2:])
+        return (True, assertion.consts[j]) if j < len(assertion.consts) else (False, None)
+    try:
+        return True, ast.literal_eval(other)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False, None

@@ -86,6 +86,31 @@ def _report_cap(lim: Limits, tests: int) -> int:
     return lim.max_report_bytes + tests * (6 * lim.max_output_bytes + 12 * MAX_REASON + 256)
 
 
+def _parse_report(report: bytes, payloads: Sequence[dict], lim: Limits) -> list[dict] | str:
+    """The runner's report, one JSON line per test: a line longer than its test's value cap (``max_bytes``) allows
+    is refused unparsed (the value it holds would be refused anyway: a wrong answer's size costs the host a length,
+    not a parse: issue 50); a malformed report is the reason string."""
+    parts = report.split(b"\n")
+    if parts and not parts[-1]:
+        parts.pop()
+    if len(parts) != len(payloads):
+        return "sandbox runner sent a malformed report"
+    results = []
+    for line, p in zip(parts, payloads):
+        cap = p.get("max_bytes")
+        if cap and len(line) > cap + 6 * lim.max_output_bytes + 12 * MAX_REASON + 256:
+            results.append({"status": "error", "reason": f"result larger than {cap} bytes", "output": ""})
+            continue
+        try:
+            r = json.loads(line)
+        except (ValueError, RecursionError):
+            return "sandbox runner sent a malformed report"
+        if type(r) is not dict:
+            return "sandbox runner sent a malformed report"
+        results.append(r)
+    return results
+
+
 class Sandbox:
     """A pool that evaluates many candidates at once, each in its own sandbox.
 
@@ -183,19 +208,16 @@ class Sandbox:
                 raise SandboxError(f"sandbox did not start: {type(exc).__name__}: {exc}") from exc
             if rc is None:
                 return "candidate exceeded its wall-clock budget"
-            lines = out.split(b"\n", 2)
+            lines = out.split(b"\n", 1)
             if lines[0] != b"READY":
                 raise SandboxError(f"sandbox did not start (exit {rc}): {err.decode('utf-8', 'replace')[-500:]}")
             if len(lines) < 2 or not lines[1]:
                 return f"sandbox runner terminated (exit {rc}) before reporting"
             if len(lines[1]) > _report_cap(lim, len(payloads)):  # the runner caps it; never parse more than that
                 return "sandbox runner sent an oversized report"
-            try:
-                results = json.loads(lines[1])
-            except (ValueError, RecursionError):
-                return "sandbox runner sent a malformed report"
-            if type(results) is not list or len(results) != len(payloads) or any(type(r) is not dict for r in results):
-                return "sandbox runner sent a malformed report"
+            results = _parse_report(lines[1], payloads, lim)
+            if isinstance(results, str):
+                return results
             killed = min(talk.why, default=None)  # the first test this host decided was out of time
             for i, r in enumerate(results):
                 r["seconds"] = talk.seconds.get(i, 0.0)  # timed here, from the runner's S/E lines

@@ -294,10 +294,9 @@ def main():
     sys.stdout.write("READY\n")
     sys.stdout.flush()
     if job.get("probe"):
-        results = report
-    else:
-        results = run_tests(job, isolated, leased, box)
-    sys.stdout.write(json.dumps(results) + "\n")
+        sys.stdout.write(json.dumps(report) + "\n")
+    else:  # one line per test: the host measures each before it parses any (issue 50)
+        sys.stdout.write("".join(json.dumps(r) + "\n" for r in run_tests(job, isolated, leased, box)))
     sys.stdout.flush()
     os._exit(0)
 

@@ -5,6 +5,7 @@ sandbox cannot offer fail as the README says. As root, the module runs again as 
 import re
 from pathlib import Path
 
+from c3_sandbox import sandbox as sbx
 from c3_sandbox.sandbox import Test
 from tests.sandbox.test_sandbox_adversarial import REPO, ROOT, attack, run_as_nobody
 
@@ -157,4 +158,30 @@ def test_round_eight_holds_as_an_unprivileged_user_too():
                         f"{Path(__file__).relative_to(REPO)}", timeout=600)
     tail = (run.stdout + run.stderr)[-3000:]
     assert run.returncode == 0, tail
-    assert re.search(r"\b4 passed", run.stdout) and "failed" not in run.stdout, tail
+    assert re.search(r"\b5 passed", run.stdout) and "failed" not in run.stdout, tail
+
+
+def test_a_wrong_answer_costs_the_host_a_length_not_a_parse(monkeypatch):
+    """An ``assert f() == y`` test has a value cap tied to ``y`` (as a value test has): a wrong 99,990-item list fails
+    with the cap's reason, and the host parses no report line longer than a test's cap allows (the runner writes one
+    line per test); an honest answer as large as a large expected value still passes (issue 50, point 5)."""
+    parsed = []
+    loads = sbx.json.loads
+
+    def spy(text, *args, **kwargs):
+        parsed.append(len(text))
+        return loads(text, *args, **kwargs)
+
+    monkeypatch.setattr(sbx.json, "loads", spy)
+    wrong = [Test.from_assert("assert f() == [1, 2, 3]") for _ in range(3)]
+    cap = wrong[0].value_cap()
+    assert cap == 8 * len('["list", [["int", "1"], ["int", "2"], ["int", "3"]]]') + 4096
+    results = attack("def f():\n    return list(range(99990))", wrong)
+    if results is None:
+        return
+    assert all(not r.passed and r.reason == f"result larger than {cap} bytes" for r in results), results
+    assert parsed == [], parsed  # every line was refused by its length alone
+    big = [Test.from_assert("assert f() == [%s]" % ", ".join(map(str, range(20000))))]
+    assert big[0].value_cap() > 8 * 20000
+    assert attack("def f():\n    return list(range(20000))", big)[0].passed
+    assert Test.from_assert("assert len(f()) == 3").value_cap() is None  # not a comparand of f() itself: no cap
