@@ -86,7 +86,7 @@ VLLM_TESTS := VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VPY) -m pytest -q -m vllm tests
 MAIN := not gpu and not vllm
 test: envs
 	$(MAKE) --no-print-directory lint
-	$(PY) -m compileall -q c3_plugin domains tests  # the .pyc every test process would otherwise compile (PYTHONDONTWRITEBYTECODE)
+	$(PY) -m compileall -q c3_plugin c3_sandbox domains tests  # the .pyc every test process would otherwise compile (PYTHONDONTWRITEBYTECODE)
 	$(PY) -m pytest -q -n auto --dist loadgroup -m "$(MAIN) and not torchrun" --durations=25
 	$(PY) -m pytest -q -m "$(MAIN) and torchrun" --durations=10
 	$(VLLM_TESTS)

@@ -42,9 +42,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for bench.paired_timing
 
 from bench.paired_timing import describe, paired_ratio
-from domains.code import sandbox as sbx
+from c3_sandbox import launch, runner
+from c3_sandbox.sandbox import Sandbox, Test, isolation_probe
 from domains.code.data import MBPP_TEST_IDS, TIME_CAP_S, TIME_FACTOR, TIME_FLOOR_S, decode_tests, load_split
-from domains.code.sandbox import Sandbox, Test, isolation_probe
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -165,23 +165,17 @@ def overhead(sb) -> None:
 def against(sb, ref: str) -> None:
     """The sandbox's cost per trivial candidate and per extra test under this runner and under the runner of the
     git revision ``ref``, interleaved in one run (medians of 20 after 4 warm-ups each)."""
-    import subprocess
-
-    from domains.code import sandbox as sbx
-
-    sources = {f"runner of {ref}": subprocess.run(["git", "show", f"{ref}:domains/code/runner.py"], cwd=ROOT,
-                                                  check=True, capture_output=True, text=True).stdout,
-               "this runner": sbx.RUNNER.read_text()}
+    sources = {f"runner of {ref}": ref_runner(ref), "this runner": runner.source()}
     one, twenty = {k: [] for k in sources}, {k: [] for k in sources}
     for i in range(24):
         for name, src in sources.items():
-            sbx._SOURCE[:] = [src]
+            launch._SOURCE[:] = [src]
             for tests, out in (([Test(expected=1, expr="f()")], one), ([Test(expected=1, expr="f()")] * 20, twenty)):
                 t = time.perf_counter()
                 assert all(r.passed for r in sb.run("def f():\n    return 1", tests))
                 if i >= 4:
                     out[name].append(time.perf_counter() - t)
-    sbx._SOURCE[:] = [sources["this runner"]]
+    launch._SOURCE[:] = [sources["this runner"]]
     for name in sources:
         a, b = statistics.median(one[name]), statistics.median(twenty[name])
         print(f"  {name}: {a * 1000:.0f} ms per trivial candidate, {(b - a) / 19 * 1000:.1f} ms per further test")
@@ -196,17 +190,17 @@ def throughput_against(sb, ref: str, data: str, tasks: int, pairs: int) -> None:
                        "limit": tasks, "calibrate": False}, sandbox=sb)
     jobs = [(r["canonical"], decode_tests(r["visible_tests"]) + decode_tests(r["tests"]), r["setup"]) for r in rows]
     old = ref_runner(ref)
-    new = sbx.RUNNER.read_text()
+    new = runner.source()
     passed = {}
 
     def arm(name, src):
         def run():
-            sbx._SOURCE[:] = [src]
+            launch._SOURCE[:] = [src]
             passed.setdefault(name, []).append(sum(x.passed for res in sb.run_many(jobs) for x in res))
         return run
 
     result = paired_ratio(arm("this", new), arm(ref, old), pairs)
-    sbx._SOURCE[:] = [new]
+    launch._SOURCE[:] = [new]
     tests = sum(len(t) for _, t, _ in jobs)
     print(f"\nhonest throughput, {len(jobs)} canonical MBPP candidates ({tests} tests), {sb.workers} workers, box "
           f"limits {sb.box_limits}, uid {os.geteuid()}; tests passed per run: this runner "
@@ -219,8 +213,8 @@ def throughput_against(sb, ref: str, data: str, tasks: int, pairs: int) -> None:
 TREE_RUN = """
 import os, sys, time
 sys.path.insert(0, os.getcwd())
+from domains.code import Sandbox
 from domains.code.data import decode_tests, load_split
-from domains.code.sandbox import Sandbox
 rows = load_split({"name": "mbpp", "kind": "mbpp", "source": "data/mbpp/full.jsonl", "calibrate": False})
 jobs = [(r["canonical"], decode_tests(r["visible_tests"]) + decode_tests(r["tests"]), r["setup"]) for r in rows]
 sb = Sandbox(workers=int(sys.argv[1]))
@@ -260,14 +254,20 @@ def ref_runner(ref: str) -> str:
     given = os.environ.get("C3_BENCH_REF_RUNNER")
     if given:
         return Path(given).read_text()
-    return subprocess.run(["git", "show", f"{ref}:domains/code/runner.py"], cwd=ROOT, check=True, capture_output=True,
-                          text=True).stdout
+    def show(path):
+        return subprocess.run(["git", "show", f"{ref}:{path}"], cwd=ROOT, check=True, capture_output=True,
+                              text=True).stdout
+
+    try:  # the runner as one file (before the sandbox became a package), or its parts joined
+        return show("domains/code/runner.py")
+    except subprocess.CalledProcessError:
+        return runner.source(lambda part: show(f"c3_sandbox/runner/{part}.py"))
 
 
 def as_nobody(ref: str | None) -> int:
     """Re-run this bench (without ``--as-nobody``) as ``nobody`` in a private mount namespace where the repository and
-    the Python installation are reachable (the suite's way: ``tests/domains/test_sandbox_adversarial.py``)."""
-    from tests.domains.test_sandbox_adversarial import run_as_nobody
+    the Python installation are reachable (the suite's way: ``tests/sandbox/test_sandbox_adversarial.py``)."""
+    from tests.sandbox.test_sandbox_adversarial import run_as_nobody
 
     env = f"PYTHONPATH={ROOT} "
     if ref:

@@ -1,6 +1,6 @@
 """The sandbox's system-call allow-list against honest code (CPU).
 
-The test children's filter (``domains/code/runner.py``: ``ALLOWED_SYSCALLS`` and the rules of ``syscall_filter``)
+The test children's filter (``c3_sandbox/runner/seccomp.py``: ``ALLOWED_SYSCALLS`` and the rules of ``syscall_filter``)
 answers ENOSYS to any call it does not allow, which honest code may survive without anyone noticing. This bench runs
 the canonical solutions of every MBPP file and MBPP+ under the same filter with a **kill** as that default instead:
 a test that makes one call off the list dies by SIGSYS and fails. Every task passing means no canonical solution
@@ -19,9 +19,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for bench.code_harness
 
 from bench.code_harness import check, load
-from domains.code import runner
-from domains.code import sandbox as sbx
-from domains.code.sandbox import Sandbox
+from c3_sandbox import launch
+from c3_sandbox.runner import seccomp
+from c3_sandbox.sandbox import Sandbox
 
 ROOT = Path(__file__).resolve().parents[1]
 SIGSYS = "signal 31"
@@ -29,8 +29,8 @@ SIGSYS = "signal 31"
 
 def kill_by_default() -> None:
     """From now on, this process's sandboxes load the filter with a kill as its default (the host compiles the filter
-    and sends it in every job: ``sandbox.FILTER_DEFAULT``)."""
-    sbx.FILTER_DEFAULT = runner.SCMP_ACT_KILL_PROCESS
+    and sends it in every job: ``launch.FILTER_DEFAULT``)."""
+    launch.FILTER_DEFAULT = seccomp.SCMP_ACT_KILL_PROCESS
 
 
 def main() -> None:

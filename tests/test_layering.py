@@ -8,7 +8,7 @@ from pathlib import Path
 from tests.test_imports import cycles, import_graph, module_files
 
 REPO = Path(__file__).resolve().parents[1]
-MODULES = {**module_files(REPO, "c3_plugin"), **module_files(REPO, "domains")}
+MODULES = {**module_files(REPO, "c3_plugin"), **module_files(REPO, "c3_sandbox"), **module_files(REPO, "domains")}
 
 
 def _graph():
@@ -77,12 +77,22 @@ def test_the_library_imports_no_domain_and_domains_only_its_core():
     assert not bad, bad
 
 
+def test_the_sandbox_imports_neither_the_library_nor_a_domain_and_the_library_not_it():
+    """``c3_sandbox`` stands alone (stdlib only): a domain may call it, the library never does."""
+    graph = _graph()
+    bad = sorted(f"{m} -> {t}" for m, ts in graph.items() for t in ts
+                 if (m.startswith("c3_sandbox") and not t.startswith("c3_sandbox"))
+                 or (m.startswith("c3_plugin") and t.startswith("c3_sandbox")))
+    assert not bad, bad
+
+
 def test_the_checks_see_what_they_check():
     """The graph finds deferred imports and resolves relative ones (or the tests above would pass vacuously)."""
     graph = _graph()
     assert "c3_plugin.core.trace" in graph["c3_plugin.core.rollout"]
     assert "c3_plugin.tools.session" in graph["c3_plugin.tools.cli"]
-    assert "domains.code.cgroups" in graph["domains.code.sandbox"]  # ``from . import cgroups``
+    assert "c3_sandbox.cgroups" in graph["c3_sandbox.sandbox"]  # ``from . import cgroups``
+    assert "c3_sandbox.sandbox" in graph["domains.code.tasks"]
     deferred = {m: re.findall(r"^\s+from (c3_plugin[\w.]*) import", p.read_text(), re.M)
                 for m, p in MODULES.items() if m.startswith("c3_plugin")}
     deferred = {m: found for m, found in deferred.items() if found}

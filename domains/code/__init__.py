@@ -9,12 +9,9 @@ from typing import Any, Mapping, Sequence
 from c3_plugin.core.cache import cache_dir
 from c3_plugin.core.domain import Domain, single_train_source
 from c3_plugin.core.sources import check_overlap
-
-from .assertions import Assertion, AssertionFormError, compile_assertion, defined_names
-from .data import PENDING, CodeDatasetError, decode_tests, evaluate_constants, load_split
-from .prompts import multi_turn, reasoner_actor, reasoner_coder_reviewer, workflows
-from .runner import encode
-from .sandbox import (
+from c3_sandbox.assertions import Assertion, AssertionFormError, compile_assertion, defined_names
+from c3_sandbox.runner import encode
+from c3_sandbox.sandbox import (
     UNSAFE,
     Limits,
     Sandbox,
@@ -25,6 +22,11 @@ from .sandbox import (
     default_sandbox,
     namespaces_available,
 )
+from c3_sandbox.values import decode, equal
+
+from .data import PENDING, CodeDatasetError, decode_tests, evaluate_constants, load_split
+from .echo import drop_echoed
+from .prompts import multi_turn, reasoner_actor, reasoner_coder_reviewer, workflows
 from .tasks import (
     DEFAULTS,
     eval_aggregator,
@@ -35,7 +37,6 @@ from .tasks import (
     run_visible_tests,
     syntax_valid,
 )
-from .values import decode, equal
 
 
 @dataclass
@@ -90,6 +91,9 @@ def pass_rate(code: str, tests: Sequence[Any], setup: str = "", timeout_s: float
     return sum(r.passed for r in results) / len(results) if results else 0.0
 
 
+ECHO: dict[str, Any] = {}  # what drop_echoed took out of the train split (the dry-run reports it)
+
+
 def load_datasets(section: Mapping[str, Any], seed: int = 0, config: Any = None):
     import datasets
 
@@ -97,6 +101,8 @@ def load_datasets(section: Mapping[str, Any], seed: int = 0, config: Any = None)
     PENDING.clear()
     train = load_split({"name": "mbpp_train", **single_train_source(section, "code")}, base,
                        measure=measure) if section.get("train") else []
+    # the train reward scores only the hidden tests a copy of the prompt's example fails (echo.py; issue 50)
+    train, ECHO["train"] = drop_echoed(train)
     evals = [row for spec in section.get("eval") or [] for row in load_split(spec, base, measure=measure)]
     train = check_overlap(train, evals, drop=bool(section.get("drop_overlap", False)))
     clean = lambda rows: [{k: v for k, v in r.items() if k != "dropped_inputs"} for r in rows]  # noqa: E731 (a list of reasons)
@@ -138,6 +144,10 @@ def dry_run(cfg, train, evals) -> dict[str, Any]:
     """The sandbox probe, and the reference runs the dry-run left to the run (not cached on this machine yet):
     what they are, and about how long the run spends on them before its first step."""
     out: dict[str, Any] = {"probe": dry_run_probe(cfg.domain_cfg)}
+    if ECHO.get("train"):
+        echo = ECHO["train"]
+        out["train_echo"] = {"hidden_tests_dropped": echo["dropped_tests"], "tasks_left_out": echo["left_out"],
+                             "hidden_tests_per_task": echo["hidden_tests_per_task"]}
     if PENDING:
         minutes = sum(p["solutions"] * SECONDS_PER_REFERENCE_SOLUTION
                       + p["tests"] * SECONDS_PER_REFERENCE_TEST for p in PENDING) / 60

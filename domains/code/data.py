@@ -29,11 +29,10 @@ from typing import Any, Mapping, Sequence
 from c3_plugin.core.cache import cache_path, cached_json, is_cached
 from c3_plugin.core.hub import offline_mode
 from c3_plugin.core.sources import local_path, where
-
-from .assertions import Assertion, AssertionFormError, compile_assertion, defined_names, parse_module
-from .runner import encode
-from .sandbox import Sandbox, SandboxError, Test, default_sandbox
-from .values import decode
+from c3_sandbox.assertions import Assertion, AssertionFormError, compile_assertion, defined_names, parse_module
+from c3_sandbox.runner import encode
+from c3_sandbox.sandbox import Sandbox, SandboxError, Test, default_sandbox
+from c3_sandbox.values import decode
 
 HF = {"mbpp": ("google-research-datasets/mbpp", "full", "test"),
       "mbpp_sanitized": ("google-research-datasets/mbpp", "sanitized", "test"),

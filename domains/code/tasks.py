@@ -8,10 +8,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from c3_plugin.core.rewards import batched
+from c3_sandbox.sandbox import Sandbox, Test, TestResult, default_sandbox
 from domains.code.extract import extract_code
 
 from .data import decode_tests
-from .sandbox import Sandbox, Test, TestResult, default_sandbox
 
 
 def syntax_valid(code: str) -> bool:

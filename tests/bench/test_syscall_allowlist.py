@@ -5,8 +5,9 @@ import pytest
 
 import domains.code as dc
 from bench.syscall_allowlist import kill_by_default
-from domains.code import sandbox as sbx
-from domains.code.sandbox import SandboxError, Test
+from c3_sandbox import launch
+from c3_sandbox import sandbox as sbx
+from c3_sandbox.sandbox import SandboxError, Test
 
 OFF_LIST = "import os\ndef f():\n    try:\n        os.getloadavg()\n    except OSError:\n        return 'refused'\n" \
            "    return 'read'\n"  # sysinfo: not a call a test may make
@@ -19,7 +20,7 @@ def test_the_kill_default_runner_kills_what_the_real_one_refuses(monkeypatch):
             dc.execute(OFF_LIST, test)
         return
     assert dc.execute(OFF_LIST, test)[0].passed  # the real filter: ENOSYS, caught
-    monkeypatch.setattr(sbx, "FILTER_DEFAULT", sbx.FILTER_DEFAULT)  # restored after the test
+    monkeypatch.setattr(launch, "FILTER_DEFAULT", launch.FILTER_DEFAULT)  # restored after the test
     kill_by_default()
     killed = dc.execute(OFF_LIST, test)[0]
     assert not killed.passed and "signal 31" in killed.reason, killed

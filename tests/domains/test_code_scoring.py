@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 import domains.code as dc
-from domains.code import sandbox
-from domains.code.assertions import AssertionFormError, CheckError, compile_assertion, evaluate
+from c3_sandbox import sandbox
+from c3_sandbox.assertions import AssertionFormError, CheckError, compile_assertion, evaluate
+from c3_sandbox.sandbox import Sandbox, Test
 from domains.code.data import TIME_CAP_S, TIME_FLOOR_S, mbppplus_inputs, time_limit
-from domains.code.sandbox import Sandbox, Test
 
 ROOT = Path(__file__).resolve().parents[2]
 ISCLOSE = ["assert math.isclose(volume_sphere(10), 4188.790204786391, rel_tol=0.001)",
@@ -263,8 +263,8 @@ def test_verdicts_run_in_a_judge_process_bounded_in_time_and_memory(monkeypatch)
     import resource
     import time
 
-    from domains.code import judge
-    from domains.code.runner import encode
+    from c3_sandbox import judge
+    from c3_sandbox.runner import encode
 
     pool = judge.JudgePool(1)
     value = lambda *v: {"status": "value", "value": encode(tuple(v))}  # noqa: E731

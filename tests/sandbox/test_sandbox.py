@@ -9,7 +9,7 @@ import time
 import pytest
 
 import domains.code as dc
-from domains.code.sandbox import Sandbox, SandboxError, Test
+from c3_sandbox.sandbox import Sandbox, SandboxError, Test
 
 TIMEOUT = 2.0
 

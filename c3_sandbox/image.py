@@ -23,10 +23,12 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import threading
 
 IMAGE_ENV = "C3_SANDBOX_IMAGE_DIR"  # a folder on a tmpfs for the image; default /dev/shm
@@ -40,6 +42,9 @@ SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime")
 # the C library's own parts, which ctypes users name (found beside libc.so.6)
 LIBC_PARTS = ("libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1", "libutil.so.1")
 TOP_LINKS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
+# the time-zone database (``zoneinfo``, issue 50): the host's, without its duplicate trees and its link out, copied to
+# the same place; else the ``tzdata`` package's copy, placed where ``zoneinfo`` looks first (``sysconfig``'s TZPATH)
+ZONEINFO_SKIPPED = ("posix", "right", "localtime")
 
 
 class ImageError(RuntimeError):
@@ -115,10 +120,38 @@ def build(root: str, prefix: str, python: str) -> None:
     for path in SYSTEM_FILES:
         if os.path.exists(path):
             _place(path, root)
+    _place_zoneinfo(root)
     for top, dirs, _ in os.walk(root):
         for d in dirs:
             os.chmod(os.path.join(top, d), 0o755)
     os.chmod(root, 0o755)
+
+
+def zoneinfo_source() -> tuple[str, str] | None:
+    """(the folder of a time-zone database on this host, where the image puts it), or None where there is none."""
+    tzpath = [p for p in (sysconfig.get_config_var("TZPATH") or "").split(os.pathsep) if os.path.isabs(p)]
+    for folder in tzpath:
+        if os.path.isfile(os.path.join(folder, "Etc", "UTC")):
+            return os.path.realpath(folder), folder
+    spec = importlib.util.find_spec("tzdata")
+    if spec is not None and spec.submodule_search_locations and tzpath:
+        folder = os.path.join(list(spec.submodule_search_locations)[0], "zoneinfo")
+        if os.path.isfile(os.path.join(folder, "Etc", "UTC")):
+            return folder, tzpath[0]
+    return None
+
+
+def _place_zoneinfo(root: str) -> None:
+    """The time-zone database into the image (nothing where the host has none: ``zoneinfo`` then fails inside)."""
+    found = zoneinfo_source()
+    if found is None:
+        return
+    src, where = found
+    dest = os.path.join(root, os.path.realpath(os.path.dirname(where)).lstrip("/"), os.path.basename(where))
+    if not os.path.lexists(dest):
+        shutil.copytree(src, dest, symlinks=True,
+                        ignore=lambda folder, names: [n for n in names if n in ZONEINFO_SKIPPED or n == "__pycache__"
+                                                      or n.endswith(".py")])
 
 
 _IMAGES: dict[tuple[str, str], str] = {}  # the first copy of each installation's image

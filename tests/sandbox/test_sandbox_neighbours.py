@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from domains.code.sandbox import Test
-from tests.domains.test_sandbox_adversarial import REPO, ROOT, _sandboxed_processes, pool, run_as_nobody
+from c3_sandbox.sandbox import Test
+from tests.sandbox.test_sandbox_adversarial import REPO, ROOT, _sandboxed_processes, pool, run_as_nobody
 
 HOSTILE_S = 60.0  # how long a neighbour would keep its tasks busy: until the test ends its sandbox
 HONEST = "def g(n):\n    return sum(i * i for i in range(n))"
