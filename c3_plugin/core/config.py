@@ -192,6 +192,7 @@ class ClusterSection:
 SECTIONS = {"agent_model": ModelSection, "agents": AgentsSection, "dataset": DatasetSection,
             "workflow": WorkflowSection, "output": OutputSection, "wandb": WandbSection,
             "reward_processor": RewardProcessorSection, "deepspeed": DeepSpeedSection, "cluster": ClusterSection}
+MAX_SEED = 2 ** 32 - 1 - 1000 * 1024  # the largest seed every rank of up to 1024 can add its 1000 * rank to
 SCALARS = {"algorithm": "c3", "domain": "math", "seed": 0, "extends": None, "description": ""}
 
 
@@ -363,8 +364,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         raise ConfigError(str(exc.args[0])) from exc
     sections = {name: bind(cls, raw.get(name), name) for name, cls in SECTIONS.items()}
     seed = raw.get("seed", SCALARS["seed"])
-    if not isinstance(seed, int):
-        raise ConfigError(f"seed must be an integer, got {seed!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"seed must be an integer from 0 to {MAX_SEED} (NumPy's seeds are 32-bit, and each "
+                          f"data-parallel rank seeds seed + 1000 * rank), got {seed!r}; e.g. seed: 0")
     own = section(algorithm)
     for other in names:  # every algorithm section present must be valid for its own class
         if other in raw and section(other) == other and other != own:

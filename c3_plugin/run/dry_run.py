@@ -27,6 +27,7 @@ from c3_plugin.core.registry import (
 from c3_plugin.core.workflow import Workflow
 from c3_plugin.run.budget import decision_gradients, expected_budget
 from c3_plugin.run.cluster import cluster_plan, gpu_hours
+from c3_plugin.run.contract import check_contract
 from c3_plugin.run.memory import memory_report
 from c3_plugin.run.needs import missing_packages
 from c3_plugin.scale.model_check import check_models, unverified_models
@@ -157,6 +158,7 @@ def dry_run_report(cfg: RunConfig) -> dict[str, Any]:
     eval_rows: dict[str, int] = {}
     for ds in (evals["datasource"] if evals is not None else []):
         eval_rows[ds] = eval_rows.get(ds, 0) + 1
+    contract = check_contract(domain, cfg, workflow, train, evals)  # the domain's hooks on its own rows
     checks = domain.dry_run(cfg, train, evals)
     probe = checks.pop("probe")
     reward_range = list(getattr(domain.make_reward(cfg.domain_cfg), "reward_range", (None, None)))
@@ -165,7 +167,7 @@ def dry_run_report(cfg: RunConfig) -> dict[str, Any]:
                            "parallel_stages": workflow.parallel_stages(), "agents": workflow.num_agents},
               "train_rows": len(train), "eval_rows": eval_rows, **expected_budget(cfg, workflow, train),
               "reward_range": reward_range, "probe_reward": probe.get("probe_reward"), "probe": probe,
-              "model": cfg.agent_model.name, "policy": cfg.agents.policy}
+              "model": cfg.agent_model.name, "policy": cfg.agents.policy, "contract": contract}
     training = check_agent_training(cfg, workflow)
     if training:
         report["agent_training"] = training

@@ -15,7 +15,7 @@ from c3_plugin.core.domain import Domain
 from c3_plugin.core.registry import capabilities, resolve, section, workflow_algorithms
 from c3_plugin.core.workflow import Workflow, WorkflowError
 from c3_plugin.run.dry_run import prepare
-from c3_plugin.run.folder import abandon_run_dir, claim_run_dir, latest_checkpoint, run_dir_for
+from c3_plugin.run.folder import abandon_run_dir, claim_run_dir, latest_checkpoint, release_claim, run_dir_for
 from c3_plugin.run.report import plot_history, summary_table
 from c3_plugin.scale import distributed as dp
 from c3_plugin.scale.peak_memory import peak_memory
@@ -82,7 +82,7 @@ def settle(cfg: RunConfig, domain: Domain) -> None:
 def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool = False) -> dict[str, Any]:
     """Run the job; returns the summary (also written to ``<run>/summary.json``)."""
     started = time.perf_counter()
-    ctx, run_dir, created, trainer = dp.context(), None, False, None
+    ctx, run_dir, created, trainer, claimed = dp.context(), None, False, None, False
     # until training starts; a failure removes the run folder this call made (never a resumed run's) and is re-raised
     try:
         if dp.launched_world() > 1:  # torchrun: data-parallel replicas of the team, one per process
@@ -105,6 +105,7 @@ def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool 
         run_dir = run_dir_for(cfg, workflow)
         if ctx.is_main:
             run_dir, created = claim_run_dir(cfg, run_dir)
+            claimed = True
             (run_dir / "config.json").write_text(json.dumps(cfg.resolved(), indent=2, default=str))
         run_dir = Path(dp.broadcast(str(run_dir) if ctx.is_main else None))
         _seed_everything(cfg.seed)  # the same initial weights on every rank (DeepSpeed also broadcasts rank 0's)
@@ -129,6 +130,7 @@ def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool 
             kwargs["resume_from_checkpoint"] = str(resume)
     except BaseException as exc:
         abandon_run_dir(run_dir if created else None, trainer)
+        release_claim(run_dir if claimed and not created else None)
         try:
             exc.before_training = True  # the CLI reports it as one line, like a config error
         except AttributeError:  # an exception type without attributes keeps its traceback

@@ -106,4 +106,4 @@ def dry_run_probe(config: TemplateConfig | None = None) -> dict[str, Any]:
 DOMAIN = Domain(name="template", load_datasets=load_datasets, workflows=workflows, make_reward=make_reward,
                 make_eval_logger=lambda workflow: eval_logger, eval_aggregator=eval_aggregator,
                 dry_run=probe_only(dry_run_probe), config_cls=TemplateConfig, default_workflow="echo_pair",
-                outcome=outcome)
+                outcome=outcome, gold="answer")

@@ -41,7 +41,8 @@ def test_template_copied_into_a_new_package_installs_and_trains(tmp_path):
     tok = tiny_tokenizer()
     tiny_model(tok).save_pretrained(tmp_path / "model")
     tok.save_pretrained(tmp_path / "model")
-    env = {**os.environ, "PYTHONPATH": str(site), "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]), "OMP_NUM_THREADS": "1",
+           "TQDM_DISABLE": "1"}
     run = lambda *args: subprocess.run([sys.executable, "-m", "c3_plugin", *args], cwd=tmp_path, env=env,  # noqa: E731
                                        capture_output=True, text=True, timeout=600)
     dry = run("dry-run", "--config", str(config), "--json")
