@@ -7,3 +7,12 @@ class ConfigError(ValueError):
 
 class DatasetError(ValueError):
     """A dataset that cannot be loaded or used; the message says which and how to fix it."""
+
+
+class DomainHookError(RuntimeError):
+    """A domain's hook (its reward, eval logger, outcome) raised during a run; the message names the domain, the hook,
+    the rows and the fix."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during training; the message says at which env step and how the same command resumes."""

@@ -6,10 +6,12 @@ first batch or first evaluation is refused here, naming the domain, the hook, th
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Mapping, Sequence
 
 from c3_plugin.core.config import ConfigError, RunConfig
 from c3_plugin.core.domain import Domain
+from c3_plugin.core.errors import DomainHookError
 from c3_plugin.core.registry import capabilities
 from c3_plugin.core.rewards import RewardValueError, leaf_rewards
 from c3_plugin.core.rollout import Leaf
@@ -191,3 +193,32 @@ def check_contract(domain: Domain, cfg: RunConfig, workflow: Workflow, train: An
     check_eval_logger(domain, workflow, eval_rows)
     return {"rows_checked": len(rows), "eval_rows_checked": len(eval_rows),
             "reward_on": rewards}
+
+
+def _row_ids(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+    """The ids of the rows a hook was called on (its ``batch_items``, or the items of a batch of leaves)."""
+    items = kwargs.get("batch_items")
+    if items is None and args and isinstance(args[0], (list, tuple)) and args[0] and isinstance(args[0][0], Leaf):
+        items = [leaf.item for leaf in args[0]]
+    ids = [str(it.get("id", "?")) for it in items or [] if isinstance(it, Mapping)]
+    return (f"row{'s' if len(ids) > 1 else ''} {', '.join(ids[:5])}{' ...' if len(ids) > 5 else ''}" if ids
+            else "rows unknown")
+
+
+def guarded(domain: Domain, hook: str, fn: Callable[..., Any] | None) -> Callable[..., Any] | None:
+    """``fn`` (a domain hook the trainer calls during the run: the reward, the eval logger, the outcome) with the
+    same signature and attributes, whose exception becomes one :class:`DomainHookError` naming the domain, the hook
+    and the rows, and the dry-run that exercises it."""
+    if fn is None:
+        return None
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - reported by name; --debug shows the traceback
+            raise DomainHookError(f"domain '{domain.name}': {hook} raised {type(exc).__name__}: {exc} (on "
+                                  f"{_row_ids(args, kwargs)}); fix the hook (c3 dry-run calls it on the domain's own "
+                                  f"rows; add --debug for the traceback)") from exc
+
+    return call

@@ -12,10 +12,20 @@ from typing import Any
 
 from c3_plugin.core.config import ConfigError, RunConfig
 from c3_plugin.core.domain import Domain
+from c3_plugin.core.errors import RunInterrupted
 from c3_plugin.core.registry import capabilities, resolve, section, workflow_algorithms
 from c3_plugin.core.workflow import Workflow, WorkflowError
+from c3_plugin.run.contract import guarded
 from c3_plugin.run.dry_run import prepare
-from c3_plugin.run.folder import abandon_run_dir, claim_run_dir, latest_checkpoint, release_claim, run_dir_for
+from c3_plugin.run.folder import (
+    abandon_run_dir,
+    check_resume_config,
+    claim_run_dir,
+    interrupted_line,
+    latest_checkpoint,
+    release_claim,
+    run_dir_for,
+)
 from c3_plugin.run.report import plot_history, summary_table
 from c3_plugin.scale import distributed as dp
 from c3_plugin.scale.peak_memory import peak_memory
@@ -56,12 +66,13 @@ def build_trainer(cfg: RunConfig, domain: Domain, workflow: Workflow, train: Any
     grammar = domain.grammar(cfg.domain_cfg) if domain.grammar is not None else None
     if dp.context().enabled and not dp.context().is_main:
         wandb_config = None  # rank 0 logs
-    logger = domain.make_eval_logger(workflow)
-    keywords = {"outcome": domain.outcome, "deepspeed": cfg.deepspeed, "learning_rates": cfg.agents.learning_rate,
+    logger = guarded(domain, "the eval logger", domain.make_eval_logger(workflow))
+    keywords = {"outcome": guarded(domain, "outcome(leaves)", domain.outcome), "deepspeed": cfg.deepspeed,
+                "learning_rates": cfg.agents.learning_rate,
                 "learning_rate_scales": cfg.agents.learning_rate_scale, "trainable": cfg.agents.trainable}
     extra = {k: keywords[k] for k in capabilities(cfg.algo).trainer_keywords}
     trainer = trainer_cls(agents=models, tokenizer=tokenizer, train_dataset=train, eval_dataset=evals,
-                          reward_func=domain.make_reward(cfg.domain_cfg),
+                          reward_func=guarded(domain, "the reward", domain.make_reward(cfg.domain_cfg)),
                           reward_processor=(lambda r: scale * r + shift), eval_logger=logger,
                           eval_aggregator=domain.eval_aggregator, wandb_config=wandb_config, args=cfg.algo,
                           workflow=workflow, run_dir=run_dir, lora_adapters=lora, grammar=grammar, **extra)
@@ -106,6 +117,8 @@ def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool 
         if ctx.is_main:
             run_dir, created = claim_run_dir(cfg, run_dir)
             claimed = True
+            if cfg.output.resume:  # a checkpoint of another config: refused here, before any model loads
+                check_resume_config(cfg, run_dir)
             (run_dir / "config.json").write_text(json.dumps(cfg.resolved(), indent=2, default=str))
         run_dir = Path(dp.broadcast(str(run_dir) if ctx.is_main else None))
         _seed_everything(cfg.seed)  # the same initial weights on every rank (DeepSpeed also broadcasts rank 0's)
@@ -128,6 +141,7 @@ def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool 
             kwargs = {"checkpoint_dir": str(ckpt_dir), "checkpoint_interval": int(cfg.output.checkpoint_interval)}
         if resume:
             kwargs["resume_from_checkpoint"] = str(resume)
+            trainer.resuming = f"{run_dir.name} from {Path(resume).name}"  # said at train start, with its env step
     except BaseException as exc:
         abandon_run_dir(run_dir if created else None, trainer)
         release_claim(run_dir if claimed and not created else None)
@@ -136,7 +150,10 @@ def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool 
         except AttributeError:  # an exception type without attributes keeps its traceback
             pass
         raise
-    trainer.train(**kwargs)
+    try:
+        trainer.train(**kwargs)
+    except KeyboardInterrupt:
+        raise RunInterrupted(interrupted_line(cfg, run_dir, trainer.env_step)) from None
     after = trainer.evaluate(cfg.algo.final_eval_num_samples)
     summary = {"run_dir": str(run_dir), "algorithm": cfg.algorithm, "workflow": workflow.name,
                "env_steps": trainer.env_step, "totals": dict(trainer.totals), "updates": trainer.update_step,
