@@ -240,9 +240,12 @@ def read_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     if not path.exists():
         raise ConfigError(f"config file {path} does not exist")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+    if data is None:
+        raise ConfigError(f"config file {path} is empty; a config names at least its algorithm and domain (copy "
+                          "configs/math/demo_cpu.yaml or domains/template/example.yaml)")
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: a config must be a mapping at the top level")
     data = resolve_model_paths(data, path.parent)  # in the file that names them, so extends: chains keep their folders

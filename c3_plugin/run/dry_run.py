@@ -24,6 +24,7 @@ from c3_plugin.core.registry import (
     section,
     workflow_algorithms,
 )
+from c3_plugin.core.sources import local_path
 from c3_plugin.core.workflow import Workflow
 from c3_plugin.run.budget import decision_gradients, expected_budget
 from c3_plugin.run.cluster import cluster_plan, gpu_hours
@@ -118,13 +119,38 @@ def prepare(cfg: RunConfig, dry_run: bool = False):
                "base_dir": cfg.dataset.base_dir, **({"dry_run": True} if dry_run else {})}
     if domain.validate_config is not None:
         domain.validate_config(cfg, workflow)
+    check_sizes(cfg)
     train, evals = domain.load_datasets(section, cfg.seed, cfg.domain_cfg)
     if train is None or len(train) == 0:
-        raise ConfigError("dataset.train is empty: give a source (a HF name, a JSONL path or 'synthetic')")
+        raise ConfigError(empty_train(cfg))
     if capabilities(cfg.algo).budget == "plan":
         parse_plan(cfg.algo.plan).branching(workflow.num_decisions)
     check_agent_training(cfg, workflow)
     return domain, workflow, train, evals
+
+
+def check_sizes(cfg: RunConfig) -> None:
+    """A ``size: 0`` in the dataset section is refused by name (it would read as an empty dataset)."""
+    train = cfg.dataset.train
+    specs = [("dataset.train", train)] if isinstance(train, Mapping) else [
+        (f"dataset.train[{i}]", s) for i, s in enumerate(train or [])]
+    specs += [(f"dataset.eval[{i}]", s) for i, s in enumerate(cfg.dataset.eval or [])]
+    for where, spec in specs:
+        if isinstance(spec, Mapping) and spec.get("size") is not None and int(spec["size"]) <= 0:
+            drop = "" if where == "dataset.train" else ", or drop the source"
+            raise ConfigError(f"{where}.size is {spec['size']}: a source needs at least one row; give a positive size "
+                              f"(or remove it for the source's default){drop}")
+
+
+def empty_train(cfg: RunConfig) -> str:
+    """Why the training set came back empty, in words: an empty local file, or no source."""
+    train = cfg.dataset.train
+    source = train.get("source") if isinstance(train, Mapping) else None
+    path = local_path(str(source), cfg.dataset.base_dir) if source else None
+    if path is not None and path.exists():
+        return (f"dataset.train.source {source} holds no rows (an empty file, or every row filtered out by limit or "
+                "drop_overlap); a JSONL file holds one JSON row per line")
+    return "dataset.train is empty: give a source (a HF name, a JSONL path or 'synthetic')"
 
 
 def check_agent_training(cfg: RunConfig, workflow: Workflow) -> dict[str, Any]:

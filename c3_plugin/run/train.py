@@ -159,14 +159,20 @@ def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool 
                "env_steps": trainer.env_step, "totals": dict(trainer.totals), "updates": trainer.update_step,
                "eval_before": before, "eval_after": after, "world_size": ctx.world,
                "wall_s": time.perf_counter() - started, **peak_memory()}
-    if not ctx.is_main:  # rank 0 writes the summary, plots and the final model (ZeRO-3 gathers on every rank)
-        if cfg.output.save_model:
-            trainer.save_model(str(run_dir / "final"))
-        return summary
+    if ctx.is_main:  # rank 0 writes the summary, plots and the final model (ZeRO-3 gathers on every rank)
+        write_outputs(cfg, trainer, run_dir, summary, workflow.name)
+    elif cfg.output.save_model:
+        trainer.save_model(str(run_dir / "final"))
+    return summary
+
+
+def write_outputs(cfg: RunConfig, trainer: Any, run_dir: Path, summary: dict[str, Any], workflow: str) -> None:
+    """What a finished run leaves in its folder: ``summary.json``, the learning curve, the final model (else the W&B
+    run closed), and the summary table printed."""
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     history = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     if cfg.output.plot:
-        plot_history(history, run_dir / "learning_curve.png", title=f"{cfg.algorithm} on {workflow.name}")
+        plot_history(history, run_dir / "learning_curve.png", title=f"{cfg.algorithm} on {workflow}")
     if cfg.output.save_model:
         trainer.save_model(str(run_dir / "final"))
     elif trainer.wandb_initialized:
@@ -174,7 +180,6 @@ def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool 
 
         wandb.finish()
     print(summary_table(summary))
-    return summary
 
 
 def validate_or_exit(load: Any, as_json: bool = False) -> Any:
