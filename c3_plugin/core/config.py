@@ -66,6 +66,9 @@ class AgentsSection:
     # per-role; false freezes the agent that plays it: it samples, is credited and logged, but never updated (a fixed
     # teammate)
     trainable: dict[str, bool] = field(default_factory=dict)
+    # true: an algorithm (an arm of the config's head-to-head) whose agents get 0 optimizer steps is a dry-run warning,
+    # not an error (a run meant to train nothing, e.g. MAPPO's critic warm-up alone)
+    zero_updates_ok: bool = False
 
 
 @dataclass

@@ -26,7 +26,7 @@ from c3_plugin.core.registry import (
 )
 from c3_plugin.core.sources import local_path
 from c3_plugin.core.workflow import Workflow
-from c3_plugin.run.budget import decision_gradients, expected_budget
+from c3_plugin.run.budget import decision_gradients, expected_budget, rollout_batch_sizes
 from c3_plugin.run.cluster import cluster_plan, gpu_hours
 from c3_plugin.run.contract import check_contract
 from c3_plugin.run.memory import memory_report
@@ -210,6 +210,9 @@ def dry_run_report(cfg: RunConfig) -> dict[str, Any]:
     report["model_check"] = check_models(cfg)  # a local model folder holds weights and a tokenizer; a hub name: "hub"
     report.update(dry_run_entries(cfg.algo))  # the algorithm's own entries (the joint actor's CoMLRL API)
     report.update(checks)  # the domain's own checks (travel: split, catalog parse, the joint probe under a joint actor)
+    budget_errors, budget_warnings = budget_problems(cfg, report, train)
+    report["warnings"] = list(report.get("warnings", [])) + budget_warnings
+    report["budget_errors"] = budget_errors
     if cfg.layout == "llm_collab":  # an LLM_Collab config: the keys that mean nothing here, also in the summary
         report["llm_collab"] = {"unmapped": list(cfg.unmapped)}
         report["notes"] = list(report.get("notes", [])) + unmapped_lines(cfg)
@@ -245,12 +248,43 @@ def memory_problems(cfg: RunConfig, report: Mapping[str, Any]) -> tuple[list[str
                 f"{', '.join(k for k, v in verdict.items() if v == 'fits')}" for c in bad]
 
 
+def budget_problems(cfg: RunConfig, report: Mapping[str, Any], train: Any) -> tuple[list[str], list[str]]:
+    """(errors, warnings) of the run's budget, said at the dry-run: a train set smaller than one rollout batch, an
+    epoch whose last batch is partial, and an arm (the config's algorithm or another of its head-to-head) whose agents
+    get 0 optimizer steps, an error unless ``agents.zero_updates_ok`` acknowledges it."""
+    errors, warns = [], []
+    if capabilities(cfg.algo).budget == "plan":
+        ipu, rows = int(cfg.algo.instances_per_update), len(train)
+        if rows < ipu:
+            warns.append(f"budget: the train set ({rows} rows) is smaller than one rollout batch "
+                         f"({section(cfg.algorithm)}.instances_per_update: {ipu}); each epoch is one batch of {rows}")
+        else:
+            partial = sorted({b for b in rollout_batch_sizes(cfg, train) if b < ipu})
+            if partial:
+                warns.append(f"budget: a last partial rollout batch of {', '.join(map(str, partial))} instance(s) "
+                             f"(of {ipu}) in each epoch ({rows} rows); a number of rows that "
+                             f"{section(cfg.algorithm)}.instances_per_update divides gives equal batches")
+    arms = {a: row.get(STEPS) for a, row in ((report.get("optimisation") or {}).get("settings") or {}).items()}
+    arms.setdefault(section(cfg.algorithm), report.get("expected_optimizer_updates_per_agent"))
+    for arm, steps in arms.items():
+        if not isinstance(steps, list) or min(steps, default=1) > 0:
+            continue
+        line = (f"budget: {arm} gives its agents {steps} optimizer steps (0 for some agent: nothing learns; a critic's "
+                "warm-up can take every batch), so raise num_train_epochs or the train rows, lower "
+                "instances_per_update or the warm-up")
+        if cfg.agents.zero_updates_ok:
+            warns.append(line + " (acknowledged: agents.zero_updates_ok)")
+        else:
+            errors.append(line + ", or set agents.zero_updates_ok: true if that is the intent")
+    return errors, warns
+
+
 def settle_status(cfg: RunConfig, report: dict[str, Any]) -> dict[str, Any]:
     """The report's ``status``: ``error`` when the run would fail (``errors``: a package it imports is missing
     here, its memory plan fits no planned GPU), else ``unverified`` when something could not be checked from
     here (``unverified``: a hub model offline and not cached), else ``ok``; ``warnings`` gathers the rest."""
     memory_errors, memory_warnings = memory_problems(cfg, report)
-    errors = missing_packages(cfg, report.get("cluster") or {}) + memory_errors
+    errors = missing_packages(cfg, report.get("cluster") or {}) + memory_errors + list(report.get("budget_errors", []))
     unverified = unverified_models(report.get("model_check") or {})
     per_gpu = (report.get("cluster") or {}).get("memory_per_gpu") or {}
     if per_gpu.get("status") == "unknown" and not str(cfg.agent_model.device).startswith("cpu"):
