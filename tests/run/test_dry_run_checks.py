@@ -115,7 +115,8 @@ def test_budget_surprises_are_said_at_the_dry_run():
     assert ("budget: the train set (3 rows) is smaller than one rollout batch (c3.instances_per_update: 4)"
             in " ".join(small["warnings"])) and small["status"] == "ok"
     partial = dry_run_report(load_config(DEMO, ["dataset.train.size=30"]))
-    assert any(w.startswith("budget: a last partial rollout batch of 2 instance(s) (of 4)") for w in partial["warnings"])
+    assert any(w.startswith("budget: a last partial rollout batch of 2 instance(s) (of 4)")
+               for w in partial["warnings"])
     assert "warning: budget: a last partial rollout batch" in summary(partial)
     eaten = dry_run_report(load_config(DEMO, ["mappo.critic_warmup_updates=8"]))
     assert eaten["status"] == "error" and any(e.startswith("budget: mappo gives its agents [0, 0] optimizer steps")
