@@ -263,7 +263,8 @@ def read_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
 
 
 def parse_value(text: str) -> Any:
-    """``true/false/none/null``, else a Python literal, else the string itself."""
+    """``true/false/none/null``, else a Python literal, else a YAML mapping or list (``{A: 4}``, ``[a, b]``), else
+    the string itself."""
     low = text.strip().lower()
     if low in ("true", "false"):
         return low == "true"
@@ -272,7 +273,15 @@ def parse_value(text: str) -> Any:
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
-        return text
+        pass
+    if text.strip()[:1] in ("{", "["):  # YAML flow style, as the config file would spell it
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            return text
+        if isinstance(value, (dict, list)):
+            return value
+    return text
 
 
 def apply_overrides(data: Mapping[str, Any], overrides: list[str] | None) -> dict[str, Any]:

@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None, algorithm: str | None = None, default_co
     parser.add_argument("--config", default=str(default_config) if default_config else None,
                         help="run config YAML" + (f" (default: {default_config})" if default_config else ""))
     parser.add_argument("--override", action="append", default=[], metavar="a.b=value",
-                        help="override a config value (repeatable); true/false/none, Python literals, else strings")
+                        help="override a config value (repeatable); true/false/none, Python literals, YAML "
+                             "({A: 4}), else strings")
     parser.add_argument("--dry-run", action="store_true", help="validate and report the budget without loading a model")
     parser.add_argument("--json", action="store_true",
                         help="--dry-run: print the whole report as JSON instead of its summary; an "
@@ -112,7 +113,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     """The options every run command takes: the config and its overrides."""
     p.add_argument("--config", required=True, help="run config YAML (configs/<domain>/<algorithm>.yaml)")
     p.add_argument("--override", action="append", default=[], metavar="a.b=value",
-                   help="override a config value (repeatable); true/false/none, Python literals, else strings")
+                   help="override a config value (repeatable); true/false/none, Python literals, YAML "
+                        "({A: 4}), else strings")
 
 
 def _add_run_commands(sub: Any) -> None:

@@ -53,7 +53,8 @@ def test_no_signal_names_every_agent_when_no_reward_ever_differed():
              "credit/Reasoner_u0/zero_signal_share": 1.0} for i in range(1, 4)]
     warnings = no_signal_warnings([{"algorithm": "magrpo", "seed": 0, "rows": rows}])
     assert warnings == ["no learning signal for any agent (Reasoner_u0): every leaf of all 3 batches got the same "
-                        "reward (0; train/reward_std 0), so no decision point's credit carries a signal from the reward"]
+                        "reward (0; train/reward_std 0), so no decision point's credit carries a signal from the "
+                        "reward"]
     rows[1]["train/reward_std"] = 0.5  # one batch with signal: only the point without any is named
     assert [w.split(":")[0] for w in no_signal_warnings([{"algorithm": "magrpo", "seed": 0, "rows": rows}])] == [
         "no learning signal for Reasoner_u0"]
