@@ -16,3 +16,8 @@ class DomainHookError(RuntimeError):
 
 class RunInterrupted(KeyboardInterrupt):
     """Ctrl-C during training; the message says at which env step and how the same command resumes."""
+
+
+class RewardValueError(ValueError):
+    """A reward returned something that is not one finite number per joint action: the run stops at once with it
+    (never coerced: ``"1.0"`` would show as a reward of 1.0, None or NaN would poison every mean)."""

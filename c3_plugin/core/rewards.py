@@ -22,6 +22,8 @@ from typing import Any, Callable, Sequence, TypeVar
 
 from comlrl.utils.reward_utils import call_reward_function
 
+from c3_plugin.core.errors import RewardValueError
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -40,11 +42,6 @@ def _signature(fn: Any) -> inspect.Signature | None:
         return inspect.signature(fn)
     except (TypeError, ValueError):
         return None
-
-
-class RewardValueError(ValueError):
-    """A reward returned something that is not one finite number per joint action: the run stops at once with it
-    (never coerced: ``"1.0"`` would show as a reward of 1.0, None or NaN would poison every mean)."""
 
 
 REWARD_FIX = ("a reward returns one finite number (int or float) per joint action, never a string, None, NaN or inf; "

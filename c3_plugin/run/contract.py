@@ -13,13 +13,14 @@ from c3_plugin.core.config import ConfigError, RunConfig
 from c3_plugin.core.domain import Domain
 from c3_plugin.core.errors import DomainHookError
 from c3_plugin.core.registry import capabilities
-from c3_plugin.core.rewards import RewardValueError, leaf_rewards
+from c3_plugin.core.rewards import RewardValueError, finite_rewards, leaf_rewards
 from c3_plugin.core.rollout import Leaf
 from c3_plugin.core.workflow import Workflow
 
 ROWS = 3  # rows of each split the hooks are called on
 CONTRACT = "domains/template/README.md tables the contract"
 WRONG = "c3 dry-run: a made-up wrong answer"  # the wrong completion
+REWARD = "the reward"  # the hook name :func:`guarded` checks the values of
 
 
 def _rows(ds: Any, n: int = ROWS) -> list[dict]:
@@ -215,10 +216,13 @@ def guarded(domain: Domain, hook: str, fn: Callable[..., Any] | None) -> Callabl
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            out = fn(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - reported by name; --debug shows the traceback
             raise DomainHookError(f"domain '{domain.name}': {hook} raised {type(exc).__name__}: {exc} (on "
                                   f"{_row_ids(args, kwargs)}); fix the hook (c3 dry-run calls it on the domain's own "
                                   f"rows; add --debug for the traceback)") from exc
+        if hook == REWARD:  # CoMLRL's own loops (preference, joint actor) call it without leaf_rewards' check
+            finite_rewards(out, fn, list(kwargs.get("batch_items") or []))
+        return out
 
     return call

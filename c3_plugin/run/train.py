@@ -15,7 +15,7 @@ from c3_plugin.core.domain import Domain
 from c3_plugin.core.errors import RunInterrupted
 from c3_plugin.core.registry import capabilities, resolve, section, workflow_algorithms
 from c3_plugin.core.workflow import Workflow, WorkflowError
-from c3_plugin.run.contract import guarded
+from c3_plugin.run.contract import REWARD, guarded
 from c3_plugin.run.dry_run import prepare
 from c3_plugin.run.folder import (
     abandon_run_dir,
@@ -72,7 +72,7 @@ def build_trainer(cfg: RunConfig, domain: Domain, workflow: Workflow, train: Any
                 "learning_rate_scales": cfg.agents.learning_rate_scale, "trainable": cfg.agents.trainable}
     extra = {k: keywords[k] for k in capabilities(cfg.algo).trainer_keywords}
     trainer = trainer_cls(agents=models, tokenizer=tokenizer, train_dataset=train, eval_dataset=evals,
-                          reward_func=guarded(domain, "the reward", domain.make_reward(cfg.domain_cfg)),
+                          reward_func=guarded(domain, REWARD, domain.make_reward(cfg.domain_cfg)),
                           reward_processor=(lambda r: scale * r + shift), eval_logger=logger,
                           eval_aggregator=domain.eval_aggregator, wandb_config=wandb_config, args=cfg.algo,
                           workflow=workflow, run_dir=run_dir, lora_adapters=lora, grammar=grammar, **extra)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from c3_plugin.core.config import ConfigError, load_config
-from c3_plugin.core.errors import DomainHookError, RunInterrupted
+from c3_plugin.core.errors import DomainHookError, RewardValueError, RunInterrupted
 from c3_plugin.core.registry import workflow_algorithms
 from c3_plugin.core.workflow import WorkflowError
 
@@ -87,8 +87,8 @@ def train_or_exit(cfg: Any, as_json: bool, debug: bool) -> int:
         print(f"interrupted: {exc}" if isinstance(exc, RunInterrupted) else
               "interrupted before training started: nothing was trained; the same command starts again")
         return 130
-    except (DomainHookError, OSError) as exc:
-        line = str(exc) if isinstance(exc, DomainHookError) else write_failure(exc, cfg)
+    except (DomainHookError, RewardValueError, OSError) as exc:
+        line = write_failure(exc, cfg) if isinstance(exc, OSError) else str(exc)
         if debug or line is None:
             raise
         print(json.dumps({"status": "error", "error": line}) if as_json else f"error: {line}")

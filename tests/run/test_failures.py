@@ -135,3 +135,21 @@ def test_ctrl_c_says_where_and_how_to_resume_and_the_resume_says_so(tmp_path):
     assert f"[c3] resuming run from {ckpt} at env step " in again.stdout
     summary = json.loads((tmp_path / "outputs" / "run" / "summary.json").read_text())
     assert summary["env_steps"] > 0
+
+
+def test_a_reward_value_that_is_not_a_finite_number_stops_the_run_in_one_line(tmp_path, capsys, monkeypatch):
+    """Never coerced: before, CoMLRL's call turned "1.0" into 1.0 and train/reward_mean showed 1.0."""
+    import domains.template as template
+
+    def reward_factory(config):
+        def reward(*completions, batch_items=None, prompts=None):
+            return ["1.0"]
+
+        return reward
+
+    monkeypatch.setattr(template, "DOMAIN", template.DOMAIN.__class__(
+        **{**template.DOMAIN.__dict__, "make_reward": reward_factory}))
+    assert main(["--config", str(config_file(tmp_path))], algorithm="c3") == 2
+    line = last_line(capsys)
+    assert line.startswith("error: reward_func 'reward' returned '1.0' (str) for joint action 0 (item 'echo-")
+    assert not (tmp_path / "outputs" / "run" / "metrics.jsonl").exists()
