@@ -32,6 +32,7 @@ from c3_plugin.run.contract import check_contract
 from c3_plugin.run.memory import memory_report
 from c3_plugin.run.needs import missing_packages
 from c3_plugin.scale.model_check import check_models, unverified_models
+from c3_plugin.trainers.setup import agent_training
 
 # rows besides the config's fields: the credit in words, the budget
 SETTINGS = ("estimator", "optimizer_updates_per_agent", "updates_per_1k_env_steps", "expected_env_steps")
@@ -165,6 +166,10 @@ def check_agent_training(cfg: RunConfig, workflow: Workflow) -> dict[str, Any]:
         raise ConfigError("agents.learning_rate / learning_rate_scale / trainable are honoured by the workflow "
                           f"trainers ({', '.join(workflow_algorithms())}), not by {cfg.algorithm}; remove them "
                           "from the agents section")
+    try:  # the trainer's own checks, which it makes after loading the models (a rate <= 0, every agent frozen)
+        agent_training(workflow, cfg.algo, workflow.num_agents, ag.learning_rate, ag.learning_rate_scale, ag.trainable)
+    except ValueError as exc:
+        raise ConfigError(f"agents: {exc}") from exc
     lrs = workflow.per_agent(ag.learning_rate, "agents.learning_rate")
     scales = workflow.per_agent(ag.learning_rate_scale, "agents.learning_rate_scale")
     frozen = workflow.per_agent(ag.trainable, "agents.trainable")

@@ -134,3 +134,13 @@ def test_the_runs_reward_call_refuses_a_value_that_is_not_a_finite_number(value,
 
     with pytest.raises(RewardValueError, match=f"returned {re.escape(shown)}.*joint action 1 .item 'x1'"):
         leaf_rewards(many, [["a", "b"], ["c", "d"]], [{"id": "x0"}, {"id": "x1"}], ["p", "q"])
+
+
+@pytest.mark.parametrize("override, message", [
+    ("agents.trainable={Planner: false, Writer: false}", "agents: trainable: false for every agent leaves nothing"),
+    ("agents.learning_rate={Writer: -1}", "agents: learning_rate of agent 1 must be a number > 0, got -1"),
+])
+def test_agent_settings_the_trainer_refuses_after_loading_models_fail_the_dry_run(override, message):
+    """Before, the dry-run said OK and the trainer refused them once the models were loaded."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        dry_run_report(load_config(ROOT / "domains" / "template" / "example.yaml", [override]))
