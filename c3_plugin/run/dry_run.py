@@ -25,7 +25,7 @@ from c3_plugin.core.registry import (
     workflow_algorithms,
 )
 from c3_plugin.core.sources import local_path
-from c3_plugin.core.workflow import Workflow
+from c3_plugin.core.workflow import Workflow, WorkflowError
 from c3_plugin.run.budget import decision_gradients, expected_budget, rollout_batch_sizes
 from c3_plugin.run.cluster import cluster_plan, gpu_hours
 from c3_plugin.run.contract import check_contract
@@ -168,6 +168,8 @@ def check_agent_training(cfg: RunConfig, workflow: Workflow) -> dict[str, Any]:
                           "from the agents section")
     try:  # the trainer's own checks, which it makes after loading the models (a rate <= 0, every agent frozen)
         agent_training(workflow, cfg.algo, workflow.num_agents, ag.learning_rate, ag.learning_rate_scale, ag.trainable)
+    except WorkflowError:  # a role the workflow does not have: named as it is
+        raise
     except ValueError as exc:
         raise ConfigError(f"agents: {exc}") from exc
     lrs = workflow.per_agent(ag.learning_rate, "agents.learning_rate")

@@ -102,8 +102,8 @@ def test_without_workflow_name_the_domain_workflow_runs_and_unknown_names_list_i
     assert build_workflow(template_cfg(), load_domain("template")).name == "echo_pair"
     math_cfg = load_config(data={"domain": "math", "dataset": {"train": {"source": "synthetic", "size": 4}}})
     assert math_cfg.workflow.name is None and build_workflow(math_cfg, load_domain("math")).name == "reasoner_actor"
-    with pytest.raises(ConfigError, match=r"'echo_par' is not a workflow of domain 'template' \(echo_pair\), "
-                                          r"a built-in \(.*chain5"):
+    with pytest.raises(ConfigError, match=r"'echo_par' is not a workflow of domain 'template' \(echo_pair, "
+                                          r"echo_vote\), a built-in \(.*chain5"):
         prepare(template_cfg("workflow.name=echo_par"))
 
 
