@@ -43,7 +43,8 @@ setup: $(VENV)/.installed
 # 40-60 s each on 2 cores; build them once here (under $(VENV)/torch_extensions).
 DS_OPS ?= ShareMemCommBuilder CPUAdamBuilder
 deepspeed-ops:
-	$(PY) -c 'import sys; from deepspeed.accelerator import get_accelerator as a; [a().create_op_builder(n).load() for n in sys.argv[1:]]' $(DS_OPS)
+	@echo "[setup] compiling DeepSpeed's CPU ops ($(DS_OPS)), once: 40-60 s each on 2 cores, silent while the compiler runs"
+	$(PY) -c 'import sys, time; from deepspeed.accelerator import get_accelerator as a; [(print(f"[setup]   {i}/{len(sys.argv) - 1} building {n} ...", flush=True), t := time.time(), a().create_op_builder(n).load(), print(f"[setup]   {n} ready ({time.time() - t:.0f} s)", flush=True)) for i, n in enumerate(sys.argv[1:], 1)]' $(DS_OPS)
 
 # The vLLM environment builds the collectives op every DeepSpeed run under torchrun loads; CPU Adam (optimizer
 # offload) compiles there on its first use.

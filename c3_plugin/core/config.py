@@ -66,6 +66,9 @@ class AgentsSection:
     # per-role; false freezes the agent that plays it: it samples, is credited and logged, but never updated (a fixed
     # teammate)
     trainable: dict[str, bool] = field(default_factory=dict)
+    # true: an algorithm (an arm of the config's head-to-head) whose agents get 0 optimizer steps is a dry-run warning,
+    # not an error (a run meant to train nothing, e.g. MAPPO's critic warm-up alone)
+    zero_updates_ok: bool = False
 
 
 @dataclass
@@ -192,6 +195,7 @@ class ClusterSection:
 SECTIONS = {"agent_model": ModelSection, "agents": AgentsSection, "dataset": DatasetSection,
             "workflow": WorkflowSection, "output": OutputSection, "wandb": WandbSection,
             "reward_processor": RewardProcessorSection, "deepspeed": DeepSpeedSection, "cluster": ClusterSection}
+MAX_SEED = 2 ** 32 - 1 - 1000 * 1024  # the largest seed every rank of up to 1024 can add its 1000 * rank to
 SCALARS = {"algorithm": "c3", "domain": "math", "seed": 0, "extends": None, "description": ""}
 
 
@@ -239,9 +243,12 @@ def read_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     if not path.exists():
         raise ConfigError(f"config file {path} does not exist")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+    if data is None:
+        raise ConfigError(f"config file {path} is empty; a config names at least its algorithm and domain (copy "
+                          "configs/math/demo_cpu.yaml or domains/template/example.yaml)")
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: a config must be a mapping at the top level")
     data = resolve_model_paths(data, path.parent)  # in the file that names them, so extends: chains keep their folders
@@ -256,7 +263,8 @@ def read_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
 
 
 def parse_value(text: str) -> Any:
-    """``true/false/none/null``, else a Python literal, else the string itself."""
+    """``true/false/none/null``, else a Python literal, else a YAML mapping or list (``{A: 4}``, ``[a, b]``), else
+    the string itself."""
     low = text.strip().lower()
     if low in ("true", "false"):
         return low == "true"
@@ -265,7 +273,15 @@ def parse_value(text: str) -> Any:
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
-        return text
+        pass
+    if text.strip()[:1] in ("{", "["):  # YAML flow style, as the config file would spell it
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            return text
+        if isinstance(value, (dict, list)):
+            return value
+    return text
 
 
 def apply_overrides(data: Mapping[str, Any], overrides: list[str] | None) -> dict[str, Any]:
@@ -363,8 +379,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         raise ConfigError(str(exc.args[0])) from exc
     sections = {name: bind(cls, raw.get(name), name) for name, cls in SECTIONS.items()}
     seed = raw.get("seed", SCALARS["seed"])
-    if not isinstance(seed, int):
-        raise ConfigError(f"seed must be an integer, got {seed!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"seed must be an integer from 0 to {MAX_SEED} (NumPy's seeds are 32-bit, and each "
+                          f"data-parallel rank seeds seed + 1000 * rank), got {seed!r}; e.g. seed: 0")
     own = section(algorithm)
     for other in names:  # every algorithm section present must be valid for its own class
         if other in raw and section(other) == other and other != own:

@@ -56,6 +56,9 @@ class Domain:
     # the workflow a config without workflow.name runs (None: the built-in parallel team)
     default_workflow: str | None = None
     merger: Callable[[Mapping[str, str]], str] | None = None
+    # the row field holding the gold the reward compares with (None: no single gold field); the dry-run checks every
+    # row has one, not all empty, and scores the gold itself as a made-up completion
+    gold: str | None = None
     formatters: Callable[[Workflow], list[Callable]] | None = None  # CoMLRL formatters for plain MAGRPOTrainer use
     # leaves -> one categorical outcome each (the extracted answer, the test results), for the credit/*/influence
     # diagnostic; None: influence is not logged

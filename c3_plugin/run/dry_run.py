@@ -24,12 +24,15 @@ from c3_plugin.core.registry import (
     section,
     workflow_algorithms,
 )
-from c3_plugin.core.workflow import Workflow
-from c3_plugin.run.budget import decision_gradients, expected_budget
+from c3_plugin.core.sources import local_path
+from c3_plugin.core.workflow import Workflow, WorkflowError
+from c3_plugin.run.budget import decision_gradients, expected_budget, rollout_batch_sizes
 from c3_plugin.run.cluster import cluster_plan, gpu_hours
+from c3_plugin.run.contract import check_contract
 from c3_plugin.run.memory import memory_report
 from c3_plugin.run.needs import missing_packages
 from c3_plugin.scale.model_check import check_models, unverified_models
+from c3_plugin.trainers.setup import agent_training
 
 # rows besides the config's fields: the credit in words, the budget
 SETTINGS = ("estimator", "optimizer_updates_per_agent", "updates_per_1k_env_steps", "expected_env_steps")
@@ -117,13 +120,38 @@ def prepare(cfg: RunConfig, dry_run: bool = False):
                "base_dir": cfg.dataset.base_dir, **({"dry_run": True} if dry_run else {})}
     if domain.validate_config is not None:
         domain.validate_config(cfg, workflow)
+    check_sizes(cfg)
     train, evals = domain.load_datasets(section, cfg.seed, cfg.domain_cfg)
     if train is None or len(train) == 0:
-        raise ConfigError("dataset.train is empty: give a source (a HF name, a JSONL path or 'synthetic')")
+        raise ConfigError(empty_train(cfg))
     if capabilities(cfg.algo).budget == "plan":
         parse_plan(cfg.algo.plan).branching(workflow.num_decisions)
     check_agent_training(cfg, workflow)
     return domain, workflow, train, evals
+
+
+def check_sizes(cfg: RunConfig) -> None:
+    """A ``size: 0`` in the dataset section is refused by name (it would read as an empty dataset)."""
+    train = cfg.dataset.train
+    specs = [("dataset.train", train)] if isinstance(train, Mapping) else [
+        (f"dataset.train[{i}]", s) for i, s in enumerate(train or [])]
+    specs += [(f"dataset.eval[{i}]", s) for i, s in enumerate(cfg.dataset.eval or [])]
+    for where, spec in specs:
+        if isinstance(spec, Mapping) and spec.get("size") is not None and int(spec["size"]) <= 0:
+            drop = "" if where == "dataset.train" else ", or drop the source"
+            raise ConfigError(f"{where}.size is {spec['size']}: a source needs at least one row; give a positive size "
+                              f"(or remove it for the source's default){drop}")
+
+
+def empty_train(cfg: RunConfig) -> str:
+    """Why the training set came back empty, in words: an empty local file, or no source."""
+    train = cfg.dataset.train
+    source = train.get("source") if isinstance(train, Mapping) else None
+    path = local_path(str(source), cfg.dataset.base_dir) if source else None
+    if path is not None and path.exists():
+        return (f"dataset.train.source {source} holds no rows (an empty file, or every row filtered out by limit or "
+                "drop_overlap); a JSONL file holds one JSON row per line")
+    return "dataset.train is empty: give a source (a HF name, a JSONL path or 'synthetic')"
 
 
 def check_agent_training(cfg: RunConfig, workflow: Workflow) -> dict[str, Any]:
@@ -138,6 +166,12 @@ def check_agent_training(cfg: RunConfig, workflow: Workflow) -> dict[str, Any]:
         raise ConfigError("agents.learning_rate / learning_rate_scale / trainable are honoured by the workflow "
                           f"trainers ({', '.join(workflow_algorithms())}), not by {cfg.algorithm}; remove them "
                           "from the agents section")
+    try:  # the trainer's own checks, which it makes after loading the models (a rate <= 0, every agent frozen)
+        agent_training(workflow, cfg.algo, workflow.num_agents, ag.learning_rate, ag.learning_rate_scale, ag.trainable)
+    except WorkflowError:  # a role the workflow does not have: named as it is
+        raise
+    except ValueError as exc:
+        raise ConfigError(f"agents: {exc}") from exc
     lrs = workflow.per_agent(ag.learning_rate, "agents.learning_rate")
     scales = workflow.per_agent(ag.learning_rate_scale, "agents.learning_rate_scale")
     frozen = workflow.per_agent(ag.trainable, "agents.trainable")
@@ -157,6 +191,7 @@ def dry_run_report(cfg: RunConfig) -> dict[str, Any]:
     eval_rows: dict[str, int] = {}
     for ds in (evals["datasource"] if evals is not None else []):
         eval_rows[ds] = eval_rows.get(ds, 0) + 1
+    contract = check_contract(domain, cfg, workflow, train, evals)  # the domain's hooks on its own rows
     checks = domain.dry_run(cfg, train, evals)
     probe = checks.pop("probe")
     reward_range = list(getattr(domain.make_reward(cfg.domain_cfg), "reward_range", (None, None)))
@@ -165,7 +200,7 @@ def dry_run_report(cfg: RunConfig) -> dict[str, Any]:
                            "parallel_stages": workflow.parallel_stages(), "agents": workflow.num_agents},
               "train_rows": len(train), "eval_rows": eval_rows, **expected_budget(cfg, workflow, train),
               "reward_range": reward_range, "probe_reward": probe.get("probe_reward"), "probe": probe,
-              "model": cfg.agent_model.name, "policy": cfg.agents.policy}
+              "model": cfg.agent_model.name, "policy": cfg.agents.policy, "contract": contract}
     training = check_agent_training(cfg, workflow)
     if training:
         report["agent_training"] = training
@@ -182,6 +217,9 @@ def dry_run_report(cfg: RunConfig) -> dict[str, Any]:
     report["model_check"] = check_models(cfg)  # a local model folder holds weights and a tokenizer; a hub name: "hub"
     report.update(dry_run_entries(cfg.algo))  # the algorithm's own entries (the joint actor's CoMLRL API)
     report.update(checks)  # the domain's own checks (travel: split, catalog parse, the joint probe under a joint actor)
+    budget_errors, budget_warnings = budget_problems(cfg, report, train)
+    report["warnings"] = list(report.get("warnings", [])) + budget_warnings
+    report["budget_errors"] = budget_errors
     if cfg.layout == "llm_collab":  # an LLM_Collab config: the keys that mean nothing here, also in the summary
         report["llm_collab"] = {"unmapped": list(cfg.unmapped)}
         report["notes"] = list(report.get("notes", [])) + unmapped_lines(cfg)
@@ -217,12 +255,43 @@ def memory_problems(cfg: RunConfig, report: Mapping[str, Any]) -> tuple[list[str
                 f"{', '.join(k for k, v in verdict.items() if v == 'fits')}" for c in bad]
 
 
+def budget_problems(cfg: RunConfig, report: Mapping[str, Any], train: Any) -> tuple[list[str], list[str]]:
+    """(errors, warnings) of the run's budget, said at the dry-run: a train set smaller than one rollout batch, an
+    epoch whose last batch is partial, and an arm (the config's algorithm or another of its head-to-head) whose agents
+    get 0 optimizer steps, an error unless ``agents.zero_updates_ok`` acknowledges it."""
+    errors, warns = [], []
+    if capabilities(cfg.algo).budget == "plan":
+        ipu, rows = int(cfg.algo.instances_per_update), len(train)
+        if rows < ipu:
+            warns.append(f"budget: the train set ({rows} rows) is smaller than one rollout batch "
+                         f"({section(cfg.algorithm)}.instances_per_update: {ipu}); each epoch is one batch of {rows}")
+        else:
+            partial = sorted({b for b in rollout_batch_sizes(cfg, train) if b < ipu})
+            if partial:
+                warns.append(f"budget: a last partial rollout batch of {', '.join(map(str, partial))} instance(s) "
+                             f"(of {ipu}) in each epoch ({rows} rows); a number of rows that "
+                             f"{section(cfg.algorithm)}.instances_per_update divides gives equal batches")
+    arms = {a: row.get(STEPS) for a, row in ((report.get("optimisation") or {}).get("settings") or {}).items()}
+    arms.setdefault(section(cfg.algorithm), report.get("expected_optimizer_updates_per_agent"))
+    for arm, steps in arms.items():
+        if not isinstance(steps, list) or min(steps, default=1) > 0:
+            continue
+        line = (f"budget: {arm} gives its agents {steps} optimizer steps (0 for some agent: nothing learns; a critic's "
+                "warm-up can take every batch), so raise num_train_epochs or the train rows, lower "
+                "instances_per_update or the warm-up")
+        if cfg.agents.zero_updates_ok:
+            warns.append(line + " (acknowledged: agents.zero_updates_ok)")
+        else:
+            errors.append(line + ", or set agents.zero_updates_ok: true if that is the intent")
+    return errors, warns
+
+
 def settle_status(cfg: RunConfig, report: dict[str, Any]) -> dict[str, Any]:
     """The report's ``status``: ``error`` when the run would fail (``errors``: a package it imports is missing
     here, its memory plan fits no planned GPU), else ``unverified`` when something could not be checked from
     here (``unverified``: a hub model offline and not cached), else ``ok``; ``warnings`` gathers the rest."""
     memory_errors, memory_warnings = memory_problems(cfg, report)
-    errors = missing_packages(cfg, report.get("cluster") or {}) + memory_errors
+    errors = missing_packages(cfg, report.get("cluster") or {}) + memory_errors + list(report.get("budget_errors", []))
     unverified = unverified_models(report.get("model_check") or {})
     per_gpu = (report.get("cluster") or {}).get("memory_per_gpu") or {}
     if per_gpu.get("status") == "unknown" and not str(cfg.agent_model.device).startswith("cpu"):

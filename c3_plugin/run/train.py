@@ -12,10 +12,20 @@ from typing import Any
 
 from c3_plugin.core.config import ConfigError, RunConfig
 from c3_plugin.core.domain import Domain
+from c3_plugin.core.errors import RunInterrupted
 from c3_plugin.core.registry import capabilities, resolve, section, workflow_algorithms
 from c3_plugin.core.workflow import Workflow, WorkflowError
+from c3_plugin.run.contract import REWARD, guarded
 from c3_plugin.run.dry_run import prepare
-from c3_plugin.run.folder import abandon_run_dir, claim_run_dir, latest_checkpoint, run_dir_for
+from c3_plugin.run.folder import (
+    abandon_run_dir,
+    check_resume_config,
+    claim_run_dir,
+    interrupted_line,
+    latest_checkpoint,
+    release_claim,
+    run_dir_for,
+)
 from c3_plugin.run.report import plot_history, summary_table
 from c3_plugin.scale import distributed as dp
 from c3_plugin.scale.peak_memory import peak_memory
@@ -56,12 +66,13 @@ def build_trainer(cfg: RunConfig, domain: Domain, workflow: Workflow, train: Any
     grammar = domain.grammar(cfg.domain_cfg) if domain.grammar is not None else None
     if dp.context().enabled and not dp.context().is_main:
         wandb_config = None  # rank 0 logs
-    logger = domain.make_eval_logger(workflow)
-    keywords = {"outcome": domain.outcome, "deepspeed": cfg.deepspeed, "learning_rates": cfg.agents.learning_rate,
+    logger = guarded(domain, "the eval logger", domain.make_eval_logger(workflow))
+    keywords = {"outcome": guarded(domain, "outcome(leaves)", domain.outcome), "deepspeed": cfg.deepspeed,
+                "learning_rates": cfg.agents.learning_rate,
                 "learning_rate_scales": cfg.agents.learning_rate_scale, "trainable": cfg.agents.trainable}
     extra = {k: keywords[k] for k in capabilities(cfg.algo).trainer_keywords}
     trainer = trainer_cls(agents=models, tokenizer=tokenizer, train_dataset=train, eval_dataset=evals,
-                          reward_func=domain.make_reward(cfg.domain_cfg),
+                          reward_func=guarded(domain, REWARD, domain.make_reward(cfg.domain_cfg)),
                           reward_processor=(lambda r: scale * r + shift), eval_logger=logger,
                           eval_aggregator=domain.eval_aggregator, wandb_config=wandb_config, args=cfg.algo,
                           workflow=workflow, run_dir=run_dir, lora_adapters=lora, grammar=grammar, **extra)
@@ -82,7 +93,7 @@ def settle(cfg: RunConfig, domain: Domain) -> None:
 def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool = False) -> dict[str, Any]:
     """Run the job; returns the summary (also written to ``<run>/summary.json``)."""
     started = time.perf_counter()
-    ctx, run_dir, created, trainer = dp.context(), None, False, None
+    ctx, run_dir, created, trainer, claimed = dp.context(), None, False, None, False
     # until training starts; a failure removes the run folder this call made (never a resumed run's) and is re-raised
     try:
         if dp.launched_world() > 1:  # torchrun: data-parallel replicas of the team, one per process
@@ -105,6 +116,9 @@ def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool 
         run_dir = run_dir_for(cfg, workflow)
         if ctx.is_main:
             run_dir, created = claim_run_dir(cfg, run_dir)
+            claimed = True
+            if cfg.output.resume:  # a checkpoint of another config: refused here, before any model loads
+                check_resume_config(cfg, run_dir)
             (run_dir / "config.json").write_text(json.dumps(cfg.resolved(), indent=2, default=str))
         run_dir = Path(dp.broadcast(str(run_dir) if ctx.is_main else None))
         _seed_everything(cfg.seed)  # the same initial weights on every rank (DeepSpeed also broadcasts rank 0's)
@@ -127,27 +141,38 @@ def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool 
             kwargs = {"checkpoint_dir": str(ckpt_dir), "checkpoint_interval": int(cfg.output.checkpoint_interval)}
         if resume:
             kwargs["resume_from_checkpoint"] = str(resume)
+            trainer.resuming = f"{run_dir.name} from {Path(resume).name}"  # said at train start, with its env step
     except BaseException as exc:
         abandon_run_dir(run_dir if created else None, trainer)
+        release_claim(run_dir if claimed and not created else None)
         try:
             exc.before_training = True  # the CLI reports it as one line, like a config error
         except AttributeError:  # an exception type without attributes keeps its traceback
             pass
         raise
-    trainer.train(**kwargs)
+    try:
+        trainer.train(**kwargs)
+    except KeyboardInterrupt:
+        raise RunInterrupted(interrupted_line(cfg, run_dir, trainer.env_step)) from None
     after = trainer.evaluate(cfg.algo.final_eval_num_samples)
     summary = {"run_dir": str(run_dir), "algorithm": cfg.algorithm, "workflow": workflow.name,
                "env_steps": trainer.env_step, "totals": dict(trainer.totals), "updates": trainer.update_step,
                "eval_before": before, "eval_after": after, "world_size": ctx.world,
                "wall_s": time.perf_counter() - started, **peak_memory()}
-    if not ctx.is_main:  # rank 0 writes the summary, plots and the final model (ZeRO-3 gathers on every rank)
-        if cfg.output.save_model:
-            trainer.save_model(str(run_dir / "final"))
-        return summary
+    if ctx.is_main:  # rank 0 writes the summary, plots and the final model (ZeRO-3 gathers on every rank)
+        write_outputs(cfg, trainer, run_dir, summary, workflow.name)
+    elif cfg.output.save_model:
+        trainer.save_model(str(run_dir / "final"))
+    return summary
+
+
+def write_outputs(cfg: RunConfig, trainer: Any, run_dir: Path, summary: dict[str, Any], workflow: str) -> None:
+    """What a finished run leaves in its folder: ``summary.json``, the learning curve, the final model (else the W&B
+    run closed), and the summary table printed."""
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     history = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     if cfg.output.plot:
-        plot_history(history, run_dir / "learning_curve.png", title=f"{cfg.algorithm} on {workflow.name}")
+        plot_history(history, run_dir / "learning_curve.png", title=f"{cfg.algorithm} on {workflow}")
     if cfg.output.save_model:
         trainer.save_model(str(run_dir / "final"))
     elif trainer.wandb_initialized:
@@ -155,7 +180,6 @@ def train(cfg: RunConfig, models: Any = None, tokenizer: Any = None, lora: bool 
 
         wandb.finish()
     print(summary_table(summary))
-    return summary
 
 
 def validate_or_exit(load: Any, as_json: bool = False) -> Any:

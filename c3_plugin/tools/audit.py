@@ -52,6 +52,9 @@ class RecordedRun:
 
 def trace_files(run_dir: str | Path) -> list[Path]:
     run = Path(run_dir)
+    if not run.is_dir():
+        raise FileNotFoundError(f"--run {run}: no such folder; give a run folder (output.base_dir/<run name>, the "
+                                "folder holding its config.json and metrics.jsonl)")
     files = [run / "traces.jsonl"] if (run / "traces.jsonl").exists() else sorted(run.glob("traces.rank*.jsonl"))
     if not files:
         raise FileNotFoundError(f"{run}: no traces.jsonl; train with save_traces: true in the algorithm "

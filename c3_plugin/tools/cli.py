@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from c3_plugin.core.config import ConfigError, load_config
+from c3_plugin.core.errors import DomainHookError, RewardValueError, RunInterrupted
 from c3_plugin.core.registry import workflow_algorithms
 from c3_plugin.core.workflow import WorkflowError
 
@@ -40,18 +42,21 @@ def main(argv: list[str] | None = None, algorithm: str | None = None, default_co
     parser.add_argument("--config", default=str(default_config) if default_config else None,
                         help="run config YAML" + (f" (default: {default_config})" if default_config else ""))
     parser.add_argument("--override", action="append", default=[], metavar="a.b=value",
-                        help="override a config value (repeatable); true/false/none, Python literals, else strings")
+                        help="override a config value (repeatable); true/false/none, Python literals, YAML "
+                             "({A: 4}), else strings")
     parser.add_argument("--dry-run", action="store_true", help="validate and report the budget without loading a model")
     parser.add_argument("--json", action="store_true",
                         help="--dry-run: print the whole report as JSON instead of its summary; an "
                              "error as one JSON line")
     parser.add_argument("--report", default=None, metavar="FILE",
                         help="--dry-run: also write the whole report as JSON to FILE")
+    parser.add_argument("--debug", action="store_true",
+                        help="show an error's traceback instead of its one line (also: C3_DEBUG=1)")
     args = parser.parse_args(argv)
     if not args.config:
         parser.error("--config is required")
     from c3_plugin.run.dry_run import dry_run_report, summary, unmapped_lines
-    from c3_plugin.run.train import train, validate_or_exit
+    from c3_plugin.run.train import validate_or_exit
 
     cfg = validate_or_exit(lambda: load_config(args.config, args.override, default_algorithm=algorithm,
                                                hub_preflight=True),
@@ -64,10 +69,32 @@ def main(argv: list[str] | None = None, algorithm: str | None = None, default_co
         return 2 if report["status"] == "error" else 0
     if cfg.layout == "llm_collab":
         print("\n".join(f"note: {line}" for line in unmapped_lines(cfg)))
+    return train_or_exit(cfg, args.json, args.debug or bool(os.environ.get("C3_DEBUG")))
+
+
+def train_or_exit(cfg: Any, as_json: bool, debug: bool) -> int:
+    """Train; the failures a user meets are one line with the next step (``--debug`` or ``C3_DEBUG=1``: the
+    traceback): Ctrl-C (the env step and how to resume), an output folder that cannot be written, a domain hook that
+    raised, and a failure before training started (bad model, data, ...)."""
+    from c3_plugin.run.folder import write_failure
+    from c3_plugin.run.train import train, validate_or_exit
+
     try:
         train(cfg)
+    except KeyboardInterrupt as exc:
+        if debug:
+            raise
+        print(f"interrupted: {exc}" if isinstance(exc, RunInterrupted) else
+              "interrupted before training started: nothing was trained; the same command starts again")
+        return 130
+    except (DomainHookError, RewardValueError, OSError) as exc:
+        line = write_failure(exc, cfg) if isinstance(exc, OSError) else str(exc)
+        if debug or line is None:
+            raise
+        print(json.dumps({"status": "error", "error": line}) if as_json else f"error: {line}")
+        return 2
     except Exception as exc:  # failed before training started (bad model, data, ...): one line, like a config error
-        if (not getattr(exc, "before_training", False)
+        if (debug or not getattr(exc, "before_training", False)
                 or not isinstance(exc, (ConfigError, WorkflowError, ValueError, FileNotFoundError))):
             # a failure during training, or another kind of error (a bug: KeyError, TypeError, ...), keeps its traceback
             raise
@@ -77,7 +104,7 @@ def main(argv: list[str] | None = None, algorithm: str | None = None, default_co
         def again() -> None:
             raise failure
 
-        validate_or_exit(again, args.json)
+        validate_or_exit(again, as_json)
         raise
     return 0
 
@@ -86,7 +113,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     """The options every run command takes: the config and its overrides."""
     p.add_argument("--config", required=True, help="run config YAML (configs/<domain>/<algorithm>.yaml)")
     p.add_argument("--override", action="append", default=[], metavar="a.b=value",
-                   help="override a config value (repeatable); true/false/none, Python literals, else strings")
+                   help="override a config value (repeatable); true/false/none, Python literals, YAML "
+                        "({A: 4}), else strings")
 
 
 def _add_run_commands(sub: Any) -> None:
@@ -95,6 +123,8 @@ def _add_run_commands(sub: Any) -> None:
                                         "for several processes"))
     _common(trn)
     trn.add_argument("--json", action="store_true", help="print an error as one JSON line instead of text")
+    trn.add_argument("--debug", action="store_true",
+                     help="show an error's traceback instead of its one line (also: C3_DEBUG=1)")
     dry = (sub.add_parser("dry-run", help="check the config, data, budget, memory and cluster plan "
                                           "without loading a model"))
     _common(dry)
@@ -239,6 +269,7 @@ def console(argv: list[str] | None = None) -> int:
         return main(["--config", args.config, *sum((["--override", o] for o in args.override), []),
                      *(["--dry-run"] if args.command == "dry-run" else []),
                      *(["--json"] if getattr(args, "json", False) else []),
+                     *(["--debug"] if getattr(args, "debug", False) else []),
                      *(["--report", args.report] if getattr(args, "report", None) else [])])
     from c3_plugin.run.train import validate_or_exit
     from c3_plugin.tools.compare import compare
@@ -323,7 +354,10 @@ def dashboard(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         entity, project = args.wandb.split("/", 1)
         spec = workspace_spec(entity, project, args.group, args.metric or ["eval/reward_mean"],
                               args.algorithms or workflow_algorithms())
-        print(publish(spec, online=args.online, out_path=Path(args.out or f"{args.group}.workspace.json")))
+        from c3_plugin.run.train import validate_or_exit
+
+        print(validate_or_exit(lambda: publish(spec, online=args.online,
+                                               out_path=Path(args.out or f"{args.group}.workspace.json"))))
         return 0
     if not args.folder:
         parser.error("give a comparison or run folder, or --wandb ENTITY/PROJECT --group NAME")

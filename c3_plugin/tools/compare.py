@@ -367,11 +367,32 @@ def aggregated_seeds(result: dict) -> list:
     return [s for s in result["seeds"] if any(run_name(a, s) not in missing for a in result["algorithms"])]
 
 
-def _fmt(summary: dict) -> str:
+def no_variation(summary: dict) -> str | None:
+    """``"no variation over n seeds"`` when every one of n >= 2 values is equal (a zero-width interval claims a
+    certainty the seeds do not give); None otherwise."""
+    n = int(summary.get("n") or 0)
+    flat = summary.get("std") == 0 or (summary.get("min") is not None and summary.get("min") == summary.get("max"))
+    return f"no variation over {n} seeds" if n >= 2 and flat else None
+
+
+FEW_SEEDS = 5  # below this many seeds a quantity that cannot be negative shows its range where its interval is < 0
+
+
+def _fmt(summary: dict, nonnegative: bool = False) -> str:
+    """``mean +- std [95% CI]``; with one value, or every value equal, the words instead of an interval; a quantity
+    that cannot be negative (``nonnegative``: wall time, tokens, memory) never shows an interval below 0: its range
+    over the seeds when there are few (:data:`FEW_SEEDS`), else the interval cut at 0."""
+    mean = summary["mean"]
     if no_interval(summary):
-        return f"{summary['mean']:.3f}, interval {no_interval(summary)}"
+        return f"{mean:.3f}, interval {no_interval(summary)}"
+    if no_variation(summary):
+        return f"{mean:.3f}, {no_variation(summary)}"
     low, high = summary["ci95"]
-    return f"{summary['mean']:.3f} +- {summary['std']:.3f} [{low:.3f}, {high:.3f}]"
+    if nonnegative and low < 0:
+        if int(summary["n"]) < FEW_SEEDS and summary.get("min") is not None:
+            return f"{mean:.3f} +- {summary['std']:.3f}, range [{summary['min']:.3f}, {summary['max']:.3f}]"
+        low = 0.0
+    return f"{mean:.3f} +- {summary['std']:.3f} [{low:.3f}, {high:.3f}]"
 
 
 def _p(value: float | None) -> str:
@@ -398,7 +419,8 @@ def markdown(result: dict) -> str:
                 lines.append(f"| {m} | {pair} | no seeds in common | - | - | - | 0 |")
                 continue
             low, high = c["ci95"]
-            ci = f"interval {no_interval(c)}" if no_interval(c) else f"[{low:+.3f}, {high:+.3f}]"
+            ci = (f"interval {no_interval(c)}" if no_interval(c) else
+                  no_variation({"n": c["n"], "std": c.get("std_diff")}) or f"[{low:+.3f}, {high:+.3f}]")
             lines.append(f"| {m} | {pair} | {c['mean_diff']:+.3f} {ci} | {_p(c.get('p'))} | "
                          f"{_p(c.get('p_holm'))} | {_p((c.get('wilcoxon') or {}).get('p'))} | {c['n']} |")
     lines += ["", "## Area under the eval curve (mean level over env steps)", "",
@@ -411,10 +433,11 @@ def markdown(result: dict) -> str:
                   "credit: the algorithm's own estimator (and the plan it needs); derived: follows from those; "
                   f"allowed: another difference, compared with consent (--allow-differences: {record['consent']}).", "",
                   differences_report(record), "", record_steps_line(record)]
-    lines += ["", "## Costs per run (mean +- std [95% CI])", "", "| cost | " + " | ".join(algos) + " |",
-              "| --- |" + " --- |" * len(algos)]
+    lines += ["", "## Costs per run (mean +- std [95% CI], never below 0: the range over few seeds)", "",
+              "| cost | " + " | ".join(algos) + " |", "| --- |" + " --- |" * len(algos)]
     for name, per in result["costs"].items():
-        lines.append(f"| {name} | " + " | ".join(_fmt(per[a]) if a in per else "-" for a in algos) + " |")
+        lines.append(f"| {name} | " + " | ".join(_fmt(per[a], nonnegative=True) if a in per else "-" for a in algos)
+                     + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from c3_plugin.core.stats import wilson_interval
 from c3_plugin.run.report import BOUNDED, before_after, eval_metrics, frame_axes, summary_headline
-from c3_plugin.tools.compare import aggregated_seeds, in_effect, no_interval, run_name
+from c3_plugin.tools.compare import aggregated_seeds, in_effect, no_interval, no_variation, run_name
 
 CREDIT_KEYS = ("within_group_variance", "split_half_reliability", "zero_signal_share", "influence", "noise_ratio")
 COST_KEYS = (("tokens", ("totals", "tokens_generated")), ("messages", ("totals", "messages")),
@@ -140,7 +140,9 @@ def _lookup(summary: dict, path: tuple[str, ...]) -> Any:
     return v
 
 
-def cost_chart(runs: list[dict]) -> str | None:
+def cost_figure(runs: list[dict]) -> Any:
+    """The costs per algorithm as bars (the mean over its runs) with the range over its runs as error bars, drawn
+    only where an algorithm has two or more runs (one value has no spread to show); None when no run logged a cost."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -150,25 +152,25 @@ def cost_chart(runs: list[dict]) -> str | None:
     fig, axes = plt.subplots(1, len(COST_KEYS), figsize=(2.6 * len(COST_KEYS), 2.8))
     drawn = False
     for ax, (label, path) in zip(axes, COST_KEYS):
-        means, lows, highs = [], [], []
-        for algorithm in algorithms:
-            vals = []
-            for r in runs:
-                v = _lookup(r["summary"], path)
-                if r["algorithm"] == algorithm and v is not None:
-                    vals.append(float(v))
-            m = float(np.mean(vals)) if vals else 0.0
-            means.append(m)
-            lows.append(m - (min(vals) if vals else 0.0))
-            highs.append((max(vals) if vals else 0.0) - m)
-            drawn = drawn or bool(vals)
-        ax.bar(algorithms, means, yerr=[lows, highs], capsize=3, color=[f"C{i}" for i in range(len(algorithms))])
+        values = {a: [float(v) for r in runs if r["algorithm"] == a and (v := _lookup(r["summary"], path)) is not None]
+                  for a in algorithms}
+        means = [float(np.mean(v)) if v else 0.0 for v in values.values()]
+        ax.bar(algorithms, means, color=[f"C{i}" for i in range(len(algorithms))])
+        for i, (vals, m) in enumerate(zip(values.values(), means)):
+            if len(vals) >= 2:
+                ax.errorbar([i], [m], yerr=[[m - min(vals)], [max(vals) - m]], fmt="none", ecolor="black", capsize=3)
+        drawn = drawn or any(values.values())
         ax.set_title(label, fontsize=9)
         ax.tick_params(labelsize=8)
     if not drawn:
         plt.close(fig)
         return None
-    return _svg(fig)
+    return fig
+
+
+def cost_chart(runs: list[dict]) -> str | None:
+    fig = cost_figure(runs)
+    return None if fig is None else _svg(fig)
 
 
 def results_table(comparison: dict) -> str:
@@ -177,8 +179,9 @@ def results_table(comparison: dict) -> str:
     algos = comparison["algorithms"]
 
     def cell(s: dict) -> str:
-        if no_interval(s):
-            return f"{s['mean']:.3f} <small>interval {no_interval(s)}</small>"
+        if no_interval(s) or no_variation(s):
+            words = f"interval {no_interval(s)}" if no_interval(s) else no_variation(s)
+            return f"{s['mean']:.3f} <small>{words}</small>"
         return f"{s['mean']:.3f} &plusmn; {s['std']:.3f} <small>[{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}]</small>"
 
     def p(v: Any) -> str:
@@ -195,7 +198,9 @@ def results_table(comparison: dict) -> str:
         for pair, c in comparison["final"][m]["pairs"].items():
             if not c.get("n"):
                 continue
-            ci = f"interval {no_interval(c)}" if no_interval(c) else f"[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]"
+            flat = no_variation({"n": c["n"], "std": c.get("std_diff")})
+            ci = (f"interval {no_interval(c)}" if no_interval(c) else flat
+                  or f"[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]")
             out.append(f"<tr><td>{html.escape(m)}</td><td>{html.escape(pair)}</td><td>{c['mean_diff']:+.3f} "
                        f"<small>{ci}</small></td><td>{p(c.get('p'))}</td>"
                        f"<td>{p(c.get('p_holm'))}</td><td>{p((c.get('wilcoxon') or {}).get('p'))}</td>"
@@ -272,7 +277,9 @@ def eval_caption(runs: list[dict], metric: str) -> str:
 
 def no_signal_warnings(runs: list[dict]) -> list[str]:
     """A warning per run and decision point whose zero-signal share (``credit/<role>_u<u>/zero_signal_share``) was 1.0
-    in every batch that logged it: every group's alternatives scored the same, so that agent got no learning signal."""
+    in every batch that logged it: every group's alternatives scored the same, so that agent got no learning signal;
+    and one per run, under any algorithm, naming every agent, when every leaf of every batch got the same reward
+    (``train/reward_std`` 0 throughout: no decision point, logged or not, learns anything from the reward)."""
     out = []
     for r in runs:
         shares: dict[str, list[float]] = {}
@@ -281,6 +288,16 @@ def no_signal_warnings(runs: list[dict]) -> list[str]:
                 if key.startswith("credit/") and key.endswith("/zero_signal_share") and isinstance(value, (int, float)):
                     shares.setdefault(key.split("/")[1], []).append(float(value))
         who = f"{r['algorithm']} seed {r['seed']}: " if len(runs) > 1 else ""
+        spread = [row["train/reward_std"] for row in r["rows"] if isinstance(row.get("train/reward_std"), (int, float))]
+        if spread and max(spread) == 0:
+            rewards = sorted({row.get("train/reward_mean") for row in r["rows"]
+                              if isinstance(row.get("train/reward_mean"), (int, float))})
+            points = f" ({', '.join(sorted(shares))})" if shares else ""
+            values = ", ".join(f"{x:g}" for x in rewards[:3])
+            out.append(f"{who}no learning signal for any agent{points}: every leaf of all {len(spread)} batches got "
+                       f"the same reward ({values}; train/reward_std 0), so no decision point's credit carries a "
+                       "signal from the reward")
+            continue
         out += [f"{who}no learning signal for {point}: its zero-signal share was 1.0 in all {len(v)} batches (every "
                 "group's alternatives got the same return, so its advantages were all zero: no policy-gradient signal)"
                 for point, v in shares.items() if v and min(v) >= 1.0]

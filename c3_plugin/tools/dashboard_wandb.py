@@ -20,8 +20,11 @@ line plot has ``env_step`` on its x-axis (the hidden x metric the trainers log, 
 from __future__ import annotations
 
 import json
+import netrc
+import os
 import re
 from pathlib import Path
+from urllib.parse import urlparse
 
 import wandb_workspaces.reports.v2 as wr
 import wandb_workspaces.workspaces as ws
@@ -80,11 +83,31 @@ def view_json(spec: ws.Workspace) -> dict:
             "spec": json.loads(view.spec.model_dump_json(by_alias=True, exclude_none=True))}
 
 
+def has_api_key() -> bool:
+    """Whether W&B has an API key here, found without a network or a prompt: ``WANDB_API_KEY``, or the entry
+    ``wandb login`` writes to ``~/.netrc`` (``NETRC``) for the host of ``WANDB_BASE_URL``."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or "api.wandb.ai"
+    try:
+        entry = netrc.netrc(os.environ.get("NETRC") or None).authenticators(host)
+    except (OSError, netrc.NetrcParseError):
+        return False
+    return bool(entry and entry[2])
+
+
+NO_KEY = ("--online saves the workspace to W&B, which needs an API key and finds none here (WANDB_API_KEY or "
+          "~/.netrc): run wandb login (or set WANDB_API_KEY), or drop --online to write the workspace's specification "
+          "to --out")
+
+
 def publish(spec: ws.Workspace, online: bool, out_path: Path | None) -> str:
     """Online: save the workspace to W&B (needs an account and network) and return its URL. Offline: write
     :func:`view_json` to ``out_path`` and return the path. Online with ``out_path`` writes the file as well."""
     if not online and out_path is None:
         raise ValueError("publish offline needs out_path for the workspace spec")
+    if online and not has_api_key():  # before anything is written: W&B would prompt or fail deep in its client
+        raise ValueError(NO_KEY)
     if out_path is not None:
         out_path = Path(out_path)
         out_path.parent.mkdir(parents=True, exist_ok=True)

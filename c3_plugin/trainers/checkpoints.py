@@ -118,6 +118,8 @@ def on_train_start(trainer: Any, start_epoch: int) -> None:
     """CoMLRL's train start (after a resume restored the epoch): the epoch counter the data order is seeded by,
     the metrics of a resumed run truncated, and this rank's own RNG streams restored."""
     trainer._epoch = start_epoch
+    if getattr(trainer, "resuming", None) and getattr(getattr(trainer, "dist", None), "is_main", True):
+        print(f"[c3] resuming {trainer.resuming} at env step {trainer.env_step}", flush=True)
     if start_epoch > 0 and hasattr(trainer, "dist") and trainer.run_dir is not None and trainer.dist.is_main:
         truncate_metrics(trainer.run_dir / "metrics.jsonl", trainer.env_step)
     if getattr(trainer, "_rank_state", None) is not None:

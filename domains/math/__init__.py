@@ -88,7 +88,8 @@ def dry_run_probe(config: MathConfig | None = None) -> dict[str, Any]:
 
 DOMAIN = Domain(name="math", load_datasets=load_datasets, workflows=workflows, make_reward=make_reward,
                 make_eval_logger=make_eval_logger, eval_aggregator=eval_aggregator, dry_run=probe_only(dry_run_probe),
-                config_cls=MathConfig, default_workflow="reasoner_actor", formatters=formatters, outcome=outcome)
+                config_cls=MathConfig, default_workflow="reasoner_actor", formatters=formatters, outcome=outcome,
+                gold="answer")
 
 __all__ = ["DOMAIN", "MathConfig", "SUITES", "check_overlap", "default_eval_logger", "dry_run_probe", "eval_aggregator",
            "formatters", "last_boxed", "load_datasets", "load_split", "make_eval_logger", "make_reward",

@@ -96,9 +96,12 @@ def normalise_row(row: Mapping[str, Any], name: str, index: int) -> dict[str, An
         answer = answer.split("####")[-1].strip().replace(",", "")
     if answer is None and row.get("solution"):
         answer = last_boxed(str(row["solution"]))
-    if question is None or answer is None:
-        raise DatasetError(f"{name}: row {index} has no question field ({', '.join(QUESTION_FIELDS)}) "
-                           f"or no answer field ({', '.join(ANSWER_FIELDS)}, or a boxed 'solution')")
+    if question is None or answer is None:  # rows counted from 1 (the line of a JSONL file)
+        missing = (f"no question field (one of {', '.join(QUESTION_FIELDS)})" if question is None else
+                   f"no answer field (one of {', '.join(ANSWER_FIELDS)}, or a boxed 'solution')")
+        given = ", ".join(sorted(k for k, v in row.items() if v not in (None, ""))) or "none"
+        raise DatasetError(f"{name}: row {index + 1} has {missing}; its non-empty fields: {given} (name the field as "
+                           "one of those, or drop the row)")
     return _item(row, name, index, question, answer)
 
 
@@ -114,7 +117,7 @@ def math_row(row: Mapping[str, Any], name: str, index: int) -> dict[str, Any] | 
     ``"Level ?"``) and ``subject`` (the ``type`` column, or ``subject``). None for a row with no answer."""
     if not row.get("problem") or ("solution" not in row and "answer" not in row):
         raise DatasetError(f"{name}: schema 'math' needs columns 'problem' and 'solution' (Hendrycks MATH); "
-                           f"row {index} has {sorted(row)}")
+                           f"row {index + 1} has {sorted(row)}")
     answer = row.get("answer") or last_boxed(str(row.get("solution") or ""))
     if answer in (None, ""):
         return None
@@ -131,7 +134,7 @@ def cmath_row(row: Mapping[str, Any], name: str, index: int) -> dict[str, Any] |
     answer = next((row[k] for k in ("golden", "answer") if row.get(k) not in (None, "")), None)
     if question is None or answer is None:
         raise DatasetError(f"{name}: schema 'cmath' needs a 'question' (or 'input') and a 'golden' (or 'answer') "
-                           f"column; row {index} has {sorted(row)}")
+                           f"column; row {index + 1} has {sorted(row)}")
     return {**_item(row, name, index, str(question), str(answer)),
             **{k: _int_or_none(row.get(k)) for k in ("grade", "reasoning_step", "num_digits")}}
 
@@ -169,6 +172,9 @@ def _load_rows(name: str, source: str, config: Any, split: str, revision: Any, b
         if path is not None:
             if not path.exists():
                 raise DatasetError(f"{name}: local file {source} does not exist ({where(source, base_dir)})")
+            if not path.read_text().strip():
+                raise DatasetError(f"{name}: {source} is empty (no rows); a JSONL file holds one JSON row per line "
+                                   f"({where(source, base_dir)})")
             part = split if "[" in split else "train"
             return [(None, datasets.load_dataset("json", data_files=str(path), split=part))]
         # one config per subject (EleutherAI/hendrycks_math): ids carry the config
@@ -216,7 +222,7 @@ def load_split(spec: Mapping[str, Any], base_dir: str | Path | None = None) -> l
             rows.append({**row, "datasource": name})
     if skipped:
         warnings.warn(f"{name}: {len(skipped)} row(s) without an answer were left out (schema {schema}; "
-                      f"first: row {skipped[0]})", stacklevel=2)
+                      f"first: row {skipped[0] + 1})", stacklevel=2)
     return rows[:limit] if limit else rows
 
 

@@ -44,12 +44,24 @@ def load_datasets(section: Mapping[str, Any], seed: int = 0, config: Any = None)
     return datasets.Dataset.from_list(train_rows), (datasets.Dataset.from_list(eval_rows) if eval_rows else None)
 
 
+def merger(outputs: Mapping[str, str]) -> str:
+    """Optional: join the messages of roles that end a workflow in parallel into the one action the reward and
+    ``outcome`` see (``{role: message}`` -> text); never raises on model output. Here the word most of them wrote
+    (a tie: the first role's)."""
+    words = [str(text).strip().strip(".") for text in outputs.values()]
+    return max(words, key=words.count) if words else ""
+
+
 def workflows() -> dict[str, Workflow]:
     spec = {"name": "echo_pair", "agents": 2, "roles": {
         "Planner": {"agent": 0, "template": "{question}\nSay which word must be repeated."},
         "Writer": {"agent": 1, "reads": ["Planner"],
                    "template": "{question}\nPlanner: {Planner}\nWrite only the word."}}}
-    return {"echo_pair": workflow_from_dict(spec)}
+    # two Writers in parallel, their words joined by the merger (workflow.name: echo_vote)
+    vote = {"name": "echo_vote", "agents": 2, "roles": {
+        "Writer": {"agent": 0, "template": "{question}\nWrite only the word."},
+        "Checker": {"agent": 1, "template": "{question}\nWrite only the word, checked letter by letter."}}}
+    return {"echo_pair": workflow_from_dict(spec), "echo_vote": workflow_from_dict(vote, merger=merger)}
 
 
 def make_reward(config: TemplateConfig | None = None):
@@ -106,4 +118,4 @@ def dry_run_probe(config: TemplateConfig | None = None) -> dict[str, Any]:
 DOMAIN = Domain(name="template", load_datasets=load_datasets, workflows=workflows, make_reward=make_reward,
                 make_eval_logger=lambda workflow: eval_logger, eval_aggregator=eval_aggregator,
                 dry_run=probe_only(dry_run_probe), config_cls=TemplateConfig, default_workflow="echo_pair",
-                outcome=outcome)
+                outcome=outcome, gold="answer", merger=merger)

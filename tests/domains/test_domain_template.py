@@ -41,7 +41,8 @@ def test_template_copied_into_a_new_package_installs_and_trains(tmp_path):
     tok = tiny_tokenizer()
     tiny_model(tok).save_pretrained(tmp_path / "model")
     tok.save_pretrained(tmp_path / "model")
-    env = {**os.environ, "PYTHONPATH": str(site), "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]), "OMP_NUM_THREADS": "1",
+           "TQDM_DISABLE": "1"}
     run = lambda *args: subprocess.run([sys.executable, "-m", "c3_plugin", *args], cwd=tmp_path, env=env,  # noqa: E731
                                        capture_output=True, text=True, timeout=600)
     dry = run("dry-run", "--config", str(config), "--json")
@@ -101,8 +102,8 @@ def test_without_workflow_name_the_domain_workflow_runs_and_unknown_names_list_i
     assert build_workflow(template_cfg(), load_domain("template")).name == "echo_pair"
     math_cfg = load_config(data={"domain": "math", "dataset": {"train": {"source": "synthetic", "size": 4}}})
     assert math_cfg.workflow.name is None and build_workflow(math_cfg, load_domain("math")).name == "reasoner_actor"
-    with pytest.raises(ConfigError, match=r"'echo_par' is not a workflow of domain 'template' \(echo_pair\), "
-                                          r"a built-in \(.*chain5"):
+    with pytest.raises(ConfigError, match=r"'echo_par' is not a workflow of domain 'template' \(echo_pair, "
+                                          r"echo_vote\), a built-in \(.*chain5"):
         prepare(template_cfg("workflow.name=echo_par"))
 
 

@@ -58,7 +58,7 @@ def test_math_schema_drops_unanswerable_rows_with_a_warning(tmp_path):
     path.write_text(json.dumps({"problem": "a", "solution": "\\boxed{1}", "level": "Level 1", "type": "Algebra"}) + "\n"
                     + json.dumps({"problem": "b", "solution": "none", "level": "Level 1", "type": "Algebra"}) + "\n")
     with pytest.warns(UserWarning, match="1 row\\(s\\) without an answer were left out \\(schema "
-                                         "math; first: row 1\\)"):
+                                         "math; first: row 2\\)"):
         rows = dm.load_split({"name": "m", "source": str(path), "schema": "math"})
     assert [r["answer"] for r in rows] == ["1"]
 

@@ -106,3 +106,23 @@ def test_the_dry_run_prints_a_summary_and_the_json_on_request(capsys, tmp_path):
     assert json.loads(capsys.readouterr().out)["train_rows"] == 31
     assert main(["--config", str(MATH), "--dry-run", "--override", "cluster.nproc_per_node=1"], algorithm="c3") == 2
     assert capsys.readouterr().out.startswith("dry-run: ERROR")
+
+
+def test_budget_surprises_are_said_at_the_dry_run():
+    """A train set smaller than one rollout batch and a last partial batch are warnings in the summary; an arm whose
+    agents get 0 optimizer steps (MAPPO's critic warm-up eating the run) is an error unless acknowledged."""
+    small = dry_run_report(load_config(DEMO, ["dataset.train.size=3", "agents.zero_updates_ok=true"]))
+    assert ("budget: the train set (3 rows) is smaller than one rollout batch (c3.instances_per_update: 4)"
+            in " ".join(small["warnings"])) and small["status"] == "ok"
+    partial = dry_run_report(load_config(DEMO, ["dataset.train.size=30"]))
+    assert any(w.startswith("budget: a last partial rollout batch of 2 instance(s) (of 4)")
+               for w in partial["warnings"])
+    assert "warning: budget: a last partial rollout batch" in summary(partial)
+    eaten = dry_run_report(load_config(DEMO, ["mappo.critic_warmup_updates=8"]))
+    assert eaten["status"] == "error" and any(e.startswith("budget: mappo gives its agents [0, 0] optimizer steps")
+                                              and "agents.zero_updates_ok: true" in e for e in eaten["errors"])
+    assert "error: budget: mappo gives its agents [0, 0]" in summary(eaten)
+    ok = dry_run_report(load_config(DEMO, ["mappo.critic_warmup_updates=8", "agents.zero_updates_ok=true"]))
+    assert ok["status"] == "ok" and any("(acknowledged: agents.zero_updates_ok)" in w for w in ok["warnings"])
+    even = dry_run_report(load_config(ROOT / "domains" / "template" / "example.yaml"))  # 32 rows in batches of 4
+    assert not [w for w in even["warnings"] if w.startswith("budget:")]

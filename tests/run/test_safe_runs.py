@@ -196,3 +196,45 @@ def test_plots_compare_and_dashboard_fall_back_to_eval_reward_mean(tmp_path, mon
     charted.clear()
     dashboard.write_dashboard(out / run_name("c3", 0))  # a single run folder
     assert charted[0] == "eval/reward_mean"
+
+
+def test_two_claims_of_one_fresh_name_never_share_a_folder(tmp_path):
+    """The claim is create-exclusive: a second run claiming the name before the first has written anything (two runs
+    started at once) gets <name>-2, or is refused under if_exists: refuse; before, both got the one folder."""
+    from c3_plugin.run.folder import claim_run_dir, release_claim
+
+    cfg = load_config(data=tiny_config(tmp_path))
+    folder = tmp_path / "outputs" / "run"
+    assert claim_run_dir(cfg, folder) == (folder, True)
+    assert claim_run_dir(cfg, folder) == (folder.with_name("run-2"), True)  # nothing written yet in either
+    assert claim_run_dir(cfg, folder) == (folder.with_name("run-3"), True)
+    refuse = load_config(data=tiny_config(tmp_path, if_exists="refuse"))
+    with pytest.raises(ConfigError, match="already holds a run"):
+        claim_run_dir(refuse, folder)
+    release_claim(folder)  # a run that failed before training gives back a folder it did not make
+    assert claim_run_dir(refuse, folder) == (folder, False)
+
+
+def test_two_runs_started_at_once_with_one_name_write_one_run_per_folder(tmp_path):
+    """Two processes train with the same output.run_name at the same moment: each metrics.jsonl holds one run (its
+    batches once, in order), and the two folders are run and run-2."""
+    import os
+    import subprocess
+    import sys
+
+    data = tiny_config(tmp_path)
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(data))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1",
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])}
+    procs = [subprocess.Popen([sys.executable, "-m", "c3_plugin", "train", "--config", str(config)], cwd=tmp_path,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-2000:] for o in outs)
+    folders = sorted(p.name for p in (tmp_path / "outputs").iterdir())
+    assert folders == ["run", "run-2"]
+    for name in folders:
+        steps = [r["env_step"] for r in rows(tmp_path / "outputs" / name) if "train/reward_mean" in r]
+        assert steps and steps == sorted(set(steps)), (name, steps)  # one run: each batch once, in order
+        summary = json.loads((tmp_path / "outputs" / name / "summary.json").read_text())
+        assert summary["run_dir"].endswith(name)

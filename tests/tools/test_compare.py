@@ -452,7 +452,8 @@ def test_comparison_dashboard_shows_intervals_and_the_differences_in_headless_ch
     dom = proc.stdout
     assert "<h1>Comparison h2h: c3, magrpo, seeds [0, 1]</h1>" in dom
     assert "<td>0.625 ± 0.177 <small>[-0.963, 2.213]</small></td>" in dom  # c3's final accuracy over two seeds
-    assert "<td>+0.250 <small>[+0.250, +0.250]</small></td>" in dom  # the paired difference, equal in both seeds
+    # the paired difference, equal in both seeds: no zero-width interval
+    assert "<td>+0.250 <small>no variation over 2 seeds</small></td>" in dom and "[+0.250, +0.250]" not in dom
     assert "<h2>Settings that differ</h2>" in dom
     assert "<tr><td>plan</td><td>credit</td><td>tree [2, 4]</td><td>independent 8</td></tr>" in dom
     assert "<h3>Inert under these settings</h3>" in dom and "<code>q_critic_alpha</code>" in dom
