@@ -1,0 +1,142 @@
+"""Names: what may stand left of ``=`` and claim no value."""
+
+from __future__ import annotations
+
+import re
+
+from answer_language.readings import Info
+from answer_language.tokens import ParseError, Tok, detok
+from answer_language.vocabulary import GREEK, NUMBER_WORDS, SYMBOLS, TEXT_COMMANDS, unit_key
+
+
+class Names:
+    def name_expr(self) -> tuple[str, bool] | None:
+        """A sum or product of names (``x_1+x_2``, ``AB``, ``\\angle A``, ``f(x)``, ``\\text{Total}``), with whether it
+        is a bare symbol; None (position kept) when what follows is no name."""
+        save = self.i
+        try:
+            parts, count, sym = [], 0, False
+            while True:
+                atom = self.name_atom()
+                if atom is None:
+                    break
+                parts.append(atom)
+                count += 1
+                sym = self._symbol
+                if self.at("ch", "+", "-"):
+                    parts.append(self.take().value)
+                    continue
+                if self.at("cmd", "cdot", "times"):
+                    parts.append("\\" + self.take().value + " ")
+            if not count or (parts and parts[-1] in ("+", "-")):
+                self.i = save
+                return None
+            symbol = count == 1 and sym
+            return "".join(p if isinstance(p, str) else p for p in parts), symbol
+        except ParseError:
+            self.i = save
+            return None
+
+    def name_atom(self) -> str | None:
+        tok = self.peek()
+        self._symbol = False
+        if tok is None:
+            return None
+        if tok.kind == "cmd" and tok.value in TEXT_COMMANDS and self.at_group(1):
+            save = self.i
+            self.take()
+            words = self.raw_group().strip()
+            if not re.fullmatch(r"[A-Za-z][A-Za-z ]*", words) or words.casefold() in NUMBER_WORDS or unit_key(words):
+                self.i = save
+                return None
+            self._symbol = False
+            return f"\\text{{{words}}}"
+        if tok.kind == "cmd" and tok.value in ("angle", "measuredangle", "triangle"):
+            self.take()
+            inner = self.name_atom()
+            if inner is None:
+                raise ParseError("an angle of nothing")
+            self._symbol = False
+            return f"\\angle {inner}"
+        if tok.kind == "cmd" and tok.value in ("overline", "bar", "vec", "hat", "dot", "ddot", "tilde", "widehat"):
+            self.take()
+            if self.at_group():
+                self.take()
+                inner = "".join(self.name_atom() or "" for _ in range(8) if not self.at("ch", "}"))
+                self.expect("ch", "}")
+            else:
+                inner = self.name_atom()
+            if not inner:
+                raise ParseError("a decoration of nothing")
+            self._symbol = True
+            return f"\\{tok.value}{{{inner}}}"
+        letter = None
+        if tok.kind == "ch" and re.fullmatch(r"[A-Za-z]", tok.value):
+            letter = tok.value
+        elif tok.kind == "cmd" and tok.value in GREEK and tok.value != "pi":
+            letter = "\\" + tok.value + " "
+        if letter is None:
+            return None
+        self.take()
+        out = letter
+        while self.at("ch", "'") or (self.at("ch", "^") and self._prime_next()):
+            if self.at("ch", "'"):
+                self.take()
+                out += "'"
+            else:
+                self.take()
+                if self.at("cmd", "prime"):
+                    self.take()
+                else:
+                    self.expect("ch", "{")
+                    self.expect("cmd", "prime")
+                    self.expect("ch", "}")
+                out += "'"
+        if self.at("ch", "_"):
+            self.take()
+            out += "_{" + self.script() + "}"
+        self._symbol = True
+        if self.at("ch", "("):
+            save = self.i
+            self.take()
+            info = Info()
+            try:
+                arg = self.expr(info)
+                self.expect("ch", ")")
+                out += f"({arg})"
+                self._symbol = False
+            except ParseError:
+                self.i = save
+        return out
+
+    def _prime_next(self) -> bool:
+        """Whether ``^\\prime`` or ``^{\\prime}`` follows (the ``^`` next)."""
+        prime = Tok("cmd", "prime")
+        return self.peek(1) == prime or (self.peek(1) == Tok("ch", "{") and self.peek(2) == prime)
+
+    def script(self) -> str:
+        """A subscript: one token or a braced group of letters, digits, Greek, text and commas."""
+        if self.at_group():
+            self.take()
+            parts = []
+            while not self.at("ch", "}"):
+                tok = self.take()
+                if tok.kind == "ch" and re.fullmatch(r"[A-Za-z0-9,+\-]", tok.value):
+                    parts.append(tok.value)
+                elif tok.kind == "cmd" and (tok.value in SYMBOLS):
+                    parts.append("\\" + tok.value + " ")
+                elif tok.kind == "cmd" and tok.value in TEXT_COMMANDS:
+                    parts.append("\\text{" + self.raw_group().strip() + "}")
+                else:
+                    raise ParseError(f"{detok(tok)!r} in a subscript")
+            self.take()
+            if not parts:
+                raise ParseError("an empty subscript")
+            return "".join(parts)
+        tok = self.take()
+        if tok.kind == "ch" and re.fullmatch(r"[A-Za-z0-9]", tok.value):
+            return tok.value
+        if tok.kind == "cmd" and tok.value in SYMBOLS:
+            return "\\" + tok.value
+        raise ParseError(f"{detok(tok)!r} as a subscript")
+

@@ -1,0 +1,159 @@
+"""Items and sides: relations, names before them, multipliers, units and percent after a value."""
+
+from __future__ import annotations
+
+from answer_language.readings import Info, Item, Reading, Side
+from answer_language.tokens import ParseError, Tok, detok
+from answer_language.vocabulary import MULTIPLIERS, RELATIONS, TEXT_COMMANDS, unit_key
+
+
+class Sides:
+    def body(self) -> Reading:
+        approx = False
+        if self.at("cmd", "approx"):
+            self.take()
+            approx = True
+        items = [self.item()]
+        while not self.done():
+            if self.at("ch", ","):
+                self.take()
+            elif self.at_connective():
+                pass
+            else:
+                raise ParseError(f"{detok(self.peek())!r} after the answer")
+            items.append(self.item())
+        return Reading(items=tuple(items), approx=approx)
+
+    def at_connective(self) -> bool:
+        tok = self.peek()
+        if tok is None or tok.kind != "cmd" or tok.value not in TEXT_COMMANDS or not self.at_group(1):
+            return False
+        save = self.i
+        self.take()
+        words = self.raw_group().strip().casefold()
+        if words in ("or", "and", ",", ", or", ", and"):
+            return True
+        self.i = save
+        return False
+
+    def item(self) -> Item:
+        sides = [self.side()]
+        rels = []
+        while True:
+            tok = self.peek()
+            if tok is None:
+                break
+            rel = None
+            if (tok.kind == "ch" and tok.value in "=<>") or (tok.kind == "cmd" and tok.value in RELATIONS):
+                rel = RELATIONS[tok.value]
+            if rel is None:
+                break
+            self.take()
+            rels.append(rel)
+            sides.append(self.side())
+        for side in sides[:-1]:
+            if side.unit or side.percent:
+                raise ParseError("a unit or percent before a relation")
+        if "\\approx" in rels and not (len(rels) == 1 and rels[0] == "\\approx" and sides[0].name):
+            raise ParseError("\\approx other than after a name")
+        return Item(tuple(sides), tuple(rels))
+
+    def side(self) -> Side:
+        currency = None
+        if self.at("cmd", "$"):
+            self.take()
+            currency = "USD"
+        start = self.i
+        name_only = self.name_expr()
+        if name_only is not None:
+            latex, symbol = name_only
+            if not currency and self.at_relation():
+                return Side(latex=latex, name=True, symbol=symbol)
+            self.i = start
+        info = Info()
+        latex = self.expr(info)
+        multiplier = self.multiplier()
+        if multiplier:
+            latex = f"({latex}) \\cdot {multiplier}"
+        unit, percent = self.unit_and_percent(info)
+        if currency:
+            if unit is not None:
+                raise ParseError("two units")
+            unit = "USD"
+        return Side(latex=latex, unit=unit, percent=percent, base=info.base, has_pi=info.pi, decimal=info.decimal,
+                    letters=info.letters)
+
+    def at_relation(self) -> bool:
+        tok = self.peek()
+        return tok is not None and ((tok.kind == "ch" and tok.value in "=<>")
+                                    or (tok.kind == "cmd" and tok.value in RELATIONS))
+
+    def multiplier(self) -> str | None:
+        tok = self.peek()
+        if tok is None or tok.kind != "cmd" or tok.value not in TEXT_COMMANDS or not self.at_group(1):
+            return None
+        save = self.i
+        self.take()
+        words = self.raw_group().strip().split()
+        factors = []
+        while words and words[0] in MULTIPLIERS:
+            factors.append(MULTIPLIERS[words.pop(0)])
+        if not factors:
+            self.i = save
+            return None
+        if words:  # "thousand dollars": the rest is a unit, read by unit_and_percent
+            self.t = self.t[:self.i] + [Tok("cmd", "text"), Tok("ch", "{")] + [Tok("ch", c) for c in " ".join(words)] \
+                + [Tok("ch", "}")] + self.t[self.i:]
+        return " \\cdot ".join(factors)
+
+    def unit_and_percent(self, info: Info) -> tuple[str | None, bool]:
+        unit = info.unit
+        percent = False
+        while not self.done():
+            tok = self.peek()
+            if tok.kind == "cmd" and tok.value == "%":
+                self.take()
+                if percent or unit:
+                    raise ParseError("a percent after a unit")
+                percent = True
+                continue
+            if tok.kind == "cmd" and tok.value in TEXT_COMMANDS and self.at_group(1):
+                save = self.i
+                self.take()
+                words = self.raw_group().replace("~", " ").replace("\\,", " ").strip()
+                power = self.unit_power()
+                if words in ("%", "\\%", "percent", "per cent"):
+                    if percent or unit or power:
+                        raise ParseError("a percent after a unit")
+                    percent = True
+                    continue
+                key = unit_key(words + power)
+                if key is None or unit is not None or percent:
+                    self.i = save
+                    break
+                unit = key
+                continue
+            if tok.kind == "cmd" and tok.value == "degree":
+                self.take()
+                if unit is not None or percent:
+                    raise ParseError("two units")
+                unit = "deg"
+                continue
+            break
+        return unit, percent
+
+    def unit_power(self) -> str:
+        if self.at("ch", "^"):
+            save = self.i
+            self.take()
+            if self.at_group():
+                self.take()
+                tok = self.take()
+                self.expect("ch", "}")
+            else:
+                tok = self.take()
+            if tok.kind == "ch" and tok.value in "23":
+                return "^" + tok.value
+            self.i = save
+        return ""
+
