@@ -59,8 +59,10 @@ def bounded_factorial(value: str) -> str:
 
 
 def bounded_binomial(value: str) -> str:
-    """A binomial's argument: a letter expression, or numbers none above :data:`MAX_BINOMIAL`."""
-    if not has_letter(value) and any(float(n) > MAX_BINOMIAL for n in re.findall(r"\d+(?:\.\d+)?", value)):
+    """A binomial's argument: a letter expression, or numbers (no power, no factorial) none above
+    :data:`MAX_BINOMIAL`."""
+    numbers = [float(n) for n in re.findall(r"\d+(?:\.\d+)?", value)]
+    if not has_letter(value) and ("^" in value or "!" in value or any(n > MAX_BINOMIAL for n in numbers)):
         raise ParseError(f"the binomial argument {value!r} is too large to check")
     return value
 

@@ -6,7 +6,7 @@ import re
 
 from answer_language.readings import Info
 from answer_language.tokens import ParseError, Tok, detok
-from answer_language.vocabulary import GREEK, NUMBER_WORDS, SYMBOLS, TEXT_COMMANDS, unit_key
+from answer_language.vocabulary import GREEK, SYMBOLS, TEXT_COMMANDS, is_label
 
 
 class Names:
@@ -46,7 +46,7 @@ class Names:
             save = self.i
             self.take()
             words = self.raw_group().strip()
-            if not re.fullmatch(r"[A-Za-z][A-Za-z ]*", words) or words.casefold() in NUMBER_WORDS or unit_key(words):
+            if not is_label(words):
                 self.i = save
                 return None
             self._symbol = False

@@ -8,15 +8,15 @@ from dataclasses import dataclass
 from answer_language.vocabulary import SPACING
 
 # unicode read as LaTeX (or ASCII); any other non-ASCII character does not parse
-UNICODE = {"\u2212": "-", "\u2013": "-", "\u00d7": "\\times ", "\u00f7": "\\div ", "\u00b7": "\\cdot ",
+UNICODE = {"\u2212": "-", "\u00d7": "\\times ", "\u00f7": "\\div ", "\u00b7": "\\cdot ",
            "\u22c5": "\\cdot ",
            "\u03c0": "\\pi ", "\u221e": "\\infty ", "\u221a": "\\sqrt ", "\u2264": "\\le ", "\u2265": "\\ge ",
            "\u00b0": "^{\\circ}", "\u00b2": "^{2}", "\u00b3": "^{3}", "\u00a0": " ", "\u2009": "\\,", "\u202f": "\\,",
            "\u2248": "\\approx ", "\u00b1": "\\pm ",
            **{chr(0xFF10 + d): str(d) for d in range(10)}, "\uff0e": ".", "\uff0c": ",", "\uff0d": "-", "\uff0b": "+",
            "\uff0f": "/"}
-THOUSANDS = re.compile(r"(?<![\d.])(\d{1,3})((?:(?:\{,\}|,\\!\s*|\\[,; ]|\\thinspace\s*|~)\d{3}(?![\d]))+)(?!\.?\d)")
-COMMA_THOUSANDS = re.compile(r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?![\d,])")
+THOUSANDS = re.compile(r"(?<![\d.])([1-9]\d{0,2})((?:(?:\{,\}|,\\!\s*|\\[,; ]|\\thinspace\s*|~)\d{3}(?!\d))+)(?!\.?\d)")
+COMMA_THOUSANDS = re.compile(r"(?<![\d.,])[1-9]\d{0,2}(?:,\d{3})+(?![\d,])")
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,12 @@ def detok(tok: Tok | None) -> str:
 # ----- reading a box ------------------------------------------------------------------------------
 
 def prepare(s: str) -> str:
+    """The answer with its unicode read as LaTeX and its thousands separators dropped; raises :class:`ParseError`
+    for a character with two readings (the en dash of a range ``1–51``, a middle dot between digits ``1·9``, a
+    decimal point in some hands) or any other non-ASCII character. A thousands group never follows a leading 0:
+    ``0{,}284`` and ``0,284`` are a decimal comma or a list, not 284."""
+    if re.search(r"\d\s*\u00b7\s*\d", s):
+        raise ParseError("a middle dot between digits (a product or a decimal point)")
     s = "".join(UNICODE.get(ch, ch) for ch in s)
     foreign = sorted({ch for ch in s if ord(ch) > 127})
     if foreign:

@@ -37,6 +37,25 @@ MULTIPLIERS = {"hundred": "100", "thousand": "1000", "million": "10^{6}", "billi
                "dozen": "12", "k": "1000", "M": "10^{6}"}  # K and B are kelvin and byte, never multipliers
 
 
+# words that give a phrase a value, a negation or "no answer": a \\text{} phrase with one of them is no name
+VALUE_WORDS = set(NUMBER_WORDS) | set(MULTIPLIERS) | {
+    "pi", "e", "i", "phi", "tau", "infinity", "infinite", "inf", "infty", "twice", "double", "triple", "quarter",
+    "first", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth", "hundredth", "thousandth",
+    "not", "no", "none", "nothing", "never", "neither", "nor", "nobody", "nowhere", "cannot", "without", "undefined",
+    "undefinable", "indeterminate", "impossible", "unsolvable", "nonexistent", "dne", "false", "wrong", "incorrect",
+    "unknown", "empty", "all", "any", "every", "some", "many", "more", "less", "most", "least", "plus", "minus",
+    "times", "over", "negative", "positive", "approximately", "about", "around", "roughly", "maybe", "or", "and"}
+
+
+def is_label(words: str) -> bool:
+    """Whether the words of a ``\\text{}`` phrase name something without giving a value: letters and spaces only,
+    no unit, and no word of :data:`VALUE_WORDS` (``\\text{one hundred}``, ``\\text{pi}``, ``\\text{no solution}`` and
+    ``\\text{the answer is not}`` are no names)."""
+    if not re.fullmatch(r"[A-Za-z][A-Za-z ]*", words) or unit_key(words):
+        return False
+    return not any(w.casefold() in VALUE_WORDS for w in words.split())
+
+
 def _unit_table() -> dict[str, str]:
     """Every written form of a unit -> its canonical symbol: SI symbols with the usual prefixes, their names
     (singular and plural, ``-meter`` and ``-metre``), and customary, time, currency and angle units."""
