@@ -117,6 +117,9 @@ class Expressions:
         """Whether ``tok`` starts a factor multiplied by juxtaposition (never a digit: ``12345 40`` is no product)."""
         if tok.kind == "ch":
             return bool(re.fullmatch(r"[A-Za-z(\[|]", tok.value)) or tok.value == "{"
+        nxt = self.peek(1)
+        if tok == Tok("cmd", "mu") and nxt is not None and nxt.kind == "cmd" and nxt.value in TEXT_COMMANDS:
+            return False  # \mu\text{m}: a micro- unit, read after the value
         return tok.kind == "cmd" and (tok.value in SYMBOLS | FUNCTIONS | FRACTIONS | BINOMS
                                       or tok.value in ("sqrt", "left", "{", "lim", "begin", "lvert")
                                       or tok.value in DECORATIONS - {"mathbf", "boldsymbol", "bm"})
@@ -176,23 +179,38 @@ class Expressions:
             raise ParseError("a prime on a value")
         raise ParseError(f"{detok(tok)!r} as an exponent")
 
+    def ch_at(self, j: int, test) -> bool:
+        """Whether the raw token at ``j`` (spaces count) is a character passing ``test``."""
+        return j < len(self.t) and self.t[j].kind == "ch" and bool(test(self.t[j].value))
+
+    def digits(self) -> str:
+        out = ""
+        while self.ch_at(self.i, str.isdigit):
+            out += self.t[self.i].value
+            self.i += 1
+        return out
+
     def number(self, info: Info) -> str:
-        digits = ""
-        while self.i < len(self.t) and self.t[self.i].kind == "ch" and self.t[self.i].value.isdigit():
-            digits += self.t[self.i].value
+        """Digits, a decimal part, a repeating part (``0.\\overline{3}``), e-notation (``2.88e4``) or a base."""
+        digits = self.digits()
+        repeating = None
+        if self.ch_at(self.i, ".".__eq__) and (self.ch_at(self.i + 1, str.isdigit) or self.overline_at(self.i + 1)):
             self.i += 1
-        if self.i < len(self.t) and self.t[self.i].kind == "ch" and self.t[self.i].value == "." and \
-                self.i + 1 < len(self.t) and self.t[self.i + 1].kind == "ch" and self.t[self.i + 1].value.isdigit():
-            self.i += 1
-            frac = ""
-            while self.i < len(self.t) and self.t[self.i].kind == "ch" and self.t[self.i].value.isdigit():
-                frac += self.t[self.i].value
-                self.i += 1
-            digits = (digits or "0") + "." + frac
-            info.decimal = True
+            frac = self.digits()
+            if self.overline_at(self.i):
+                repeating = self.repeating(digits or "0", frac)
+            else:
+                digits = (digits or "0") + "." + frac
+                info.decimal = True
         if not digits:
             raise ParseError("expected a number")
-        if self.i < len(self.t) and self.t[self.i].kind == "ch" and self.t[self.i].value == "_":  # a base subscript
+        if repeating is not None:
+            return repeating
+        exponent = self.e_notation()
+        if exponent is not None:
+            info.decimal = info.decimal or "." in digits
+            return f"{digits} \\times 10^{{{exponent}}}"
+        if self.ch_at(self.i, "_".__eq__):  # a base subscript
             save = self.i
             self.i += 1
             base = self.script()
@@ -206,6 +224,41 @@ class Expressions:
                 raise ParseError("two bases")
             info.base = b
         return digits
+
+    def overline_at(self, j: int) -> bool:
+        return j < len(self.t) and self.t[j] == Tok("cmd", "overline")
+
+    def repeating(self, whole: str, fixed: str) -> str:
+        """``whole.fixed\\overline{rep}`` as the exact fraction it writes (the ``\\overline`` next)."""
+        self.i += 1
+        self.expect("ch", "{")
+        rep = self.digits()
+        self.expect("ch", "}")
+        if not rep:
+            raise ParseError("a repeating part without digits")
+        num = int(whole + fixed + rep) - int(whole + fixed)
+        den = (10 ** len(rep) - 1) * 10 ** len(fixed)
+        return f"\\frac{{{num}}}{{{den}}}"
+
+    def e_notation(self) -> str | None:
+        """The exponent of ``2.88e4`` / ``1E-27`` written right after the digits (none: None, position kept); an
+        ``e`` followed by anything else is Euler's number."""
+        j = self.i
+        if not self.ch_at(j, "eE".__contains__):
+            return None
+        j += 1
+        sign = ""
+        if self.ch_at(j, "+-".__contains__):
+            sign = self.t[j].value.replace("+", "")
+            j += 1
+        start = j
+        while self.ch_at(j, str.isdigit):
+            j += 1
+        if j == start or j - start > 4 or self.ch_at(j, str.isalpha) or self.ch_at(j, "^".__eq__):
+            return None
+        exponent = "".join(t.value for t in self.t[start:j])
+        self.i = j
+        return sign + exponent
 
     def atom(self, info: Info, first: bool) -> str:
         tok = self.peek()

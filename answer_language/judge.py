@@ -61,6 +61,9 @@ def judge(a: Reading, g: Reading, equal, magnitude) -> bool:
         if not a.extra.get("letter"):
             return False
         a = Reading(items=(Item((Side(latex=a.label, letters=True),)),))
+    interval = _as_interval(a) if _is_interval(g) else None
+    if interval is not None:  # -2 \\le x \\le 7 for [-2, 7]
+        return equal(interval, g.items[0].sides[0].latex)
     gold_symbolic = any(s.letters for it in g.items for s in it.sides)
     gold_claims = [c for it in g.items for c in claims(it, False)]
     if not gold_claims:
@@ -71,12 +74,64 @@ def judge(a: Reading, g: Reading, equal, magnitude) -> bool:
     if len(g.items) == 1 and g.items[0].rels:
         gold_item = g.items[0]
         if len(a.items) == 1 and a.items[0].rels and "\\approx" not in a.items[0].rels:
-            if len(a.items[0].rels) == len(gold_item.rels) and equal(a.items[0].latex, gold_item.latex):
-                return True  # the same equation or relation, written another way
+            ai = a.items[0]
+            if len(ai.rels) == len(gold_item.rels) and (equal(ai.latex, gold_item.latex) or (
+                    ai.rels == ("=",) and equal(_swapped(ai).latex, gold_item.latex))):
+                return True  # the same equation or relation, written another way (or with its sides swapped)
         if not (gold_item.sides[0].name and len(gold_item.rels) == 1 and gold_item.rels[0] in ("=", "\\in")):
             return False
         return _claims_match(a, Reading(items=(Item((gold_item.sides[-1],)),)), gold_symbolic, equal, magnitude)
     return _claims_match(a, g, gold_symbolic, equal, magnitude)
+
+
+def _swapped(item: Item) -> Item:
+    """``value = name`` as ``name = value`` (a last side that reads as a name, ``x(t)``, read as one)."""
+    last = item.sides[-1]
+    return Item((Side(latex=last.as_name or last.latex), item.sides[0]), item.rels)
+
+
+_LOWER = {"<": "(", "\\le": "["}
+_UPPER = {"<": ")", "\\le": "]"}
+_FLIP = {">": "<", "\\ge": "\\le"}
+
+
+def _is_interval(g: Reading) -> bool:
+    """A gold that is one interval or a union of intervals (``[-2, 7]``, ``(-\\infty, 3) \\cup (5, \\infty)``)."""
+    if g.kind != "math" or len(g.items) != 1 or g.items[0].rels:
+        return False
+    return re.fullmatch(r"\\left[\[(].*,.*\\right[\])]", g.items[0].sides[0].latex) is not None
+
+
+def _interval(item: Item) -> str | None:
+    """The interval an inequality in one variable writes (``a < x \\le b``, ``x \\ge a``, ``a > x``), None for
+    anything else."""
+    sides, rels = list(item.sides), list(item.rels)
+    if all(r in _FLIP for r in rels):  # b > x > a: read right to left
+        sides, rels = sides[::-1], [_FLIP[r] for r in rels[::-1]]
+    if any(r not in _LOWER for r in rels):
+        return None
+    var = [k for k, side in enumerate(sides) if re.fullmatch(r"[A-Za-z]", side.latex)]
+    if len(var) != 1 or any(side.unit or side.percent for side in sides):
+        return None
+    k = var[0]
+    if len(sides) == 3 and k == 1:
+        return f"\\left{_LOWER[rels[0]]}{sides[0].latex}, {sides[2].latex}\\right{_UPPER[rels[1]]}"
+    if len(sides) == 2 and k == 0:
+        return f"\\left(-\\infty, {sides[1].latex}\\right{_UPPER[rels[0]]}"
+    if len(sides) == 2 and k == 1:
+        return f"\\left{_LOWER[rels[0]]}{sides[0].latex}, \\infty\\right)"
+    return None
+
+
+def _as_interval(a: Reading) -> str | None:
+    """The interval (or union) an answer of inequalities writes, None when it is not all inequalities in one
+    variable."""
+    if a.kind != "math" or not a.items or not all(it.rels for it in a.items):
+        return None
+    parts = [_interval(it) for it in a.items]
+    names = {re.sub(r"[^A-Za-z]", "", s.latex) for it in a.items for s in it.sides
+             if re.fullmatch(r"[A-Za-z]", s.latex)}
+    return None if None in parts or len(names) != 1 else " \\cup ".join(parts)
 
 
 def _claims_match(a: Reading, g: Reading, gold_symbolic: bool, equal, magnitude) -> bool:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 
 from answer_language.parser import Parser
-from answer_language.readings import Reading
+from answer_language.readings import Item, Reading, Side
 from answer_language.tokens import ParseError, Tok, prepare, tokenize
-from answer_language.vocabulary import CHOICES, TEXT_COMMANDS, WRAPPERS
+from answer_language.vocabulary import CHOICES, TEXT_COMMANDS, WRAPPERS, number_phrase
 
 MAX_ANSWER_CHARS = 1000  # a longer boxed answer scores 0 (no gold of the bundled suites is a tenth as long)
 
@@ -93,7 +93,14 @@ def _read(answer: str) -> Reading:
                 return Reading(kind="choice", label=m.group(1))
             if not re.fullmatch(r"[A-Za-z][A-Za-z' -]*", words):
                 raise ParseError(f"the text {words!r} is no answer")
+            value = number_phrase(words)
+            if value is not None:  # \text{nine}, \text{twenty-five}: the number it names
+                return Reading(items=(Item((Side(latex=str(value)),)),))
             return Reading(kind="text", text=words.casefold())
+    toks = _answer_prefix(toks)
+    core = [t for t in toks if t.kind != "sp"]
+    if len(core) == 2 and core[0].kind == "ch" and core[0].value in CHOICES and core[1] == Tok("ch", ")"):
+        return Reading(kind="choice", label=core[0].value)  # C)
     # a choice label, alone or before the value: (A), \textbf{(A)}, \text{(A) }
     label, rest = _label(toks)
     if label is not None:
@@ -109,6 +116,27 @@ def _read(answer: str) -> Reading:
     if label is not None:
         return Reading(kind="math", items=reading.items, approx=reading.approx, label=label)
     return reading
+
+
+_ANSWER = re.compile(r"(?:the\s+)?(?:final\s+)?answer\s*(?::|\s+is\s*:?)", re.I)  # a colon or "is": no name
+
+
+def _answer_prefix(toks: list[Tok]) -> list[Tok]:
+    """The tokens after a leading ``\\text{Answer: }`` (or "Final answer:", "The answer is"), unwrapped; all of
+    them when there is none. The prefix names the answer; it gives no value."""
+    core = [(i, t) for i, t in enumerate(toks) if t.kind != "sp"]
+    if len(core) < 3 or core[0][1].kind != "cmd" or core[0][1].value not in TEXT_COMMANDS \
+            or core[1][1] != Tok("ch", "{"):
+        return toks
+    p = Parser(toks[core[0][0]:])
+    p.take()
+    try:
+        words = p.raw_group().strip()
+    except ParseError:
+        return toks
+    if not _ANSWER.fullmatch(words) or p.done():
+        return toks
+    return _unwrap(toks[core[0][0] + p.i:])
 
 
 def _label(toks: list[Tok]) -> tuple[str | None, list[Tok]]:

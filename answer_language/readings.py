@@ -18,6 +18,7 @@ class Side:
     has_pi: bool = False
     decimal: bool = False  # written with a decimal point
     letters: bool = False  # has a free letter (not i, e, \\pi)
+    as_name: str | None = None  # a last side that also reads as a name (x(t)): that reading, for an equation swapped
 
 @dataclass(frozen=True)
 class Item:

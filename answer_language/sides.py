@@ -63,15 +63,20 @@ class Sides:
         if self.at("cmd", "$"):
             self.take()
             currency = "USD"
+        elif self.at_text_dollar():
+            currency = "USD"
         start = self.i
         name_only = self.name_expr()
+        name_end = None
         if name_only is not None:
             latex, symbol = name_only
             if not currency and self.at_relation():
                 return Side(latex=latex, name=True, symbol=symbol)
+            name_end = self.i
             self.i = start
         info = Info()
         latex = self.expr(info)
+        as_name = name_only[0] if name_only is not None and self.i == name_end and self.done() else None
         multiplier = self.multiplier()
         if multiplier:
             latex = f"({latex}) \\cdot {multiplier}"
@@ -81,7 +86,19 @@ class Sides:
                 raise ParseError("two units")
             unit = "USD"
         return Side(latex=latex, unit=unit, percent=percent, base=info.base, has_pi=info.pi, decimal=info.decimal,
-                    letters=info.letters)
+                    letters=info.letters, as_name=as_name)
+
+    def at_text_dollar(self) -> bool:
+        """Whether ``\\text{\\$}`` is next (taken when it is)."""
+        tok = self.peek()
+        if tok is None or tok.kind != "cmd" or tok.value not in TEXT_COMMANDS or not self.at_group(1):
+            return False
+        save = self.i
+        self.take()
+        if self.raw_group().strip() in ("\\$", "$"):
+            return True
+        self.i = save
+        return False
 
     def at_relation(self) -> bool:
         tok = self.peek()
@@ -107,6 +124,8 @@ class Sides:
         return " \\cdot ".join(factors)
 
     def unit_and_percent(self, info: Info) -> tuple[str | None, bool]:
+        """The unit (one, or a product of units written one after another: ``\\mathrm{~km} \\mathrm{~s}^{-1}``) and
+        the percent after a value."""
         unit = info.unit
         percent = False
         while not self.done():
@@ -117,10 +136,14 @@ class Sides:
                     raise ParseError("a percent after a unit")
                 percent = True
                 continue
-            if tok.kind == "cmd" and tok.value in TEXT_COMMANDS and self.at_group(1):
+            micro = tok.kind == "cmd" and tok.value == "mu" and self.peek(1) is not None \
+                and self.peek(1).kind == "cmd" and self.peek(1).value in TEXT_COMMANDS and self.at_group(2)
+            if (tok.kind == "cmd" and tok.value in TEXT_COMMANDS and self.at_group(1)) or micro:
                 save = self.i
+                if micro:  # \mu\text{m}: micro-
+                    self.take()
                 self.take()
-                words = self.raw_group().replace("~", " ").replace("\\,", " ").strip()
+                words = ("u" if micro else "") + self.raw_group().replace("~", " ").replace("\\,", " ").strip()
                 power = self.unit_power()
                 if words in ("%", "\\%", "percent", "per cent"):
                     if percent or unit or power:
@@ -128,10 +151,10 @@ class Sides:
                     percent = True
                     continue
                 key = unit_key(words + power)
-                if key is None or unit is not None or percent:
+                if key is None or percent or (unit is not None and (unit == "deg" or key == "deg")):
                     self.i = save
                     break
-                unit = key
+                unit = key if unit is None else "*".join(sorted([unit, key]))
                 continue
             if tok.kind == "cmd" and tok.value == "degree":
                 self.take()
@@ -143,17 +166,24 @@ class Sides:
         return unit, percent
 
     def unit_power(self) -> str:
+        """A unit's power: ``^2``, ``^{3}``, ``^{-1}``; "" (position kept) when none follows."""
         if self.at("ch", "^"):
             save = self.i
             self.take()
+            sign = ""
             if self.at_group():
                 self.take()
+                if self.at("ch", "-"):
+                    sign = self.take().value
                 tok = self.take()
-                self.expect("ch", "}")
+                if not self.at("ch", "}"):
+                    self.i = save
+                    return ""
+                self.take()
             else:
                 tok = self.take()
-            if tok.kind == "ch" and tok.value in "23":
-                return "^" + tok.value
+            if tok.kind == "ch" and tok.value in "123" and (sign or tok.value != "1"):
+                return "^" + sign + tok.value
             self.i = save
         return ""
 

@@ -78,6 +78,7 @@ def prepare(s: str) -> str:
     if foreign:
         raise ParseError(f"non-ASCII character(s) {foreign}")
     s = re.sub(r"\s+", " ", s)
+    s = re.sub(r"\(\s*(\d+)\s*\)(?=_)", r"\1", s)  # (52)_8: a base subscript on a bracketed number
     s = THOUSANDS.sub(lambda m: m.group(1) + re.sub(r"\D", "", m.group(2)), s)
     s = COMMA_THOUSANDS.sub(lambda m: m.group().replace(",", ""), s)
     s = re.sub(r"(?<!\\)%(?=[\s}.$]*$)", r"\\%", s.rstrip())  # a bare final percent sign: the percent, not a comment

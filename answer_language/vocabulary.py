@@ -47,6 +47,30 @@ VALUE_WORDS = set(NUMBER_WORDS) | set(MULTIPLIERS) | {
     "times", "over", "negative", "positive", "approximately", "about", "around", "roughly", "maybe", "or", "and"}
 
 
+def number_phrase(words: str) -> int | None:
+    """The whole number that English words name (``nine``, ``twenty-five``, ``one hundred and five``, ``two thousand
+    twelve``), None when they name none."""
+    parts = [w for w in re.split(r"[\s-]+", words.casefold()) if w and w != "and"]
+    if not parts or any(w not in NUMBER_WORDS or w in ("half", "dozen") for w in parts):
+        return None
+    total = current = 0
+    last = None
+    for w in parts:
+        n = NUMBER_WORDS[w]
+        if n in (100, 1000, 10 ** 6, 10 ** 9):
+            if current == 0 or (n == 100 and current >= 100):
+                return None
+            current *= n
+            if n > 100:
+                total, current = total + current, 0
+        elif last is not None and last < 100 and not (last >= 20 and last % 10 == 0 and n < 10):
+            return None  # "nine nine", "twenty thirty": no one number
+        else:
+            current += n
+        last = n
+    return total + current
+
+
 def is_label(words: str) -> bool:
     """Whether the words of a ``\\text{}`` phrase name something without giving a value: letters and spaces only,
     no unit, and no word of :data:`VALUE_WORDS` (``\\text{one hundred}``, ``\\text{pi}``, ``\\text{no solution}`` and
