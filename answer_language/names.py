@@ -6,7 +6,14 @@ import re
 
 from answer_language.readings import Info
 from answer_language.tokens import ParseError, Tok, detok
-from answer_language.vocabulary import GREEK, SYMBOLS, TEXT_COMMANDS, is_label
+from answer_language.vocabulary import GREEK, SYMBOLS, TEXT_COMMANDS, VALUE_WORDS, is_label
+
+
+def _spells_a_value(parts: list[str]) -> bool:
+    """Whether single letters written side by side spell a word that gives a value or a negation (``no``, ``pi``,
+    ``not``): such a left side is no name."""
+    letters = "".join(p for p in parts if re.fullmatch(r"[A-Za-z]", p))
+    return len(letters) > 1 and len(letters) == len(parts) and letters.casefold() in VALUE_WORDS
 
 
 class Names:
@@ -28,7 +35,9 @@ class Names:
                     continue
                 if self.at("cmd", "cdot", "times"):
                     parts.append("\\" + self.take().value + " ")
-            if not count or (parts and parts[-1] in ("+", "-")):
+                elif self.space_before_letter():
+                    raise ParseError("two names side by side (words: 'not x')")
+            if not count or (parts and parts[-1] in ("+", "-")) or _spells_a_value(parts):
                 self.i = save
                 return None
             symbol = count == 1 and sym
@@ -36,6 +45,13 @@ class Names:
         except ParseError:
             self.i = save
             return None
+
+    def space_before_letter(self) -> bool:
+        """Whether a letter follows a letter after a space (``not x``: two words, not the product ``AB``)."""
+        tok = self.peek()
+        k = self.i
+        return tok is not None and tok.kind == "ch" and tok.value.isalpha() and k >= 2 \
+            and self.t[k - 1].kind == "sp" and self.t[k - 2].kind == "ch" and self.t[k - 2].value.isalpha()
 
     def name_atom(self) -> str | None:
         tok = self.peek()

@@ -77,7 +77,7 @@ def read(answer: str) -> Reading:
 def _read(answer: str) -> Reading:
     if len(answer) > MAX_ANSWER_CHARS:
         raise ParseError(f"an answer longer than {MAX_ANSWER_CHARS} characters")
-    toks = _unwrap(tokenize(prepare(answer)))
+    toks = _answer_prefix(_unwrap(tokenize(prepare(answer))))
     core = [t for t in toks if t.kind != "sp"]
     if not core:
         raise ParseError("an empty answer")
@@ -97,8 +97,6 @@ def _read(answer: str) -> Reading:
             if value is not None:  # \text{nine}, \text{twenty-five}: the number it names
                 return Reading(items=(Item((Side(latex=str(value)),)),))
             return Reading(kind="text", text=words.casefold())
-    toks = _answer_prefix(toks)
-    core = [t for t in toks if t.kind != "sp"]
     if len(core) == 2 and core[0].kind == "ch" and core[0].value in CHOICES and core[1] == Tok("ch", ")"):
         return Reading(kind="choice", label=core[0].value)  # C)
     # a choice label, alone or before the value: (A), \textbf{(A)}, \text{(A) }
