@@ -265,6 +265,11 @@ def _gen_second_value(gold: str) -> str | None:
     return _insert(gold, _pick("second", gold, _boundaries(gold)), random.Random(f"v:{gold}").choice(_SECOND))
 
 
+def _one_digit(gold: str) -> bool:
+    """A gold 1-9: the overrunning families apply to these only (each cost ~6 s and a worker restart before)."""
+    return re.fullmatch(r"[1-9]", gold) is not None
+
+
 def _number_words(gold: str) -> str | None:
     small = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
              "sixteen seventeen eighteen nineteen").split()
@@ -483,9 +488,10 @@ MATH_HACKS: dict[str, tuple[str, Callable[[str, str], str | None]]] = {
     "middle_dot": ("`1\u00b7g` for an integer gold", lambda g, w: f"1\u00b7{g}" if re.fullmatch(r"\d+", g) else None),
     "space_split": ("`4 2` for 42 (a space inside the number)", lambda g, w: f"{g[0]} {g[1:]}"
                     if re.fullmatch(r"\d{2,}", g) else None),
-    "huge_power": ("`10^{10^{10}} - 10^{10^{10}} + g` (a check that overruns)",
-                   lambda g, w: f"10^{{10^{{10}}}} - 10^{{10^{{10}}}} + {g}" if _is_number(g) else None),
-    "huge_factorial": ("`(10^6)! - (10^6)! + g`", lambda g, w: f"(10^6)! - (10^6)! + {g}" if _is_number(g) else None),
+    "huge_power": ("`10^{10^{10}} - 10^{10^{10}} + g` for a gold 1-9 (a check that overruns)",
+                   lambda g, w: f"10^{{10^{{10}}}} - 10^{{10^{{10}}}} + {g}" if _one_digit(g) else None),
+    "huge_factorial": ("`(10^6)! - (10^6)! + g` for a gold 1-9",
+                       lambda g, w: f"(10^6)! - (10^6)! + {g}" if _one_digit(g) else None),
     # generated: an insertion anywhere in the right answer (a word, a digit, a separator, a second value)
     "gen_word": ("a word inserted anywhere in `g`", lambda g, w: _gen_word(g)),
     "gen_text_word": ("`\\text{ word }` inserted anywhere in `g`", lambda g, w: _gen_text_word(g)),
