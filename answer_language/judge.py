@@ -30,6 +30,9 @@ def _side_pairs(a: Side, g: Side, magnitude) -> list[tuple[str, str]] | None:
     bases or marks already tell them apart."""
     if a.base is not None and a.base != g.base:
         return None
+    if {a.unit, g.unit} == {"deg", "rad"}:  # the gold's unit says which: 45^\\circ for \\frac{\\pi}{4} \\text{ rad}
+        to = "\\frac{{({}) \\pi}}{{180}}" if a.unit == "deg" else "\\frac{{180 ({})}}{{\\pi}}"
+        return [(to.format(a.latex), g.latex)]
     if a.unit is not None and g.unit is not None and a.unit != g.unit:
         return None
     if a.unit == "deg" and (a.has_pi or g.has_pi):  # (8\\pi)^\\circ: degrees for a gold in radians

@@ -17,14 +17,16 @@ RIGHT = [
     ("3, 2", "2, 3"), ("x = 2 \\text{ or } x = 3", "2, 3"),
     ("1.6 \\mathrm{~km} \\mathrm{~s}^{-1}", "1.6"), ("5\\,\\mu\\text{m}", "5"), ("9 \\text{ dollars}", "9"),
     ("\\text{\\$}9", "9"), ("\\approx 4.5 \\times 10^{33}", "4.5 \\times 10^{33}"),
-    ("\\approx 4.5e33", "4.5 \\times 10^{33}"),
+    ("\\approx 4.5e33", "4.5 \\times 10^{33}"), ("45^\\circ", "\\frac{\\pi}{4} \\text{ rad}"),
+    ("\\frac{\\pi}{4} \\text{ radians}", "45^\\circ"),
 ]
 
 NEAR_MISSES = [
     ("-2 < x \\le 7", "[-2, 7]"), ("x \\le 7", "[-2, 7]"), ("\\text{ten}", "9"), ("\\text{nine nine}", "99"),
     ("D)", "\\text{(C)}"), ("2.88e5", "28800"), ("0.\\overline{3}", "0.3"), ("e^{-t} = x(t) + 1", "x(t) = e^{-t}"),
     ("(52)_9", "52_8"), ("1.6 \\mathrm{~km} \\mathrm{~s}^{-1}", "1.7"), ("\\text{Answer: } 9, 10", "9"),
-    ("2e3x", "2000"), ("y < 3 \\text{ or } x > 7", "(-\\infty, 3) \\cup (7, \\infty)"),
+    ("2e3x", "2000"), ("45^\\circ", "\\frac{\\pi}{4}"), ("46^\\circ", "\\frac{\\pi}{4} \\text{ rad}"),
+    ("y < 3 \\text{ or } x > 7", "(-\\infty, 3) \\cup (7, \\infty)"),
 ]
 
 
