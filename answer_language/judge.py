@@ -47,8 +47,8 @@ def _side_pairs(a: Side, g: Side, magnitude) -> list[tuple[str, str]] | None:
 
 def judge(a: Reading, g: Reading, equal, magnitude) -> bool:
     """Whether answer reading ``a`` says what gold reading ``g`` says. ``equal(answer_latex, gold_latex)`` is the
-    equivalence of two clean values (math-verify, exact numbers: ``_checker.py``), ``magnitude(latex)`` a number's
-    value (None for anything else)."""
+    equivalence of two clean values (math-verify, exact numbers: :mod:`answer_language.compare`),
+    ``magnitude(latex)`` a number's value (None for anything else)."""
     if not (a.ok and g.ok):
         return False
     if g.kind == "choice":  # the choice alone: a value after a label is read against a value gold only
