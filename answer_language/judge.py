@@ -71,7 +71,8 @@ def judge(a: Reading, g: Reading, equal, magnitude) -> bool:
     gold_claims = [c for it in g.items for c in claims(it, False)]
     if not gold_claims:
         return False
-    gold_decimal = any(s.decimal for s in gold_claims)
+    # a gold in decimals or in scientific notation (Minerva's 3 \\times 10^{8}) is a measured value: \\approx may stand
+    gold_decimal = any(s.decimal or re.search(r"\\times 10\^", s.latex) for s in gold_claims)
     if (a.approx or any("\\approx" in it.rels for it in a.items)) and not gold_decimal:
         return False  # a hedge: \\approx only before a decimal, for a gold written in decimals
     if len(g.items) == 1 and g.items[0].rels:
