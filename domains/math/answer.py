@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from answer_language import last_box
+from answer_language import last_box, read
 from answer_language.client import DEFAULT_TIMEOUT_S, PYTHON_ENV, WORKER, MathCheckerError
 from answer_language.client import Checker as _Checker
 
@@ -55,6 +55,8 @@ def score(completion: str, gold: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> f
             return 0.0
         if _verbatim(answer) == _verbatim(str(gold)):
             return 1.0
+        if not read(answer).ok:  # outside the answer language: 0 here, in microseconds, without the worker
+            return 0.0
     except Exception:  # noqa: BLE001 - malformed model output scores 0
         return 0.0
     return 1.0 if _CHECKER.equivalent(answer, str(gold), timeout_s) else 0.0

@@ -36,7 +36,7 @@ def test_an_expensive_answer_is_refused_by_the_parser_in_milliseconds(answer):
     reading = read(answer)
     assert not reading.ok and ("too large" in reading.reason or "factorial" in reading.reason)
     assert score(f"\\boxed{{{answer}}}", "5") == 0.0
-    assert time.perf_counter() - start < 1.0  # before: ~6 s and a worker restart each
+    assert time.perf_counter() - start < 0.5  # before: ~6 s and a worker restart each
 
 
 @pytest.mark.parametrize("answer, gold", [
