@@ -45,7 +45,7 @@ def arms(pairs: list[tuple[str, str]], in_process: bool):
     if in_process:
         from answer_language.compare import lenient, strict
 
-        return (lambda: [strict(a, g) for a, g in pairs]), (lambda: [lenient(f"${a}$", g) for a, g in pairs])
+        return (lambda: [strict(a, g) for a, g in pairs]), (lambda: [lenient(a, g) for a, g in pairs])
     from domains.math.answer import score, score_lenient
 
     boxed = [(f"so the answer is \\boxed{{{a}}}", g) for a, g in pairs]
