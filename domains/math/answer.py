@@ -44,8 +44,9 @@ def score(completion: str, gold: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> f
     """1.0 if the box a reader reads in ``completion`` says the gold, else 0.0.
 
     An answer that is the gold character for character (outer spaces, ``$`` and a final period aside: never the
-    spaces inside, where ``4 2`` is no 42) scores 1.0 at once; any other goes to the worker, which reads answer
-    and gold with the answer language (:func:`answer_language.read`) and judges the readings
+    spaces inside, where ``4 2`` is no 42) scores 1.0 at once; one outside the answer language
+    (:func:`answer_language.read`) scores 0.0 at once; any other goes to the worker, which reads answer and gold
+    with the answer language and judges the readings
     (:func:`answer_language.judge`), all within ``timeout_s``. Never raises on model
     output (an answer whose check overruns ``timeout_s``
     scores 0.0); raises :class:`MathCheckerError` when the checker process cannot start or answer."""
