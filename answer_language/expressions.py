@@ -108,6 +108,8 @@ class Expressions:
                 out += f" {op} " + self.factor(info, first=True)
                 continue
             if self.starts_implicit(tok):
+                if self.bare_units and not info.letters and self.bare_unit() is not None:
+                    return out  # 9 dollars, 5 cm: a unit written in math mode, read by unit_and_percent
                 info.other = True
                 out += " \\cdot " + self.factor(info, first=False)  # explicit: math-verify drops no trailing letters
                 continue

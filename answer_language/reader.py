@@ -12,7 +12,7 @@ from answer_language.vocabulary import CHOICES, TEXT_COMMANDS, WRAPPERS, number_
 MAX_ANSWER_CHARS = 1000  # a longer boxed answer scores 0 (no gold of the bundled suites is a tenth as long)
 
 
-def _unwrap(toks: list[Tok]) -> list[Tok]:
+def _unwrap(toks: list[Tok], texts: list | None = None) -> list[Tok]:
     """The tokens inside the wrappers around the whole answer ($...$, \\displaystyle, \\boxed{}, \\textbf{}, ...)."""
     for _ in range(50):
         core = [t for t in toks if t.kind != "sp"]
@@ -46,6 +46,8 @@ def _unwrap(toks: list[Tok]) -> list[Tok]:
                 if core[0].value in ("text", "textrm", "textnormal", "mbox", "mathrm") and \
                         not _math_inside(inner):
                     return toks  # a text answer: read as text
+                if texts is not None and core[0].value in ("text", "textrm", "textnormal", "mbox", "mathrm"):
+                    texts.append(core[0].value)  # math inside a text command: no bare unit there
                 toks = inner
                 continue
         return toks
@@ -77,7 +79,8 @@ def read(answer: str) -> Reading:
 def _read(answer: str) -> Reading:
     if len(answer) > MAX_ANSWER_CHARS:
         raise ParseError(f"an answer longer than {MAX_ANSWER_CHARS} characters")
-    toks = _answer_prefix(_unwrap(tokenize(prepare(answer))))
+    texts: list[str] = []
+    toks = _answer_prefix(_unwrap(tokenize(prepare(answer)), texts))
     core = [t for t in toks if t.kind != "sp"]
     if not core:
         raise ParseError("an empty answer")
@@ -108,6 +111,7 @@ def _read(answer: str) -> Reading:
     elif len(core) == 1 and core[0].kind == "ch" and core[0].value in CHOICES:
         return Reading(kind="choice", label=core[0].value, extra={"letter": True})
     p = Parser(toks)
+    p.bare_units = not texts  # \\text{9 cm}: letters inside text are no math-mode unit
     reading = p.body()
     if not p.done():
         raise ParseError("something after the answer")

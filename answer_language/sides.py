@@ -8,6 +8,25 @@ from answer_language.vocabulary import MULTIPLIERS, RELATIONS, TEXT_COMMANDS, un
 
 
 class Sides:
+    bare_units = True  # a unit may be written in math mode (9 dollars); False inside a whole-answer \\text{}
+
+    def bare_unit(self) -> tuple[str, int] | None:
+        """A unit written in math mode up to the end of the side (``dollars``, ``cm``, ``square feet``,
+        ``km/h``): its key and where it ends; None for one letter (``5m`` stays 5·m) or any other letters."""
+        self.skip()
+        j, phrase = self.i, ""
+        while j < len(self.t) and (self.t[j].kind == "sp" or (self.t[j].kind == "ch" and (
+                self.t[j].value.isalpha() or self.t[j].value == "/"))):
+            phrase += self.t[j].value
+            j += 1
+        k = j
+        while k < len(self.t) and self.t[k].kind == "sp":
+            k += 1
+        ends = k == len(self.t) or self.t[k] in (Tok("ch", ","), Tok("ch", "="), Tok("cmd", "%"))
+        letters = sum(c.isalpha() for c in phrase)
+        key = unit_key(phrase.strip()) if ends and letters >= 2 else None
+        return None if key is None else (key, j)
+
     def body(self) -> Reading:
         approx = False
         if self.at("cmd", "approx"):
@@ -155,6 +174,10 @@ class Sides:
                     self.i = save
                     break
                 unit = key if unit is None else "*".join(sorted([unit, key]))
+                continue
+            bare = self.bare_unit() if self.bare_units and unit is None and not percent else None
+            if bare is not None:
+                unit, self.i = bare
                 continue
             if tok.kind == "cmd" and tok.value == "degree":
                 self.take()

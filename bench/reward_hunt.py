@@ -597,6 +597,8 @@ MATH_RIGHT: dict[str, tuple[str, Callable[[str], str | None]]] = {
     "micro_unit": ("`g\\,\\mu\\text{m}` (a plain-number gold)",
                    lambda g: f"{g}\\,\\mu\\text{{m}}" if _is_number(g) else None),
     "text_dollar": ("`\\text{\\$}g` (a plain-number gold)", lambda g: f"\\text{{\\$}}{g}" if _is_number(g) else None),
+    "bare_unit": ("`g dollars` (a unit in math mode; a plain-number gold)",
+                  lambda g: f"{g} dollars" if _is_number(g) else None),
     "approx_scientific": ("`\\approx` before a scientific-notation gold",
                           lambda g: f"\\approx {g}" if re.search(r"\\times\s*10\^", g) else None),
 }

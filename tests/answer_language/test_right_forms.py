@@ -16,7 +16,8 @@ RIGHT = [
     ("e^{-t} = x(t)", "x(t) = e^{-t}"), ("5 = x", "x = 5"),
     ("3, 2", "2, 3"), ("x = 2 \\text{ or } x = 3", "2, 3"),
     ("1.6 \\mathrm{~km} \\mathrm{~s}^{-1}", "1.6"), ("5\\,\\mu\\text{m}", "5"), ("9 \\text{ dollars}", "9"),
-    ("\\text{\\$}9", "9"), ("\\approx 4.5 \\times 10^{33}", "4.5 \\times 10^{33}"),
+    ("9 dollars", "9"), ("5 cm", "5"), ("5 square feet", "5 \\text{ ft}^2"), ("\\text{\\$}9", "9"),
+    ("\\approx 4.5 \\times 10^{33}", "4.5 \\times 10^{33}"),
     ("\\approx 4.5e33", "4.5 \\times 10^{33}"), ("45^\\circ", "\\frac{\\pi}{4} \\text{ rad}"),
     ("\\frac{\\pi}{4} \\text{ radians}", "45^\\circ"), ("\\approx 3 \\times 10^{8}", "3 \\times 10^{8}"),
 ]
@@ -26,7 +27,8 @@ NEAR_MISSES = [
     ("D)", "\\text{(C)}"), ("2.88e5", "28800"), ("0.\\overline{3}", "0.3"), ("e^{-t} = x(t) + 1", "x(t) = e^{-t}"),
     ("(52)_9", "52_8"), ("1.6 \\mathrm{~km} \\mathrm{~s}^{-1}", "1.7"), ("\\text{Answer: } 9, 10", "9"),
     ("2e3x", "2000"), ("45^\\circ", "\\frac{\\pi}{4}"), ("46^\\circ", "\\frac{\\pi}{4} \\text{ rad}"),
-    ("\\approx 40", "40"), ("\\approx 3 \\times 10^{9}", "3 \\times 10^{8}"),
+    ("\\approx 40", "40"), ("9 dogs", "9"), ("\\text{9 cm}", "9"), ("5 m", "5 \\text{ cm}"),
+    ("\\approx 3 \\times 10^{9}", "3 \\times 10^{8}"),
     ("y < 3 \\text{ or } x > 7", "(-\\infty, 3) \\cup (7, \\infty)"),
 ]
 
