@@ -111,7 +111,9 @@ class Expressions:
                 if self.bare_units and not info.letters and self.bare_unit() is not None:
                     return out  # 9 dollars, 5 cm: a unit written in math mode, read by unit_and_percent
                 info.other = True
-                out += " \\cdot " + self.factor(info, first=False)  # explicit: math-verify drops no trailing letters
+                # explicit, so math-verify drops no trailing letters; a letter before a bracket is a function: I(0)
+                applied = tok == Tok("ch", "(") and re.fullmatch(r"[A-Za-z](?:_\{\w+\})?'*", out.split(" ")[-1])
+                out += (" " if applied else " \\cdot ") + self.factor(info, first=False)
                 continue
             return out
 

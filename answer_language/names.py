@@ -142,7 +142,7 @@ class Names:
                 elif tok.kind == "cmd" and (tok.value in SYMBOLS):
                     parts.append("\\" + tok.value + " ")
                 elif tok.kind == "cmd" and tok.value in TEXT_COMMANDS:
-                    parts.append("\\text{" + self.raw_group().strip() + "}")
+                    parts.append(re.sub(r"[^A-Za-z0-9]", "", self.raw_group()))  # \\text{red}: the letters
                 else:
                     raise ParseError(f"{detok(tok)!r} in a subscript")
             self.take()

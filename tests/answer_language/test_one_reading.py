@@ -21,6 +21,9 @@ TWO_READINGS = [
     ("0{,}284", "284"), ("0,284", "284"), ("1\u201351", "-50"), ("1\u00b79", "9"),
     # the whitespace fast path
     ("4 2", "42"), ("\\frac{1 4}{3}", "\\frac{14}{3}"), ("1 000 0", "10000"),
+    # found over all golds: a letter before a bracket is a function (I(0)), never I times 0; a text subscript is read
+    ("12345 ~ I(0)", "I(0)"), ("I never (0)", "I(0)"),
+    ("\\lambda_{\\text {red}} / \\sqrt{22}", "\\lambda_{\\text {red}} / \\sqrt{2}"),
 ]
 
 
