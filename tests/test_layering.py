@@ -8,7 +8,8 @@ from pathlib import Path
 from tests.test_imports import cycles, import_graph, module_files
 
 REPO = Path(__file__).resolve().parents[1]
-MODULES = {**module_files(REPO, "c3_plugin"), **module_files(REPO, "c3_sandbox"), **module_files(REPO, "domains")}
+MODULES = {**module_files(REPO, "c3_plugin"), **module_files(REPO, "c3_sandbox"), **module_files(REPO, "domains"),
+           **module_files(REPO, "answer_language")}
 
 
 def _graph():
@@ -83,6 +84,17 @@ def test_the_sandbox_imports_neither_the_library_nor_a_domain_and_the_library_no
     bad = sorted(f"{m} -> {t}" for m, ts in graph.items() for t in ts
                  if (m.startswith("c3_sandbox") and not t.startswith("c3_sandbox"))
                  or (m.startswith("c3_plugin") and t.startswith("c3_sandbox")))
+    assert not bad, bad
+
+
+def test_the_answer_language_imports_neither_the_library_nor_a_domain():
+    """``answer_language/`` sits beside the domains: plain Python that the math domain calls, importing neither
+    ``c3_plugin`` nor any domain (ARCHITECTURE.md)."""
+    graph = _graph()
+    assert "answer_language.reader" in graph and "domains.math.answer" in graph
+    assert "answer_language.client" in graph["domains.math.answer"]
+    bad = sorted(f"{m} -> {t}" for m, ts in graph.items() if m.startswith("answer_language") for t in ts
+                 if t.startswith(("c3_plugin", "domains")))
     assert not bad, bad
 
 

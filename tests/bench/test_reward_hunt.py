@@ -25,7 +25,9 @@ EXTRA_GOLDS = ["52_8", "5 \\text{ cm}", "\\pi", "2\\sqrt{3}", "x=5", "(-\\infty,
                # round three: a +- gold, a percent gold, a degree gold, a radian gold, a fraction with a terminating
                # decimal, a list, a letter, a 4-digit integer, a decimal, a multiple of 1000, a proportion
                "1 \\pm \\sqrt{19}", "5%", "120^\\circ", "8\\pi", "\\frac{1}{8}", "1,-2", "m", "1251", "4.5", "3000",
-               "0.2"]
+               "0.2",
+               # round four (issue 49): a repeating fraction, a two-digit integer, a 3-digit integer, an ODE solution
+               "\\frac{2}{3}", "42", "284", "x(t) = e^{-t}", "7"]
 RIGHT_VARIANTS = [v for v in hunt.MATH_RIGHT]
 
 

@@ -105,7 +105,7 @@ def test_right_forms_still_score_one(completion, gold):
 
 
 def test_the_grammar_names_why_an_answer_is_refused():
-    from domains.math.grammar import read
+    from answer_language import read
 
     assert read("12345 = 40").items[0].sides[0].name is False  # a number is a claim, never a name
     assert read("x = 40").items[0].sides[0].name is True

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from answer_language import MULTIPLIERS, NUMBER_WORDS, UNITS, last_box, read, unit_key
 from domains.math.answer import score
 from domains.math.data import normalise_gold
-from domains.math.grammar import MULTIPLIERS, NUMBER_WORDS, UNITS, last_box, read, unit_key
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = settings(max_examples=20, deadline=None, database=None,  # nothing written to .hypothesis/

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
+from answer_language import MAX_ANSWER_CHARS, read
 from domains.math.answer import last_boxed, lenient_answer, score, score_lenient
 from domains.math.data import normalise_gold
-from domains.math.grammar import MAX_ANSWER_CHARS, read
 from domains.math.metrics import default_eval_logger, eval_aggregator
 
 

@@ -1,0 +1,75 @@
+"""The math reward's cost per answer against plain math-verify's, measured interleaved (issue 49).
+
+Answers: for each bundled gold (every ``--every``-th of the seven test suites), the gold itself, ``x = g``,
+``\\text{Answer: } g``, a wrong value and ``g dogs``, each in a box. Two arms score the same answers:
+
+* ``reward``: ``domains.math.answer.score`` (the box read, the answer language, the judge, math-verify on clean
+  values, numbers exact), through the checker worker;
+* ``math-verify``: ``domains.math.answer.score_lenient`` (plain math-verify, default extraction, no grammar), through
+  the same worker, so the pipe costs the same in both arms.
+
+With ``--in-process`` the arms are ``answer_language.compare.strict`` and ``compare.lenient`` called directly (no
+box, no worker): the grammar's cost beside math-verify's alone. Each pair times both arms over all answers back to
+back, the order alternating pair by pair (``bench/paired_timing.py``); the figure is the median per-pair ratio
+(reward / math-verify) with its interquartile range. The issue's bound: 1.2.
+
+Usage: python bench/answer_cost.py [--every 5] [--pairs 6] [--in-process]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.paired_timing import describe, paired_ratio  # noqa: E402
+from bench.reward_hunt import _wrong, math_golds  # noqa: E402
+
+BOUND = 1.2
+
+
+def answers(every: int) -> list[tuple[str, str]]:
+    """(boxed content, gold) pairs: right, right in other forms, wrong, and a hack, for each gold."""
+    out = []
+    for _, gold in math_golds(every):
+        for content in (gold, f"x = {gold}", f"\\text{{Answer: }} {gold}", _wrong(gold), f"{gold} dogs"):
+            out.append((content, gold))
+    return out
+
+
+def arms(pairs: list[tuple[str, str]], in_process: bool):
+    if in_process:
+        from answer_language.compare import lenient, strict
+
+        return (lambda: [strict(a, g) for a, g in pairs]), (lambda: [lenient(a, g) for a, g in pairs])
+    from domains.math.answer import score, score_lenient
+
+    boxed = [(f"so the answer is \\boxed{{{a}}}", g) for a, g in pairs]
+    return (lambda: [score(c, g) for c, g in boxed]), (lambda: [score_lenient(c, g) for c, g in boxed])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--every", type=int, default=5, help="every K-th gold of each suite")
+    ap.add_argument("--pairs", type=int, default=6, help="alternated (reward, math-verify) pairs")
+    ap.add_argument("--in-process", action="store_true", help="the checks themselves, without box or worker")
+    args = ap.parse_args()
+    pairs = answers(args.every)
+    reward, plain = arms(pairs, args.in_process)
+    start = time.perf_counter()
+    result = paired_ratio(reward, plain, pairs=args.pairs)
+    where = "in process" if args.in_process else "through the checker worker"
+    took = time.perf_counter() - start
+    print(f"== {len(pairs)} answers ({len(pairs) // 5} golds x 5 forms), {where}, {took:.0f} s ==")
+    print(f"reward per answer: {1e3 * result['first_median_s'] / len(pairs):.2f} ms; "
+          f"plain math-verify per answer: {1e3 * result['second_median_s'] / len(pairs):.2f} ms")
+    print(describe(result, "reward / math-verify"))
+    print(f"within {BOUND}x: {'yes' if result['median'] <= BOUND else 'NO'}")
+
+
+if __name__ == "__main__":
+    main()
