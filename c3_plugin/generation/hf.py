@@ -143,8 +143,8 @@ class HFBackend:
         inner.generation_config = config
         try:
             with compute_context(model):
-                seqs = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
-                                      generation_config=config, **kwargs)[:, width:].cpu()
+                seqs = prefill_once_generate(model, input_ids.to(device), attention.to(device), config,
+                                             **kwargs)[:, width:].cpu()
         finally:
             inner.generation_config = own_config
             if was_training:
@@ -211,6 +211,30 @@ def sampling_config(sampling: Sampling, max_new_tokens: int, stops: Sequence[int
                             eos_token_id=list(stops), pad_token_id=pad, num_return_sequences=num_return_sequences,
                             repetition_penalty=1.0, typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0,
                             no_repeat_ngram_size=0, renormalize_logits=False, return_dict_in_generate=False)
+
+
+def prefill_once_generate(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, config: GenerationConfig,
+                          **kwargs: Any) -> torch.Tensor:
+    """``model.generate``'s sequences (``config.num_return_sequences`` rows per prompt, prompt included), each
+    prompt's KV cache computed once: its tokens but the last run forward once (positions from the attention
+    mask, as ``generate`` derives them), the cache repeated along the batch for the samples, then ``generate``
+    from it, which computes only each row's last prompt token. Sampling draws the same random numbers as
+    ``generate(num_return_sequences=n)`` (which prefills every sample), so a seed gives the same samples up to
+    floating-point differences of the cached prefill. One sample per prompt, or a one-token prompt, goes
+    straight to ``generate``."""
+    rows = int(config.num_return_sequences or 1)
+    if rows == 1 or input_ids.shape[1] < 2:
+        return model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config, **kwargs)
+    head = attention[:, :-1]
+    positions = (head.long().cumsum(-1) - 1).masked_fill(head == 0, 0)
+    cache = model(input_ids=input_ids[:, :-1], attention_mask=head, position_ids=positions, use_cache=True,
+                  logits_to_keep=1).cache
+    cache.batch_repeat_interleave(rows)
+    expanded = copy.deepcopy(config)
+    expanded.num_return_sequences = 1
+    return model.generate(input_ids=input_ids.repeat_interleave(rows, dim=0),
+                          attention_mask=attention.repeat_interleave(rows, dim=0), cache=cache,
+                          generation_config=expanded, **kwargs)
 
 
 def _left_pad(encoded: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
