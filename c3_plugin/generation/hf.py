@@ -1,7 +1,10 @@
 """The Hugging Face generation backend behind :class:`~c3_plugin.core.protocol.GenerationBackend`.
 
 All prompts of one schedule step are sampled in one batched ``generate`` call per agent
-(left padding, ``n`` return sequences per prompt). The prompt is the role's chat
+(left padding, ``n`` return sequences per prompt). Each prompt is prefilled once
+(:func:`prefill_once_generate`): its KV cache is computed by one forward pass and repeated for its
+``n`` samples, where ``generate(num_return_sequences=n)`` would prefill it ``n`` times; the samples
+are the same for the same seed. The prompt is the role's chat
 template (when the tokenizer has one) with the context as the user turn, followed by
 the role's response prefix as an assistant prefill.
 
@@ -37,10 +40,11 @@ its prefix plus text closes a JSON object (:class:`~c3_plugin.core.structured.Js
 from __future__ import annotations
 
 import copy
+import inspect
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
-from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+from transformers import DynamicCache, GenerationConfig, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from c3_plugin.core.loss import token_logprobs
 from c3_plugin.core.protocol import Generation, Prompt, Sampling, encode_prompt
@@ -57,7 +61,8 @@ class HFBackend:
 
     def __init__(self, policy: Callable[[int], torch.nn.Module], tokenizers: Sequence[Any],
                  use_chat_template: bool = True, max_batch: int | None = None, micro_batch_size: int = 8,
-                 grammar: Callable[[Prompt], Skeleton | None] | None = None, json_stop: bool = False):
+                 grammar: Callable[[Prompt], Skeleton | None] | None = None, json_stop: bool = False,
+                 prefill_once: bool = True):
         self.policy = policy
         self.tokenizers = list(tokenizers)
         self.use_chat_template = use_chat_template
@@ -66,6 +71,8 @@ class HFBackend:
         self.micro_batch_size = int(micro_batch_size)
         self.grammar = grammar  # per prompt: the JSON skeleton its message must follow (None: free text)
         self.json_stop = json_stop  # stop a free-text message once prefix + text is a complete JSON object
+        # prefill each prompt once and sample n from its KV cache (False: generate's n prefills per prompt)
+        self.prefill_once = prefill_once
 
     def for_policy(self, policy: Callable[[int], torch.nn.Module]) -> "HFBackend":
         """The same backend (settings, grammar, tokenizers) sampling from another ``policy``."""
@@ -143,8 +150,8 @@ class HFBackend:
         inner.generation_config = config
         try:
             with compute_context(model):
-                seqs = prefill_once_generate(model, input_ids.to(device), attention.to(device), config,
-                                             **kwargs)[:, width:].cpu()
+                sample = prefill_once_generate if self.prefill_once else _generate
+                seqs = sample(model, input_ids.to(device), attention.to(device), config, **kwargs)[:, width:].cpu()
         finally:
             inner.generation_config = own_config
             if was_training:
@@ -224,17 +231,26 @@ def prefill_once_generate(model: Any, input_ids: torch.Tensor, attention: torch.
     straight to ``generate``."""
     rows = int(config.num_return_sequences or 1)
     if rows == 1 or input_ids.shape[1] < 2:
-        return model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config, **kwargs)
+        return _generate(model, input_ids, attention, config, **kwargs)
     head = attention[:, :-1]
     positions = (head.long().cumsum(-1) - 1).masked_fill(head == 0, 0)
-    cache = model(input_ids=input_ids[:, :-1], attention_mask=head, position_ids=positions, use_cache=True,
-                  logits_to_keep=1).cache
+    # transformers >= 5.20 names the cache argument ``cache``, earlier versions ``past_key_values``
+    key = "cache" if "cache" in inspect.signature(compute_module(model).forward).parameters else "past_key_values"
+    cache = DynamicCache()
+    model(input_ids=input_ids[:, :-1], attention_mask=head, position_ids=positions, use_cache=True,
+          logits_to_keep=1, **{key: cache})
     cache.batch_repeat_interleave(rows)
     expanded = copy.deepcopy(config)
     expanded.num_return_sequences = 1
     return model.generate(input_ids=input_ids.repeat_interleave(rows, dim=0),
-                          attention_mask=attention.repeat_interleave(rows, dim=0), cache=cache,
-                          generation_config=expanded, **kwargs)
+                          attention_mask=attention.repeat_interleave(rows, dim=0), generation_config=expanded,
+                          **{key: cache}, **kwargs)
+
+
+def _generate(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, config: GenerationConfig,
+              **kwargs: Any) -> torch.Tensor:
+    """``model.generate`` as is: ``num_return_sequences`` rows per prompt, each prefilling the whole prompt."""
+    return model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config, **kwargs)
 
 
 def _left_pad(encoded: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:

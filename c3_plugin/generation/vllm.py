@@ -105,6 +105,13 @@ class VLLMOptions:
     log_stats: bool = False
     # engine seed; each request also gets its own seed from it (under torchrun: seed + 1000 * rank, per rank)
     seed: int = 0
+    # prefill every prefix a generate call's prompts share, then every prompt sampled n > 1 times, once (max_tokens=1
+    # requests, in waves) before its samples are requested, so that they hit the prefix cache (False: vLLM's own
+    # scheduling, where a prompt's n samples are scheduled together and miss the cache together)
+    prefill_once: bool = True
+    # KV cache block in tokens; the prefix cache shares whole blocks (None: 16 on a GPU, 32 on CPU, whose attention
+    # kernel takes multiples of 32)
+    block_size: int | None = None
 
 
 def _weights(model: torch.nn.Module, merge: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
@@ -208,6 +215,7 @@ class VLLMBackend:
             self.rng = np.random.default_rng([o.seed, self.rank])
         if o.max_model_len is not None:
             kwargs["max_model_len"] = int(o.max_model_len)
+        kwargs["block_size"] = int(o.block_size) if o.block_size is not None else (16 if cuda else 32)
         kv_gb = o.kv_cache_gb if o.kv_cache_gb is not None else (None if cuda else 1.0)
         if kv_gb is not None:
             kwargs["kv_cache_memory_bytes"] = int(kv_gb * 2**30)
@@ -376,11 +384,28 @@ class VLLMBackend:
 
         params = [_vllm_params(kw, k) for kw, k in zip(kwargs, keys)]
         lora = [self._adapter(agent)] * len(encoded) if self.serve_lora else None
+        if self.options.prefill_once:
+            self._prefill(agent, encoded, [int(kw["n"]) for kw in kwargs])
         results = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in encoded], params, use_tqdm=False,
                                     lora_request=lora)
         return [[(list(o.token_ids), [float(d[t].logprob) for d, t in zip(o.logprobs, o.token_ids)])
                  for o in res.outputs]
                 for res in results]
+
+    def _prefill(self, agent: int, encoded: Sequence[list[int]], n: Sequence[int]) -> None:
+        """Compute once, into the prefix cache, every prefix the prompts share and every prompt sampled more than
+        once (:func:`prefill_waves`): one greedy ``max_tokens=1`` request per prefix (no seed is drawn, so the
+        samples' seeds are as without it), a wave at a time, each wave's prefixes cached before the next is
+        scheduled."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        block = int(self.llm.llm_engine.vllm_config.cache_config.block_size)
+        params = SamplingParams(n=1, max_tokens=1, temperature=0.0)
+        for wave in prefill_waves(encoded, n, block):
+            lora = [self._adapter(agent)] * len(wave) if self.serve_lora else None
+            self.llm.generate([TokensPrompt(prompt_token_ids=list(ids)) for ids in wave], params, use_tqdm=False,
+                              lora_request=lora)
 
     def _generate_agent(self, agent: int, prompts: Sequence[Prompt], n: int,
                         sampling: Sampling) -> list[list[Generation]]:
@@ -434,6 +459,26 @@ class VLLMBackend:
                 gens.append(Generation(text=tok.decode(ids, skip_special_tokens=True), token_ids=ids, logprobs=lps,
                                        trainer_logprobs=None if trainer is None else trainer[r]))
         return [gens[k * n:(k + 1) * n] for k in range(len(prompts))]
+
+
+def prefill_waves(prompts: Sequence[Sequence[int]], n: Sequence[int], block: int) -> list[list[tuple[int, ...]]]:
+    """The prefixes to prefill before sampling ``n[k]`` messages from ``prompts[k]``, in waves. The prefixes two or
+    more prompts share (the token trie's branch points: the longest common prefixes of neighbours in sorted order),
+    cut to whole cache blocks, go first, the shallowest wave first (a prefix's wave is the number of shorter shared
+    prefixes it extends); then each prompt sampled more than once, whole. A request of a later wave finds all it
+    shares with the earlier ones in the cache: vLLM caches a block once computed, but requests scheduled in one
+    step all miss on what they share."""
+    distinct = sorted(set(tuple(p) for p in prompts))
+    shared: set[tuple[int, ...]] = set()
+    for a, b in zip(distinct, distinct[1:]):
+        common = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        cut = common // block * block
+        if cut >= block:
+            shared.add(a[:cut])
+    depth = {p: sum(1 for q in shared if len(q) < len(p) and p[:len(q)] == q) for p in shared}
+    waves = [sorted(p for p in shared if depth[p] == d) for d in sorted(set(depth.values()))]
+    sampled = sorted(set(tuple(p) for p, k in zip(prompts, n) if int(k) > 1) - shared)
+    return [w for w in waves + [sampled] if w]
 
 
 def _vllm_params(kwargs: dict[str, Any], skeleton_key: int | None) -> Any:

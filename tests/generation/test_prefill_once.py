@@ -11,6 +11,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from c3_plugin.core.config import ModelSection
 from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt
 from c3_plugin.generation import hf
+from c3_plugin.generation.vllm import prefill_waves
 from c3_plugin.run.testing import tiny_gguf, tiny_model, tiny_tokenizer
 from c3_plugin.scale import policies
 
@@ -75,8 +76,7 @@ def test_prefill_once_gives_todays_samples_and_computes_each_prompt_once(family,
     assert calls[0] == (len(prompts), width - 1) and calls[1] == (len(prompts) * n, 1)
     assert {c for c in calls[1:] if c[1] == 1} == {(len(prompts) * n, 1)}
 
-    monkeypatch.setattr(hf, "prefill_once_generate", lambda m, ids, mask, config, **kw: m.generate(
-        input_ids=ids, attention_mask=mask, generation_config=config, **kw))
+    backend.prefill_once = False
     torch.manual_seed(7)
     every = backend.generate(prompts, n, sampling)
     assert forwards.calls[0] == (len(prompts) * n, width)  # today's path: every sample prefills the whole prompt
@@ -87,7 +87,7 @@ def test_prefill_once_gives_todays_samples_and_computes_each_prompt_once(family,
     assert len({tuple(g.token_ids) for row in once for g in row}) > n  # the samples differ: sampling, not argmax
 
 
-def test_prefill_once_keeps_structured_and_json_stop_rows(monkeypatch):
+def test_prefill_once_keeps_structured_and_json_stop_rows():
     """The hook's processors and stops see the same full-width rows: a JSON stop cuts at the same token."""
     tok = tiny_tokenizer()
     model = tiny_model(tok, seed=3)
@@ -96,8 +96,18 @@ def test_prefill_once_keeps_structured_and_json_stop_rows(monkeypatch):
     torch.manual_seed(1)
     once = backend.generate(prompts, 3, Sampling(max_new_tokens=8))
     assert all(g.token_ids == [] or len(g.token_ids) == 1 for row in once for g in row)  # already-closed JSON stops
-    monkeypatch.setattr(hf, "prefill_once_generate", lambda m, ids, mask, config, **kw: m.generate(
-        input_ids=ids, attention_mask=mask, generation_config=config, **kw))
+    backend.prefill_once = False
     torch.manual_seed(1)
     every = backend.generate(prompts, 3, Sampling(max_new_tokens=8))
     assert [[g.token_ids for g in row] for row in once] == [[g.token_ids for g in row] for row in every]
+
+
+def test_prefill_waves_put_each_shared_prefix_before_what_extends_it():
+    """Shared prefixes cut to whole blocks, shallowest first; then the prompts sampled more than once."""
+    head, q1, q2 = list(range(8)), [20, 21, 22, 23, 24], [30, 31, 32, 33]
+    a, b, c, lone = head + q1 + [1, 2], head + q1 + [3], head + q2 + [4, 5, 6], [90, 91, 92, 93, 94]
+    waves = prefill_waves([a, b, c, lone, a], [4, 4, 2, 1, 4], block=4)
+    assert waves == [[tuple(head)], [tuple(head + q1[:4])], sorted({tuple(a), tuple(b), tuple(c)})]
+    # nothing shared beyond a block and every prompt sampled once: nothing to prefill ahead
+    assert prefill_waves([head[:3] + [1], head[:3] + [2]], [1, 1], block=4) == []
+    assert prefill_waves([a], [1], block=4) == []

@@ -7,8 +7,10 @@ Marked ``vllm``: deselected in the main suite, run by ``make test`` in the vLLM 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -50,7 +52,7 @@ def team():
     models = {0: model, 1: model}
     hf = HFBackend(lambda a: models[a], [tok, tok], micro_batch_size=4,
                    grammar=lambda p: SKELETON if p.role == "S" else None)
-    backend = VLLMBackend(hf, VLLMOptions(seed=0, max_model_len=1024))
+    backend = VLLMBackend(hf, VLLMOptions(seed=0, max_model_len=1024, log_stats=True))
     yield tok, models, backend
     backend.close()
 
@@ -184,6 +186,54 @@ def test_a_stale_prefix_cache_is_caught_and_sync_resets_it(team):
     backend.sync()  # the real sync: weights and a fresh cache
     fresh = backend.generate([long], 2, sampling)
     _close([x.logprobs for x in fresh[0]], _hf_logprobs(tok, model, [long], fresh, 0.7))
+
+
+def _trie_size(sequences) -> int:
+    root: dict = {}
+    size = 0
+    for seq in sequences:
+        node = root
+        for t in seq:
+            if t not in node:
+                node[t], size = {}, size + 1
+            node = node[t]
+    return size
+
+
+def test_each_shared_prefix_is_prefilled_once_with_todays_samples(team):
+    """prefill_once: the prompts' shared context and each prompt are computed once, not once per sample; the seeded
+    samples and the engine's log-probs are those of vLLM's own scheduling (n samples of a prompt scheduled together)."""
+    tok, models, backend = team
+    models[0].load_state_dict(_fresh(tok).state_dict())
+    backend.sync()
+    backend.generate(_prompts(cap=1), 1, Sampling(greedy=True))  # the engine is up
+    block = backend.llm.llm_engine.vllm_config.cache_config.block_size
+    head = "Shared context of one decision point. " * (3 * block // 38 + 1)
+    prompts = [Prompt(text=head + f"Alternative {i}: " + "y" * (9 * i), role="R", agent=0) for i in range(3)]
+    n, sampling = 4, Sampling(temperature=1.0, max_new_tokens=6)
+
+    def run(once: bool):
+        backend.options = dataclasses.replace(backend.options, prefill_once=once)
+        backend.rng = np.random.default_rng(11)
+        assert backend.llm.reset_prefix_cache()
+        before = backend.prefix_cache_stats()
+        gens = backend.generate(prompts, n, sampling)
+        after = backend.prefix_cache_stats()
+        return gens, (after["queries"] - before["queries"]) - (after["hits"] - before["hits"])
+
+    try:
+        once, computed_once = run(True)
+        every, computed_every = run(False)
+    finally:
+        backend.options = dataclasses.replace(backend.options, prefill_once=True)
+    assert [[x.token_ids for x in g] for g in once] == [[x.token_ids for x in g] for g in every]
+    _close([x.logprobs for g in once for x in g], [x.logprobs for g in every for x in g], tol=1e-4)
+    encoded = [encode_prompt(tok, p) for p in prompts]
+    needed = _trie_size(encoded)
+    # beyond the trie: each prompt's tokens past the last whole shared block, and each sample's last partial block
+    slack = sum(block - 1 + n * ((len(ids) - 1) % block + 1) for ids in encoded)
+    assert computed_once <= needed + slack, (computed_once, needed, slack)
+    assert computed_every >= 2 * computed_once, (computed_every, computed_once)
 
 
 def test_per_agent_models_are_swapped_in(team):
