@@ -1,10 +1,11 @@
 """The Hugging Face generation backend behind :class:`~c3_plugin.core.protocol.GenerationBackend`.
 
 All prompts of one schedule step are sampled in one batched ``generate`` call per agent
-(left padding, ``n`` return sequences per prompt). Each prompt is prefilled once
-(:func:`prefill_once_generate`): its KV cache is computed by one forward pass and repeated for its
-``n`` samples, where ``generate(num_return_sequences=n)`` would prefill it ``n`` times; the samples
-are the same for the same seed. The prompt is the role's chat
+(left padding, ``n`` return sequences per prompt). Each prompt token is computed once
+(:func:`prefill_once_generate`): the prefix all the call's prompts share once for the batch
+(:func:`shared_pad`), each prompt's remainder once, and the KV cache repeated for its ``n`` samples,
+where ``generate(num_return_sequences=n)`` would prefill each prompt ``n`` times; the samples are the
+same for the same seed. The prompt is the role's chat
 template (when the tokenizer has one) with the context as the user turn, followed by
 the role's response prefix as an assistant prefill.
 
@@ -124,7 +125,7 @@ class HFBackend:
         device = next(model.parameters()).device
         pad = pad_id(tok)
         encoded = [encode_prompt(tok, p, self.use_chat_template) for p in prompts]
-        input_ids, attention = _left_pad(encoded, pad)
+        input_ids, attention, shared = shared_pad(encoded, pad) if self.prefill_once else (*_left_pad(encoded, pad), 0)
         width = input_ids.shape[1]
         caps = self._caps(tok, prompts, sampling, skeletons)
         max_new = max(caps)
@@ -150,8 +151,12 @@ class HFBackend:
         inner.generation_config = config
         try:
             with compute_context(model):
-                sample = prefill_once_generate if self.prefill_once else _generate
-                seqs = sample(model, input_ids.to(device), attention.to(device), config, **kwargs)[:, width:].cpu()
+                if self.prefill_once:
+                    seqs = prefill_once_generate(model, input_ids.to(device), attention.to(device), config, shared,
+                                                 **kwargs)
+                else:
+                    seqs = _generate(model, input_ids.to(device), attention.to(device), config, **kwargs)
+                seqs = seqs[:, width:].cpu()
         finally:
             inner.generation_config = own_config
             if was_training:
@@ -221,24 +226,30 @@ def sampling_config(sampling: Sampling, max_new_tokens: int, stops: Sequence[int
 
 
 def prefill_once_generate(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, config: GenerationConfig,
-                          **kwargs: Any) -> torch.Tensor:
+                          shared: int = 0, **kwargs: Any) -> torch.Tensor:
     """``model.generate``'s sequences (``config.num_return_sequences`` rows per prompt, prompt included), each
-    prompt's KV cache computed once: its tokens but the last run forward once (positions from the attention
-    mask, as ``generate`` derives them), the cache repeated along the batch for the samples, then ``generate``
-    from it, which computes only each row's last prompt token. Sampling draws the same random numbers as
-    ``generate(num_return_sequences=n)`` (which prefills every sample), so a seed gives the same samples up to
-    floating-point differences of the cached prefill. One sample per prompt, or a one-token prompt, goes
-    straight to ``generate``."""
-    rows = int(config.num_return_sequences or 1)
-    if rows == 1 or input_ids.shape[1] < 2:
+    prompt token's keys and values computed once. The first ``shared`` columns, the prefix every row starts with
+    (:func:`shared_pad`), run forward once for the batch, their cache repeated for the rows; each row's remainder
+    but its last token once per prompt (positions from the attention mask, as ``generate`` derives them); the cache
+    repeated for the samples; then ``generate`` from it computes each sample's last prompt token and samples.
+    Sampling draws the same random numbers as ``generate(num_return_sequences=n)`` (which prefills every sample
+    whole), so a seed gives the same samples up to floating-point differences of the cached prefill."""
+    rows, batch, width = int(config.num_return_sequences or 1), input_ids.shape[0], input_ids.shape[1]
+    if width < 2 or (rows == 1 and (shared == 0 or batch == 1)):
         return _generate(model, input_ids, attention, config, **kwargs)
-    head = attention[:, :-1]
-    positions = (head.long().cumsum(-1) - 1).masked_fill(head == 0, 0)
     # transformers >= 5.20 names the cache argument ``cache``, earlier versions ``past_key_values``
     key = "cache" if "cache" in inspect.signature(compute_module(model).forward).parameters else "past_key_values"
     cache = DynamicCache()
-    model(input_ids=input_ids[:, :-1], attention_mask=head, position_ids=positions, use_cache=True,
-          logits_to_keep=1, **{key: cache})
+    head = attention[:, :-1]
+    positions = (head.long().cumsum(-1) - 1).masked_fill(head == 0, 0)
+    shared = min(int(shared), width - 1)
+    if shared:
+        model(input_ids=input_ids[:1, :shared], attention_mask=head[:1, :shared], position_ids=positions[:1, :shared],
+              use_cache=True, logits_to_keep=1, **{key: cache})
+        cache.batch_repeat_interleave(batch)
+    if width - 1 > shared:
+        model(input_ids=input_ids[:, shared:-1], attention_mask=head, position_ids=positions[:, shared:],
+              use_cache=True, logits_to_keep=1, **{key: cache})
     cache.batch_repeat_interleave(rows)
     expanded = copy.deepcopy(config)
     expanded.num_return_sequences = 1
@@ -251,6 +262,24 @@ def _generate(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, conf
               **kwargs: Any) -> torch.Tensor:
     """``model.generate`` as is: ``num_return_sequences`` rows per prompt, each prefilling the whole prompt."""
     return model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config, **kwargs)
+
+
+def shared_pad(encoded: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """``(input_ids, attention_mask, shared)``: the prefix all prompts start with (``shared`` tokens, short of every
+    prompt's last token) first, then each prompt's remainder, left-padded: ``[shared][pads][rest]``, so the shared
+    columns are one computation for the batch. With nothing shared it is :func:`_left_pad`'s layout; the positions
+    (from the mask) and what each token attends to are the same in both."""
+    shared = min(len(e) for e in encoded) - 1
+    first = encoded[0]
+    for e in encoded[1:]:
+        shared = next((i for i in range(shared) if e[i] != first[i]), shared)
+    shared = max(shared, 0)
+    input_ids, attention = _left_pad([e[shared:] for e in encoded], pad)
+    if shared:
+        head = torch.tensor([list(first[:shared])] * len(encoded), dtype=torch.long)
+        input_ids = torch.cat([head, input_ids], dim=1)
+        attention = torch.cat([torch.ones_like(head), attention], dim=1)
+    return input_ids, attention, shared
 
 
 def _left_pad(encoded: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -64,17 +64,20 @@ def test_prefill_once_gives_todays_samples_and_computes_each_prompt_once(family,
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     forwards = Forwards(inner)
     backend = hf.HFBackend(lambda a: model, [tok], use_chat_template=bool(getattr(tok, "chat_template", None)))
-    prompts = [Prompt("abc", "R", 0), Prompt("bad cab dab fab gab", "R", 0), Prompt("ab", "R", 0)]
-    width = max(len(encode_prompt(tok, p, backend.use_chat_template)) for p in prompts)
+    prompts = [Prompt("cab abc", "R", 0), Prompt("cab bad cab dab fab gab", "R", 0), Prompt("cab ab", "R", 0)]
+    encoded = [encode_prompt(tok, p, backend.use_chat_template) for p in prompts]
+    width = max(len(e) for e in encoded)
+    shared = next(i for i in range(width) if len({tuple(e[:i + 1]) for e in encoded}) > 1)
+    assert shared >= 3  # the prompts' common start (chat template and "cab")
     sampling, n = Sampling(temperature=1.0, max_new_tokens=10), 4
 
     torch.manual_seed(7)
     once = backend.generate(prompts, n, sampling)
     calls, forwards.calls = forwards.calls, []
-    # the prompt: its first width - 1 positions once per prompt, then the last token once per sample
-    # (the behaviour log-prob recomputation's forwards follow, whole sequences of micro_batch_size rows)
-    assert calls[0] == (len(prompts), width - 1) and calls[1] == (len(prompts) * n, 1)
-    assert {c for c in calls[1:] if c[1] == 1} == {(len(prompts) * n, 1)}
+    # the shared prefix once for the batch, each prompt's remainder but its last token once, that token once per
+    # sample (the behaviour log-prob recomputation's forwards follow, whole sequences of micro_batch_size rows)
+    assert calls[:3] == [(1, shared), (len(prompts), width - 1 - shared), (len(prompts) * n, 1)]
+    assert {c for c in calls[2:] if c[1] == 1} == {(len(prompts) * n, 1)}
 
     backend.prefill_once = False
     torch.manual_seed(7)
@@ -111,3 +114,21 @@ def test_prefill_waves_put_each_shared_prefix_before_what_extends_it():
     # nothing shared beyond a block and every prompt sampled once: nothing to prefill ahead
     assert prefill_waves([head[:3] + [1], head[:3] + [2]], [1, 1], block=4) == []
     assert prefill_waves([a], [1], block=4) == []
+
+
+def test_one_sample_per_prompt_still_computes_the_shared_prefix_once():
+    """n = 1 (an independent plan's later steps): the prompts' common start once for the batch, the same samples."""
+    tok = tiny_tokenizer()
+    model = tiny_model(tok, seed=4)
+    forwards = Forwards(model)
+    backend = hf.HFBackend(lambda a: model, [tok])
+    prompts = [Prompt("the same long question, then a", "R", 0), Prompt("the same long question, then bcd", "R", 0)]
+    torch.manual_seed(2)
+    once = backend.generate(prompts, 1, Sampling(max_new_tokens=8))
+    encoded = [encode_prompt(tok, p) for p in prompts]
+    shared = next(i for i in range(len(encoded[0])) if encoded[0][i] != encoded[1][i])
+    assert forwards.calls[0] == (1, shared) and shared > len("the same long question, then")
+    backend.prefill_once = False
+    torch.manual_seed(2)
+    assert [g[0].token_ids for g in backend.generate(prompts, 1, Sampling(max_new_tokens=8))] == [
+        g[0].token_ids for g in once]
