@@ -31,6 +31,13 @@ numbers of times. It follows the HF backend's rules (:mod:`c3_plugin.generation.
   :class:`~c3_plugin.core.structured.JsonStop` applied after sampling: the tokens up to the cut are the
   ones a stopping criterion would have produced).
 
+Prefixes. A prompt's ``n`` samples are requests vLLM schedules in one step, so they would all miss the prefix
+cache on what they share, as would prompts of one call that share a context. With ``prefill_once`` (the default)
+:func:`prefill_waves` puts first, as greedy one-token requests, the prefixes several prompts share and then every
+prompt sampled more than once, a wave at a time; the samples then find the prompt in the cache up to its last partial
+KV block (``block_size``: 16 on a GPU, 32 on CPU), which each sample computes for itself (vLLM shares whole blocks
+only). These requests draw no seed, so the samples' seeds and the samples are as without them.
+
 Weights. :meth:`sync` pushes the policy's current weights into the engine (``load_weights``
 of the engine's model through vLLM's in-place reload: tied output embeddings follow the input embeddings they share) and
 resets its prefix cache: a cached prefix would otherwise reuse keys and values computed with
