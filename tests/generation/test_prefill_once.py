@@ -11,7 +11,6 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from c3_plugin.core.config import ModelSection
 from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt
 from c3_plugin.generation import hf
-from c3_plugin.generation.vllm import prefill_waves
 from c3_plugin.run.testing import tiny_gguf, tiny_model, tiny_tokenizer
 from c3_plugin.scale import policies
 
@@ -103,17 +102,6 @@ def test_prefill_once_keeps_structured_and_json_stop_rows():
     torch.manual_seed(1)
     every = backend.generate(prompts, 3, Sampling(max_new_tokens=8))
     assert [[g.token_ids for g in row] for row in once] == [[g.token_ids for g in row] for row in every]
-
-
-def test_prefill_waves_put_each_shared_prefix_before_what_extends_it():
-    """Shared prefixes cut to whole blocks, shallowest first; then the prompts sampled more than once."""
-    head, q1, q2 = list(range(8)), [20, 21, 22, 23, 24], [30, 31, 32, 33]
-    a, b, c, lone = head + q1 + [1, 2], head + q1 + [3], head + q2 + [4, 5, 6], [90, 91, 92, 93, 94]
-    waves = prefill_waves([a, b, c, lone, a], [4, 4, 2, 1, 4], block=4)
-    assert waves == [[tuple(head)], [tuple(head + q1[:4])], sorted({tuple(a), tuple(b), tuple(c)})]
-    # nothing shared beyond a block and every prompt sampled once: nothing to prefill ahead
-    assert prefill_waves([head[:3] + [1], head[:3] + [2]], [1, 1], block=4) == []
-    assert prefill_waves([a], [1], block=4) == []
 
 
 def test_one_sample_per_prompt_still_computes_the_shared_prefix_once():
