@@ -143,7 +143,7 @@ def _messages(rollout: Any) -> list[list[int]]:
 
 def prefix_hf(args: Any, tok: Any, model: Any) -> dict:
     """Per tree: prompt tokens the HF forwards computed, prefill-once (now) against one prefill per sample (before)."""
-    backend = HFBackend(lambda a: model, [tok, tok], micro_batch_size=8)
+    backend = HFBackend(lambda a: model, [tok] * 3, micro_batch_size=8)
     counter = ForwardCount(model, backend)
     out = {}
     for plan in TREES:
@@ -170,7 +170,7 @@ def prefix_vllm(args: Any, tok: Any, model: Any) -> dict:
     with vLLM's default, each on its own engine."""
     from c3_plugin.generation.vllm import VLLMBackend, VLLMOptions
 
-    hf = HFBackend(lambda a: model, [tok, tok], micro_batch_size=8)
+    hf = HFBackend(lambda a: model, [tok] * 3, micro_batch_size=8)
     # two engines one after the other in this process: on a GPU each takes 0.3 of it (the first's may not all be freed)
     base = VLLMOptions(max_model_len=2048, log_stats=True, measure_mismatch=False, gpu_memory_utilization=0.3)
     ways = {"now": base, "before": replace(base, block_size=16 if DEVICE == "cuda" else 128)}  # vLLM's defaults
@@ -208,7 +208,7 @@ def _ratios(row: dict) -> None:
 
 def rollout_wall(args: Any, tok: Any, model: Any) -> dict:
     """Generation wall of tree [2, 4] over independent 8 (HF backend, prefill once), alternated pairs."""
-    backend = HFBackend(lambda a: model, [tok, tok], micro_batch_size=8)
+    backend = HFBackend(lambda a: model, [tok] * 3, micro_batch_size=8)
     steps = {}
 
     def run(plan: str):
