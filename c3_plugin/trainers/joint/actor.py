@@ -231,7 +231,9 @@ class JointMAGRPOTrainer(JointMAGRPOMixin, WorkflowBridge, CentralizedMAGRPOTrai
             check_rows(self.phases, comlrl["train_dataset"])
         self._epoch = 0
 
-    # the workflow trainers' seeded, curriculum-aware data order (and its resume hook)
+    # the workflow trainers' seeded, curriculum-aware data order (and its resume hook); the joint actor's plan is the
+    # reference's, so it visits every prompt of an epoch
+    prompt_share = 1.0
     get_train_dataloader = WorkflowTrainer.get_train_dataloader
     _on_checkpoint_train_start = WorkflowTrainer._on_checkpoint_train_start
 
