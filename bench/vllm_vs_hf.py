@@ -143,20 +143,6 @@ def ranks(world: int, backend: str) -> dict:
             "rollout_tokens_per_s": tokens / step["time/rollout_s"] if tokens else None}
 
 
-def _trie_size(sequences) -> int:
-    """Distinct prefixes of the token sequences: the prompt tokens a perfect prefix cache computes."""
-    root: dict = {}
-    size = 0
-    for seq in sequences:
-        node = root
-        for tok in seq:
-            if tok not in node:
-                node[tok] = {}
-                size += 1
-            node = node[tok]
-    return size
-
-
 def prefix_sharing(args) -> dict:
     from c3_plugin.core.config import ModelSection
     from c3_plugin.core.plan import parse_plan
@@ -185,7 +171,7 @@ def prefix_sharing(args) -> dict:
             self.prompts += [(encode_prompt(tok, p), n) for p in prompts]
             return self.inner.generate(prompts, n, s)
 
-    from bench.tree_cost import ForwardCount
+    from bench.tree_cost import ForwardCount, trie_size
 
     hf = HFBackend(lambda a: model, [tok, tok], micro_batch_size=8)
     counter = ForwardCount(model, hf)
@@ -207,7 +193,7 @@ def prefix_sharing(args) -> dict:
             row = {"wall_s": wall, "messages": rollout.budget.totals()["messages"],
                    "tokens_generated": rollout.budget.totals().get("tokens_generated"),
                    "prompt_tokens_submitted": submitted,
-                   "prompt_tokens_tree_needs": _trie_size(ids for ids, _ in rec.prompts)}
+                   "prompt_tokens_tree_needs": trie_size(ids for ids, _ in rec.prompts)}
             if name == "hf":
                 row["prompt_tokens_computed"] = counter.take()["prompt"]["tokens"]  # counted in the forwards
             else:

@@ -12,6 +12,7 @@ import os
 import pytest
 import torch
 
+from bench.tree_cost import trie_size
 from c3_plugin.core.loss import token_logprobs
 from c3_plugin.core.protocol import Prompt, Sampling, encode_prompt
 from c3_plugin.core.structured import Skeleton, loss_mask_for
@@ -186,18 +187,6 @@ def test_a_stale_prefix_cache_is_caught_and_sync_resets_it(team):
     _close([x.logprobs for x in fresh[0]], _hf_logprobs(tok, model, [long], fresh, 0.7))
 
 
-def _trie_size(sequences) -> int:
-    root: dict = {}
-    size = 0
-    for seq in sequences:
-        node = root
-        for t in seq:
-            if t not in node:
-                node[t], size = {}, size + 1
-            node = node[t]
-    return size
-
-
 def test_each_shared_prefix_is_computed_once_in_whole_blocks(team):
     """A prompt's n samples and the prompts of one call share their common context in the prefix cache: the engine
     computes the token trie of the prompts plus, per prompt, what lies past its last whole shared block and, per
@@ -220,7 +209,7 @@ def test_each_shared_prefix_is_computed_once_in_whole_blocks(team):
     after = backend.prefix_cache_stats()
     computed = (after["queries"] - before["queries"]) - (after["hits"] - before["hits"])
     slack = sum(block - 1 + n * ((len(ids) - 1) % block + 1) for ids in encoded)
-    assert computed <= _trie_size(encoded) + slack, (computed, _trie_size(encoded), slack)
+    assert computed <= trie_size(encoded) + slack, (computed, trie_size(encoded), slack)
     assert computed < 0.5 * n * sum(len(ids) for ids in encoded)  # far from one prefill per sample
 
 
