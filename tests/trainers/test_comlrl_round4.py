@@ -28,6 +28,7 @@ from c3_plugin.run.testing import tiny_model, tiny_tokenizer
 from c3_plugin.trainers import C3Config, C3Trainer
 from c3_plugin.trainers.setup import prompts_per_epoch, resolve_plan
 from c3_plugin.trainers.turns import Turns
+from tests.trainers.test_comlrl_round3 import _steps_by_key
 from tests.trainers.test_comlrl_scripts import _data, _offline, _reward  # noqa: F401 (_offline: autouse)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -157,14 +158,6 @@ def _count_steps(tr):
 
         opt.step = counted
     return counts
-
-
-def _steps_by_key(rows):
-    out = {}
-    for step, keys in rows:
-        for k in keys:
-            out.setdefault(k, set()).add(step)
-    return out
 
 
 @pytest.mark.parametrize("name", list(SCRIPTS))
