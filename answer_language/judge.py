@@ -151,15 +151,71 @@ def _claims_match(a: Reading, g: Reading, gold_symbolic: bool, equal, magnitude)
         if not cs:
             return False
         return all(any(equal(x, y) for x, y in (_side_pairs(c, g.items[0].sides[-1], magnitude) or [])) for c in cs)
-    # a list gold: each answer item one claim, compared as a list (order aside: math-verify's sets)
+    # a list gold: each answer item one claim, the values paired off one to one with the gold's
     if len(a.items) == 1:
         cs = claims(a.items[0], gold_symbolic)
         gold_list = ", ".join(it.sides[-1].latex for it in g.items)
         return len(cs) == 1 and not cs[0].percent and equal(cs[0].latex, gold_list)
-    items = []
+    return _list_match(a, g, gold_symbolic, equal, magnitude)
+
+
+MAX_REORDERED = 12  # a longer list is compared in the order written (pairing off n values costs up to n^2 checks)
+
+
+def _list_values(a: Reading, g: Reading, gold_symbolic: bool, equal) -> list[Side] | None:
+    """The one value each item of list answer ``a`` gives, None when an item gives none, several or a percent.
+    In ``x = a \\text{ or } x = b`` the name left of ``=`` in every item names the unknown and claims nothing, even
+    against a gold in letters (``E_{1}, E_{2}``); a name that is one of the gold's values (``E_{1} = E_{2}``) may be
+    the answer itself: two readings, and the answer scores 0."""
+    lefts = {it.sides[0].latex for it in a.items if it.rels and it.sides[0].name}
+    if gold_symbolic and any(equal(name, it.sides[-1].latex) for name in lefts for it in g.items):
+        return None
+    unknown = None
+    if gold_symbolic and len(lefts) == 1 and all(it.rels in ((), ("=",)) and (not it.rels or it.sides[0].name)
+                                                 for it in a.items):
+        unknown = next(iter(lefts))
+    out = []
     for it in a.items:
-        cs = claims(it, gold_symbolic)
+        item = Item(it.sides[1:], it.rels[1:]) if it.rels and it.sides[0].latex == unknown else it
+        cs = claims(item, gold_symbolic)
         if len(cs) != 1 or cs[0].percent:
-            return False
-        items.append(cs[0].latex)
-    return equal(", ".join(items), ", ".join(it.sides[-1].latex for it in g.items))
+            return None
+        out.append(cs[0])
+    return out
+
+
+def _list_match(a: Reading, g: Reading, gold_symbolic: bool, equal, magnitude) -> bool:
+    """A list gold against a list answer. A gold that is a comma list of values (``1,-2``, ``E_{1},E_{2}``; items
+    with no name, or one shared name: ``x = 1, x = -2``) is a collection of solutions: the answer scores when its
+    values pair off one to one with the gold's, in any order (a value repeated for a missing one, an extra or a
+    missing value: 0). A gold whose items name different unknowns (``a = 3, b = 5``) is compared in order. A tuple,
+    point or interval is one value (``(1, 2)``), never reordered: math-verify compares it in order."""
+    values = _list_values(a, g, gold_symbolic, equal)
+    if values is None or len(values) != len(g.items):
+        return False
+    gold = [it.sides[-1] for it in g.items]
+    names = {it.sides[0].latex for it in g.items if it.rels}
+    n = len(gold)
+    memo: dict[tuple[int, int], bool] = {}
+
+    def same(i: int, j: int) -> bool:
+        if (i, j) not in memo:
+            memo[(i, j)] = any(equal(x, y) for x, y in (_side_pairs(values[i], gold[j], magnitude) or []))
+        return memo[(i, j)]
+
+    if all(same(i, i) for i in range(n)):
+        return True  # in the order written: n checks
+    if len(names) > 1 or n > MAX_REORDERED:
+        return False
+    owner: list[int | None] = [None] * n  # gold value j -> the answer value paired with it
+
+    def place(i: int, seen: set[int]) -> bool:  # an augmenting path (Kuhn's matching), the written order first
+        for j in sorted(range(n), key=lambda j: j != i):
+            if j not in seen and same(i, j):
+                seen.add(j)
+                if owner[j] is None or place(owner[j], seen):
+                    owner[j] = i
+                    return True
+        return False
+
+    return all(place(i, set()) for i in range(n))
