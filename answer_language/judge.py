@@ -164,16 +164,15 @@ MAX_REORDERED = 12  # a longer list is compared in the order written (pairing of
 
 def _list_values(a: Reading, g: Reading, gold_symbolic: bool, equal) -> list[Side] | None:
     """The one value each item of list answer ``a`` gives, None when an item gives none, several or a percent.
-    In ``x = a \\text{ or } x = b`` the name left of ``=`` in every item names the unknown and claims nothing, even
-    against a gold in letters (``E_{1}, E_{2}``); a name that is one of the gold's values (``E_{1} = E_{2}``) may be
-    the answer itself: two readings, and the answer scores 0."""
+    In ``x = a \\text{ or } x = b`` the name left of ``=`` in every item names the unknown and claims nothing,
+    even against a gold in letters (``E_{1}, E_{2}``: there every item must be ``x = value``, the same ``x``); a
+    name that is one of the gold's values (``E_{1} = E_{2}``) may be the answer itself: two readings, 0."""
     lefts = {it.sides[0].latex for it in a.items if it.rels and it.sides[0].name}
     if gold_symbolic and any(equal(name, it.sides[-1].latex) for name in lefts for it in g.items):
         return None
     unknown = None
-    if gold_symbolic and len(lefts) == 1 and all(it.rels in ((), ("=",)) and (not it.rels or it.sides[0].name)
-                                                 for it in a.items):
-        unknown = next(iter(lefts))
+    if gold_symbolic and len(lefts) == 1 and all(it.rels == ("=",) and it.sides[0].name for it in a.items):
+        unknown = next(iter(lefts))  # every item x = value: not A = E_{1}, E_{2}, where A may be one of the values
     out = []
     for it in a.items:
         item = Item(it.sides[1:], it.rels[1:]) if it.rels and it.sides[0].latex == unknown else it

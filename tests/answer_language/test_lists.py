@@ -26,7 +26,8 @@ WRONG = [
     ("5, 5, 3", "3, 5, 7"), ("3, 5, 8", "3, 5, 7"), ("x = 1.0000001 \\text{ or } x = -2", "1,-2"),
     # two readings: a name left of = that is a gold value, or a different name in each item
     ("E_{1} = E_{2} \\text{ or } E_{1} = E_{1}", MINERVA), ("x = E_{1} \\text{ or } y = E_{2}", MINERVA),
-    ("E_{1} = x \\text{ or } E_{2} = x", MINERVA), ("x = E_{1} \\text{ or } x = E_{3}", MINERVA),
+    ("E_{1} = x \\text{ or } E_{2} = x", MINERVA), ("A = E_{1},E_{2}", MINERVA),
+    ("x = E_{1} \\text{ or } E_{2}", MINERVA), ("x = E_{1} \\text{ or } x = E_{3}", MINERVA),
     # order that matters: a tuple, an interval, a point's coordinates, items naming different unknowns
     ("(2, 1)", "(1, 2)"), ("[7, -2]", "[-2, 7]"), ("(2, 1), (4, 3)", "(1, 2), (3, 4)"), ("5, 3", "a = 3, b = 5"),
     ("3 \\text{ cm}, 5 \\text{ m}", "5 \\text{ cm}, 3 \\text{ cm}"), ("3\\%, 5", "3, 5"),
