@@ -13,7 +13,12 @@ box, no worker): the grammar's cost beside math-verify's alone. Each pair times 
 back, the order alternating pair by pair (``bench/paired_timing.py``); the figure is the median per-pair ratio
 (reward / math-verify) with its interquartile range. The issue's bound: 1.2.
 
-Usage: python bench/answer_cost.py [--every 5] [--pairs 6] [--in-process]
+With ``--same`` nothing is timed: every answer above, and every answer of ``bench/reward_hunt.py``'s math families
+(hacks and right forms) on the same golds, is checked by ``compare.strict`` twice, on the cost path and on the
+reference path (``strict(..., reference=True)``: both values parsed and every test run in turn, as first written);
+any answer whose verdicts differ is printed, and the exit status is 1.
+
+Usage: python bench/answer_cost.py [--every 5] [--pairs 6] [--in-process] [--same]
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.paired_timing import describe, paired_ratio  # noqa: E402
-from bench.reward_hunt import _wrong, math_golds  # noqa: E402
+from bench.reward_hunt import MATH_HACKS, MATH_RIGHT, _wrong, math_golds  # noqa: E402
 
 BOUND = 1.2
 
@@ -39,6 +44,38 @@ def answers(every: int) -> list[tuple[str, str]]:
         for content in (gold, f"x = {gold}", f"\\text{{Answer: }} {gold}", _wrong(gold), f"{gold} dogs"):
             out.append((content, gold))
     return out
+
+
+def hunt_answers(every: int) -> list[tuple[str, str]]:
+    """(boxed content, gold) pairs of every math hack family and right-form variant of ``bench/reward_hunt.py``."""
+    from answer_language import last_box
+
+    out = []
+    for _, gold in math_golds(every):
+        for _, make in MATH_HACKS.values():
+            content = make(gold, _wrong(gold))
+            if isinstance(content, tuple):  # a whole completion: the box a reader reads
+                content = last_box(content[1])
+            if content is not None:
+                out.append((content, gold))
+        out += [(content, gold) for _, make in MATH_RIGHT.values() if (content := make(gold)) is not None]
+    return out
+
+
+def same(every: int) -> int:
+    """How many answers the cost path and the reference path judge differently (printed, with the first few)."""
+    from answer_language.compare import strict
+
+    cases = answers(every) + hunt_answers(every)
+    start = time.perf_counter()
+    differ = [(a, g, new) for a, g in cases if (new := strict(a, g)) != strict(a, g, reference=True)]
+    took = time.perf_counter() - start
+    print(f"== {len(cases)} answers ({len(answers(every))} of the timed set, {len(cases) - len(answers(every))} "
+          f"of reward_hunt's math families), cost path against reference path, {took:.0f} s ==")
+    print(f"verdicts that differ: {len(differ)}")
+    for a, g, new in differ[:20]:
+        print(f"  cost path {new}, reference {not new}: {a!r} for gold {g!r}")
+    return len(differ)
 
 
 def arms(pairs: list[tuple[str, str]], in_process: bool):
@@ -57,7 +94,10 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=5, help="every K-th gold of each suite")
     ap.add_argument("--pairs", type=int, default=6, help="alternated (reward, math-verify) pairs")
     ap.add_argument("--in-process", action="store_true", help="the checks themselves, without box or worker")
+    ap.add_argument("--same", action="store_true", help="check that the cost path's verdicts are the reference's")
     args = ap.parse_args()
+    if args.same:
+        sys.exit(1 if same(args.every) else 0)
     pairs = answers(args.every)
     reward, plain = arms(pairs, args.in_process)
     start = time.perf_counter()
