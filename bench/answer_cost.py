@@ -9,16 +9,21 @@ Answers: for each bundled gold (every ``--every``-th of the seven test suites), 
   the same worker, so the pipe costs the same in both arms.
 
 With ``--in-process`` the arms are ``answer_language.compare.strict`` and ``compare.lenient`` called directly (no
-box, no worker): the grammar's cost beside math-verify's alone. Each pair times both arms over all answers back to
-back, the order alternating pair by pair (``bench/paired_timing.py``); the figure is the median per-pair ratio
-(reward / math-verify) with its interquartile range. The issue's bound: 1.2.
+box, no worker): the grammar's cost beside math-verify's alone; with ``--cold`` as well, the reward's per-gold caches
+(readings and math-verify parses) and math-verify's own parse caches are emptied before every timed run of either
+arm, so each gold is read and parsed once per run (5 answers a gold, as a small group of completions would).
+
+Each pair times both arms over all answers back to back, the order alternating pair by pair
+(``bench/paired_timing.py``); the figure is the median per-pair ratio (reward / math-verify) with its interquartile
+range. The issue's bound: 1.2. Without ``--cold`` the reward's gold caches are warm after the untimed first run
+(each gold met again), as in training, where a gold is scored for every completion of its prompt at every step.
 
 With ``--same`` nothing is timed: every answer above, and every answer of ``bench/reward_hunt.py``'s math families
 (hacks and right forms) on the same golds, is checked by ``compare.strict`` twice, on the cost path and on the
 reference path (``strict(..., reference=True)``: both values parsed and every test run in turn, as first written);
 any answer whose verdicts differ is printed, and the exit status is 1.
 
-Usage: python bench/answer_cost.py [--every 5] [--pairs 6] [--in-process] [--same]
+Usage: python bench/answer_cost.py [--every 5] [--pairs 6] [--in-process [--cold]] [--same]
 """
 
 from __future__ import annotations
@@ -78,6 +83,19 @@ def same(every: int) -> int:
     return len(differ)
 
 
+def forget() -> None:
+    """Empty the per-gold caches of the reward (in this process) and math-verify's parse caches."""
+    from math_verify import parser
+
+    from answer_language import compare
+
+    compare._GOLDS.clear()
+    compare._GOLD_VALUES.clear()
+    parser.parse_latex_cached.cache_clear()
+    parser.parse_expr_cached.cache_clear()
+    parser.extract_latex.cache_clear()
+
+
 def arms(pairs: list[tuple[str, str]], in_process: bool):
     if in_process:
         from answer_language.compare import lenient, strict
@@ -94,6 +112,7 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=5, help="every K-th gold of each suite")
     ap.add_argument("--pairs", type=int, default=6, help="alternated (reward, math-verify) pairs")
     ap.add_argument("--in-process", action="store_true", help="the checks themselves, without box or worker")
+    ap.add_argument("--cold", action="store_true", help="with --in-process: no gold cached from an earlier run")
     ap.add_argument("--same", action="store_true", help="check that the cost path's verdicts are the reference's")
     args = ap.parse_args()
     if args.same:
@@ -101,8 +120,11 @@ def main() -> None:
     pairs = answers(args.every)
     reward, plain = arms(pairs, args.in_process)
     start = time.perf_counter()
-    result = paired_ratio(reward, plain, pairs=args.pairs)
-    where = "in process" if args.in_process else "through the checker worker"
+    if args.cold and not args.in_process:
+        ap.error("--cold needs --in-process (the worker keeps its caches)")
+    result = paired_ratio(reward, plain, pairs=args.pairs, before=forget if args.cold else None)
+    where = "in process" + (", caches emptied before each run" if args.cold else "") if args.in_process \
+        else "through the checker worker"
     took = time.perf_counter() - start
     print(f"== {len(pairs)} answers ({len(pairs) // 5} golds x 5 forms), {where}, {took:.0f} s ==")
     print(f"reward per answer: {1e3 * result['first_median_s'] / len(pairs):.2f} ms; "
