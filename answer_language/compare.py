@@ -7,7 +7,9 @@ decimal places, so ``4.500000400`` would pass for 4.5, ``3.14159265`` for ``\\pi
 ``1.325 \\times 10^{-27}``. Inside sets, tuples, intervals and matrices math-verify compares with 10-place rounding.
 Two equations agree when one's ``lhs - rhs`` is a nonzero constant times the other's.
 
-Only the grammar's clean LaTeX reaches math-verify (:func:`strict`): the answer as written never does.
+Only the grammar's clean LaTeX reaches math-verify (:func:`strict`): the answer as written never does. The gold's
+parse is kept per worker (:func:`gold_value`) and the tests run cheapest deciding test first (:func:`agree`), with the
+verdicts of the tests run in turn (:func:`equivalent_plain`, the reference ``bench/answer_cost.py --same`` checks).
 """
 
 from __future__ import annotations
