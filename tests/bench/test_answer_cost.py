@@ -18,3 +18,19 @@ def test_the_arms_score_the_same_answers_and_the_ratio_is_measured():
     result = cost.paired_ratio(reward, plain, pairs=2)
     assert result["median"] > 0 and len(result["ratios"]) == 2
     assert len(cost.answers(every=1000)) == 5 * len(cost.math_golds(1000))
+
+
+def test_same_checks_the_cost_path_against_the_reference_on_answers_and_hunt_families(capsys):
+    hunt = cost.hunt_answers(every=1000)
+    assert len(hunt) > 10 * len(cost.math_golds(1000))  # the families' answers, not only the timed forms
+    assert cost.same(every=1000) == 0
+    assert "verdicts that differ: 0" in capsys.readouterr().out
+
+
+def test_cold_empties_the_gold_caches():
+    from answer_language import compare
+
+    assert compare.strict("x = 9", "9")
+    assert compare._GOLDS and compare._GOLD_VALUES
+    cost.forget()
+    assert not compare._GOLDS and not compare._GOLD_VALUES
