@@ -3,13 +3,15 @@ time at equal env steps, and the update time against CoMLRL's MAGRPO update.
 
 1. ``prefix``: the rollout of ``tree [2, 4]`` (Reasoner -> Actor) and of the deeper ``tree [2, 2, 2]`` (Reasoner ->
    Actor -> Verifier) on SmolLM2-135M (the demo's model), through each backend now (HF: the shared prefix and each
-   prompt prefilled once; vLLM: KV blocks of 32 tokens on CPU, 16 on a GPU) and as before (HF:
-   ``generate(num_return_sequences=n)``, one prefill per sample; vLLM: its default block, 128 tokens on CPU, 16 on a
-   GPU). Computed prompt tokens are
-   COUNTED: for HF by a forward pre-hook on the model (every forward of the sampling: the prompts' prefill and
-   ``generate``'s first step, pad positions excluded; the behaviour log-prob recomputation's forwards counted apart),
-   for vLLM from the engine's prefix-cache counters (queries - hits). Needed: the size of the token trie of every
-   prompt the rollout submitted (each distinct prefix once). The seeded samples of the two ways are compared.
+   prompt prefilled once; vLLM: the tree prefill, partial KV blocks adopted and requests in waves, with blocks of 32
+   tokens on CPU, 16 on a GPU) and as before (HF: ``generate(num_return_sequences=n)``, one prefill per sample; vLLM:
+   ``blocks``, one ``generate`` call sharing whole blocks only, and ``before``, that with vLLM's default block, 128
+   tokens on CPU, 16 on a GPU). Computed prompt tokens are COUNTED: for HF by a forward pre-hook on the model (every
+   forward of the sampling: the prompts' prefill and ``generate``'s first step, pad positions excluded; the behaviour
+   log-prob recomputation's forwards counted apart), for vLLM from the tokens its scheduler gave each step's forward
+   (those within a request's prompt; the prefix-cache counters, queries - hits, are printed beside). Needed: the size
+   of the token trie of every prompt the rollout submitted (each distinct prefix once). The seeded samples of the ways
+   are compared (and for vLLM their behaviour log-probs); vLLM's rollout wall per way is recorded.
 2. ``rollout``: generation wall time of ``tree [2, 4]`` over ``independent 8`` (equal env steps: 8 joint actions per
    instance) through the HF backend, ``--pairs`` alternated pairs after a warm-up of each (``bench/paired_timing.py``).
 3. ``update``: ``bench/update_speed.py`` (C3's padded PPO update against CoMLRL's ``MAGRPOTrainer`` update) at
