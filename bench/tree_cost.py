@@ -3,13 +3,15 @@ time at equal env steps, and the update time against CoMLRL's MAGRPO update.
 
 1. ``prefix``: the rollout of ``tree [2, 4]`` (Reasoner -> Actor) and of the deeper ``tree [2, 2, 2]`` (Reasoner ->
    Actor -> Verifier) on SmolLM2-135M (the demo's model), through each backend now (HF: the shared prefix and each
-   prompt prefilled once; vLLM: KV blocks of 32 tokens on CPU, 16 on a GPU) and as before (HF:
-   ``generate(num_return_sequences=n)``, one prefill per sample; vLLM: its default block, 128 tokens on CPU, 16 on a
-   GPU). Computed prompt tokens are
-   COUNTED: for HF by a forward pre-hook on the model (every forward of the sampling: the prompts' prefill and
-   ``generate``'s first step, pad positions excluded; the behaviour log-prob recomputation's forwards counted apart),
-   for vLLM from the engine's prefix-cache counters (queries - hits). Needed: the size of the token trie of every
-   prompt the rollout submitted (each distinct prefix once). The seeded samples of the two ways are compared.
+   prompt prefilled once; vLLM: the tree prefill, partial KV blocks adopted and requests in waves, with blocks of 32
+   tokens on CPU, 16 on a GPU) and as before (HF: ``generate(num_return_sequences=n)``, one prefill per sample; vLLM:
+   ``blocks``, one ``generate`` call sharing whole blocks only, and ``before``, that with vLLM's default block, 128
+   tokens on CPU, 16 on a GPU). Computed prompt tokens are COUNTED: for HF by a forward pre-hook on the model (every
+   forward of the sampling: the prompts' prefill and ``generate``'s first step, pad positions excluded; the behaviour
+   log-prob recomputation's forwards counted apart), for vLLM from the tokens its scheduler gave each step's forward
+   (those within a request's prompt; the prefix-cache counters, queries - hits, are printed beside). Needed: the size
+   of the token trie of every prompt the rollout submitted (each distinct prefix once). The seeded samples of the ways
+   are compared (and for vLLM their behaviour log-probs); vLLM's rollout wall per way is recorded.
 2. ``rollout``: generation wall time of ``tree [2, 4]`` over ``independent 8`` (equal env steps: 8 joint actions per
    instance) through the HF backend, ``--pairs`` alternated pairs after a warm-up of each (``bench/paired_timing.py``).
 3. ``update``: ``bench/update_speed.py`` (C3's padded PPO update against CoMLRL's ``MAGRPOTrainer`` update) at
@@ -29,6 +31,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -141,6 +144,10 @@ def _messages(rollout: Any) -> list[list[int]]:
     return [list(e.token_ids) for e in rollout.entries if e.kind == "decision" and not e.ended]
 
 
+def _logprobs(rollout: Any) -> list[list[float]]:
+    return [list(e.logprobs) for e in rollout.entries if e.kind == "decision" and not e.ended]
+
+
 def prefix_hf(args: Any, tok: Any, model: Any) -> dict:
     """Per tree: prompt tokens the HF forwards computed, prefill-once (now) against one prefill per sample (before)."""
     backend = HFBackend(lambda a: model, [tok] * 3, micro_batch_size=8)
@@ -165,32 +172,59 @@ def prefix_hf(args: Any, tok: Any, model: Any) -> dict:
     return out
 
 
+class ScheduledPrompt:
+    """Prompt tokens the engine's forwards took, counted from its scheduler's output each step: per scheduled request,
+    the scheduled tokens that fall within its prompt (the rest are decode steps). Independent of the prefix-cache
+    counters, and of what the scheduler believed it hit."""
+
+    def __init__(self, llm: Any):
+        self.tokens = 0
+        sched = llm.llm_engine.engine_core.engine_core.scheduler
+        schedule = sched.schedule
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            out = schedule(*args, **kwargs)
+            for rid, k in out.num_scheduled_tokens.items():
+                r = sched.requests[rid]
+                start = int(r.num_computed_tokens) - int(k)  # the scheduler advanced it by this step's tokens
+                self.tokens += max(0, min(int(r.num_computed_tokens), int(r.num_prompt_tokens)) - start)
+            return out
+
+        sched.schedule = counted
+
+
 def prefix_vllm(args: Any, tok: Any, model: Any) -> dict:
-    """Per tree: prompt tokens the engine computed (its prefix-cache counters), with this backend's block size and
-    with vLLM's default, each on its own engine."""
+    """Per tree: prompt tokens the engine computed (its scheduler's output, and its prefix-cache counters) now (partial
+    blocks adopted, requests in waves: ``vllm_tree``), with whole-block sharing only (this backend's block size, one
+    ``generate`` call) and with vLLM's default block, each on its own engine."""
     from c3_plugin.generation.vllm import VLLMBackend, VLLMOptions
 
     hf = HFBackend(lambda a: model, [tok] * 3, micro_batch_size=8)
-    # two engines one after the other in this process: on a GPU each takes 0.3 of it (the first's may not all be freed)
-    base = VLLMOptions(max_model_len=2048, log_stats=True, measure_mismatch=False, gpu_memory_utilization=0.3)
-    ways = {"now": base, "before": replace(base, block_size=16 if DEVICE == "cuda" else 128)}  # vLLM's defaults
+    # engines one after the other in this process: on a GPU each takes 0.25 of it (the first's may not all be freed)
+    base = VLLMOptions(max_model_len=2048, log_stats=True, measure_mismatch=False, gpu_memory_utilization=0.25)
+    ways = {"now": base, "blocks": replace(base, tree_prefill=False),
+            "before": replace(base, tree_prefill=False, block_size=16 if DEVICE == "cuda" else 128)}  # vLLM's default
     out: dict = {plan: {} for plan in TREES}
     for key, options in ways.items():
         backend = VLLMBackend(hf, options)
         backend.start()
+        counter = ScheduledPrompt(backend.llm)
+        block = int(backend.llm.llm_engine.vllm_config.cache_config.block_size)
         for plan in TREES:
             backend.rng = np.random.default_rng(0)
             assert backend.llm.reset_prefix_cache()
-            before = backend.prefix_cache_stats()
+            before, scheduled, t0 = backend.prefix_cache_stats(), counter.tokens, time.perf_counter()
             rollout, prompts = _rollout(plan, backend, tok, args)
-            after = backend.prefix_cache_stats()
+            wall, after = time.perf_counter() - t0, backend.prefix_cache_stats()
             queries, hits = after["queries"] - before["queries"], after["hits"] - before["hits"]
-            print(f"vllm {plan} {key}: {queries - hits:.0f} prompt tokens computed", flush=True)
-            out[plan][key] = {"prompt_tokens_computed": int(queries - hits), "prefix_cache_queries": int(queries),
-                              "prefix_cache_hits": int(hits),
-                              "block_size": int(backend.llm.llm_engine.vllm_config.cache_config.block_size)}
+            computed = counter.tokens - scheduled
+            print(f"vllm {plan} {key}: {computed} prompt tokens computed (prefix-cache counters: {queries - hits:.0f})",
+                  flush=True)
+            out[plan][key] = {"prompt_tokens_computed": int(computed), "prefix_cache_queries": int(queries),
+                              "prefix_cache_hits": int(hits), "block_size": block, "rollout_wall_s": wall}
             out[plan]["prompt_tokens_tree_needs"] = trie_size(prompts)
             out[plan][f"_{key}_messages"] = _messages(rollout)
+            out[plan][f"_{key}_logprobs"] = _logprobs(rollout)
         backend.close()
     for row in out.values():
         _ratios(row)
@@ -198,12 +232,20 @@ def prefix_vllm(args: Any, tok: Any, model: Any) -> dict:
 
 
 def _ratios(row: dict) -> None:
-    """Computed over needed for each way, and whether the two ways sampled the same messages."""
-    for key in ("now", "before"):
+    """Computed over needed for each way, and whether every way sampled the messages of the first ("now")."""
+    keys = [k for k in row if not k.startswith("_") and isinstance(row[k], dict)]
+    for key in keys:
         row[key]["computed_over_needed"] = row[key]["prompt_tokens_computed"] / row["prompt_tokens_tree_needs"]
-    a, b = row.pop("_now_messages"), row.pop("_before_messages")
-    row["same_samples"] = a == b
-    row["messages_differing"] = sum(x != y for x, y in zip(a, b)) + abs(len(a) - len(b))
+    a = row.pop("_now_messages")
+    others = [row.pop(f"_{k}_messages") for k in keys if k != "now"]
+    row["same_samples"] = all(a == b for b in others)
+    row["messages_differing"] = max((sum(x != y for x, y in zip(a, b)) + abs(len(a) - len(b)) for b in others),
+                                    default=0)
+    if "_now_logprobs" in row:  # the behaviour log-probs of the same samples, largest difference to "now"
+        a = row.pop("_now_logprobs")
+        others = [row.pop(f"_{k}_logprobs") for k in keys if k != "now"]
+        row["logprob_max_abs_diff"] = max((abs(x - y) for b in others for ra, rb in zip(a, b) for x, y in zip(ra, rb)),
+                                          default=0.0)
 
 
 def rollout_wall(args: Any, tok: Any, model: Any) -> dict:
@@ -256,12 +298,12 @@ def main() -> None:
             result["prefix"]["vllm"] = prefix_vllm(args, tok, model)
         for name, trees in result["prefix"].items():
             for plan, row in trees.items():
+                ways = ", ".join(f"{row[k]['prompt_tokens_computed']} {k} ({row[k]['computed_over_needed']:.2f}x)"
+                                 for k in row if isinstance(row[k], dict))
                 print(f"{name:<5} {plan:<15} needs {row['prompt_tokens_tree_needs']:>6} prompt tokens; computed "
-                      f"{row['now']['prompt_tokens_computed']:>6} now "
-                      f"({row['now']['computed_over_needed']:.2f}x), "
-                      f"{row['before']['prompt_tokens_computed']:>6} before "
-                      f"({row['before']['computed_over_needed']:.2f}x); same samples: {row['same_samples']}",
-                      flush=True)
+                      f"{ways}; same samples: {row['same_samples']}"
+                      + (f" (log-probs within {row['logprob_max_abs_diff']:.1e})" if "logprob_max_abs_diff" in row
+                         else ""), flush=True)
     if "rollout" in parts:
         result["rollout_wall_c3_over_magrpo"] = rollout_wall(args, tok, model)
     if "update" in parts:

