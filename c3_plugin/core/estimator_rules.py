@@ -35,7 +35,7 @@ NOT_OPTIMISATION: tuple[str, ...] = (
     "micro_batch_size",  # gradient accumulation: the step equals the one-batch step (tests/core/test_loss.py)
     "logprob_mismatch",  # a measurement (importance_sampling_cap, which it enables, is diffed)
     "vllm_gpu_memory_utilization", "vllm_kv_cache_gb", "vllm_enable_sleep_mode", "vllm_enforce_eager",
-    "vllm_tensor_parallel_size",  # the engine's memory and speed
+    "vllm_tensor_parallel_size", "vllm_tree_prefill",  # the engine's memory and speed (the same samples)
     "agent_devices", "reference_devices",  # placement
     # only the default plan's budget: the resolved plan is diffed (a credit field) and the budgets compared
     "num_generations",

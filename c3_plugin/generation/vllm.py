@@ -119,8 +119,9 @@ class VLLMOptions:
     block_size: int | None = None
     # each shared prefix computed once: a prompt's samples and the prompts that share a partial block with an earlier
     # one adopt the block it computed (vLLM's copy-on-write), submitted in waves (c3_plugin.generation.vllm_tree);
-    # False: one generate call, whole blocks shared only
-    tree_prefill: bool = True
+    # False: one generate call, whole blocks shared only; None: on for a CPU engine (measured, same samples), off on a
+    # GPU until bench/gpu_check.py has checked it there
+    tree_prefill: bool | None = None
 
 
 def _weights(model: torch.nn.Module, merge: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
@@ -242,7 +243,8 @@ class VLLMBackend:
                        **kwargs)
         os.remove(os.path.join(self._dir, "model.safetensors"))  # loaded: later weights come by sync, not from disk
         weakref.finalize(self, shutil.rmtree, self._dir, True)
-        self.tree_prefill = bool(o.tree_prefill) and share_partial_blocks(self.llm)
+        wanted = (not cuda) if o.tree_prefill is None else bool(o.tree_prefill)
+        self.tree_prefill = wanted and share_partial_blocks(self.llm)
         self.loaded = agent
         self.stale = False
         self.timings["engine_start_s"] += time.perf_counter() - t0

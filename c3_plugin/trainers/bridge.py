@@ -219,6 +219,7 @@ class WorkflowBridge:
                 tensor_parallel_size=args.vllm_tensor_parallel_size,
                 enable_sleep_mode=args.vllm_enable_sleep_mode, max_model_len=args.vllm_max_model_len,
                 enforce_eager=args.vllm_enforce_eager, lora_adapters=args.vllm_lora_adapters,
+                tree_prefill=getattr(args, "vllm_tree_prefill", None),
                                   measure_mismatch=args.logprob_mismatch, seed=int(args.seed))
             if getattr(args, "vllm_server_url", None):  # the separate-GPU layout: a running server
                 self.backend = ServerBackend(self.backend, args.vllm_server_url, options, args.vllm_server_weights_dir)
