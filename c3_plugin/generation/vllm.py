@@ -120,7 +120,7 @@ class VLLMOptions:
     # each shared prefix computed once: a prompt's samples and the prompts that share a partial block with an earlier
     # one adopt the block it computed (vLLM's copy-on-write), submitted in waves (c3_plugin.generation.vllm_tree);
     # False: one generate call, whole blocks shared only; None: on for a CPU engine (measured, same samples), off on a
-    # GPU until bench/gpu_check.py has checked it there
+    # GPU until bench/tree_cost.py has checked its samples there
     tree_prefill: bool | None = None
 
 

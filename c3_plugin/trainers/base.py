@@ -140,7 +140,7 @@ class WorkflowConfig(MAGRPOConfig):
     vllm_lora_adapters: bool = True
     vllm_enforce_eager: bool = True  # vLLM: no graph capture (faster start-up, slower GPU decoding)
     # vLLM: each shared prefix of the rollout tree computed once (partial KV blocks shared; the same samples); None: on
-    # for a CPU engine, off on a GPU, where it is not yet checked (bench/gpu_check.py checks it)
+    # for a CPU engine, off on a GPU, where it is not yet checked (bench/tree_cost.py --parts prefix checks it)
     vllm_tree_prefill: bool | None = None
     # vLLM: sample through this running generation server on its own GPUs (python -m c3_plugin.generation.server; e.g.
     # http://gen-node:8000) instead of a colocated engine; one trainer process
