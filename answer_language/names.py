@@ -22,14 +22,15 @@ class Names:
         is a bare symbol; None (position kept) when what follows is no name."""
         save = self.i
         try:
-            parts, count, sym = [], 0, False
+            parts, count, sym, label = [], 0, False, False
             while True:
-                atom = self.name_atom()
+                atom = self.name_atom(label=True)
                 if atom is None:
                     break
                 parts.append(atom)
                 count += 1
                 sym = self._symbol
+                label = label or self._label
                 if self.at("ch", "+", "-"):
                     parts.append(self.take().value)
                     continue
@@ -37,7 +38,7 @@ class Names:
                     parts.append("\\" + self.take().value + " ")
                 elif self.space_before_letter():
                     raise ParseError("two names side by side (words: 'not x')")
-            if not count or (parts and parts[-1] in ("+", "-")) or _spells_a_value(parts):
+            if not count or (parts and parts[-1] in ("+", "-")) or _spells_a_value(parts) or (label and count > 1):
                 self.i = save
                 return None
             symbol = count == 1 and sym
@@ -53,19 +54,24 @@ class Names:
         return tok is not None and tok.kind == "ch" and tok.value.isalpha() and k >= 2 \
             and self.t[k - 1].kind == "sp" and self.t[k - 2].kind == "ch" and self.t[k - 2].value.isalpha()
 
-    def name_atom(self) -> str | None:
+    def name_atom(self, label: bool = False) -> str | None:
+        """One letter (with primes, a subscript, an argument), Greek, an angle or a decoration; with ``label``, also
+        a ``\\text{}`` label, which :meth:`name_expr` takes only as the whole side (``\\text{speed}``, never
+        ``x\\text{ so }``: a word beside a letter is no name)."""
         tok = self.peek()
-        self._symbol = False
+        self._symbol = self._label = False
         if tok is None:
             return None
         if tok.kind == "cmd" and tok.value in TEXT_COMMANDS and self.at_group(1):
+            if not label:
+                return None
             save = self.i
             self.take()
             words = self.raw_group().strip()
             if not is_label(words):
                 self.i = save
                 return None
-            self._symbol = False
+            self._label = True
             return f"\\text{{{words}}}"
         if tok.kind == "cmd" and tok.value in ("angle", "measuredangle", "triangle"):
             self.take()

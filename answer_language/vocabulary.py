@@ -44,7 +44,12 @@ VALUE_WORDS = set(NUMBER_WORDS) | set(MULTIPLIERS) | {
     "not", "no", "none", "nothing", "never", "neither", "nor", "nobody", "nowhere", "cannot", "without", "undefined",
     "undefinable", "indeterminate", "impossible", "unsolvable", "nonexistent", "dne", "false", "wrong", "incorrect",
     "unknown", "empty", "all", "any", "every", "some", "many", "more", "less", "most", "least", "plus", "minus",
-    "times", "over", "negative", "positive", "approximately", "about", "around", "roughly", "maybe", "or", "and"}
+    "times", "over", "negative", "positive", "approximately", "about", "around", "roughly", "maybe", "perhaps",
+    "probably", "possibly", "or", "and"}
+# words that join or frame a sentence and name nothing: a \\text{} phrase of them alone is no name (\\text{so} = 5)
+CONNECTIVES = {"so", "thus", "hence", "then", "therefore", "well", "also", "finally", "now", "ok", "okay", "yes", "the",
+               "an", "is", "are", "was", "equals", "gives", "we", "get", "it", "this", "that", "which", "if", "but",
+               "because", "since"}
 
 
 def number_phrase(words: str) -> int | None:
@@ -74,10 +79,12 @@ def number_phrase(words: str) -> int | None:
 def is_label(words: str) -> bool:
     """Whether the words of a ``\\text{}`` phrase name something without giving a value: letters and spaces only,
     no unit, and no word of :data:`VALUE_WORDS` (``\\text{one hundred}``, ``\\text{pi}``, ``\\text{no solution}`` and
-    ``\\text{the answer is not}`` are no names)."""
+    ``\\text{the answer is not}`` are no names), nor only words of :data:`CONNECTIVES` (``\\text{so}``,
+    ``\\text{thus}``)."""
     if not re.fullmatch(r"[A-Za-z][A-Za-z ]*", words) or unit_key(words):
         return False
-    return not any(w.casefold() in VALUE_WORDS for w in words.split())
+    folded = words.casefold().split()
+    return not any(w in VALUE_WORDS for w in folded) and not all(w in CONNECTIVES for w in folded)
 
 
 def _unit_table() -> dict[str, str]:

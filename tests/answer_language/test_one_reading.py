@@ -49,3 +49,21 @@ def test_an_expensive_answer_is_refused_by_the_parser_in_milliseconds(answer):
 ])
 def test_one_reading_still_scores(answer, gold):
     assert score(f"\\boxed{{{answer}}}", gold) == 1.0
+
+
+# a \text{} label is a name only as the whole side, or in a subscript: a word beside a letter is no name (the
+# property test_a_word_inserted_anywhere_scores_zero found x\text{ so } = 3293.833 scoring 1), nor is a label of
+# connectives alone or with a hedge
+@pytest.mark.parametrize("answer, gold, expected", [
+    ("x\\text{ so } = 3293.833", "3293.833", 0.0), ("\\text{ so }x = 3293.833", "3293.833", 0.0),
+    ("x \\text{ dogs } = 3293.833", "3293.833", 0.0), ("X_{d}\\text{ dogs }=125-1.25 P", "X_{d}=125-1.25 P", 0.0),
+    ("x + \\text{speed} = 9", "9", 0.0), ("\\text{speed} \\cdot t = 9", "9", 0.0), ("\\angle \\text{so} = 9", "9", 0.0),
+    ("\\overline{\\text{so}} = 9", "9", 0.0), ("\\text{so} = 9", "9", 0.0), ("\\text{thus} = 9", "9", 0.0),
+    ("\\text{or} = 9", "9", 0.0), ("\\text{and} = 9", "9", 0.0), ("\\text{maybe} = 9", "9", 0.0),
+    ("\\text{perhaps speed} = 9", "9", 0.0),
+    ("\\text{speed} = 3293.833", "3293.833", 1.0), ("v_{\\text{max}} = 3293.833", "3293.833", 1.0),
+    ("\\text{the speed} = 9", "9", 1.0), ("X_{d}=125-1.25 P", "X_{d}=125-1.25 P", 1.0),
+    ("x = 3293.833", "3293.833", 1.0),
+])
+def test_a_text_label_is_a_name_only_as_the_whole_side(answer, gold, expected):
+    assert score(f"so \\boxed{{{answer}}}", gold) == expected
