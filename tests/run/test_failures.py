@@ -32,6 +32,14 @@ def config_file(tmp_path: Path, name: str = "run.yaml", **output) -> Path:
     return path
 
 
+def _ctrl_c_as_a_terminal_has_it() -> None:
+    """The child's SIGINT as a shell started from a terminal gives it: handled by default and not blocked. A pytest
+    worker may hand its children SIGINT blocked or ignored (inherited through exec): in CI the run then never saw the
+    signal and trained to its end."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def last_line(capsys) -> str:
     out = capsys.readouterr()
     assert "Traceback" not in out.out + out.err
@@ -114,7 +122,8 @@ def test_ctrl_c_says_where_and_how_to_resume_and_the_resume_says_so(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-m", "c3_plugin", "train", "--config", str(config)]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_ctrl_c_as_a_terminal_has_it)
     checkpoints = tmp_path / "outputs" / "run" / "checkpoints"
     deadline = time.time() + 300
     while not any(checkpoints.glob("checkpoint-*")) and time.time() < deadline and proc.poll() is None:
